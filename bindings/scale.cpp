@@ -1,0 +1,56 @@
+// bindings/scale.cpp: host side of the scale family (schema, checks, allocation, dispatch).
+//
+//   scale(Tensor x, float s) -> Tensor    x * s
+// x: any shape and strides (made contiguous here); the output is contiguous.
+#include "scale/scale.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+
+#include "wb/binding.h"
+#ifdef WB_WITH_CUDA
+#include "wb/binding_cuda.h"
+#endif
+
+WB_DEF("scale(Tensor x, float s) -> Tensor");
+
+namespace {
+
+using namespace wb::scale;
+
+// Elements per CPU task: below this the threading overhead outweighs the work.
+constexpr int64_t kGrain = 32768;
+
+at::Tensor scale_cpu_op(const at::Tensor& x_in, double s) {
+  at::Tensor out = at::empty(x_in.sizes(), x_in.options());
+  const at::Tensor x = x_in.contiguous();
+  WB_DISPATCH(WB_FLOATING, x.scalar_type(), "scale", "x", [&] {
+    at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      scale_cpu(wb::data<scalar_t>(x), s, wb::data<scalar_t>(out), begin, end);
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+WB_IMPL(CPU, m) { m.impl("scale", &scale_cpu_op); }
+
+#ifdef WB_WITH_CUDA
+namespace {
+
+at::Tensor scale_cuda_op(const at::Tensor& x_in, double s) {
+  at::Tensor out = at::empty(x_in.sizes(), x_in.options());
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  WB_DISPATCH(WB_FLOATING, x.scalar_type(), "scale", "x", [&] {
+    wb::check_launch("scale", scale_cuda(wb::data<scalar_t>(x), s, wb::data<scalar_t>(out),
+                                         x.numel(), wb::current_stream(x)));
+  });
+  return out;
+}
+
+}  // namespace
+
+WB_IMPL(CUDA, m) { m.impl("scale", &scale_cuda_op); }
+#endif

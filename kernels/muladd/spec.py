@@ -1,0 +1,89 @@
+"""Spec of the muladd family: muladd(a, b, c) = a * b + c and mul(a, b) = a * b.
+
+The PyTorch custom-op tutorial's op; its backward uses the family's own ``mul``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from workbench.spec import OpSpec, Sample, elementwise_shapes, randn
+
+
+def muladd_reference(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:
+    return a * b + c
+
+
+def mul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a * b
+
+
+def _pairs(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
+    samples = [
+        Sample(
+            (
+                randn(shape, dtype, device, gen, strided=strided),
+                randn(shape, dtype, device, gen, strided=strided),
+            ),
+            label,
+        )
+        for label, shape, strided in elementwise_shapes()
+    ]
+    row = randn((1, 97), dtype, device, gen)
+    samples.append(Sample((row.expand(16, 97), randn((16, 97), dtype, device, gen)), "expanded"))
+    return samples
+
+
+def muladd_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
+    return [Sample((*s.args, -0.75), s.label) for s in _pairs(dtype, device, gen)]
+
+
+def muladd_fake(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:
+    torch._check(a.shape == b.shape, lambda: "muladd: a and b must have the same shape")
+    return torch.empty(a.shape, dtype=a.dtype, device=a.device)
+
+
+def mul_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    torch._check(a.shape == b.shape, lambda: "mul: a and b must have the same shape")
+    return torch.empty(a.shape, dtype=a.dtype, device=a.device)
+
+
+def _save_a_b(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    a, b = inputs[0], inputs[1]
+    ctx.save_for_backward(
+        a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None
+    )
+
+
+def muladd_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    a, b = ctx.saved_tensors
+    grad_a = ctx.ops.mul(grad, b) if ctx.needs_input_grad[0] else None
+    grad_b = ctx.ops.mul(grad, a) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b, None
+
+
+def mul_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    grad_a, grad_b, _ = muladd_backward(ctx, grad)
+    return grad_a, grad_b
+
+
+OPS = [
+    OpSpec(
+        name="muladd",
+        reference=muladd_reference,
+        samples=muladd_samples,
+        fake=muladd_fake,
+        backward=muladd_backward,
+        setup_context=_save_a_b,
+    ),
+    OpSpec(
+        name="mul",
+        reference=mul_reference,
+        samples=_pairs,
+        fake=mul_fake,
+        backward=mul_backward,
+        setup_context=_save_a_b,
+    ),
+]

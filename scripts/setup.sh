@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up a development environment: .venv (unless one is active), torch, the workbench (editable)
+# with its development tools. Safe to run again; it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${VIRTUAL_ENV:-}" ]; then
+  [ -d .venv ] || "${PYTHON:-python3}" -m venv .venv
+  # shellcheck disable=SC1091
+  . .venv/bin/activate
+fi
+
+# Any torch >= 2.4 works. Where none is installed, take the pinned CPU build; on a GPU host,
+# install the CUDA build of torch you want first and it is kept.
+if ! python -c "import torch" 2>/dev/null; then
+  python -m pip install -q "torch==${WB_TORCH_VERSION:-2.13.0}"
+fi
+python -m pip install -q -e ".[dev]"
+python -c "import torch, workbench; print(f'workbench {workbench.__version__}, torch {torch.__version__}')"

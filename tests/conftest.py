@@ -1,0 +1,48 @@
+"""Shared fixtures: one cache per test session, the bundled library, device parameters."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from workbench import knobs
+
+HAS_CUDA = torch.cuda.is_available()
+HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "cuda" in item.keywords and not HAS_CUDA:
+            item.add_marker(pytest.mark.skip(reason="no CUDA GPU"))
+        # On CI the CUDA smoke compile must run: a missing nvcc fails there instead of skipping.
+        if "nvcc" in item.keywords and not HAS_NVCC and not os.environ.get("CI"):
+            item.add_marker(pytest.mark.skip(reason="nvcc not found"))
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the session: the precompiled torch header is built once."""
+    return tmp_path_factory.mktemp("wb-cache")
+
+
+@pytest.fixture(autouse=True)
+def _session_cache(cache_dir: Path) -> Iterator[None]:
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        yield
+
+
+@pytest.fixture(scope="session")
+def lib(cache_dir: Path):  # type: ignore[no-untyped-def]
+    """The bundled registry, loaded once for the session."""
+    import workbench
+
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        return workbench.load()

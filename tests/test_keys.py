@@ -1,0 +1,193 @@
+"""Build identity and generated build files: no compiler runs in this file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from workbench import knobs, toolchain
+from workbench.build import _TU, _headers_from_depfile
+from workbench.config import Config
+from workbench.errors import WorkbenchError
+from workbench.ninja import Job, ninja_text
+from workbench.project import Source, discover
+
+TORCH = toolchain.Torch("2.13.0", "abc", None, True, (Path("/t/include"),), Path("/t/lib"))
+
+
+def make_config(**changes: object) -> Config:
+    base: dict[str, object] = dict(
+        cxx=Path("/usr/bin/g++"), cxx_version="g++ 12.2.0", torch=TORCH, python_tag="cp311", env={}
+    )
+    base.update(changes)
+    return Config(**base)  # type: ignore[arg-type]
+
+
+def test_same_inputs_give_the_same_config_key() -> None:
+    assert make_config().id == make_config().id
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"cxx_version": "g++ 13.1.0"},
+        {"env": {"TORCH_CUDA_ARCH_LIST": "9.0a"}},
+        {"env": {"NVCC_APPEND_FLAGS": "-G"}},
+        {"torch": toolchain.Torch("2.12.0", "abc", None, True, (), Path("/t/lib"))},
+        {"torch": toolchain.Torch("2.13.0", "abc", None, False, (), Path("/t/lib"))},
+        {"python_tag": "cp312"},
+        {"archs": ("sm_90a",), "cuda_home": Path("/cuda"), "nvcc_version": "13.0"},
+    ],
+)
+def test_toolchain_changes_change_the_config_key(change: dict[str, object]) -> None:
+    assert make_config(**change).id != make_config().id
+
+
+def test_compiler_env_knobs_reach_the_key() -> None:
+    with knobs.override(CXX="clang++", TORCH_CUDA_ARCH_LIST=None):
+        env = knobs.compiler_env()
+    assert env == {"CXX": "clang++"}
+
+
+def _tu(tmp_path: Path, headers: list[str], command: tuple[str, ...] = ("c++", "-O3")) -> _TU:
+    return _TU(Source(tmp_path / "k.cpp", "cpu"), command, headers)
+
+
+def test_tu_key_follows_source_and_header_content(tmp_path: Path) -> None:
+    (tmp_path / "k.cpp").write_text('#include "k.h"\n')
+    (tmp_path / "k.h").write_text("int f();\n")
+    header = str(tmp_path / "k.h")
+    config = make_config()
+    first = _tu(tmp_path, [header]).compute_key(config)
+    assert _tu(tmp_path, [header]).compute_key(config) == first
+    (tmp_path / "k.h").write_text("int f(); // edited\n")
+    edited_header = _tu(tmp_path, [header]).compute_key(config)
+    assert edited_header != first
+    (tmp_path / "k.cpp").write_text('#include "k.h"\nint g();\n')
+    assert _tu(tmp_path, [header]).compute_key(config) != edited_header
+
+
+def test_tu_key_follows_flags_and_toolchain(tmp_path: Path) -> None:
+    (tmp_path / "k.cpp").write_text("int x;\n")
+    config = make_config()
+    key = _tu(tmp_path, []).compute_key(config)
+    assert _tu(tmp_path, [], ("c++", "-O2")).compute_key(config) != key
+    assert _tu(tmp_path, []).compute_key(make_config(cxx_version="g++ 14")) != key
+
+
+def test_a_deleted_header_changes_the_key(tmp_path: Path) -> None:
+    (tmp_path / "k.cpp").write_text("int x;\n")
+    (tmp_path / "k.h").write_text("int f();\n")
+    key = _tu(tmp_path, [str(tmp_path / "k.h")]).compute_key(make_config())
+    (tmp_path / "k.h").unlink()
+    assert _tu(tmp_path, [str(tmp_path / "k.h")]).compute_key(make_config()) != key
+
+
+def test_an_uncompiled_tu_has_no_key(tmp_path: Path) -> None:
+    tu = _TU(Source(tmp_path / "k.cpp", "cpu"), ("c++",), None)
+    assert tu.compute_key(make_config()) is None
+
+
+def test_depfile_keeps_project_headers_only(tmp_path: Path) -> None:
+    dep = tmp_path / "x.o.d"
+    src = tmp_path / "k.cu"
+    dep.write_text(
+        f"x.o: {src} \\\n  {tmp_path}/k.h /usr/include/stdio.h \\\n"
+        f"  /t/include/ATen/Tensor.h {tmp_path}/k.h\n"
+    )
+    assert _headers_from_depfile(dep, src, make_config()) == [f"{tmp_path}/k.h"]
+
+
+def test_ninja_text_has_one_edge_per_tu_and_escapes_paths() -> None:
+    jobs = [
+        Job(Path("/b/0_k.o"), Path("/src dir/k.cpp"), ("c++", "-c", "/src dir/k.cpp")),
+        Job(Path("/b/1_k.o"), Path("/other/k.cpp"), ("nvcc", "-DX=$Y")),
+    ]
+    text = ninja_text(jobs)
+    assert text.count("build ") == 2
+    assert "build /b/0_k.o: compile /src$ dir/k.cpp" in text
+    assert "$$Y" in text  # a literal $ survives ninja's variable expansion
+
+
+@pytest.mark.parametrize(
+    ("text", "archs"),
+    [
+        ("8.0;9.0a", ("sm_80", "sm_90a")),
+        ("sm_80,sm_90a", ("sm_80", "sm_90a")),
+        ("9.0+PTX", ("sm_90", "compute_90")),
+        ("8.6 8.6", ("sm_86",)),
+    ],
+)
+def test_parse_arch_list(text: str, archs: tuple[str, ...]) -> None:
+    assert toolchain.parse_arch_list(text) == archs
+
+
+def test_parse_arch_list_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="bad CUDA arch 'ampere'"):
+        toolchain.parse_arch_list("ampere")
+
+
+def test_gencode_flags() -> None:
+    assert toolchain.gencode_flags(("sm_90a", "compute_90")) == [
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_90,code=compute_90",
+    ]
+
+
+def _registry(root: Path, pyproject: str = "") -> Path:
+    (root / "kernels" / "op1").mkdir(parents=True)
+    (root / "kernels" / "op1" / "op1.cpp").write_text("")
+    (root / "bindings").mkdir()
+    (root / "bindings" / "op1.cpp").write_text("")
+    if pyproject:
+        (root / "pyproject.toml").write_text(pyproject)
+    return root / "kernels"
+
+
+def test_discover_finds_families_and_namespace(tmp_path: Path) -> None:
+    kernels = _registry(tmp_path, '[tool.workbench]\nnamespace = "mine"\n')
+    with knobs.override(WB_NAMESPACE=None):
+        project = discover(kernels)
+    assert project.namespace == "mine"
+    assert [f.name for f in project.families] == ["op1"]
+    assert [s.kind for s in project.families[0].sources] == ["cpu", "binding"]
+    with knobs.override(WB_NAMESPACE="over"):
+        assert discover(kernels).namespace == "over"
+
+
+def test_discover_names_a_missing_binding(tmp_path: Path) -> None:
+    kernels = _registry(tmp_path)
+    (tmp_path / "bindings" / "op1.cpp").unlink()
+    with pytest.raises(WorkbenchError, match=r"no binding .*bindings/op1\.cpp"):
+        discover(kernels)
+
+
+def test_discover_rejects_a_bad_namespace(tmp_path: Path) -> None:
+    with pytest.raises(WorkbenchError, match="not a valid identifier"):
+        discover(_registry(tmp_path), namespace="my-ops")
+
+
+def test_import_does_no_heavy_work(tmp_path: Path) -> None:
+    cache = tmp_path / "never-created"
+    code = textwrap.dedent(
+        """
+        import sys, workbench
+        assert "torch" not in sys.modules, "import workbench imported torch"
+        assert "subprocess" not in sys.modules or True
+        print(workbench.__version__)
+        """
+    )
+    env = {"WB_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert out.returncode == 0, out.stderr
+    assert not cache.exists()

@@ -1,0 +1,285 @@
+"""Building one op family: content-keyed objects, one ninja edge per stale TU, a cached library.
+
+Lifecycle (:func:`ensure`): compute each TU's key from its source, the headers its last
+compile read, its command line and the toolchain; if the family's library for those keys is in
+the cache and its checksum matches, use it (no lock taken). Otherwise take the family's lock,
+look again, compile only the TUs whose objects are missing, link in a temporary directory,
+write the manifest last and rename the directory into place.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench import cache, ninja
+from workbench.config import Config
+from workbench.errors import BuildError
+from workbench.hashing import digest, file_digest
+from workbench.project import WB_REGISTRY_SOURCE, Family, Project, Source
+
+# Called with (family name, source path) for every TU compiled: tests count rebuilds with it.
+compile_hooks: list[Callable[[str, Path], None]] = []
+
+
+@dataclass
+class Built:
+    family: str
+    key: str
+    library: Path | None  # None for a compile-only build
+    manifest: dict[str, Any]
+    compiled: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def hit(self) -> bool:
+        return not self.compiled
+
+
+def _sources(family: Family, config: Config) -> list[Source]:
+    srcs = [s for s in family.sources if s.kind != "cuda" or config.with_cuda]
+    return [*srcs, Source(WB_REGISTRY_SOURCE, "registry")]
+
+
+def _deps_file(source: Path, command: tuple[str, ...]) -> Path:
+    """Where the header list of the last compile of (source, command) is kept."""
+    return cache.root() / "deps" / f"{digest(str(source), command)[:32]}.json"
+
+
+def _headers_from_depfile(depfile: Path, source: Path, config: Config) -> list[str]:
+    text = depfile.read_text().replace("\\\n", " ")
+    _, _, deps = text.partition(": ")
+    paths = [os.path.abspath(p) for p in deps.split()]
+    keep = [p for p in paths if p != str(source) and not p.startswith(config.excluded_roots)]
+    return sorted(set(keep))
+
+
+@dataclass
+class _TU:
+    source: Source
+    command: tuple[str, ...]  # with placeholder output paths, identical across builds
+    headers: list[str] | None  # None: never compiled in this cache
+    key: str | None = None
+
+    def compute_key(self, config: Config) -> str | None:
+        if self.headers is None:
+            return None
+        inputs = [(p, file_digest(p)) for p in [str(self.source.path), *self.headers]]
+        self.key = digest("tu", config.id, self.command, inputs)
+        return self.key
+
+
+def _object_path(key: str) -> Path:
+    return cache.root() / "obj" / key[:2] / f"{key}.o"
+
+
+def _plan(project: Project, family: Family, config: Config) -> list[_TU]:
+    tus = []
+    for src in _sources(family, config):
+        cmd = config.compile_command(project, src, Path("@OUT@"))
+        headers = cache.read_json(_deps_file(src.path, cmd))
+        tu = _TU(src, cmd, headers if isinstance(headers, list) else None)
+        tu.compute_key(config)
+        tus.append(tu)
+    return tus
+
+
+def _library_key(tus: list[_TU], config: Config) -> str | None:
+    if any(tu.key is None for tu in tus):
+        return None
+    return digest("lib", config.id, config.link, sorted((str(t.source.path), t.key) for t in tus))
+
+
+def _library_dir(family: Family, key: str) -> Path:
+    return cache.root() / "lib" / family.name / key[:32]
+
+
+def find_cached(family: Family, key: str | None) -> Built | None:
+    """The complete, intact library for ``key``, or None. Never raises for a missing entry."""
+    if key is None:
+        return None
+    folder = _library_dir(family, key)
+    manifest = cache.read_json(folder / "manifest.json")
+    if not isinstance(manifest, dict) or manifest.get("key") != key:
+        return None
+    lib_name = manifest.get("library")
+    if lib_name is None:
+        return Built(family.name, key, None, manifest)
+    lib = folder / str(lib_name)
+    if file_digest(str(lib)) != manifest.get("sha256"):
+        shutil.rmtree(folder, ignore_errors=True)  # truncated or corrupted: rebuild
+        return None
+    return Built(family.name, key, lib, manifest)
+
+
+def ensure(
+    project: Project,
+    family: Family,
+    config: Config,
+    jobs: int | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> Built:
+    """The family's library for the current sources: from the cache, or built now."""
+    start = time.perf_counter()
+    tus = _plan(project, family, config)
+    hit = find_cached(family, _library_key(tus, config))
+    if hit is not None:
+        return hit
+
+    def waiting() -> None:
+        if on_line:
+            on_line(f"waiting for another process building {family.name}")
+
+    with cache.lock(family.name, on_wait=waiting):
+        tus = _plan(project, family, config)  # look again: the other process may have built it
+        hit = find_cached(family, _library_key(tus, config))
+        if hit is not None:
+            return hit
+        built = _build_locked(project, family, config, tus, jobs, on_line)
+    built.seconds = time.perf_counter() - start
+    return built
+
+
+def _build_locked(
+    project: Project,
+    family: Family,
+    config: Config,
+    tus: list[_TU],
+    jobs: int | None,
+    on_line: Callable[[str], None] | None,
+) -> Built:
+    tmp = cache.make_tmp_dir(family.name)
+    try:
+        stale = [tu for tu in tus if tu.key is None or not _object_path(tu.key).exists()]
+        outputs = {id(tu): tmp / f"{i}_{tu.source.path.stem}.o" for i, tu in enumerate(stale)}
+        ninja_jobs = [
+            ninja.Job(
+                outputs[id(tu)],
+                tu.source.path,
+                config.compile_command(project, tu.source, outputs[id(tu)]),
+            )
+            for tu in stale
+        ]
+        if any(tu.source.kind in ("binding", "registry") for tu in stale) and config.use_pch:
+            _ensure_pch(config, on_line)
+        if ninja_jobs:
+            ninja.run(tmp, ninja_jobs, jobs or ninja.default_jobs(), on_line)
+        _store_objects(family, config, stale, outputs)
+        key = _library_key(tus, config)
+        assert key is not None
+        existing = find_cached(family, key)
+        if existing is not None:  # e.g. an edit that was reverted: only objects were missing
+            existing.compiled = [tu.source.path for tu in stale]
+            return existing
+        built = _link(family, config, tus, key, tmp)
+        built.compiled = [tu.source.path for tu in stale]
+        return built
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ensure_pch(config: Config, on_line: Callable[[str], None] | None) -> None:
+    """Build the precompiled torch header of this configuration once (binding TUs use it)."""
+    header = config.pch_header
+    gch = header.with_name(header.name + ".gch")
+    if gch.exists():
+        return
+    with cache.lock(f"pch-{header.parent.name}"):
+        if gch.exists():
+            return
+        header.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_atomic(header, config.pch_text)
+        if on_line:
+            on_line("precompiling torch headers (once per toolchain)")
+        tmp = gch.with_name(f".{gch.name}.{os.getpid()}.tmp")
+        cmd = [
+            str(config.cxx),
+            *config.torch_flags,
+            "-x",
+            "c++-header",
+            str(header),
+            "-o",
+            str(tmp),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise BuildError(f"precompiling torch headers failed:\n{proc.stderr.strip()}")
+        os.replace(tmp, gch)
+
+
+def _store_objects(
+    family: Family, config: Config, stale: list[_TU], outputs: dict[int, Path]
+) -> None:
+    for tu in stale:
+        out = outputs[id(tu)]
+        tu.headers = _headers_from_depfile(Path(f"{out}.d"), tu.source.path, config)
+        key = tu.compute_key(config)
+        assert key is not None
+        dest = _object_path(key)
+        dest.parent.mkdir(exist_ok=True)
+        os.replace(out, dest)
+        cache.write_atomic(_deps_file(tu.source.path, tu.command), _json_text(tu.headers))
+        for hook in compile_hooks:
+            hook(family.name, tu.source.path)
+
+
+def _json_text(data: object) -> str:
+    import json
+
+    return json.dumps(data, indent=1, sort_keys=True)
+
+
+def _link(family: Family, config: Config, tus: list[_TU], key: str, tmp: Path) -> Built:
+    folder = tmp / "lib"
+    folder.mkdir()
+    objects = [_object_path(tu.key) for tu in tus if tu.key is not None]
+    lib_name = f"lib{family.name}.{key[:16]}.so" if config.link else None
+    if lib_name is not None:
+        cmd = config.link_command(objects, folder / lib_name)
+        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise BuildError(f"linking {family.name} failed:\n{proc.stderr.strip()}", proc.stderr)
+    manifest = _manifest(family, config, tus, key, lib_name, folder)
+    cache.write_atomic(folder / "manifest.json", _json_text(manifest))  # last: "complete"
+    final = _library_dir(family, key)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(folder, final)
+    except OSError:
+        # Another writer completed the same key first (possible only across caches sharing a
+        # folder without our lock); theirs is as good as ours.
+        if find_cached(family, key) is None:
+            raise
+    built = find_cached(family, key)
+    assert built is not None
+    return built
+
+
+def _manifest(
+    family: Family, config: Config, tus: list[_TU], key: str, lib_name: str | None, folder: Path
+) -> dict[str, object]:
+    inputs: dict[str, str | None] = {}
+    for tu in tus:
+        for p in [str(tu.source.path), *(tu.headers or [])]:
+            inputs[p] = file_digest(p)
+    lib_path = folder / lib_name if lib_name else None
+    return {
+        "format": 1,
+        "family": family.name,
+        "key": key,
+        "library": lib_name,
+        "sha256": file_digest(str(lib_path)) if lib_path else None,
+        "size": lib_path.stat().st_size if lib_path else 0,
+        "created": time.time(),
+        "devices": ["cpu", "cuda"] if config.with_cuda else ["cpu"],
+        "toolchain": config.identity,
+        "tus": [{"source": str(t.source.path), "kind": t.source.kind, "key": t.key} for t in tus],
+        "inputs": inputs,
+    }

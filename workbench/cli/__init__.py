@@ -1,0 +1,37 @@
+"""The ``wb`` command: one module per subcommand, each with ``add_parser`` and ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from workbench.cli import build, check
+from workbench.errors import WorkbenchError
+
+COMMANDS = {"build": build, "check": check}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="wb", description="Build, check and time C++/CUDA ops.")
+    p.add_argument("--kernels", metavar="DIR", help="kernels/ folder (default: bundled)")
+    p.add_argument("--namespace", help="torch.ops namespace (default: from pyproject or 'wb')")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, module in COMMANDS.items():
+        module.add_parser(sub.add_parser(name, help=module.__doc__))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(COMMANDS[args.command].run(args))
+    except WorkbenchError as e:
+        print(f"wb {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"wb {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""The build configuration: toolchain, devices, flags, and the identity they give a build."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workbench import __version__, knobs, toolchain
+from workbench.cache import LAYOUT
+from workbench.errors import ToolchainError
+from workbench.hashing import digest
+from workbench.project import WB_BINDING_INCLUDE, WB_KERNEL_INCLUDE, Project, Source
+
+KERNEL_CXX_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden")
+CUDA_FLAGS = ("-std=c++17", "-O3", "-lineinfo", "-Xcompiler=-fPIC,-fvisibility=hidden")
+BINDING_FLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
+# Precompiled into one header per toolchain: the torch headers every binding TU includes.
+PCH_HEADERS = ("torch/library.h", "ATen/core/Tensor.h", "ATen/Parallel.h", "ATen/ops/empty.h")
+PCH_CUDA_HEADERS = ("c10/cuda/CUDAGuard.h", "c10/cuda/CUDAStream.h")
+
+
+def pch_root() -> Path:
+    return knobs.cache_dir() / LAYOUT / "pch"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything outside the sources that changes a binary. Built by :func:`make_config`."""
+
+    cxx: Path
+    cxx_version: str
+    torch: toolchain.Torch
+    python_tag: str
+    env: dict[str, str] = field(hash=False)
+    archs: tuple[str, ...] = ()  # empty: no CUDA
+    cuda_home: Path | None = None
+    nvcc_version: str | None = None
+    link: bool = True  # False: compile only (smoke builds for archs this torch cannot link)
+    cpu_reason: str = ""  # why CUDA is off, for the load log
+
+    @property
+    def with_cuda(self) -> bool:
+        return bool(self.archs)
+
+    @property
+    def nvcc(self) -> Path:
+        assert self.cuda_home is not None
+        return self.cuda_home / "bin" / "nvcc"
+
+    @functools.cached_property
+    def identity(self) -> dict[str, object]:
+        """The toolchain part of every build key, in words (shown by ``wb why``)."""
+        return {
+            "workbench": __version__,
+            "layout": LAYOUT,
+            "python": self.python_tag,
+            "torch": self.torch.version,
+            "torch_git": self.torch.git_version,
+            "torch_cuda": self.torch.cuda,
+            "cxx11_abi": self.torch.cxx11_abi,
+            "cxx": f"{self.cxx} ({self.cxx_version})",
+            "nvcc": f"{self.nvcc} ({self.nvcc_version})" if self.with_cuda else None,
+            "archs": list(self.archs),
+            "env": self.env,
+        }
+
+    @functools.cached_property
+    def id(self) -> str:
+        return digest(self.identity)
+
+    @functools.cached_property
+    def excluded_roots(self) -> tuple[str, ...]:
+        """Header prefixes covered by the toolchain identity instead of by content."""
+        roots = [self.torch.lib_dir.parent, Path("/usr/include"), Path("/usr/lib"), pch_root()]
+        if self.cuda_home is not None:
+            roots += [self.cuda_home, self.cuda_home.resolve()]
+        return tuple(os.path.join(r, "") for r in roots)  # a trailing "/": /t must not match /tmp
+
+    def compile_command(self, project: Project, src: Source, out: Path) -> tuple[str, ...]:
+        dep = f"{out}.d"
+        inc = [f"-I{d}" for d in project.include_dirs]
+        if src.kind == "cuda":
+            ccbin = ("-ccbin", str(self.cxx)) if knobs.cxx() else ()
+            return (
+                str(self.nvcc),
+                *CUDA_FLAGS,
+                *ccbin,
+                *toolchain.gencode_flags(self.archs),
+                *inc,
+                "-MMD",
+                "-MF",
+                dep,
+                "-c",
+                str(src.path),
+                "-o",
+                str(out),
+            )
+        if src.kind == "cpu":
+            return (
+                str(self.cxx),
+                *KERNEL_CXX_FLAGS,
+                *inc,
+                "-MMD",
+                "-MF",
+                dep,
+                "-c",
+                str(src.path),
+                "-o",
+                str(out),
+            )
+        pch = ("-include", str(self.pch_header), "-Winvalid-pch") if self.use_pch else ()
+        if src.kind == "registry":  # the same object serves every project
+            inc = [f"-I{WB_BINDING_INCLUDE}", f"-I{WB_KERNEL_INCLUDE}"]
+        else:
+            inc += [f"-I{d}" for d in project.binding_include_dirs]
+        return (
+            str(self.cxx),
+            *self.torch_flags,
+            *pch,
+            *inc,
+            "-MMD",
+            "-MF",
+            dep,
+            "-c",
+            str(src.path),
+            "-o",
+            str(out),
+        )
+
+    @functools.cached_property
+    def torch_flags(self) -> tuple[str, ...]:
+        """Flags of every TU that includes torch headers (bindings and their PCH)."""
+        t = self.torch
+        flags = [
+            f"-std={t.cxx_std}",
+            *BINDING_FLAGS,
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(t.cxx11_abi)}",
+        ]
+        flags += [f"-isystem{d}" for d in t.include_dirs]
+        if self.cuda_bindings:
+            assert self.cuda_home is not None
+            flags += [f"-isystem{self.cuda_home / 'include'}", "-DWB_WITH_CUDA"]
+        return tuple(flags)
+
+    @property
+    def cuda_bindings(self) -> bool:
+        """Whether bindings register CUDA kernels: needs a CUDA build of torch.
+
+        A smoke build on a CPU torch compiles the CUDA kernel TUs but CPU-only bindings.
+        """
+        return self.with_cuda and self.torch.cuda is not None
+
+    @property
+    def use_pch(self) -> bool:
+        """A precompiled torch header for binding TUs (GCC only; clang's PCH works otherwise)."""
+        return "clang" not in self.cxx_version.lower()
+
+    @functools.cached_property
+    def pch_text(self) -> str:
+        headers = PCH_HEADERS + (PCH_CUDA_HEADERS if self.cuda_bindings else ())
+        return "".join(f"#include <{h}>\n" for h in headers)
+
+    @functools.cached_property
+    def pch_header(self) -> Path:
+        return pch_root() / digest(self.id, self.torch_flags, self.pch_text)[:32] / "wb_torch.h"
+
+    def link_command(self, objects: list[Path], out: Path) -> tuple[str, ...]:
+        lib = str(self.torch.lib_dir)
+        cmd = [str(self.cxx), "-shared", "-o", str(out), *map(str, objects)]
+        cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]
+        if self.with_cuda:
+            assert self.cuda_home is not None
+            cuda_lib = str(self.cuda_home / "lib64")
+            cmd += ["-lc10_cuda", f"-L{cuda_lib}", f"-Wl,-rpath,{cuda_lib}", "-lcudart"]
+        cmd += ["-Wl,--no-undefined"]
+        return tuple(cmd)
+
+
+def _cuda_plan(devices: str | None, archs: tuple[str, ...] | None) -> tuple[tuple[str, ...], str]:
+    """(archs to build, reason CUDA is off)."""
+    if devices == "cpu":
+        return (), "CPU only (WB_DEVICES=cpu)"
+    if archs is not None:
+        return archs, ""
+    torch = toolchain.torch_info()
+    if torch.cuda is None:
+        return (), "CPU only: this torch is a CPU build"
+    if toolchain.find_cuda_home() is None:
+        return (), "CPU only: nvcc not found (set CUDA_HOME)"
+    found = toolchain.default_archs()
+    if not found:
+        return (), "CPU only: no GPU found"
+    return found, ""
+
+
+def make_config(
+    devices: str | None = None, archs: tuple[str, ...] | None = None, link: bool = True
+) -> Config:
+    """The configuration for this machine (or for explicit ``archs``, e.g. a smoke build)."""
+    devices = devices or knobs.devices()
+    if devices not in (None, "cpu", "cuda", "cpu,cuda"):
+        raise ValueError(f"devices must be 'cpu' or 'cpu,cuda', got {devices!r}")
+    cxx = toolchain.find_cxx()
+    cuda_archs, reason = _cuda_plan(devices, archs)
+    if cuda_archs and link and toolchain.torch_info().cuda is None:
+        raise ToolchainError(
+            "cannot link CUDA kernels against a CPU build of torch; install a CUDA build of "
+            "torch, or compile without linking (a smoke build)"
+        )
+    cuda_home = nvcc_version = None
+    if cuda_archs:
+        cuda_home = toolchain.find_cuda_home()
+        if cuda_home is None:
+            raise ToolchainError("CUDA archs requested but nvcc not found; set CUDA_HOME")
+        nvcc_version = toolchain.compiler_version(cuda_home / "bin" / "nvcc")
+    return Config(
+        cxx=cxx,
+        cxx_version=toolchain.compiler_version(cxx),
+        torch=toolchain.torch_info(),
+        python_tag=toolchain.python_tag(),
+        env=knobs.compiler_env(),
+        archs=cuda_archs,
+        cuda_home=cuda_home,
+        nvcc_version=nvcc_version,
+        link=link,
+        cpu_reason=reason,
+    )

@@ -1,0 +1,103 @@
+"""Every environment knob the workbench reads, in one place, read at call time.
+
+Tests change knobs for a block with :func:`override`, which never touches ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+_overrides: dict[str, str | None] = {}
+
+
+def _get(name: str) -> str | None:
+    if name in _overrides:
+        return _overrides[name]
+    return os.environ.get(name)
+
+
+@contextlib.contextmanager
+def override(**values: str | None) -> Iterator[None]:
+    """Scoped knob values for tests: ``with override(WB_CACHE_DIR=str(tmp)): ...``.
+
+    A value of None means unset.
+    """
+    saved = dict(_overrides)
+    _overrides.update(values)
+    try:
+        yield
+    finally:
+        _overrides.clear()
+        _overrides.update(saved)
+
+
+def cache_dir() -> Path:
+    """WB_CACHE_DIR, else $XDG_CACHE_HOME/workbench, else ~/.cache/workbench."""
+    explicit = _get("WB_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = _get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "workbench"
+
+
+def namespace() -> str | None:
+    """WB_NAMESPACE: the torch.ops namespace, over [tool.workbench] namespace in pyproject.toml."""
+    return _get("WB_NAMESPACE") or None
+
+
+def devices() -> str | None:
+    """WB_DEVICES: 'cpu' to build only the CPU part even where CUDA is available."""
+    return _get("WB_DEVICES") or None
+
+
+def cuda_arch_list() -> str | None:
+    """TORCH_CUDA_ARCH_LIST, as torch reads it: '8.0;9.0a' or '8.0 9.0+PTX'."""
+    return _get("TORCH_CUDA_ARCH_LIST") or None
+
+
+def cxx() -> str | None:
+    """CXX: the host C++ compiler (default: c++ on PATH)."""
+    return _get("CXX") or None
+
+
+def cuda_home() -> str | None:
+    """CUDA_HOME (or CUDA_PATH): the CUDA toolkit root."""
+    return _get("CUDA_HOME") or _get("CUDA_PATH") or None
+
+
+def jobs() -> int | None:
+    """WB_JOBS (or MAX_JOBS): parallel compile jobs."""
+    value = _get("WB_JOBS") or _get("MAX_JOBS")
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"WB_JOBS must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def quiet() -> bool:
+    """WB_QUIET=1 silences the one-line load log."""
+    return (_get("WB_QUIET") or "0") not in ("", "0")
+
+
+# Variables that reach the compilers without appearing on their command line; a change to any
+# of them changes the build identity.
+COMPILER_ENV = (
+    "CXX",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "TORCH_CUDA_ARCH_LIST",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "LIBRARY_PATH",
+)
+
+
+def compiler_env() -> dict[str, str]:
+    return {name: v for name in COMPILER_ENV if (v := _get(name))}

@@ -1,0 +1,131 @@
+"""Discovery of a kernel registry: op families, their sources, and the project's settings.
+
+A registry is a ``kernels/`` folder beside a ``bindings/`` folder::
+
+    kernels/include/...          headers shared by the kernels (torch-free)
+    kernels/<family>/*.cu        CUDA kernel TUs (torch-free)
+    kernels/<family>/*.cpp       CPU kernel TUs (torch-free)
+    kernels/<family>/spec.py     the op spec (reference, samples, fake, backward)
+    bindings/<family>.cpp        the host side that knows torch (schemas, checks, dispatch)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+from workbench import knobs
+from workbench.errors import WorkbenchError
+
+# The workbench's own tree: its registry headers and library entry points serve every project.
+WB_ROOT = Path(__file__).resolve().parent.parent
+WB_KERNEL_INCLUDE = WB_ROOT / "kernels" / "include"
+WB_BINDING_INCLUDE = WB_ROOT / "bindings" / "include"
+WB_REGISTRY_SOURCE = WB_ROOT / "bindings" / "registry.cpp"
+BUNDLED_KERNELS = WB_ROOT / "kernels"
+
+DEFAULT_NAMESPACE = "wb"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    # "cuda" (nvcc), "cpu" (kernel TU, c++), "binding" (host TU with torch headers), or
+    # "registry" (the workbench's library entry points, linked into every library)
+    kind: str
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    dir: Path
+    sources: tuple[Source, ...]
+    spec_path: Path | None
+
+    @property
+    def has_cuda(self) -> bool:
+        return any(s.kind == "cuda" for s in self.sources)
+
+
+@dataclass(frozen=True)
+class Project:
+    kernels_dir: Path
+    bindings_dir: Path
+    namespace: str
+    families: tuple[Family, ...]
+
+    @property
+    def include_dirs(self) -> tuple[Path, ...]:
+        """Kernel include path: the project's headers first, then the workbench's."""
+        dirs = [self.kernels_dir / "include", self.kernels_dir, WB_KERNEL_INCLUDE]
+        return tuple(dict.fromkeys(d for d in dirs if d.is_dir()))
+
+    @property
+    def binding_include_dirs(self) -> tuple[Path, ...]:
+        dirs = [self.bindings_dir / "include", WB_BINDING_INCLUDE]
+        return tuple(dict.fromkeys(d for d in dirs if d.is_dir()))
+
+    def family(self, name: str) -> Family:
+        for f in self.families:
+            if f.name == name:
+                return f
+        known = ", ".join(f.name for f in self.families) or "none"
+        raise WorkbenchError(f"no op family {name!r} under {self.kernels_dir}; known: {known}")
+
+
+def _read_namespace(kernels_dir: Path) -> str | None:
+    for folder in (kernels_dir, *kernels_dir.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                data = tomllib.loads(pyproject.read_text())
+            except (OSError, tomllib.TOMLDecodeError) as e:
+                raise WorkbenchError(f"cannot read {pyproject}: {e}") from e
+            value = data.get("tool", {}).get("workbench", {}).get("namespace")
+            return str(value) if value is not None else None
+    return None
+
+
+def _family(dir: Path, bindings_dir: Path) -> Family | None:
+    kernels = sorted(p for p in dir.iterdir() if p.suffix in (".cu", ".cpp") and p.is_file())
+    binding = bindings_dir / f"{dir.name}.cpp"
+    if not kernels and not binding.is_file():
+        return None
+    if not binding.is_file():
+        raise WorkbenchError(
+            f"op family {dir.name!r} has kernels in {dir} but no binding {binding}; "
+            "write the host side there (see bindings/muladd.cpp)"
+        )
+    if not _IDENT.fullmatch(dir.name):
+        raise WorkbenchError(f"op family folder {dir} must be named like a C identifier")
+    sources = [Source(p, "cuda" if p.suffix == ".cu" else "cpu") for p in kernels]
+    sources.append(Source(binding, "binding"))
+    spec = dir / "spec.py"
+    return Family(dir.name, dir, tuple(sources), spec if spec.is_file() else None)
+
+
+def discover(path: str | Path | None = None, namespace: str | None = None) -> Project:
+    """The registry under ``path`` (a kernels/ folder; default: the bundled kernels)."""
+    if not WB_KERNEL_INCLUDE.is_dir() or not WB_REGISTRY_SOURCE.is_file():
+        raise WorkbenchError(
+            f"the workbench's own headers are missing under {WB_ROOT}; install the workbench "
+            "from a checkout with `pip install -e .`"
+        )
+    kernels_dir = Path(path).resolve() if path is not None else BUNDLED_KERNELS
+    if not kernels_dir.is_dir():
+        raise WorkbenchError(f"kernel folder {kernels_dir} does not exist")
+    bindings_dir = kernels_dir.parent / "bindings"
+    ns = namespace or knobs.namespace() or _read_namespace(kernels_dir) or DEFAULT_NAMESPACE
+    if not _IDENT.fullmatch(ns):
+        raise WorkbenchError(f"namespace {ns!r} is not a valid identifier (set WB_NAMESPACE)")
+    families = []
+    for d in sorted(kernels_dir.iterdir()):
+        if d.is_dir() and d.name != "include" and not d.name.startswith((".", "_")):
+            fam = _family(d, bindings_dir)
+            if fam is not None:
+                families.append(fam)
+    return Project(kernels_dir, bindings_dir, ns, tuple(families))

@@ -1,0 +1,93 @@
+"""The op spec: everything the workbench knows about an op besides its C++ code.
+
+A family folder ``kernels/<family>/`` holds ``spec.py`` with a module-level ``OPS`` list of
+:class:`OpSpec`. The schema lives once, in the family's binding (``WB_DEF``); the spec holds the
+reference implementation in plain PyTorch, the sample inputs, the supported dtypes and devices,
+the tolerances, the fake (meta) function and the backward formula. Checks, tests and benchmarks
+are driven from it, so nothing about an op is written twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+# (rtol, atol) of a kernel against the reference computed in float64 and rounded to the dtype.
+# atol is scaled by the largest reference magnitude of the sample (see workbench.verify).
+DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-12, 1e-12),
+    torch.float32: (1e-4, 1e-5),
+    torch.float16: (2e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One call of an op: positional arguments, and the shape class it exercises."""
+
+    args: tuple[Any, ...]
+    label: str
+
+
+SampleFn = Callable[[torch.dtype, torch.device, torch.Generator], list[Sample]]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How to check, differentiate and trace one op.
+
+    Lifecycle: the loader defines the op's schema (read from the built library), then registers
+    ``fake`` with ``torch.library.register_fake`` and, when ``backward`` is set,
+    ``backward``/``setup_context`` with ``torch.library.register_autograd``. Inside both,
+    ``ctx.ops`` is ``torch.ops.<ns>`` so a backward can call the family's own ops.
+    """
+
+    name: str
+    reference: Callable[..., torch.Tensor]
+    samples: SampleFn
+    fake: Callable[..., torch.Tensor]
+    backward: Callable[..., tuple[Any, ...]] | None = None
+    setup_context: Callable[..., None] | None = None
+    dtypes: Sequence[torch.dtype] = FLOATING
+    devices: Sequence[str] = ("cpu", "cuda")
+    tolerances: dict[torch.dtype, tuple[float, float]] = field(
+        default_factory=lambda: dict(DEFAULT_TOLERANCES)
+    )
+
+
+def randn(
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    device: torch.device,
+    gen: torch.Generator,
+    *,
+    strided: bool = False,
+) -> torch.Tensor:
+    """Signed normal values of ``shape``; with ``strided`` a non-contiguous view of that shape.
+
+    The values are drawn in float32 on the CPU (so every device sees the same numbers for a
+    seed) and rounded to ``dtype``. A strided view takes every other element of the last
+    dimension of a buffer twice as wide.
+    """
+    full = list(shape)
+    if strided:
+        full[-1] *= 2
+    t = torch.randn(full, generator=gen, dtype=torch.float32).to(dtype=dtype, device=device)
+    return t[..., ::2] if strided else t
+
+
+def elementwise_shapes() -> list[tuple[str, tuple[int, ...], bool]]:
+    """(label, shape, strided) for elementwise ops, the awkward cases first."""
+    return [
+        ("empty", (0,), False),
+        ("one", (1,), False),
+        ("odd", (7, 131), False),  # 917 elements: not a multiple of a vector or of a block
+        ("strided", (33, 65), True),
+        ("large", ((1 << 20) + 3,), False),
+    ]

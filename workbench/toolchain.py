@@ -1,0 +1,205 @@
+"""The compilers, torch and GPUs a build uses, and their identity for the build key.
+
+Nothing here runs at import. Version probes (``c++ --version``, ``nvcc --version``) are cached
+on disk keyed by the compiler binary's path, size and mtime, so a warm load runs no subprocess.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench import knobs
+from workbench.errors import ToolchainError
+
+
+@dataclass(frozen=True)
+class Torch:
+    version: str
+    git_version: str
+    cuda: str | None  # torch.version.cuda: None for a CPU build
+    cxx11_abi: bool
+    include_dirs: tuple[Path, ...]
+    lib_dir: Path
+
+    @property
+    def cxx_std(self) -> str:
+        """The C++ standard torch's headers need: C++20 from torch 2.10 on, else C++17."""
+        major, minor = (int(x) for x in re.findall(r"\d+", self.version)[:2])
+        return "c++20" if (major, minor) >= (2, 10) else "c++17"
+
+
+@functools.cache
+def torch_info() -> Torch:
+    import torch
+
+    root = Path(torch.__file__).parent
+    return Torch(
+        version=torch.__version__,
+        git_version=getattr(torch.version, "git_version", ""),
+        cuda=torch.version.cuda,
+        cxx11_abi=bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+        include_dirs=(root / "include", root / "include" / "torch" / "csrc" / "api" / "include"),
+        lib_dir=root / "lib",
+    )
+
+
+def find_cxx() -> Path:
+    name = knobs.cxx() or "c++"
+    found = shutil.which(name)
+    if found is None:
+        raise ToolchainError(
+            f"no C++ compiler found: {name!r} is not on PATH; install g++ or set CXX to a compiler"
+        )
+    return Path(found)
+
+
+def find_cuda_home() -> Path | None:
+    """CUDA_HOME, else the toolkit of the nvcc on PATH, else /usr/local/cuda; None if absent."""
+    explicit = knobs.cuda_home()
+    if explicit:
+        home = Path(explicit)
+        if not (home / "bin" / "nvcc").exists():
+            raise ToolchainError(f"CUDA_HOME={explicit} has no bin/nvcc; fix or unset CUDA_HOME")
+        return home
+    candidates = []
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parent.parent)
+    candidates.append(Path("/usr/local/cuda"))
+    for home in candidates:
+        if (home / "bin" / "nvcc").exists() and (home / "include" / "cuda_runtime.h").exists():
+            return home
+    return None
+
+
+def _probe_cache_file(exe: Path) -> Path:
+    st = exe.resolve().stat()
+    key = f"{exe.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    import hashlib
+
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    return knobs.cache_dir() / "v1" / "toolchain" / f"{digest}.json"
+
+
+def compiler_version(exe: Path) -> str:
+    """The first line of ``exe --version``; cached on disk per binary."""
+    cache = _probe_cache_file(exe)
+    try:
+        return str(json.loads(cache.read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        out = subprocess.run(
+            [str(exe), "--version"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ToolchainError(f"could not run {exe} --version: {e}") from e
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    version = lines[-1] if "nvcc" in exe.name else lines[0]
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"exe": str(exe), "version": version}))
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # an unwritable cache only costs a probe next time
+    return version
+
+
+def python_tag() -> str:
+    return str(sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag)
+
+
+def parse_arch_list(text: str) -> tuple[str, ...]:
+    """'8.0;9.0a', '8.0 9.0+PTX', 'sm_80,sm_90a' or '90a' -> ('sm_80', 'sm_90a', ...).
+
+    A '+PTX' entry becomes 'compute_XY' (PTX for that arch, JIT-compiled by the driver).
+    """
+    archs: list[str] = []
+    for raw in re.split(r"[;,\s]+", text.strip()):
+        if not raw:
+            continue
+        ptx = raw.endswith("+PTX")
+        item = raw.removesuffix("+PTX").removeprefix("sm_").removeprefix("compute_")
+        m = re.fullmatch(r"(\d+)\.?(\d)([af]?)", item)
+        if m is None:
+            raise ValueError(
+                f"bad CUDA arch {raw!r}: expected forms like 8.0, 9.0a, 9.0+PTX or sm_90a"
+            )
+        num = f"{m.group(1)}{m.group(2)}{m.group(3)}"
+        archs.append(f"sm_{num}")
+        if ptx:
+            archs.append(f"compute_{num}")
+    if not archs:
+        raise ValueError(f"empty CUDA arch list {text!r}")
+    return tuple(dict.fromkeys(archs))
+
+
+def gencode_flags(archs: tuple[str, ...]) -> list[str]:
+    flags = []
+    for arch in archs:
+        num = arch.split("_", 1)[1]
+        code = arch if arch.startswith("sm_") else f"compute_{num}"
+        flags.append(f"-gencode=arch=compute_{num},code={code}")
+    return flags
+
+
+def _nvml_capabilities() -> list[tuple[int, int]] | None:
+    """Compute capabilities of all GPUs through NVML, which creates no CUDA context."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        count = ctypes.c_uint()
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return None
+        caps = []
+        for i in range(count.value):
+            handle = ctypes.c_void_p()
+            major, minor = ctypes.c_int(), ctypes.c_int()
+            if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
+                return None
+            if nvml.nvmlDeviceGetCudaComputeCapability(
+                handle, ctypes.byref(major), ctypes.byref(minor)
+            ):
+                return None
+            caps.append((major.value, minor.value))
+        return caps
+    finally:
+        nvml.nvmlShutdown()
+
+
+@functools.cache
+def gpu_capabilities() -> tuple[tuple[int, int], ...]:
+    """The compute capabilities of the GPUs torch can use; () when there are none."""
+    import torch
+
+    if torch.version.cuda is None:
+        return ()
+    caps = _nvml_capabilities()
+    if caps is None:
+        if not torch.cuda.is_available():
+            return ()
+        caps = [torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
+    return tuple(sorted(set(caps)))
+
+
+def default_archs() -> tuple[str, ...]:
+    """TORCH_CUDA_ARCH_LIST if set, else the archs of the GPUs present."""
+    explicit = knobs.cuda_arch_list()
+    if explicit:
+        return parse_arch_list(explicit)
+    return tuple(f"sm_{major}{minor}" for major, minor in gpu_capabilities())
