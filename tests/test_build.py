@@ -93,6 +93,15 @@ def test_a_compile_error_names_file_and_line_and_leaves_no_entry(tmp_path: Path)
     assert torch.equal(lib.add_offset(torch.zeros(1)), torch.full((1,), 3.0))
 
 
+def test_the_library_shares_torchs_libstdcxx(tmp_path: Path) -> None:
+    """A private static libstdc++ in the library would crash beside torch's shared one."""
+    built = _load(write_registry(tmp_path)).families["tiny"]
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(built.library)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "libstdc++.so" in dynamic
+
+
 def test_same_base_name_in_two_folders_never_collides(tmp_path: Path) -> None:
     lib = _load(write_registry(tmp_path))
     tus = {

@@ -48,7 +48,8 @@ def test_toolchain_changes_change_the_config_key(change: dict[str, object]) -> N
 
 
 def test_compiler_env_knobs_reach_the_key() -> None:
-    with knobs.override(CXX="clang++", TORCH_CUDA_ARCH_LIST=None):
+    unset: dict[str, str | None] = dict.fromkeys(knobs.COMPILER_ENV)
+    with knobs.override(**{**unset, "CXX": "clang++"}):
         env = knobs.compiler_env()
     assert env == {"CXX": "clang++"}
 

@@ -169,6 +169,10 @@ class Config:
     def link_command(self, objects: list[Path], out: Path) -> tuple[str, ...]:
         lib = str(self.torch.lib_dir)
         cmd = [str(self.cxx), "-shared", "-o", str(out), *map(str, objects)]
+        # The shared libstdc++ that torch uses, named before anything the compiler driver adds:
+        # a driver that links libstdc++ statically would give the library a private copy, and
+        # two copies in one process crash (seen: locale code in a TORCH_CHECK message).
+        cmd += ["-Wl,-Bdynamic", "-lstdc++"]
         cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]
         if self.with_cuda:
             assert self.cuda_home is not None
