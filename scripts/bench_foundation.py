@@ -79,7 +79,7 @@ a = torch.randn(1000, device=device); b = torch.randn(1000, device=device)
 out = torch.ops.anchor.muladd(a, b, 1.0)
 expected = a * b + 1.0 + edit
 err = (out - expected).abs().max()
-assert torch.allclose(out, expected), f"anchor gave a wrong result: max error {err}"
+assert torch.allclose(out, expected, atol=1e-5), f"anchor gave a wrong result: max error {err}"
 print(time.perf_counter() - t0)
 """
 
@@ -147,7 +147,7 @@ def wb(device: str, work: Path, env: dict[str, str]) -> dict[str, float]:
         src.write_text(text.replace(old, new))
         report = lib.reload()
         out = lib.muladd(a, b, 1.0)
-        assert torch.allclose(out, a * b + 2.0)
+        assert torch.allclose(out, a * b + 2.0, atol=1e-5)
         print(len(report.compiled), time.perf_counter() - t0)
     """)
     out = subprocess.run(

@@ -102,6 +102,33 @@ def test_the_library_shares_torchs_libstdcxx(tmp_path: Path) -> None:
     assert "libstdc++.so" in dynamic
 
 
+def test_a_driver_that_links_libstdcxx_statically_still_gets_the_shared_one(
+    tmp_path: Path,
+) -> None:
+    """Seen on a GPU host: CXX was a g++ that adds -static-libstdc++, and the op crashed."""
+    wrapper = tmp_path / "g++-static"
+    # Like that host's driver: when linking, libstdc++ is static, an explicit -lstdc++ too.
+    wrapper.write_text(
+        "#!/bin/sh\nshared=0\n"
+        'for a in "$@"; do shift; [ "$a" = -lstdc++ ] && continue; [ "$a" = -shared ] && shared=1;'
+        ' set -- "$@" "$a"; done\n'
+        '[ $shared = 1 ] && exec g++ "$@" -static-libstdc++\nexec g++ "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    with knobs.override(CXX=str(wrapper)):
+        lib = _load(write_registry(tmp_path / "project"))
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(lib.families["tiny"].library)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "libstdc++.so" in dynamic
+    # An error message is formatted through libstdc++'s streams: this crashed with two copies.
+    with pytest.raises(TypeError, match="add_offset: x has dtype Long, which is not supported"):
+        lib.add_offset(torch.zeros(2, dtype=torch.int64))
+
+
 def test_same_base_name_in_two_folders_never_collides(tmp_path: Path) -> None:
     lib = _load(write_registry(tmp_path))
     tus = {

@@ -246,6 +246,7 @@ def _link(family: Family, config: Config, tus: list[_TU], key: str, tmp: Path) -
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             raise BuildError(f"linking {family.name} failed:\n{proc.stderr.strip()}", proc.stderr)
+        _check_shared_libstdcxx(folder / lib_name, config)
     manifest = _manifest(family, config, tus, key, lib_name, folder)
     cache.write_atomic(folder / "manifest.json", _json_text(manifest))  # last: "complete"
     final = _library_dir(family, key)
@@ -260,6 +261,20 @@ def _link(family: Family, config: Config, tus: list[_TU], key: str, tmp: Path) -
     built = find_cached(family, key)
     assert built is not None
     return built
+
+
+def _check_shared_libstdcxx(lib: Path, config: Config) -> None:
+    """Refuse a library with a private static libstdc++: it crashes beside torch's."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return
+    dynamic = subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True).stdout
+    if "libstdc++.so" not in dynamic:
+        raise BuildError(
+            f"{lib.name} links libstdc++ statically (compiler {config.cxx}); torch uses the "
+            "shared one and two copies in one process crash. Set CXX to a compiler that links "
+            "libstdc++ dynamically"
+        )
 
 
 def _manifest(

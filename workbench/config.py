@@ -37,6 +37,7 @@ class Config:
     archs: tuple[str, ...] = ()  # empty: no CUDA
     cuda_home: Path | None = None
     nvcc_version: str | None = None
+    libstdcxx: Path | None = None  # the shared libstdc++ to link by path
     link: bool = True  # False: compile only (smoke builds for archs this torch cannot link)
     cpu_reason: str = ""  # why CUDA is off, for the load log
 
@@ -172,7 +173,7 @@ class Config:
         # The shared libstdc++ that torch uses, named before anything the compiler driver adds:
         # a driver that links libstdc++ statically would give the library a private copy, and
         # two copies in one process crash (seen: locale code in a TORCH_CHECK message).
-        cmd += ["-Wl,-Bdynamic", "-lstdc++"]
+        cmd += [str(self.libstdcxx)] if self.libstdcxx else ["-lstdc++"]
         cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]
         if self.with_cuda:
             assert self.cuda_home is not None
@@ -222,6 +223,7 @@ def make_config(
     return Config(
         cxx=cxx,
         cxx_version=toolchain.compiler_version(cxx),
+        libstdcxx=toolchain.shared_libstdcxx(cxx),
         torch=toolchain.torch_info(),
         python_tag=toolchain.python_tag(),
         env=knobs.compiler_env(),

@@ -91,29 +91,47 @@ def _probe_cache_file(exe: Path) -> Path:
     return knobs.cache_dir() / "v1" / "toolchain" / f"{digest}.json"
 
 
-def compiler_version(exe: Path) -> str:
-    """The first line of ``exe --version``; cached on disk per binary."""
+def _probe(exe: Path, args: list[str], name: str) -> str:
+    """The stdout of ``exe args``, cached on disk per binary under ``name``."""
     cache = _probe_cache_file(exe)
+    known = {}
     try:
-        return str(json.loads(cache.read_text())["version"])
+        known = json.loads(cache.read_text())
+        return str(known[name])
     except (OSError, ValueError, KeyError):
         pass
     try:
         out = subprocess.run(
-            [str(exe), "--version"], capture_output=True, text=True, timeout=60, check=True
+            [str(exe), *args], capture_output=True, text=True, timeout=60, check=True
         ).stdout
     except (OSError, subprocess.SubprocessError) as e:
-        raise ToolchainError(f"could not run {exe} --version: {e}") from e
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    version = lines[-1] if "nvcc" in exe.name else lines[0]
+        raise ToolchainError(f"could not run {exe} {' '.join(args)}: {e}") from e
+    known[name] = out
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"exe": str(exe), "version": version}))
+        tmp.write_text(json.dumps(known))
         os.replace(tmp, cache)
     except OSError:
         pass  # an unwritable cache only costs a probe next time
-    return version
+    return out
+
+
+def compiler_version(exe: Path) -> str:
+    """The version line of ``exe --version`` (the first; nvcc's last); cached per binary."""
+    lines = [ln for ln in _probe(exe, ["--version"], "version").splitlines() if ln.strip()]
+    return lines[-1] if "nvcc" in exe.name else lines[0]
+
+
+def shared_libstdcxx(cxx: Path) -> Path | None:
+    """The shared libstdc++ the compiler links, by path (None where it names none).
+
+    Linking it by path keeps it shared even under a driver that links libstdc++ statically
+    (``-static-libstdc++`` turns an explicit ``-lstdc++`` static too).
+    """
+    out = _probe(cxx, ["-print-file-name=libstdc++.so"], "libstdcxx").strip()
+    path = Path(out)
+    return path if path.is_absolute() and path.exists() else None
 
 
 def python_tag() -> str:
