@@ -105,11 +105,12 @@ def test_the_library_shares_torchs_libstdcxx(tmp_path: Path) -> None:
 def test_a_driver_that_links_libstdcxx_statically_still_gets_the_shared_one(
     tmp_path: Path,
 ) -> None:
-    """Seen on a GPU host: CXX was a g++ that adds -static-libstdc++, and the op crashed."""
+    """Seen on a GPU host: CXX's library folder held only libstdc++.a, and the op crashed."""
     wrapper = tmp_path / "g++-static"
-    # Like that host's driver: when linking, libstdc++ is static, an explicit -lstdc++ too.
+    # Like that host's compiler: no shared libstdc++ to name, and -lstdc++ links statically.
     wrapper.write_text(
         "#!/bin/sh\nshared=0\n"
+        '[ "$1" = -print-file-name=libstdc++.so ] && echo libstdc++.so && exit 0\n'
         'for a in "$@"; do shift; [ "$a" = -lstdc++ ] && continue; [ "$a" = -shared ] && shared=1;'
         ' set -- "$@" "$a"; done\n'
         '[ $shared = 1 ] && exec g++ "$@" -static-libstdc++\nexec g++ "$@"\n'

@@ -124,14 +124,29 @@ def compiler_version(exe: Path) -> str:
 
 
 def shared_libstdcxx(cxx: Path) -> Path | None:
-    """The shared libstdc++ the compiler links, by path (None where it names none).
+    """The shared libstdc++ to link by path: the compiler's, else the one torch runs on.
 
-    Linking it by path keeps it shared even under a driver that links libstdc++ statically
-    (``-static-libstdc++`` turns an explicit ``-lstdc++`` static too).
+    Linked by path it stays shared even where the compiler's own library folder holds only
+    libstdc++.a (seen on a GPU host), which ``-lstdc++`` would pick.
     """
     out = _probe(cxx, ["-print-file-name=libstdc++.so"], "libstdcxx").strip()
     path = Path(out)
-    return path if path.is_absolute() and path.exists() else None
+    if path.is_absolute() and path.exists():
+        return path
+    return _mapped_libstdcxx()
+
+
+def _mapped_libstdcxx() -> Path | None:
+    """The libstdc++ mapped into this process (torch's, once torch is imported)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                name = line.rsplit(maxsplit=1)[-1]
+                if "/libstdc++.so" in name:
+                    return Path(name)
+    except OSError:
+        pass
+    return None
 
 
 def python_tag() -> str:
