@@ -174,9 +174,9 @@ def main() -> None:
             env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one arch for both tools
         w = wb(device, work, env)
         a = anchor(device, work) if "--no-anchor" not in sys.argv else {}
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    git = ["git", "rev-parse", "--short", "HEAD"]
+    commit = subprocess.run(git, capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    commit = commit or os.environ.get("WB_COMMIT", "unknown")  # a copy of the tree without .git
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {os.cpu_count()} cores"
     lines = [
         f"{time.strftime('%Y-%m-%d')}, {name}, torch {torch.__version__}, commit {commit}",

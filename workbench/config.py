@@ -80,55 +80,23 @@ class Config:
         return tuple(os.path.join(r, "") for r in roots)  # a trailing "/": /t must not match /tmp
 
     def compile_command(self, project: Project, src: Source, out: Path) -> tuple[str, ...]:
-        dep = f"{out}.d"
+        """The compiler command for one TU, writing ``out`` and its depfile ``out.d``."""
         inc = [f"-I{d}" for d in project.include_dirs]
+        head: list[str]
         if src.kind == "cuda":
-            ccbin = ("-ccbin", str(self.cxx)) if knobs.cxx() else ()
-            return (
-                str(self.nvcc),
-                *CUDA_FLAGS,
-                *ccbin,
-                *toolchain.gencode_flags(self.archs),
-                *inc,
-                "-MMD",
-                "-MF",
-                dep,
-                "-c",
-                str(src.path),
-                "-o",
-                str(out),
-            )
-        if src.kind == "cpu":
-            return (
-                str(self.cxx),
-                *KERNEL_CXX_FLAGS,
-                *inc,
-                "-MMD",
-                "-MF",
-                dep,
-                "-c",
-                str(src.path),
-                "-o",
-                str(out),
-            )
-        pch = ("-include", str(self.pch_header), "-Winvalid-pch") if self.use_pch else ()
-        if src.kind == "registry":  # the same object serves every project
-            inc = [f"-I{WB_BINDING_INCLUDE}", f"-I{WB_KERNEL_INCLUDE}"]
+            ccbin = ["-ccbin", str(self.cxx)] if knobs.cxx() else []
+            head = [str(self.nvcc), *CUDA_FLAGS, *ccbin, *toolchain.gencode_flags(self.archs)]
+        elif src.kind == "cpu":
+            head = [str(self.cxx), *KERNEL_CXX_FLAGS]
         else:
-            inc += [f"-I{d}" for d in project.binding_include_dirs]
-        return (
-            str(self.cxx),
-            *self.torch_flags,
-            *pch,
-            *inc,
-            "-MMD",
-            "-MF",
-            dep,
-            "-c",
-            str(src.path),
-            "-o",
-            str(out),
-        )
+            pch = ["-include", str(self.pch_header), "-Winvalid-pch"] if self.use_pch else []
+            head = [str(self.cxx), *self.torch_flags, *pch]
+            if src.kind == "registry":  # the same object serves every project
+                inc = [f"-I{WB_BINDING_INCLUDE}", f"-I{WB_KERNEL_INCLUDE}"]
+            else:
+                inc += [f"-I{d}" for d in project.binding_include_dirs]
+        tail = ["-MMD", "-MF", f"{out}.d", "-c", str(src.path), "-o", str(out)]
+        return (*head, *inc, *tail)
 
     @functools.cached_property
     def torch_flags(self) -> tuple[str, ...]:
