@@ -6,7 +6,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -118,7 +117,3 @@ def _failure_summary(log: list[str]) -> str:
         out.append(line)
     text = "".join(out).strip()
     return text or "".join(log).strip()
-
-
-def echo(line: str) -> None:
-    print(f"wb: {line}", file=sys.stderr, flush=True)

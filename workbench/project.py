@@ -46,10 +46,6 @@ class Family:
     sources: tuple[Source, ...]
     spec_path: Path | None
 
-    @property
-    def has_cuda(self) -> bool:
-        return any(s.kind == "cuda" for s in self.sources)
-
 
 @dataclass(frozen=True)
 class Project:

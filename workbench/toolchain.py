@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import json
 import os
 import re
@@ -85,8 +86,6 @@ def find_cuda_home() -> Path | None:
 def _probe_cache_file(exe: Path) -> Path:
     st = exe.resolve().stat()
     key = f"{exe.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
-    import hashlib
-
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     return knobs.cache_dir() / "v1" / "toolchain" / f"{digest}.json"
 
