@@ -173,7 +173,7 @@ def main() -> None:
             major, minor = torch.cuda.get_device_capability()
             env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one arch for both tools
         w = wb(device, work, env)
-        a = anchor(device, work) if "--no-anchor" not in sys.argv else {}
+        a = anchor(device, work)
     git = ["git", "rev-parse", "--short", "HEAD"]
     commit = subprocess.run(git, capture_output=True, text=True, cwd=ROOT).stdout.strip()
     commit = commit or os.environ.get("WB_COMMIT", "unknown")  # a copy of the tree without .git

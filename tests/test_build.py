@@ -93,13 +93,19 @@ def test_a_compile_error_names_file_and_line_and_leaves_no_entry(tmp_path: Path)
     assert torch.equal(lib.add_offset(torch.zeros(1)), torch.full((1,), 3.0))
 
 
+def _needs_shared_libstdcxx(library: Path | None) -> bool:
+    """Whether the library's dynamic section names the shared libstdc++."""
+    assert library is not None
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    return "libstdc++.so" in dynamic
+
+
 def test_the_library_shares_torchs_libstdcxx(tmp_path: Path) -> None:
     """A private static libstdc++ in the library would crash beside torch's shared one."""
     built = _load(write_registry(tmp_path)).families["tiny"]
-    dynamic = subprocess.run(
-        ["readelf", "-d", str(built.library)], capture_output=True, text=True, check=True
-    ).stdout
-    assert "libstdc++.so" in dynamic
+    assert _needs_shared_libstdcxx(built.library)
 
 
 def test_a_driver_that_links_libstdcxx_statically_still_gets_the_shared_one(
@@ -118,13 +124,7 @@ def test_a_driver_that_links_libstdcxx_statically_still_gets_the_shared_one(
     wrapper.chmod(0o755)
     with knobs.override(CXX=str(wrapper)):
         lib = _load(write_registry(tmp_path / "project"))
-    dynamic = subprocess.run(
-        ["readelf", "-d", str(lib.families["tiny"].library)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "libstdc++.so" in dynamic
+    assert _needs_shared_libstdcxx(lib.families["tiny"].library)
     # An error message is formatted through libstdc++'s streams: this crashed with two copies.
     with pytest.raises(TypeError, match="add_offset: x has dtype Long, which is not supported"):
         lib.add_offset(torch.zeros(2, dtype=torch.int64))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench import knobs
+from workbench.cache import LAYOUT
 from workbench.errors import ToolchainError
 
 
@@ -87,7 +88,7 @@ def _probe_cache_file(exe: Path) -> Path:
     st = exe.resolve().stat()
     key = f"{exe.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return knobs.cache_dir() / "v1" / "toolchain" / f"{digest}.json"
+    return knobs.cache_dir() / LAYOUT / "toolchain" / f"{digest}.json"
 
 
 def _probe(exe: Path, args: list[str], name: str) -> str:
