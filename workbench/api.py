@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import build, knobs, loader
+from workbench import build, knobs, loader, warm
 from workbench.config import Config, make_config
-from workbench.project import Project, discover
+from workbench.errors import BuildError, WorkbenchError
+from workbench.project import Family, Project, discover
 from workbench.spec import OpSpec
 
 
@@ -25,12 +27,24 @@ class LoadReport:
     """What one load() or reload() did."""
 
     built: list[build.Built]
-    swapped: list[str]  # families whose live build changed
+    swapped: list[str]  # families whose live build changed (added ones included)
     seconds: float
+    removed: list[str] = field(default_factory=list)  # families that no longer exist
+    redefined: list[str] = field(default_factory=list)  # ops with a new or changed schema
+    swap_seconds: float = 0.0  # opening, registering and closing libraries
 
     @property
     def compiled(self) -> list[Path]:
         return [p for b in self.built for p in b.compiled]
+
+    @property
+    def phases(self) -> dict[str, float]:
+        """Seconds spent compiling, linking and swapping; the rest is hashing and planning."""
+        total = {"compile": 0.0, "link": 0.0}
+        for b in self.built:
+            for phase, seconds in b.phases.items():
+                total[phase] = total.get(phase, 0.0) + seconds
+        return {**total, "swap": self.swap_seconds}
 
 
 class Library:
@@ -47,9 +61,14 @@ class Library:
         self.namespace = project.namespace
         self._selected = tuple(families) if families else None
         self._jobs = jobs
-        self.specs: dict[str, OpSpec] = {}
+        self._specs: dict[str, dict[str, OpSpec]] = {}  # family -> op -> spec
         self.families: dict[str, build.Built] = {}
         self.last = self.reload(_first=True)
+
+    @property
+    def specs(self) -> dict[str, OpSpec]:
+        """The op specs of the live builds, by op name."""
+        return {name: spec for specs in self._specs.values() for name, spec in specs.items()}
 
     @property
     def ops(self) -> list[str]:
@@ -73,29 +92,59 @@ class Library:
     def reload(self, _first: bool = False) -> LoadReport:
         """Rebuild the families whose inputs changed and swap the new builds in.
 
-        A failed build raises BuildError and leaves the last good build loaded.
+        Families added on disk are loaded and families removed from disk are unloaded (their
+        ops disappear). Every family is built before any is swapped; a family whose build
+        fails keeps its last good build, the others are swapped, and BuildError is raised.
         """
         start = time.perf_counter()
         project = discover(self.project.kernels_dir, self.namespace)
         self.project = project
-        names = self._selected or [f.name for f in project.families]
-        built, swapped = [], []
+        names = list(self._selected or [f.name for f in project.families])
+        built: list[build.Built] = []
+        errors: list[WorkbenchError] = []
+        index = warm.Index(warm.identity(project.kernels_dir, project.include_dirs, self.config.id))
         for name in names:
             family = project.family(name)
-            result = build.ensure(project, family, self.config, self._jobs, on_line=_say)
-            module = loader.load_spec_module(family.name, self.namespace, family.spec_path)
-            specs = loader.specs_of(module)
-            if loader.activate(self.namespace, result, specs):
-                swapped.append(name)
-            self.specs.update(specs)
-            self.families[name] = result
-            built.append(result)
-        report = LoadReport(built, swapped, time.perf_counter() - start)
-        if _first or swapped:
-            _say(self._summary(report))
+            try:
+                built.append(build.ensure(project, family, self.config, self._jobs, _say, index))
+            except WorkbenchError as e:
+                errors.append(e)
+        with contextlib.suppress(OSError):  # the index only saves time
+            index.save()
+        report = LoadReport(built, [], 0.0)
+        for result in built:
+            self._activate(project.family(result.family), result, report)
+        for name in [n for n in self.families if n not in names]:
+            self._deactivate(name, report)
+        report.seconds = time.perf_counter() - start
+        if _first or report.swapped or report.removed:
+            _say(self._summary(report, _first))
+        if errors:
+            raise errors[0] if len(errors) == 1 else BuildError("\n\n".join(map(str, errors)))
+        self.last = report
         return report
 
-    def _summary(self, report: LoadReport) -> str:
+    def _activate(self, family: Family, result: build.Built, report: LoadReport) -> None:
+        module = loader.load_spec_module(family.name, self.namespace, family.spec_path)
+        specs = loader.specs_of(module)
+        swap = loader.activate(self.namespace, result, specs)
+        report.swap_seconds += swap.seconds
+        report.redefined += swap.redefined
+        if swap.swapped:
+            report.swapped.append(family.name)
+        self._specs[family.name] = specs
+        self.families[family.name] = result
+
+    def _deactivate(self, name: str, report: LoadReport) -> None:
+        swap = loader.deactivate(self.namespace, name)
+        report.swap_seconds += swap.seconds
+        report.removed.append(name)
+        del self.families[name]
+        self._specs.pop(name, None)
+
+    def _summary(self, report: LoadReport, first: bool) -> str:
+        if not first:
+            return self._reload_summary(report)
         fresh = [b.family for b in report.built if not b.hit]
         objs = len(report.compiled)
         what = (
@@ -112,6 +161,18 @@ class Library:
             f"{len(report.built)} op families into torch.ops.{self.namespace}: {what}, "
             f"{report.seconds:.3f} s; {cuda}"
         )
+
+    def _reload_summary(self, report: LoadReport) -> str:
+        parts = []
+        if report.swapped:
+            names = ", ".join(p.name for p in report.compiled) or "none"
+            parts.append(f"reloaded {', '.join(report.swapped)} (compiled: {names})")
+        if report.removed:
+            parts.append(f"removed {', '.join(report.removed)}")
+        if report.redefined:
+            parts.append(f"new schema for {', '.join(report.redefined)}")
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in report.phases.items() if v)
+        return f"{'; '.join(parts)} in {report.seconds:.2f} s ({phases})"
 
 
 def load(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import cache, ninja
+from workbench import cache, linkstub, ninja, warm
 from workbench.config import Config
 from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
@@ -36,6 +36,8 @@ class Built:
     manifest: dict[str, Any]
     compiled: list[Path] = field(default_factory=list)
     seconds: float = 0.0
+    # Wall time of the build's phases ("compile", "link"); empty for a cache hit.
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def hit(self) -> bool:
@@ -93,7 +95,8 @@ def _plan(project: Project, family: Family, config: Config) -> list[_TU]:
 def _library_key(tus: list[_TU], config: Config) -> str | None:
     if any(tu.key is None for tu in tus):
         return None
-    return digest("lib", config.id, config.link, sorted((str(t.source.path), t.key) for t in tus))
+    link = config.link_command([], Path("@OUT@"), Path("@STUBS@")) if config.link else None
+    return digest("lib", config.id, link, sorted((str(t.source.path), t.key) for t in tus))
 
 
 def _library_dir(family: Family, key: str) -> Path:
@@ -124,8 +127,35 @@ def ensure(
     config: Config,
     jobs: int | None = None,
     on_line: Callable[[str], None] | None = None,
+    index: warm.Index | None = None,
 ) -> Built:
-    """The family's library for the current sources: from the cache, or built now."""
+    """The family's library for the current sources: from the cache, or built now.
+
+    With a warm-start ``index``, a family whose inputs are untouched since the index recorded
+    it is returned without planning or hashing (see :mod:`workbench.warm`).
+    """
+    sources = [str(s.path) for s in _sources(family, config)]
+    entry = index.lookup(family.name, sources) if index is not None else None
+    if entry is not None:
+        b = entry["build"]
+        return Built(
+            family.name, b["key"], Path(b["library"]) if b["library"] else None, b["manifest"]
+        )
+    built = _ensure(project, family, config, jobs, on_line)
+    if index is not None:
+        library = str(built.library) if built.library else None
+        record = {"key": built.key, "library": library, "manifest": built.manifest}
+        index.record(family.name, sources, list(built.manifest.get("inputs", {})), library, record)
+    return built
+
+
+def _ensure(
+    project: Project,
+    family: Family,
+    config: Config,
+    jobs: int | None,
+    on_line: Callable[[str], None] | None,
+) -> Built:
     start = time.perf_counter()
     tus = _plan(project, family, config)
     hit = find_cached(family, _library_key(tus, config))
@@ -168,9 +198,11 @@ def _build_locked(
         ]
         if any(tu.source.kind in ("binding", "registry") for tu in stale) and config.use_pch:
             _ensure_pch(config, on_line)
+        started = time.perf_counter()
         if ninja_jobs:
             ninja.run(tmp, ninja_jobs, jobs or ninja.default_jobs(), on_line)
         _store_objects(family, config, stale, outputs)
+        compiled = time.perf_counter()
         key = _library_key(tus, config)
         assert key is not None
         existing = find_cached(family, key)
@@ -179,6 +211,7 @@ def _build_locked(
             return existing
         built = _link(family, config, tus, key, tmp)
         built.compiled = [tu.source.path for tu in stale]
+        built.phases = {"compile": compiled - started, "link": time.perf_counter() - compiled}
         return built
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -242,7 +275,8 @@ def _link(family: Family, config: Config, tus: list[_TU], key: str, tmp: Path) -
     objects = [_object_path(tu.key) for tu in tus if tu.key is not None]
     lib_name = f"lib{family.name}.{key[:16]}.so" if config.link else None
     if lib_name is not None:
-        cmd = config.link_command(objects, folder / lib_name)
+        stubs = linkstub.ensure(config.cxx, config.torch.lib_dir)
+        cmd = config.link_command(objects, folder / lib_name, stubs)
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             raise BuildError(f"linking {family.name} failed:\n{proc.stderr.strip()}", proc.stderr)

@@ -135,19 +135,30 @@ class Config:
     def pch_header(self) -> Path:
         return pch_root() / digest(self.id, self.torch_flags, self.pch_text)[:32] / "wb_torch.h"
 
-    def link_command(self, objects: list[Path], out: Path) -> tuple[str, ...]:
+    def link_command(
+        self, objects: list[Path], out: Path, stubs: Path | None = None
+    ) -> tuple[str, ...]:
+        """The link of a family's library; ``stubs`` is a folder of link stubs (linkstub.py).
+
+        Without stubs the linker reads the real torch libraries and refuses undefined symbols;
+        with them, undefined symbols are reported when the library is opened.
+        """
         lib = str(self.torch.lib_dir)
         cmd = [str(self.cxx), "-shared", "-o", str(out), *map(str, objects)]
         # The shared libstdc++ that torch uses, named before anything the compiler driver adds:
         # a driver that links libstdc++ statically would give the library a private copy, and
         # two copies in one process crash (seen: locale code in a TORCH_CHECK message).
         cmd += [str(self.libstdcxx)] if self.libstdcxx else ["-lstdc++"]
-        cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]
+        search = [f"-L{stubs}", "-Wl,--no-as-needed"] if stubs else []  # keep stub DT_NEEDEDs
+        cmd += [*search, f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu"]
         if self.with_cuda:
             assert self.cuda_home is not None
             cuda_lib = str(self.cuda_home / "lib64")
             cmd += ["-lc10_cuda", f"-L{cuda_lib}", f"-Wl,-rpath,{cuda_lib}", "-lcudart"]
-        cmd += ["-Wl,--no-undefined"]
+        if stubs is None:
+            cmd += ["-Wl,--no-undefined"]
+        else:
+            cmd += [f"-Wl,--version-script={stubs / 'exports.map'}"]
         return tuple(cmd)
 
 

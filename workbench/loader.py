@@ -7,10 +7,16 @@ How a build becomes ``torch.ops.<ns>.<op>``, and how an edited build replaces it
 2. Each schema is defined once per process from Python (one ``torch.library.Library`` per op),
    so the op, its fake function and its autograd formula outlive any one build.
 3. ``wb_register(ns)`` adds the build's kernels. To swap builds: open the new library, call
-   ``wb_unregister`` on the old one, register the new one, then ``dlclose`` the old one. If the
-   new one fails to register, the old one is registered again and keeps working.
+   ``wb_unregister`` on the old one, register the new one, and retire the old one (unregistered
+   for good, but left mapped: see ``_retired``). If the new one fails to register, the old one
+   is registered again and keeps working.
 4. A schema that changed (or an op that disappeared) has its definition and its Python
-   registrations dropped and made again.
+   registrations dropped and made again; a spec.py that changed has its Python registrations
+   (fake, autograd) made again. A family that disappeared is unregistered and closed.
+5. Callers compiled with ``torch.compile`` reach the op through the dispatcher, so they run the
+   new kernels. When a schema changes or an op disappears, Dynamo's caches are reset so those
+   callers re-trace against the new schema; when a CUDA build is swapped out, Inductor's CUDA
+   graphs (which replay the kernels they captured) are reset so they record again.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import ctypes
 import importlib.util
 import os
 import sys
+import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,11 +47,30 @@ class _OpDef:
     schema: str
     definition: torch.library.Library
     python: torch.library.Library | None = None  # fake + autograd
+    spec: OpSpec | None = None  # what ``python`` was registered from
+
+    def register_python(self, ns: str, spec: OpSpec | None) -> None:
+        if self.python is not None:
+            self.python._destroy()
+            self.python = None
+        self.spec = spec
+        if spec is not None:
+            self.python = _register_python(ns, spec)
 
     def destroy(self) -> None:
         if self.python is not None:
             self.python._destroy()
         self.definition._destroy()
+
+
+@dataclass
+class Swap:
+    """What one :func:`activate` changed."""
+
+    swapped: bool = False  # the family's live build changed
+    redefined: list[str] = field(default_factory=list)  # ops whose schema is new or changed
+    removed: list[str] = field(default_factory=list)  # ops that no longer exist
+    seconds: float = 0.0
 
 
 @dataclass
@@ -70,8 +96,18 @@ class Handle:
             self.namespace = None
 
     def close(self) -> None:
+        """Unregister, and keep the library mapped: see ``_retired``."""
         self.unregister()
-        _ctypes.dlclose(self.cdll._handle)
+        _retired.append(self.cdll)
+
+
+# Libraries whose kernels were registered at some point are never unmapped. The dispatcher
+# keeps the C++ signature of the first kernel registered for an op (a std::type_index, which
+# points into the library that registered it) after that kernel is removed, and compares the
+# next kernel's signature against it: unmapping that library would leave it pointing into
+# freed memory. A retired library is unregistered, so its code is never called again; it
+# costs only its mapping.
+_retired: list[ctypes.CDLL] = []
 
 
 @dataclass
@@ -94,7 +130,7 @@ def open_library(built: Built) -> Handle:
     try:
         cdll = ctypes.CDLL(str(built.library), mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:
-        raise LoadError(f"cannot open {built.library}: {e}") from e
+        raise LoadError(_open_error(built, str(e))) from e
     version = cdll.wb_abi_version()
     if version != ABI_VERSION:
         _ctypes.dlclose(cdll._handle)
@@ -108,6 +144,27 @@ def open_library(built: Built) -> Handle:
         schema = cdll.wb_schema(i).decode()
         schemas[_op_name(schema)] = schema
     return Handle(built, cdll, schemas)
+
+
+def _open_error(built: Built, error: str) -> str:
+    """The loader's error, with an undefined C++ symbol demangled and the usual cause named."""
+    marker = "undefined symbol: "
+    if marker not in error:
+        return f"cannot open the library of {built.family} ({built.library}): {error}"
+    symbol = error.split(marker, 1)[1].split()[0]
+    try:
+        import subprocess
+
+        readable = subprocess.run(
+            ["c++filt", symbol], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        readable = symbol
+    return (
+        f"the library of {built.family} uses {readable}, which none of its sources or torch "
+        "defines. A kernel template declared in a header but not instantiated for this type "
+        "(WB_INSTANTIATE) is the usual cause."
+    )
 
 
 def load_spec_module(family: str, ns: str, path: Path | None) -> types.ModuleType | None:
@@ -156,13 +213,79 @@ def _register_python(ns: str, spec: OpSpec) -> torch.library.Library:
 
 
 def _sync_defs(
-    ns: str, state: _Namespace, old: Handle | None, new: Handle, specs: dict[str, OpSpec]
+    ns: str,
+    state: _Namespace,
+    old: Handle | None,
+    new: Handle,
+    specs: dict[str, OpSpec],
+    swap: Swap,
 ) -> None:
     """Define new or changed schemas; drop ops that the new build no longer has."""
     previous = set(old.schemas) if old is not None else set()
-    for name in previous - set(new.schemas):
+    for name in sorted(previous - set(new.schemas)):
         state.defs.pop(name).destroy()
+        swap.removed.append(name)
     for name, schema in new.schemas.items():
+        current = state.defs.get(name)
+        if current is not None and current.schema == schema:
+            if current.spec is not specs.get(name):  # spec.py was edited
+                current.register_python(ns, specs.get(name))
+            continue
+        if current is not None:
+            state.defs.pop(name).destroy()
+        definition = torch.library.Library(ns, "FRAGMENT")
+        definition.define(schema)
+        op_def = _OpDef(schema, definition)
+        state.defs[name] = op_def
+        op_def.register_python(ns, specs.get(name))
+        if current is not None or old is not None:
+            swap.redefined.append(name)
+
+
+def activate(ns: str, built: Built, specs: dict[str, OpSpec]) -> Swap:
+    """Make ``built`` the live build of its family (a no-op if it already is)."""
+    start = time.perf_counter()
+    state = _namespaces.setdefault(ns, _Namespace())
+    old = state.handles.get(built.family)
+    swap = Swap()
+    if old is not None and old.built.library == built.library:
+        for name in old.schemas:  # the same build, but spec.py may have changed
+            op_def = state.defs[name]
+            if op_def.spec is not specs.get(name):
+                op_def.register_python(ns, specs.get(name))
+        return swap
+    new = open_library(built)
+    clash = [
+        n for n in new.schemas if n in state.defs and _owner(state, n) not in (None, built.family)
+    ]
+    if clash:
+        new.close()
+        raise LoadError(f"ops {clash} of {built.family} are already defined by another family")
+    previous_specs = {name: d.spec for name, d in state.defs.items()}
+    if old is not None:
+        old.unregister()
+    try:
+        _sync_defs(ns, state, old, new, specs, swap)
+        new.register(ns)
+    except Exception as e:
+        new.close()
+        if old is not None:
+            _restore(ns, state, old, previous_specs)
+        if isinstance(e, LoadError):
+            raise
+        raise LoadError(f"loading the new build of {built.family} failed: {e}") from e
+    state.handles[built.family] = new
+    if old is not None:
+        old.close()
+    swap.swapped = True
+    _reset_compiled_callers(swap, cuda_swapped=old is not None and _has_cuda(old))
+    swap.seconds = time.perf_counter() - start
+    return swap
+
+
+def _restore(ns: str, state: _Namespace, old: Handle, specs: dict[str, OpSpec | None]) -> None:
+    """Put the last good build back after a failed swap: its schemas, then its kernels."""
+    for name, schema in old.schemas.items():
         current = state.defs.get(name)
         if current is not None and current.schema == schema:
             continue
@@ -172,37 +295,43 @@ def _sync_defs(
         definition.define(schema)
         op_def = _OpDef(schema, definition)
         state.defs[name] = op_def
-        if name in specs:
-            op_def.python = _register_python(ns, specs[name])
+        op_def.register_python(ns, specs.get(name))
+    for name in [n for n in state.defs if _owner(state, n) is None and n not in old.schemas]:
+        state.defs.pop(name).destroy()  # defined by the failed build only
+    old.register(ns)
 
 
-def activate(ns: str, built: Built, specs: dict[str, OpSpec]) -> bool:
-    """Make ``built`` the live build of its family; False if it already was."""
-    state = _namespaces.setdefault(ns, _Namespace())
-    old = state.handles.get(built.family)
-    if old is not None and old.built.library == built.library:
-        return False
-    new = open_library(built)
-    clash = [
-        n for n in new.schemas if n in state.defs and _owner(state, n) not in (None, built.family)
-    ]
-    if clash:
-        new.close()
-        raise LoadError(f"ops {clash} of {built.family} are already defined by another family")
-    if old is not None:
-        old.unregister()
-    try:
-        _sync_defs(ns, state, old, new, specs)
-        new.register(ns)
-    except Exception:
-        new.close()
-        if old is not None:
-            old.register(ns)  # the last good build keeps working
-        raise
-    state.handles[built.family] = new
-    if old is not None:
-        old.close()
-    return True
+def deactivate(ns: str, family: str) -> Swap:
+    """Remove a family that no longer exists: its kernels, its ops, and its library."""
+    state = _namespaces.get(ns)
+    swap = Swap()
+    if state is None or family not in state.handles:
+        return swap
+    old = state.handles.pop(family)
+    old.unregister()
+    for name in sorted(old.schemas):
+        if name in state.defs:
+            state.defs.pop(name).destroy()
+            swap.removed.append(name)
+    cuda = _has_cuda(old)
+    old.close()
+    swap.swapped = True
+    _reset_compiled_callers(swap, cuda_swapped=cuda)
+    return swap
+
+
+def _has_cuda(handle: Handle) -> bool:
+    return "cuda" in handle.built.manifest.get("devices", [])
+
+
+def _reset_compiled_callers(swap: Swap, cuda_swapped: bool) -> None:
+    """Make code compiled against the old build stop using it (see the module docstring)."""
+    if (swap.redefined or swap.removed) and "torch._dynamo" in sys.modules:
+        torch._dynamo.reset()
+    elif cuda_swapped and "torch._inductor.cudagraph_trees" in sys.modules:
+        from torch._inductor.cudagraph_trees import reset_cudagraph_trees
+
+        reset_cudagraph_trees()
 
 
 def _owner(state: _Namespace, op: str) -> str | None:

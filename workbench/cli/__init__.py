@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.cli import build, check
+from workbench.cli import build, check, new
 from workbench.errors import WorkbenchError
 
-COMMANDS = {"build": build, "check": check}
+COMMANDS = {"build": build, "check": check, "new": new}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,0 +1,88 @@
+"""The warm-start index: an untouched registry skips planning and hashing; any edit is seen."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import workbench
+from tests.registry_fixture import write_registry
+from workbench import build
+
+_count = iter(range(1_000_000))
+
+
+def _load(kernels: Path) -> workbench.Library:
+    return workbench.load(kernels, namespace=f"wbwarm{next(_count)}_{os.getpid()}")
+
+
+def _age(path: Path, seconds: float) -> None:
+    """Set a file's mtime ``seconds`` into the past (older than the racy-timestamp window)."""
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+@pytest.fixture
+def planned(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The families that went through the full check (planning and hashing)."""
+    names: list[str] = []
+    real = build._plan
+
+    def spy(project, family, config):  # type: ignore[no-untyped-def]
+        names.append(family.name)
+        return real(project, family, config)
+
+    monkeypatch.setattr(build, "_plan", spy)
+    yield names
+
+
+def test_an_untouched_registry_skips_the_full_check_and_an_edit_is_still_seen(
+    tmp_path: Path, planned: list[str]
+) -> None:
+    kernels = write_registry(tmp_path)
+    library = _load(kernels).families["tiny"].library
+    assert library is not None
+    for p in [*tmp_path.rglob("*.h"), *tmp_path.rglob("*.cpp"), library]:
+        _age(p, 60)
+    _load(kernels)  # a full check, which records the stamps
+    planned.clear()
+    lib = _load(kernels)
+    assert planned == []  # from the index
+    assert torch.equal(lib.add_offset(torch.zeros(2)), torch.ones(2))
+
+    # An edit that keeps the size, with an old timestamp: only the stamp tells it apart.
+    header = kernels / "include" / "tiny_common.h"
+    write_registry(tmp_path, offset=2)
+    for p in [*tmp_path.rglob("*.cpp"), kernels / "tiny" / "tiny.h"]:
+        _age(p, 60)
+    _age(header, 30)
+    lib = _load(kernels)
+    assert set(planned) == {"tiny"}  # the full check (again under the lock, to rebuild)
+    assert torch.equal(lib.add_offset(torch.zeros(2)), torch.full((2,), 2.0))
+
+
+def test_a_damaged_library_is_never_taken_from_the_index(
+    tmp_path: Path, planned: list[str]
+) -> None:
+    kernels = write_registry(tmp_path)
+    library = _load(kernels).families["tiny"].library
+    assert library is not None
+    for p in [*tmp_path.rglob("*.h"), *tmp_path.rglob("*.cpp"), library]:
+        _age(p, 60)
+    _load(kernels)
+    data = bytearray(library.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    # A new file in its place (rewriting a mapped library in place could crash this process).
+    damaged = library.with_name(library.name + ".damaged")
+    damaged.write_bytes(bytes(data))
+    os.replace(damaged, library)
+    planned.clear()
+    lib = _load(kernels)
+    assert set(planned) == {"tiny"}
+    assert lib.families["tiny"].library is not None
+    assert torch.equal(lib.add_offset(torch.zeros(2)), torch.ones(2))

@@ -1,0 +1,34 @@
+"""write a new op family from the template (an elementwise op that builds and passes wb check)"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+
+def add_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="the family's name: its folder, C++ namespace and op name")
+
+
+def run(args: argparse.Namespace) -> int:
+    from workbench import scaffold
+    from workbench.project import BUNDLED_KERNELS
+
+    kernels = Path(args.kernels) if args.kernels else BUNDLED_KERNELS
+    try:
+        scaffold.check_name(args.name)
+    except ValueError as e:
+        raise WorkbenchError(str(e)) from e
+    if (kernels / args.name).exists() or (
+        kernels.parent / "bindings" / f"{args.name}.cpp"
+    ).exists():
+        raise WorkbenchError(
+            f"op family {args.name!r} already exists under {kernels}; pick another name"
+        )
+    for path in scaffold.write_family(kernels, args.name):
+        print(path)
+    where = f"--kernels {kernels} " if args.kernels else ""
+    print(f"next: edit the files above, then `wb {where}check {args.name}`")
+    return 0

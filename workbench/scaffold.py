@@ -1,0 +1,269 @@
+"""A new op family from a template: ``wb new NAME`` and the many-family registries of the tests.
+
+The template is a complete elementwise op that builds, passes ``wb check`` and differentiates::
+
+    NAME(Tensor x, float alpha) -> Tensor      out = alpha * x + NAME_SHIFT
+
+with a CPU kernel, a CUDA kernel, a shared header holding the shift, a binding and a spec. The
+generator is a pure function from the name to file texts (:func:`family_files`); writing skips
+files whose text is already there, so rewriting an unchanged family rebuilds nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+_IDENT = re.compile(r"[a-z_][a-z0-9_]*")
+
+_HEADER = """\
+// {name} family: launchers for {name} (out = alpha * x + shift).
+// Torch-free: included by {name}.cu, {name}.cpp and bindings/{name}.cpp.
+#pragma once
+
+#include "wb/types.h"
+
+namespace wb::{name} {{
+
+// x and out are contiguous with n elements; begin/end select the CPU chunk to compute.
+template <typename T>
+Status {name}_cuda(const T* x, double alpha, T* out, int64_t n, Stream stream);
+template <typename T>
+void {name}_cpu(const T* x, double alpha, T* out, int64_t begin, int64_t end);
+
+}}  // namespace wb::{name}
+"""
+
+_MATH = """\
+// {name}_math.h: the formula shared by the CPU and CUDA kernels of {name}.
+#pragma once
+
+#include "wb/types.h"
+
+namespace wb::{name} {{
+
+constexpr double kShift = {shift};
+
+template <typename A>
+WB_HD A apply(A x, A alpha) {{
+  return alpha * x + static_cast<A>(kShift);
+}}
+
+}}  // namespace wb::{name}
+"""
+
+_CPU = """\
+// {name}.cpp: CPU kernel of the {name} family.
+//
+//   {name}: out = alpha * x + kShift ({name}_math.h)
+//   x, out: [n] contiguous; the caller splits [0, n) into chunks across threads.
+//   Check:  wb check {name} --device cpu
+#include "{name}/{name}.h"
+
+#include "{name}/{name}_math.h"
+#include "wb/dtypes.h"
+#include "wb/elementwise.h"
+
+namespace wb::{name} {{
+
+template <typename T>
+void {name}_cpu(const T* x, double alpha, T* out, int64_t begin, int64_t end) {{
+  const auto a = static_cast<acc_t<T>>(alpha);
+  elementwise_cpu(begin, end, [a](auto v) {{ return apply(v, a); }}, out, x);
+}}
+WB_INSTANTIATE(WB_FLOATING, {name}_cpu)
+
+}}  // namespace wb::{name}
+"""
+
+_CUDA = """\
+// {name}.cu: CUDA kernel of the {name} family.
+//
+//   {name}: out = alpha * x + kShift ({name}_math.h)
+//   x, out: [n] contiguous, one dtype of float32 / float64 / float16 / bfloat16, computed in
+//   float (double for float64); 16-byte loads when both pointers are aligned.
+//   Check and time:  wb check {name} --device cuda
+#include "{name}/{name}.h"
+#include "{name}/{name}_math.h"
+#include "wb/dtypes.h"
+#include "wb/elementwise.cuh"
+
+namespace wb::{name} {{
+
+template <typename A>
+struct Apply {{
+  A alpha;
+  __device__ A operator()(A x) const {{ return apply(x, alpha); }}
+}};
+
+template <typename T>
+Status {name}_cuda(const T* x, double alpha, T* out, int64_t n, Stream stream) {{
+  return elementwise<T>(n, stream, Apply<acc_t<T>>{{static_cast<acc_t<T>>(alpha)}}, out, x);
+}}
+WB_INSTANTIATE(WB_FLOATING, {name}_cuda)
+
+}}  // namespace wb::{name}
+"""
+
+_BINDING = """\
+// bindings/{name}.cpp: host side of the {name} family (schema, checks, allocation, dispatch).
+//
+//   {name}(Tensor x, float alpha) -> Tensor    alpha * x + shift
+// x: any shape and strides (made contiguous here); the output is contiguous.
+#include "{name}/{name}.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+
+#include "wb/binding.h"
+#ifdef WB_WITH_CUDA
+#include "wb/binding_cuda.h"
+#endif
+
+WB_DEF("{name}(Tensor x, float alpha) -> Tensor");
+
+namespace {{
+
+using namespace wb::{name};
+
+// Elements per CPU task: below this the threading overhead outweighs the work.
+constexpr int64_t kGrain = 32768;
+
+at::Tensor {name}_cpu_op(const at::Tensor& x_in, double alpha) {{
+  at::Tensor out = at::empty(x_in.sizes(), x_in.options());
+  const at::Tensor x = x_in.contiguous();
+  WB_DISPATCH(WB_FLOATING, x.scalar_type(), "{name}", "x", [&] {{
+    at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {{
+      {name}_cpu(wb::data<scalar_t>(x), alpha, wb::data<scalar_t>(out), begin, end);
+    }});
+  }});
+  return out;
+}}
+
+}}  // namespace
+
+WB_IMPL(CPU, m) {{ m.impl("{name}", &{name}_cpu_op); }}
+
+#ifdef WB_WITH_CUDA
+namespace {{
+
+at::Tensor {name}_cuda_op(const at::Tensor& x_in, double alpha) {{
+  at::Tensor out = at::empty(x_in.sizes(), x_in.options());
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  WB_DISPATCH(WB_FLOATING, x.scalar_type(), "{name}", "x", [&] {{
+    const scalar_t* xp = wb::data<scalar_t>(x);
+    scalar_t* op = wb::data<scalar_t>(out);
+    wb::check_launch("{name}", {name}_cuda(xp, alpha, op, x.numel(), wb::current_stream(x)));
+  }});
+  return out;
+}}
+
+}}  // namespace
+
+WB_IMPL(CUDA, m) {{ m.impl("{name}", &{name}_cuda_op); }}
+#endif
+"""
+
+_SPEC = '''\
+"""Spec of the {name} family: {name}(x, alpha) = alpha * x + SHIFT.
+
+SHIFT must match kShift in {name}_math.h. Its backward is alpha * grad (the op with no shift).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from workbench.spec import OpSpec, Sample, elementwise_shapes, randn
+
+SHIFT = {shift}
+
+
+def {name}_reference(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    return alpha * x + SHIFT
+
+
+def {name}_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
+    return [
+        Sample((randn(shape, dtype, device, gen, strided=strided), 0.3), label)
+        for label, shape, strided in elementwise_shapes()
+    ]
+
+
+def {name}_fake(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def {name}_setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.alpha = inputs[1]
+
+
+def {name}_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    return (grad * ctx.alpha if ctx.needs_input_grad[0] else None), None
+
+
+OPS = [
+    OpSpec(
+        name="{name}",
+        reference={name}_reference,
+        samples={name}_samples,
+        fake={name}_fake,
+        backward={name}_backward,
+        setup_context={name}_setup_context,
+    ),
+]
+'''
+
+
+def check_name(name: str) -> str:
+    if not _IDENT.fullmatch(name):
+        raise ValueError(
+            f"op family name {name!r} must be lower case letters, digits and '_', "
+            "starting with a letter (it becomes a folder, a C++ namespace and an op name)"
+        )
+    return name
+
+
+def family_files(name: str, shift: float = 1.0) -> dict[str, str]:
+    """Paths (relative to the folder holding kernels/ and bindings/) and texts of a family."""
+    check_name(name)
+    fields = {"name": name, "shift": repr(float(shift))}
+    return {
+        f"kernels/{name}/{name}.h": _HEADER.format(**fields),
+        f"kernels/{name}/{name}_math.h": _MATH.format(**fields),
+        f"kernels/{name}/{name}.cpp": _CPU.format(**fields),
+        f"kernels/{name}/{name}.cu": _CUDA.format(**fields),
+        f"kernels/{name}/spec.py": _SPEC.format(**fields),
+        f"bindings/{name}.cpp": _BINDING.format(**fields),
+    }
+
+
+def write_family(kernels_dir: Path, name: str, shift: float = 1.0) -> list[Path]:
+    """Write the family ``name`` into ``kernels_dir`` (and ``bindings/`` beside it).
+
+    Returns the files whose text changed.
+    """
+    root = Path(kernels_dir).parent
+    written = []
+    for rel, text in family_files(name, shift).items():
+        path = root / rel
+        if path.is_file() and path.read_text() == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def write_registry(root: Path, count: int, prefix: str = "op") -> Path:
+    """A registry of ``count`` template families named ``{prefix}00``, ``{prefix}01``, ...
+
+    Family ``i`` shifts by ``i``. Returns the kernels/ folder.
+    """
+    kernels = Path(root) / "kernels"
+    for i in range(count):
+        write_family(kernels, f"{prefix}{i:02d}", shift=float(i))
+    return kernels
