@@ -100,7 +100,10 @@ wb::Status launch(const T* x, double s, T* out, int64_t n, cudaStream_t st, int 
   scale_kernel<T><<<blocks, kBlock, 0, st>>>(x, static_cast<T>(s), out, n, shift, stride);
   return wb::launch_status();
 }
-int blocks_for(int64_t n) { return int((n + kBlock - 1) / kBlock < 4096 ? (n + kBlock - 1) / kBlock : 4096); }
+int blocks_for(int64_t n) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  return static_cast<int>(blocks < 4096 ? blocks : 4096);
+}
 
 template <typename T> wb::Status but_last_cuda(const T* x, double s, T* out, int64_t n,
                                                wb::Stream st) {
@@ -257,6 +260,9 @@ def python_impostors(scale_spec: OpSpec) -> dict[str, tuple[Any, OpSpec]]:
         op.register_fake(lambda x, s: torch.empty(x.shape, dtype=x.dtype, device=x.device))
         ops[op._name] = op  # type: ignore[attr-defined]
     return {
-        name: (op, dataclasses.replace(scale_spec, name=name, dtypes=(torch.float32,), backward=None))
+        name: (
+            op,
+            dataclasses.replace(scale_spec, name=name, dtypes=(torch.float32,), backward=None),
+        )
         for name, op in ops.items()
     }

@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"wb check: --trials must be >= 1, got {args.trials}")
     if args.sanitize:
         if not args.ops:
-            raise SystemExit("wb check: --sanitize needs the ops to check, e.g. wb check --sanitize rms_norm")
+            raise SystemExit(
+                "wb check: --sanitize needs the ops to check, e.g. wb check --sanitize rms_norm"
+            )
         return isolate.sanitize(_globals(args), args.ops, _extra(args, sanitize=True))
     report = _check(args)
     if args.json:

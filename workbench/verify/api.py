@@ -93,9 +93,7 @@ def spec_of(op: Any) -> OpSpec:
             found = loader.specs_of(module).get(short.split(".", 1)[0])
             if found is not None:
                 return found
-    raise WorkbenchError(
-        f"no op spec known for {name or op!r}; pass it: workbench.check(op, spec)"
-    )
+    raise WorkbenchError(f"no op spec known for {name or op!r}; pass it: workbench.check(op, spec)")
 
 
 def devices_for(spec: OpSpec, device: str | None) -> list[str]:
@@ -107,7 +105,9 @@ def devices_for(spec: OpSpec, device: str | None) -> list[str]:
     wanted = ["cpu", "cuda"] if device in (None, "all") else [device]
     chosen = [d for d in wanted if d in spec.devices and (d == "cpu" or has_cuda)]
     if device in ("cpu", "cuda") and not chosen:
-        raise WorkbenchError(f"{spec.name}'s spec lists devices {list(spec.devices)}, not {device!r}")
+        raise WorkbenchError(
+            f"{spec.name}'s spec lists devices {list(spec.devices)}, not {device!r}"
+        )
     return chosen
 
 
@@ -119,7 +119,9 @@ def sample_warnings(spec: OpSpec) -> list[str]:
     floating = [t for t in tensors if t.is_floating_point() and t.numel()]
     notes = []
     if floating and not any(bool((t < 0).any()) for t in floating):
-        notes.append(f"{spec.name}: no sample has a negative input; an abs/identity kernel may pass")
+        notes.append(
+            f"{spec.name}: no sample has a negative input; an abs/identity kernel may pass"
+        )
     if not any(t.numel() == 0 for t in tensors):
         notes.append(f"{spec.name}: no empty sample")
     if not any(0 < t.numel() <= 1 for t in tensors):

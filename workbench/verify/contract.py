@@ -131,7 +131,9 @@ def run_gradcheck(
 
     def call(*xs: torch.Tensor) -> Any:
         it = iter(xs)
-        return op(*(next(it) if isinstance(a, torch.Tensor) and a.requires_grad else a for a in leaves))
+        return op(
+            *(next(it) if isinstance(a, torch.Tensor) and a.requires_grad else a for a in leaves)
+        )
 
     try:
         ok = torch.autograd.gradcheck(call, tensors, raise_exception=True, fast_mode=fast)
@@ -153,7 +155,9 @@ def run_compiled(
     try:
         return compiled(*args)
     except Exception as e:
-        return fail(COMPILE, f"torch.compile(fullgraph=True, backend={backend!r}): {_first_line(e)}")
+        return fail(
+            COMPILE, f"torch.compile(fullgraph=True, backend={backend!r}): {_first_line(e)}"
+        )
     finally:
         torch._dynamo.reset()
 
@@ -162,15 +166,13 @@ def same_layout_copy(t: torch.Tensor) -> torch.Tensor:
     """A new tensor with ``t``'s values, sizes, strides and offset (expanded views included)."""
     buf = storage_copy(t)
     typed = torch.empty(0, dtype=t.dtype, device=t.device)
-    return typed.set_(  # type: ignore[call-overload]
-        buf.untyped_storage(), t.storage_offset(), t.size(), t.stride()
-    )
+    return typed.set_(buf.untyped_storage(), t.storage_offset(), t.size(), t.stride())
 
 
 def _raw(t: torch.Tensor) -> torch.Tensor:
     """The bytes of ``t``'s storage as a uint8 tensor (a view: writes go to ``t``)."""
     raw = torch.empty(0, dtype=torch.uint8, device=t.device)
-    return raw.set_(t.untyped_storage())  # type: ignore[call-overload]
+    return raw.set_(t.untyped_storage())
 
 
 def run_on_side_stream(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -185,10 +187,10 @@ def run_on_side_stream(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     for t in staged:
         if isinstance(t, torch.Tensor):
             _raw(t).fill_(0xFF)
-    side = torch.cuda.Stream()
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     side.wait_stream(main)
     with torch.cuda.stream(side):
-        torch.cuda._sleep(_SLEEP_CYCLES)
+        torch.cuda._sleep(_SLEEP_CYCLES)  # type: ignore[no-untyped-call]
         for a, t in zip(args, staged, strict=True):
             if isinstance(t, torch.Tensor):
                 _raw(t).copy_(_raw(a))
@@ -201,7 +203,7 @@ def run_on_side_stream(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 def run_graph(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """The op captured into a CUDA graph (after a warm-up on a side stream) and replayed."""
     static = tuple(same_layout_copy(a) if isinstance(a, torch.Tensor) else a for a in args)
-    side = torch.cuda.Stream()
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         op(*static)

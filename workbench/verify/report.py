@@ -49,7 +49,11 @@ def summarise(rows: Sequence[Row]) -> list[Row]:
         worst = max(group, key=lambda r: (not r.passed, _finite(r.ratio)))
         failing = sorted({r.label for r in group if not r.passed})
         labels = sorted({r.label for r in group})
-        label = ",".join(failing) if failing else (labels[0] if len(labels) == 1 else f"all {len(labels)}")
+        label = (
+            ",".join(failing)
+            if failing
+            else (labels[0] if len(labels) == 1 else f"all {len(labels)}")
+        )
         out.append(replace(worst, label=label))
     return out
 
@@ -109,7 +113,9 @@ class Report:
         for r in summarise(self.rows):
             color = "#1a7f37" if r.passed else "#cf222e"
             cells = [f"<td>{html.escape(c)}</td>" for c in _cells(r)]
-            cells[5] = f'<td style="color:{color};font-weight:bold">{html.escape(_cells(r)[5])}</td>'
+            cells[5] = (
+                f'<td style="color:{color};font-weight:bold">{html.escape(_cells(r)[5])}</td>'
+            )
             body.append("<tr>" + "".join(cells) + "</tr>")
         notes = "".join(f"<li>{html.escape(w)}</li>" for w in self.warnings)
         verdict = "PASS" if self.passed else "FAIL"
@@ -148,7 +154,9 @@ class Report:
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+    return {
+        k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()
+    }
 
 
 def _unjson(v: Any) -> Any:

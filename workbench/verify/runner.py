@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -143,17 +144,17 @@ def check_op(
         if opts.contract:
             report.rows += _contract_rows(op, spec, device, dtype, opts)
             _stop_if_context_lost(report, device)
-    if opts.contract and spec.differentiable and torch.float64 in (dtypes or spec.dtypes):
-        if _wanted(opts, contract.GRADCHECK):
-            report.rows += _gradcheck_rows(op, spec, device, opts)
+    floats64 = torch.float64 in (dtypes or spec.dtypes)
+    if opts.contract and spec.differentiable and floats64 and _wanted(opts, contract.GRADCHECK):
+        report.rows += _gradcheck_rows(op, spec, device, opts)
     return report.rows
 
 
 def _stop_if_context_lost(report: Report, device: str) -> None:
     last = report.rows[-1] if report.rows else None
-    if device == "cuda" and last is not None and last.reason == CRASH:
-        if not isolate.context_alive():
-            raise isolate.ContextLost(report)
+    crashed = device == "cuda" and last is not None and last.reason == CRASH
+    if crashed and not isolate.context_alive():
+        raise isolate.ContextLost(report)
 
 
 def _contract_rows(
@@ -164,13 +165,13 @@ def _contract_rows(
     rows = []
     for s in chosen:
         checks: list[tuple[str, Callable[[], Verdict | None]]] = [
-            (contract.OPCHECK, lambda s=s: contract.run_opcheck(op, s.args)),
-            (contract.COMPILE, lambda s=s: _compiled(op, spec, s, dtype, opts.compile_backend)),
+            (contract.OPCHECK, partial(contract.run_opcheck, op, s.args)),
+            (contract.COMPILE, partial(_compiled, op, spec, s, dtype, opts.compile_backend)),
         ]
         if device == "cuda":
             checks += [
-                (contract.STREAM, lambda s=s: _replayed(op, spec, s, dtype, contract.STREAM)),
-                (contract.GRAPH, lambda s=s: _replayed(op, spec, s, dtype, contract.GRAPH)),
+                (contract.STREAM, partial(_replayed, op, spec, s, dtype, contract.STREAM)),
+                (contract.GRAPH, partial(_replayed, op, spec, s, dtype, contract.GRAPH)),
             ]
         for name, run in checks:
             if _wanted(opts, name):
@@ -253,7 +254,7 @@ def _gradcheck_rows(op: Any, spec: OpSpec, device: str, opts: Options) -> list[R
     for s in chosen:
         row = _contract_row(
             spec, device, "float64", s.label, contract.GRADCHECK,
-            lambda s=s: contract.run_gradcheck(op, s.args, opts.gradcheck_fast),
+            partial(contract.run_gradcheck, op, s.args, opts.gradcheck_fast),
         )  # fmt: skip
         rows.append(row)
     if not chosen:
