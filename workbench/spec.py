@@ -18,7 +18,7 @@ import torch
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 # (rtol, atol) of a kernel against the reference computed in float64 and rounded to the dtype.
-# atol is scaled by the largest reference magnitude of the sample (see workbench.verify).
+# atol is scaled by the largest reference magnitude of the sample (see workbench.verify.oracle).
 DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-12, 1e-12),
     torch.float32: (1e-4, 1e-5),
@@ -59,6 +59,14 @@ class OpSpec:
     tolerances: dict[torch.dtype, tuple[float, float]] = field(
         default_factory=lambda: dict(DEFAULT_TOLERANCES)
     )
+    # True when two runs on the same inputs may differ (atomics, split reductions): the check
+    # then skips the bitwise determinism check and compares replays with the oracle instead.
+    nondeterministic: bool = False
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether the op has a backward (and so a float64 gradcheck)."""
+        return self.backward is not None
 
 
 def randn(

@@ -1,77 +1,124 @@
-"""check ops against their reference on every sample and dtype; exit 1 on any failure"""
+"""check ops against their reference and the op contract; exit 1 on any failure
+
+Each op is checked in this process. A CUDA error that breaks the process's CUDA context fails
+that op (with the error and a hint) and every remaining op is then checked in a child process of
+its own; ``--isolate`` does that for every op from the start, so even a kernel that kills its
+process (a segfault) fails only its own op. ``--sanitize`` reruns the check under
+compute-sanitizer's memcheck.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
+from typing import Any
 
-from workbench.cli.table import render
+DEVICES = ("cpu", "cuda", "all")
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("ops", nargs="*", help="ops to check (default: all)")
+    p.add_argument("ops", nargs="*", help="ops to check (default: every op with a spec)")
     p.add_argument(
         "--device",
-        choices=["cpu", "cuda", "all"],
+        choices=DEVICES,
         default="all",
-        help="where to run (default: every device the build supports)",
+        help="where to run (default: every device the build and the spec support)",
     )
-    p.add_argument("--json", metavar="PATH", type=Path, help="also write the rows as JSON")
-    p.add_argument("--all-rows", action="store_true", help="one row per sample, not per dtype")
+    p.add_argument("--json", metavar="PATH", type=Path, help="also write every row as JSON")
+    p.add_argument("--all-rows", action="store_true", help="one row per sample, not per check")
+    p.add_argument("--trials", type=int, default=3, help="seeds per dtype (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument(
+        "--no-contract",
+        action="store_true",
+        help="values only: skip opcheck, gradcheck, torch.compile, stream and graph checks",
+    )
+    p.add_argument(
+        "--isolate", action="store_true", help="check each op and device in a child process"
+    )
+    p.add_argument(
+        "--sanitize",
+        action="store_true",
+        help="run the CUDA check under compute-sanitizer (memcheck)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.verify import isolate
+
+    if args.trials < 1:
+        raise SystemExit(f"wb check: --trials must be >= 1, got {args.trials}")
+    if args.sanitize:
+        if not args.ops:
+            raise SystemExit(
+                "wb check: --sanitize needs the ops to check, e.g. wb check --sanitize rms_norm"
+            )
+        return isolate.sanitize(_globals(args), args.ops, _extra(args, sanitize=True))
+    report = _check(args)
+    if args.json:
+        report.write_json(args.json)
+    print(report.table(args.all_rows))
+    print(report.summary())
+    for w in report.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return 0 if report.passed else 1
+
+
+def _check(args: argparse.Namespace) -> Any:
     import torch
 
     import workbench
-    from workbench.verify import check_op
+    from workbench.verify import isolate
+    from workbench.verify.api import sample_warnings
+    from workbench.verify.report import Report
+    from workbench.verify.runner import Options, check_op
 
     lib = workbench.load(args.kernels, namespace=args.namespace)
     unknown = [op for op in args.ops if op not in lib.specs]
     if unknown:
         raise SystemExit(f"wb check: no spec for {unknown}; ops with specs: {sorted(lib.specs)}")
-    devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
-    if "cuda" in devices and not (lib.config.with_cuda and torch.cuda.is_available()):
-        if args.device == "cuda":
-            raise SystemExit(f"wb check: no CUDA build to check ({lib.config.cpu_reason})")
-        devices.remove("cuda")
-    rows = []
+    devices = _devices(args.device, lib, torch.cuda.is_available())
+    options = Options(trials=args.trials, seed=args.seed, contract=not args.no_contract)
+    report = Report()
+    isolated = args.isolate
     for name in args.ops or sorted(lib.specs):
         spec = lib.specs[name]
-        for device in devices:
-            if device in spec.devices:
-                rows += check_op(getattr(lib, name), spec, device)
-    if args.json:
-        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
-    shown = rows if args.all_rows else _per_dtype(rows)
-    table = [
-        (
-            r.op,
-            r.device,
-            r.dtype,
-            r.label,
-            "PASS" if r.passed else "FAIL",
-            f"{r.ratio:.3g}",
-            r.detail,
-        )
-        for r in shown
-    ]
-    print(render(["op", "device", "dtype", "shapes", "verdict", "err/tol", "worst"], table))
-    failed = sum(not r.passed for r in rows)
-    print(f"{len(rows) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+        report.warnings += sample_warnings(spec)
+        for device in (d for d in devices if d in spec.devices):
+            if isolated:
+                child, _ = isolate.run_in_child(_globals(args), name, device, _extra(args))
+                report.extend(child)
+                continue
+            try:
+                report.rows += check_op(getattr(lib, name), spec, device, options=options)
+            except isolate.ContextLost as lost:
+                report.extend(lost.report)
+                isolated = True  # nothing more can run on CUDA in this process
+    return report
 
 
-def _per_dtype(rows: list) -> list:  # type: ignore[type-arg]
-    """The worst row of each (op, device, dtype), with its label naming the failing samples."""
-    groups: dict[tuple[str, str, str], list] = {}  # type: ignore[type-arg]
-    for r in rows:
-        groups.setdefault((r.op, r.device, r.dtype), []).append(r)
+def _devices(choice: str, lib: Any, has_gpu: bool) -> list[str]:
+    devices = ["cpu", "cuda"] if choice == "all" else [choice]
+    if "cuda" in devices and not (lib.config.with_cuda and has_gpu):
+        if choice == "cuda":
+            why = lib.config.cpu_reason if not lib.config.with_cuda else "torch sees no CUDA GPU"
+            raise SystemExit(f"wb check: no CUDA build to check ({why})")
+        devices.remove("cuda")
+    return devices
+
+
+def _globals(args: argparse.Namespace) -> list[str]:
     out = []
-    for group in groups.values():
-        worst = max(group, key=lambda r: (not r.passed, r.ratio))
-        failing = [r.label for r in group if not r.passed]
-        label = ",".join(failing) if failing else f"all {len(group)}"
-        out.append(type(worst)(**{**worst.__dict__, "label": label}))
+    if args.kernels:
+        out += ["--kernels", str(args.kernels)]
+    if args.namespace:
+        out += ["--namespace", args.namespace]
+    return out
+
+
+def _extra(args: argparse.Namespace, sanitize: bool = False) -> list[str]:
+    out = ["--trials", str(1 if sanitize else args.trials), "--seed", str(args.seed)]
+    if args.no_contract or sanitize:
+        out.append("--no-contract")
     return out
