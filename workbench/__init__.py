@@ -12,8 +12,9 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from workbench.api import Library, load
+    from workbench.benchmark import bench
 
-__all__ = ["Library", "__version__", "load"]
+__all__ = ["Library", "__version__", "bench", "load"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from workbench import api
 
         return getattr(api, name)
+    if name == "bench":
+        from workbench.benchmark import bench
+
+        return bench
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.cli import build, check
+from workbench.cli import bench, build, check
 from workbench.errors import WorkbenchError
 
-COMMANDS = {"build": build, "check": check}
+COMMANDS = {"build": build, "check": check, "bench": bench}
 
 
 def parser() -> argparse.ArgumentParser:
