@@ -12,9 +12,10 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from workbench.api import Library, load
+    from workbench.benchmark import bench
     from workbench.verify import check
 
-__all__ = ["Library", "__version__", "check", "load"]
+__all__ = ["Library", "__version__", "bench", "check", "load"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,4 +27,8 @@ def __getattr__(name: str) -> Any:
         from workbench.verify import check
 
         return check
+    if name == "bench":
+        from workbench.benchmark import bench
+
+        return bench
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")

@@ -36,6 +36,22 @@ class Sample:
 
 
 SampleFn = Callable[[torch.dtype, torch.device, torch.Generator], list[Sample]]
+# (args, output) -> a count: bytes moved or floating-point operations of one call.
+CostFn = Callable[[tuple[Any, ...], Any], int]
+
+
+def tensor_bytes(args: tuple[Any, ...], out: Any) -> int:
+    """The fewest bytes a call must move: every tensor argument read once, the output written once.
+
+    A tensor counts as ``numel * element_size`` (an expanded view counts what it shows).
+    """
+    tensors = [a for a in (*args, out) if isinstance(a, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def no_flops(args: tuple[Any, ...], out: Any) -> int:
+    """The default FLOP count: none declared (the bench then reports no FLOP/s)."""
+    return 0
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,11 @@ class OpSpec:
     tolerances: dict[torch.dtype, tuple[float, float]] = field(
         default_factory=lambda: dict(DEFAULT_TOLERANCES)
     )
+    # Benchmarks (workbench.benchmark): the roofline counts of one call, and the size sweep
+    # (None: the non-empty samples). A sweep sample's label names its size, e.g. "16Mi".
+    bytes_moved: CostFn = tensor_bytes
+    flops: CostFn = no_flops
+    bench_sizes: SampleFn | None = None
     # True when two runs on the same inputs may differ (atomics, split reductions): the check
     # then skips the bitwise determinism check and compares replays with the oracle instead.
     nondeterministic: bool = False
@@ -99,3 +120,21 @@ def elementwise_shapes() -> list[tuple[str, tuple[int, ...], bool]]:
         ("strided", (33, 65), True),
         ("large", ((1 << 20) + 3,), False),
     ]
+
+
+def bench_numels(device: torch.device) -> list[int]:
+    """Element counts of a size sweep: from launch-bound, through L2-sized, to far past L2.
+
+    On a GPU the largest is 2^26 elements (256 MiB in float32, four times a Hopper L2); a CPU
+    sweep stops at 2^22 so that a run takes seconds.
+    """
+    powers = (12, 16, 20, 22, 24, 26) if device.type == "cuda" else (10, 14, 18, 22)
+    return [1 << p for p in powers]
+
+
+def size_label(n: int) -> str:
+    """A count in binary units: 4096 -> '4Ki', 3 << 20 -> '3Mi', 1000 -> '1000'."""
+    for shift, unit in ((30, "Gi"), (20, "Mi"), (10, "Ki")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)

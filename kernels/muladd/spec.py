@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from workbench.spec import OpSpec, Sample, elementwise_shapes, randn
+from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
 
 
 def muladd_reference(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:
@@ -38,6 +38,27 @@ def _pairs(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> li
 
 def muladd_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
     return [Sample((*s.args, -0.75), s.label) for s in _pairs(dtype, device, gen)]
+
+
+def _bench_pairs(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
+    return [
+        Sample((randn((n,), dtype, device, gen), randn((n,), dtype, device, gen)), size_label(n))
+        for n in bench_numels(device)
+    ]
+
+
+def muladd_bench_sizes(
+    dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> list[Sample]:
+    return [Sample((*s.args, -0.75), s.label) for s in _bench_pairs(dtype, device, gen)]
+
+
+def muladd_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
+    return 2 * out.numel()  # one multiply, one add
+
+
+def mul_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
+    return out.numel()
 
 
 def muladd_fake(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:
@@ -77,6 +98,8 @@ OPS = [
         fake=muladd_fake,
         backward=muladd_backward,
         setup_context=_save_a_b,
+        flops=muladd_flops,
+        bench_sizes=muladd_bench_sizes,
     ),
     OpSpec(
         name="mul",
@@ -85,5 +108,7 @@ OPS = [
         fake=mul_fake,
         backward=mul_backward,
         setup_context=_save_a_b,
+        flops=mul_flops,
+        bench_sizes=_bench_pairs,
     ),
 ]

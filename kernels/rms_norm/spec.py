@@ -54,6 +54,26 @@ def rms_norm_samples(
     ]
 
 
+def rms_norm_bench_sizes(
+    dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> list[Sample]:
+    """Rows of hidden size 4096: one row (launch-bound) up to 256 MiB of float32 on a GPU."""
+    hidden = 4096
+    rows = (1, 16, 256, 1024, 4096, 16384) if device.type == "cuda" else (1, 16, 256, 1024)
+    return [
+        Sample(
+            (randn((r, hidden), dtype, device, gen), randn((hidden,), dtype, device, gen), _EPS),
+            f"{r}x{hidden}",
+        )
+        for r in rows
+    ]
+
+
+def rms_norm_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
+    """Per element: square, sum, scale by the row's rsqrt, multiply by the weight."""
+    return 4 * out.numel()
+
+
 def rms_norm_fake(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     torch._check(x.dim() >= 1, lambda: "rms_norm: x must have at least 1 dimension")
     torch._check(weight.dim() == 1, lambda: "rms_norm: weight must be 1-d [hidden]")
@@ -98,5 +118,7 @@ OPS = [
         fake=rms_norm_fake,
         backward=rms_norm_backward,
         setup_context=rms_norm_setup_context,
+        flops=rms_norm_flops,
+        bench_sizes=rms_norm_bench_sizes,
     ),
 ]

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from workbench.spec import OpSpec, Sample, elementwise_shapes, randn
+from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
 
 # Not exactly representable in any dtype, so the rounding of s to the compute type is exercised.
 _S = 0.3
@@ -27,6 +27,18 @@ def scale_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator
     row = randn((1, 97), dtype, device, gen)
     samples.append(Sample((row.expand(16, 97), -_S), "expanded"))
     return samples
+
+
+def scale_bench_sizes(
+    dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> list[Sample]:
+    return [
+        Sample((randn((n,), dtype, device, gen), _S), size_label(n)) for n in bench_numels(device)
+    ]
+
+
+def scale_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
+    return out.numel()
 
 
 def scale_fake(x: torch.Tensor, s: float) -> torch.Tensor:
@@ -50,5 +62,7 @@ OPS = [
         fake=scale_fake,
         backward=scale_backward,
         setup_context=scale_setup_context,
+        flops=scale_flops,
+        bench_sizes=scale_bench_sizes,
     ),
 ]

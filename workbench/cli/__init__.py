@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.cli import build, check, new
+from workbench.cli import bench, build, check, new
 from workbench.errors import WorkbenchError
 
-COMMANDS = {"build": build, "check": check, "new": new}
+COMMANDS = {"build": build, "check": check, "bench": bench, "new": new}
 
 
 def parser() -> argparse.ArgumentParser:

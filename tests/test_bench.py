@@ -1,0 +1,218 @@
+"""wb bench on the CPU: verify then time, A/A control, roofline, stored results, CLI outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import workbench
+from tests.registry_fixture import write_registry
+from workbench import knobs
+from workbench.benchmark import calibrate, store
+from workbench.benchmark.check import VerificationError
+from workbench.benchmark.run import shuffled_plan
+from workbench.benchmark.stats import noise_band, summarize, verdict
+from workbench.errors import WorkbenchError
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = {"compile": False, "min_time": 0.02}
+
+# A spec for the throwaway registry's add_offset (out = x + OFFSET + delta): the reference
+# says x + 1, so a registry written with offset 1 and delta 0 is right and any other is wrong.
+TINY_SPEC = """\
+import torch
+from workbench.spec import OpSpec, Sample, randn
+
+def reference(x):
+    return x + 1
+
+def samples(dtype, device, gen):
+    return [Sample((randn((64,), dtype, device, gen),), "64")]
+
+def bench_sizes(dtype, device, gen):
+    return [Sample((randn((n,), dtype, device, gen),), str(n)) for n in (256, 4096)]
+
+def fake(x):
+    return torch.empty_like(x)
+
+OPS = [OpSpec(name="add_offset", reference=reference, samples=samples, fake=fake,
+              dtypes=(torch.float32, torch.float64), devices=("cpu",), bench_sizes=bench_sizes)]
+"""
+
+
+def _tiny(root: Path, delta: int = 0, comment: str = "") -> Path:
+    kernels = write_registry(root, offset=1, delta=delta)
+    (kernels / "tiny" / "spec.py").write_text(TINY_SPEC)
+    if comment:
+        header = kernels / "include" / "tiny_common.h"
+        header.write_text(header.read_text() + f"// {comment}\n")
+    return kernels
+
+
+def test_summary_and_verdicts() -> None:
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert (s.median, s.q1, s.q3, s.n) == (3.0, 2.0, 4.0, 5)
+    a, b = summarize([1.00, 1.01, 0.99]), summarize([1.02, 1.03, 1.01])
+    band = noise_band(a, b)
+    assert band == pytest.approx(0.02)
+    assert verdict(1.01, 1.0, band) == "noise"
+    assert verdict(0.5, 1.0, band) == "faster"
+    assert verdict(1.5, 1.0, band) == "slower"
+    with pytest.raises(ValueError, match="no timing samples"):
+        summarize([])
+
+
+def test_plan_is_every_pair_once_in_a_random_order() -> None:
+    cands = ["kernel", "kernel (A/A)", "eager", "compiled"]
+    plan = shuffled_plan(5, cands, seed=0)
+    nested = [(i, c) for i in range(5) for c in cands]
+    assert sorted(plan) == sorted(nested) and len(plan) == len(nested)
+    assert plan != nested
+    assert plan != shuffled_plan(5, cands, seed=1)
+
+
+def test_bench_times_kernel_eager_and_a_a_with_roofline(lib: Any) -> None:
+    result = workbench.bench("muladd", lib=lib, device="cpu", sizes=["1Ki", "16Ki"], **FAST)
+    (r,) = result.ops
+    assert [s.label for s in r.sizes] == ["1Ki", "16Ki"]
+    for s in r.sizes:
+        assert set(s.times) == {"kernel", "kernel (A/A)", "eager"}
+        assert all(m.method.startswith("blocked_autorange") for m in s.times.values())
+        assert s.noise >= s.aa_spread >= 0
+        n = 1024 if s.label == "1Ki" else 16384
+        assert (s.bytes, s.flops) == (3 * 4 * n, 2 * n)
+        assert s.roofline(r.calibration) is not None
+    table = result.table()
+    assert "A/A" in table and "vs eager" in table and "blocked_autorange" in table
+    assert r.build_key == lib.families["muladd"].key
+
+
+def test_compiled_reference_is_timed(lib: Any) -> None:
+    result = workbench.bench(
+        "scale", lib=lib, device="cpu", sizes=["1Ki"], min_time=0.02, roofline=False, save=False
+    )
+    s = result.ops[0].sizes[0]
+    assert "compiled" in s.times
+    speedup, word = s.against("compiled") or (0.0, "")
+    assert speedup > 0 and word in ("faster", "slower", "noise")
+
+
+def test_bad_arguments_are_named(lib: Any) -> None:
+    with pytest.raises(WorkbenchError, match=r"no sizes \['3Ki'\] in its sweep; sizes: 1Ki, 16Ki"):
+        workbench.bench("muladd", lib=lib, device="cpu", sizes=["3Ki"], **FAST)
+    with pytest.raises(WorkbenchError, match="dtype 'float33' is not a torch dtype"):
+        workbench.bench("muladd", lib=lib, device="cpu", dtype="float33", **FAST)
+    with pytest.raises(WorkbenchError, match="no spec for op 'nope'"):
+        workbench.bench("nope", lib=lib, device="cpu", **FAST)
+    with pytest.raises(WorkbenchError, match="min_time must be positive"):
+        workbench.bench("muladd", lib=lib, device="cpu", compile=False, min_time=0)
+    if not torch.cuda.is_available():
+        with pytest.raises(WorkbenchError, match="no CUDA build to time"):
+            workbench.bench("muladd", lib=lib, device="cuda", **FAST)
+
+
+def test_calibration_is_measured_once_and_cached() -> None:
+    cpu = torch.device("cpu")
+    first = calibrate.load_or_measure(cpu)
+    assert first.copy_bytes_per_s > 0 and first.matmul_flops_per_s > 0
+    assert calibrate.load_or_measure(cpu) == first  # from the cache: same timestamp
+    again = calibrate.load_or_measure(cpu, refresh=True)
+    assert again.measured > first.measured
+    assert calibrate.load_or_measure(cpu) == again
+
+
+def test_verification_failure_stops_timing(tmp_path: Path) -> None:
+    kernels = _tiny(tmp_path, delta=1)  # the kernel adds 2, the reference 1
+    lib = workbench.load(kernels, namespace="wbbad")
+    with pytest.raises(VerificationError, match=r"add_offset \[256, float32\] does not match"):
+        workbench.bench("add_offset", lib=lib, device="cpu", **FAST)
+    assert store.builds("add_offset", calibrate.device_name(torch.device("cpu")), "float32") == []
+
+
+def test_results_are_stored_per_build_and_vs_last_finds_the_previous(tmp_path: Path) -> None:
+    kernels = _tiny(tmp_path)
+    lib = workbench.load(kernels, namespace="wbvs")
+    first = workbench.bench("add_offset", lib=lib, device="cpu", roofline=False, **FAST).ops[0]
+    assert first.previous is None
+    _tiny(tmp_path, comment="an edit that changes the build, not the result")
+    lib.reload()
+    second = workbench.bench(
+        "add_offset", lib=lib, device="cpu", roofline=False, vs="last", **FAST
+    ).ops[0]
+    assert second.build_key != first.build_key
+    assert second.previous is not None and second.previous["build_key"] == first.build_key
+    rows = second.vs_rows()
+    assert [v["label"] for v in rows] == ["256", "4096"]
+    assert all(v["verdict"] in ("faster", "slower", "noise") and v["noise"] > 0 for v in rows)
+    with pytest.raises(WorkbenchError, match="no stored result of a build 'ffff'"):
+        workbench.bench("add_offset", lib=lib, device="cpu", vs="ffff", roofline=False, **FAST)
+
+
+def _wb(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, WB_CACHE_DIR=str(cache), WB_QUIET="1", PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "workbench", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def test_cli_writes_json_and_plot_and_compares_with_last(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    cache = Path(str(knobs.cache_dir()))
+    kernels = _tiny(tmp_path / "reg")
+    args = ("--kernels", str(kernels), "--namespace", "wbcli", "bench", "add_offset")
+    fast = ("--no-compile", "--min-time", "0.02", "--device", "cpu")
+    out_json, out_svg = tmp_path / "r.json", tmp_path / "r.svg"
+    proc = _wb(*args, *fast, "--json", str(out_json), "--plot", str(out_svg), cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert "copy ceiling" in proc.stdout and "add_offset" in proc.stdout
+    data = json.loads(out_json.read_text())
+    (op,) = data["ops"]
+    assert [s["label"] for s in op["sizes"]] == ["256", "4096"]
+    assert op["sizes"][0]["times"]["kernel"]["median_s"] > 0
+    assert out_svg.read_text().lstrip().startswith("<?xml") and "<svg" in out_svg.read_text()
+    _tiny(tmp_path / "reg", comment="edited")
+    proc = _wb(*args, *fast, "--vs", "last", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert f"against build {op['build_key'][:12]}" in proc.stdout
+    bad = _wb(*args, *fast, "--plot", str(tmp_path / "r.gif"), cache=cache)
+    assert bad.returncode == 2 and "must end in .png or .svg" in bad.stderr
+
+
+def test_cli_verification_failure_exits_2(tmp_path: Path) -> None:
+    cache = Path(str(knobs.cache_dir()))
+    kernels = _tiny(tmp_path, delta=1)
+    proc = _wb(
+        "--kernels",
+        str(kernels),
+        "--namespace",
+        "wbclibad",
+        "bench",
+        "--no-compile",
+        "--device",
+        "cpu",
+        cache=cache,
+    )
+    assert proc.returncode == 2
+    assert "does not match its reference" in proc.stderr and "not timed" in proc.stderr
+
+
+def test_result_draws_itself(lib: Any, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    result = workbench.bench(
+        "scale", lib=lib, device="cpu", sizes=["1Ki"], roofline=False, save=False, **FAST
+    )
+    page = result._repr_html_()
+    assert "<table>" in page and "<svg" in page and "scale" in page
+    result.plot(tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,54 @@
+"""The GPU timing protocol: graph replay for short kernels, flushed events for long ones, the
+wall-clock cross-check that catches work on a side stream."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import torch
+
+import workbench
+from workbench.benchmark.timer_cuda import flush_bytes, time_cuda
+
+pytestmark = pytest.mark.cuda
+FAST = {"device": "cuda", "compile": False, "save": False}
+
+
+def test_flush_buffer_is_twice_the_l2() -> None:
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    assert flush_bytes(torch.device("cuda")) == 2 * l2
+
+
+def test_short_kernel_is_timed_by_graph_replay_over_copies_past_l2(lib: Any) -> None:
+    s = workbench.bench("muladd", lib=lib, sizes=["4Ki"], **FAST).ops[0].sizes[0]
+    for name, m in s.times.items():
+        assert m.method.startswith("CUDA graph"), (name, m.method)
+        span = re.search(r"input copies \(([0-9.]+)x L2\)", m.method)
+        assert span is not None and float(span.group(1)) >= 2.0, m.method
+        assert m.stats.n >= 30 and not m.warnings
+
+
+def test_long_kernel_is_timed_by_flushed_events_with_roofline(lib: Any) -> None:
+    r = workbench.bench("muladd", lib=lib, sizes=["64Mi"], **FAST).ops[0]
+    s = r.sizes[0]
+    assert s.times["kernel"].method.startswith("events, L2 flushed")
+    assert s.times["kernel"].stats.n >= 30
+    roof = s.roofline(r.calibration)
+    assert roof is not None and 0.05 < roof < 1.2
+
+
+def test_work_on_a_side_stream_is_reported() -> None:
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+
+    def escaped(x: torch.Tensor) -> torch.Tensor:
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            return x @ x
+
+    m = time_cuda(escaped, (a,), torch.device("cuda"), "events")
+    assert any("escaped the timed stream" in w for w in m.warnings), m.warnings
+    honest = time_cuda(torch.matmul, (a, a), torch.device("cuda"), "events")
+    assert not honest.warnings

@@ -1,0 +1,253 @@
+"""What a benchmark run found: per op and size, each candidate's time, the roofline, verdicts.
+
+``BenchResult`` prints as a text table, serialises to JSON (``to_dict``), and draws itself in a
+notebook (``_repr_html_``: the table and a plot of time and % of roofline against size).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.benchmark.calibrate import Calibration
+from workbench.benchmark.stats import Measurement, noise_band, rel_diff, verdict
+
+KERNEL, KERNEL_AA, EAGER, COMPILED = "kernel", "kernel (A/A)", "eager", "compiled"
+
+
+@dataclass
+class SizeResult:
+    label: str
+    bytes: int
+    flops: int
+    times: dict[str, Measurement]  # candidate -> measurement
+
+    @property
+    def kernel(self) -> float:
+        return self.times[KERNEL].stats.median
+
+    @property
+    def aa_spread(self) -> float:
+        """Relative difference of the two timings of the kernel (the A/A control)."""
+        if KERNEL_AA not in self.times:
+            return 0.0
+        return rel_diff(self.times[KERNEL].stats.median, self.times[KERNEL_AA].stats.median)
+
+    @property
+    def noise(self) -> float:
+        """The noise band: differences smaller than this are called noise."""
+        if KERNEL_AA not in self.times:
+            return self.times[KERNEL].stats.rel_iqr / 2
+        return noise_band(self.times[KERNEL].stats, self.times[KERNEL_AA].stats)
+
+    def roofline(self, cal: Calibration | None) -> float | None:
+        """Fraction of the roofline: the time the ceilings allow over the measured time."""
+        if cal is None or self.kernel <= 0:
+            return None
+        floor = max(self.bytes / cal.copy_bytes_per_s, self.flops / cal.matmul_flops_per_s)
+        return floor / self.kernel
+
+    def against(self, other: str) -> tuple[float, str] | None:
+        """(speed-up of the kernel over ``other``, verdict) or None if ``other`` was not timed."""
+        if other not in self.times:
+            return None
+        base = self.times[other].stats.median
+        return base / self.kernel, verdict(self.kernel, base, self.noise)
+
+    def to_dict(self, cal: Calibration | None) -> dict[str, Any]:
+        roof = self.roofline(cal)
+        return {
+            "label": self.label,
+            "bytes": self.bytes,
+            "flops": self.flops,
+            "gb_per_s": self.bytes / self.kernel / 1e9 if self.kernel > 0 else None,
+            "tflop_per_s": self.flops / self.kernel / 1e12 if self.kernel > 0 else None,
+            "roofline": roof,
+            "aa_spread": self.aa_spread,
+            "noise": self.noise,
+            "times": {
+                name: {
+                    "median_s": m.stats.median,
+                    "q1_s": m.stats.q1,
+                    "q3_s": m.stats.q3,
+                    "n": m.stats.n,
+                    "method": m.method,
+                    "wall_per_call_s": m.wall_per_call,
+                    "warnings": m.warnings,
+                }
+                for name, m in self.times.items()
+            },
+        }
+
+
+@dataclass
+class OpResult:
+    op: str
+    device: str  # calibration-style device name
+    device_type: str  # "cpu" or "cuda"
+    dtype: str
+    build_key: str
+    sizes: list[SizeResult]
+    calibration: Calibration | None
+    previous: dict[str, Any] | None = None  # the stored result compared against (--vs)
+    created: float = 0.0
+
+    def warnings(self) -> list[str]:
+        return [
+            f"{self.op} {s.label} {name}: {w}"
+            for s in self.sizes
+            for name, m in s.times.items()
+            for w in m.warnings
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "device": self.device,
+            "device_type": self.device_type,
+            "dtype": self.dtype,
+            "build_key": self.build_key,
+            "created": self.created,
+            "calibration": self.calibration.__dict__ if self.calibration else None,
+            "sizes": [s.to_dict(self.calibration) for s in self.sizes],
+            "vs": self.vs_rows(),
+        }
+
+    def vs_rows(self) -> list[dict[str, Any]]:
+        """Per size in both runs: the previous build's kernel time against this one's."""
+        if self.previous is None:
+            return []
+        before = {s["label"]: s for s in self.previous["sizes"]}
+        rows = []
+        for s in self.sizes:
+            old = before.get(s.label)
+            if old is None:
+                continue
+            t_old = float(old["times"][KERNEL]["median_s"])
+            noise = max(s.noise, float(old["noise"]))
+            rows.append(
+                {
+                    "label": s.label,
+                    "previous_build": self.previous["build_key"],
+                    "previous_s": t_old,
+                    "now_s": s.kernel,
+                    "speedup": t_old / s.kernel if s.kernel > 0 else None,
+                    "noise": noise,
+                    "verdict": verdict(s.kernel, t_old, noise),
+                }
+            )
+        return rows
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.2f}" if seconds < 1e-4 else f"{seconds * 1e6:.1f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _vs(s: SizeResult, other: str) -> str:
+    got = s.against(other)
+    return "-" if got is None else f"{got[0]:.2f}x {got[1]}"
+
+
+HEADERS = [
+    "op",
+    "size",
+    "kernel us",
+    "IQR",
+    "GB/s",
+    "roofline",
+    "vs eager",
+    "vs compiled",
+    "A/A",
+    "method",
+]
+
+
+@dataclass
+class BenchResult:
+    ops: list[OpResult] = field(default_factory=list)
+
+    def rows(self) -> list[list[str]]:
+        out = []
+        for r in self.ops:
+            for s in r.sizes:
+                k = s.times[KERNEL]
+                gbs = s.bytes / s.kernel / 1e9 if s.kernel > 0 else 0.0
+                out.append(
+                    [
+                        r.op,
+                        s.label,
+                        _us(s.kernel),
+                        f"{k.stats.rel_iqr:.1%}",
+                        f"{gbs:.1f}",
+                        _pct(s.roofline(r.calibration)),
+                        _vs(s, EAGER),
+                        _vs(s, COMPILED),
+                        f"{s.aa_spread:.1%}",
+                        k.method,
+                    ]
+                )
+        return out
+
+    def vs_lines(self) -> list[str]:
+        lines = []
+        for r in self.ops:
+            if r.previous is None:
+                continue
+            lines.append(
+                f"{r.op}: against build {r.previous['build_key'][:12]} (now {r.build_key[:12]})"
+            )
+            for v in r.vs_rows():
+                lines.append(
+                    f"  {v['label']:>10}  {_us(v['previous_s'])} -> {_us(v['now_s'])} us  "
+                    f"{v['speedup']:.3f}x  {v['verdict']} (noise band {v['noise']:.1%})"
+                )
+        return lines
+
+    def table(self) -> str:
+        from workbench.cli.table import render
+
+        heads = {(r.device, r.dtype) for r in self.ops}
+        top = [f"{dev}, {dt}" for dev, dt in sorted(heads)]
+        parts = [*top, render(HEADERS, self.rows())]
+        parts += self.vs_lines()
+        parts += [f"warning: {w}" for r in self.ops for w in r.warnings()]
+        return "\n".join(parts)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        return f"<workbench.BenchResult {', '.join(r.op for r in self.ops)}>\n{self.table()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": 1, "ops": [r.to_dict() for r in self.ops]}
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    def plot(self, path: str | Path) -> None:
+        """Write the plot (PNG or SVG, from the suffix); needs matplotlib."""
+        from workbench.benchmark.plot import save
+
+        save(self, Path(path))
+
+    def _repr_html_(self) -> str:
+        from workbench.benchmark.plot import svg_or_none
+
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in self.rows()
+        )
+        notes = [*self.vs_lines(), *(f"warning: {w}" for r in self.ops for w in r.warnings())]
+        extra = "".join(f"<div><code>{html.escape(n)}</code></div>" for n in notes)
+        svg = svg_or_none(self)
+        picture = svg if svg is not None else "<p>(install matplotlib for the plot)</p>"
+        return f"<table><tr>{head}</tr>{body}</table>{extra}{picture}"

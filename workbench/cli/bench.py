@@ -1,0 +1,67 @@
+"""verify, then time ops against eager and torch.compile over their size sweep"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("ops", nargs="*", help="ops to time (default: every op with a spec)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda where built")
+    p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
+    p.add_argument("--sizes", help="comma-separated size labels of the sweep (default: all)")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
+    p.add_argument("--vs", metavar="BUILD", help="compare with 'last' or a stored build key")
+    p.add_argument("--json", metavar="PATH", type=Path, help="also write the results as JSON")
+    p.add_argument("--plot", metavar="PATH", type=Path, help="also draw them (.png or .svg)")
+    p.add_argument("--min-time", type=float, default=0.2, help="CPU seconds per timing")
+    p.add_argument("--seed", type=int, default=0, help="inputs and timing order")
+    p.add_argument("--no-save", action="store_true", help="do not store results for --vs")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this device's copy and matmul ceilings again and show them",
+    )
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    import torch
+
+    from workbench.benchmark.calibrate import load_or_measure
+
+    cuda = args.device == "cuda" or (args.device is None and torch.cuda.is_available())
+    cal = load_or_measure(torch.device("cuda" if cuda else "cpu"), refresh=True)
+    print("\n".join(cal.lines()))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.calibrate:
+        return _calibrate(args)
+    import workbench
+    from workbench.errors import WorkbenchError
+
+    if args.plot is not None and args.plot.suffix.lower() not in (".png", ".svg"):
+        raise WorkbenchError(f"--plot {args.plot} must end in .png or .svg")
+    lib = workbench.load(args.kernels, namespace=args.namespace)
+    result = workbench.bench(
+        args.ops or None,
+        lib=lib,
+        device=args.device,
+        dtype=args.dtype,
+        sizes=args.sizes.split(",") if args.sizes else None,
+        compile=not args.no_compile,
+        vs=args.vs,
+        seed=args.seed,
+        min_time=args.min_time,
+        save=not args.no_save,
+    )
+    if result.ops and result.ops[0].calibration is not None:
+        print("\n".join(result.ops[0].calibration.lines()))
+    print(result.table())
+    if args.json:
+        result.write_json(args.json)
+    if args.plot:
+        result.plot(args.plot)
+    return 0
