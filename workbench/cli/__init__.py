@@ -5,10 +5,32 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.cli import build, check
+from workbench.cli import (
+    build,
+    check,
+    clean,
+    compile_commands,
+    doctor,
+    gc,
+    smoke,
+    status,
+    watch,
+    why,
+)
 from workbench.errors import WorkbenchError
 
-COMMANDS = {"build": build, "check": check}
+COMMANDS = {
+    "build": build,
+    "check": check,
+    "status": status,
+    "why": why,
+    "clean": clean,
+    "gc": gc,
+    "doctor": doctor,
+    "watch": watch,
+    "compile-commands": compile_commands,
+    "smoke": smoke,
+}
 
 
 def parser() -> argparse.ArgumentParser:
