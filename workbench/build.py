@@ -35,7 +35,12 @@ from workbench.project import WB_REGISTRY_SOURCE, Family, Project, Source
 compile_hooks: list[Callable[[str, Path], None]] = []
 MANIFEST_FORMAT = 2
 # Compiler messages that mean the disk (or a file-size limit) ran out, not a bad source.
-_NO_SPACE_TEXT = ("No space left on device", "File too large", "Disk quota exceeded")
+_NO_SPACE_TEXT = (
+    "No space left on device",
+    "File too large",
+    "File size limit exceeded",
+    "Disk quota exceeded",
+)
 
 
 class Progress(Protocol):

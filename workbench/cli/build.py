@@ -8,7 +8,7 @@ import sys
 from workbench.cli.common import devices_arg, families_of, print_json, project_of
 from workbench.cli.progress import Progress
 from workbench.cli.table import render
-from workbench.errors import BuildError, CacheError
+from workbench.errors import BuildError
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     for family in families:
         try:
             b = build.ensure(project, family, config, jobs, progress=progress)
-        except (BuildError, CacheError) as e:
+        except BuildError as e:
             progress.done()
             print(f"wb build: {family.name} failed:\n{e}", file=sys.stderr)
             rows.append({"family": family.name, "state": "failed", "error": str(e)})
