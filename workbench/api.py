@@ -106,7 +106,9 @@ class Library:
         for name in names:
             family = project.family(name)
             try:
-                built.append(build.ensure(project, family, self.config, self._jobs, _say, index))
+                built.append(
+                    build.ensure(project, family, self.config, self._jobs, _say, index=index)
+                )
             except WorkbenchError as e:
                 errors.append(e)
         with contextlib.suppress(OSError):  # the index only saves time

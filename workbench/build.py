@@ -5,10 +5,17 @@ compile read, its command line and the toolchain; if the family's library for th
 the cache and its checksum matches, use it (no lock taken). Otherwise take the family's lock,
 look again, compile only the TUs whose objects are missing, link in a temporary directory,
 write the manifest last and rename the directory into place.
+
+Failure: the temporary directory is removed, so the cache never holds a partial entry; the
+attempt is recorded in ``failed/`` (what ``wb status`` shows) and cleared by the next success.
+A full disk (or a file-size limit) anywhere in the build reads as a CacheError that names the
+cache directory and WB_CACHE_DIR.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from workbench import cache, linkstub, ninja, warm
 from workbench.config import Config
@@ -26,6 +33,24 @@ from workbench.project import WB_REGISTRY_SOURCE, Family, Project, Source
 
 # Called with (family name, source path) for every TU compiled: tests count rebuilds with it.
 compile_hooks: list[Callable[[str, Path], None]] = []
+MANIFEST_FORMAT = 2
+# Compiler messages that mean the disk (or a file-size limit) ran out, not a bad source.
+_NO_SPACE_TEXT = (
+    "No space left on device",
+    "File too large",
+    "File size limit exceeded",
+    "Disk quota exceeded",
+)
+
+
+class Progress(Protocol):
+    """What a build reports as it goes (``wb build`` draws it; tests may record it)."""
+
+    def started(self, family: str, sources: list[Path], parallel: int) -> None: ...
+
+    def finished(self, family: str, source: Path) -> None: ...
+
+    def note(self, family: str, text: str) -> None: ...
 
 
 @dataclass
@@ -38,6 +63,8 @@ class Built:
     seconds: float = 0.0
     # Wall time of the build's phases ("compile", "link"); empty for a cache hit.
     phases: dict[str, float] = field(default_factory=dict)
+    lock_wait: float = 0.0  # seconds spent waiting for another process's build lock
+    locked_at: float | None = None  # time.monotonic() when the build lock was taken
 
     @property
     def hit(self) -> bool:
@@ -104,7 +131,11 @@ def _library_dir(family: Family, key: str) -> Path:
 
 
 def find_cached(family: Family, key: str | None) -> Built | None:
-    """The complete, intact library for ``key``, or None. Never raises for a missing entry."""
+    """The complete, intact library for ``key``, or None. Never raises for a missing entry.
+
+    A truncated or corrupted library (its sha256 differs from the manifest's) is reported as
+    missing; the build that follows replaces it under the family lock.
+    """
     if key is None:
         return None
     folder = _library_dir(family, key)
@@ -116,9 +147,31 @@ def find_cached(family: Family, key: str | None) -> Built | None:
         return Built(family.name, key, None, manifest)
     lib = folder / str(lib_name)
     if file_digest(str(lib)) != manifest.get("sha256"):
-        shutil.rmtree(folder, ignore_errors=True)  # truncated or corrupted: rebuild
         return None
     return Built(family.name, key, lib, manifest)
+
+
+def current_key(project: Project, family: Family, config: Config) -> str | None:
+    """The library key the current sources would build to; None if a TU was never compiled."""
+    return _library_key(_plan(project, family, config), config)
+
+
+def attempt_fingerprint(project: Project, family: Family, config: Config) -> str:
+    """A digest of everything a build attempt starts from, known even before any compile."""
+    return _fingerprint(_plan(project, family, config), config)
+
+
+def _fingerprint(tus: list[_TU], config: Config) -> str:
+    parts = []
+    for tu in tus:
+        files = [str(tu.source.path), *(tu.headers or [])]
+        parts.append((tu.command, [(p, file_digest(p)) for p in files]))
+    return digest("attempt", config.id, parts)
+
+
+def failure_path(project: Project, family: Family) -> Path:
+    """Where the last failed build of this project's family is recorded."""
+    return cache.root() / "failed" / f"{family.name}-{digest(str(project.kernels_dir))[:8]}.json"
 
 
 def ensure(
@@ -127,6 +180,7 @@ def ensure(
     config: Config,
     jobs: int | None = None,
     on_line: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
     index: warm.Index | None = None,
 ) -> Built:
     """The family's library for the current sources: from the cache, or built now.
@@ -141,7 +195,7 @@ def ensure(
         return Built(
             family.name, b["key"], Path(b["library"]) if b["library"] else None, b["manifest"]
         )
-    built = _ensure(project, family, config, jobs, on_line)
+    built = _ensure(project, family, config, jobs, on_line, progress)
     if index is not None:
         library = str(built.library) if built.library else None
         record = {"key": built.key, "library": library, "manifest": built.manifest}
@@ -155,6 +209,7 @@ def _ensure(
     config: Config,
     jobs: int | None,
     on_line: Callable[[str], None] | None,
+    progress: Progress | None,
 ) -> Built:
     start = time.perf_counter()
     tus = _plan(project, family, config)
@@ -163,17 +218,58 @@ def _ensure(
         return hit
 
     def waiting() -> None:
+        text = f"waiting for another process building {family.name}"
         if on_line:
-            on_line(f"waiting for another process building {family.name}")
+            on_line(text)
+        if progress:
+            progress.note(family.name, text)
 
+    before = time.monotonic()
     with cache.lock(family.name, on_wait=waiting):
+        locked_at = time.monotonic()
         tus = _plan(project, family, config)  # look again: the other process may have built it
-        hit = find_cached(family, _library_key(tus, config))
-        if hit is not None:
-            return hit
-        built = _build_locked(project, family, config, tus, jobs, on_line)
+        built = find_cached(family, _library_key(tus, config))
+        if built is None:
+            built = _build_recorded(project, family, config, tus, jobs, on_line, progress)
+    built.lock_wait, built.locked_at = locked_at - before, locked_at
     built.seconds = time.perf_counter() - start
     return built
+
+
+def _build_recorded(
+    project: Project,
+    family: Family,
+    config: Config,
+    tus: list[_TU],
+    jobs: int | None,
+    on_line: Callable[[str], None] | None,
+    progress: Progress | None,
+) -> Built:
+    """Build under the family lock; record a failure for ``wb status``, clear it on success."""
+    record = failure_path(project, family)
+    fingerprint = _fingerprint(tus, config)
+    try:
+        with cache.lock("objects", shared=True):  # gc deletes no object while we build
+            built = _build_locked(project, family, config, tus, jobs, on_line, progress)
+    except OSError as e:
+        if e.errno not in cache.NO_SPACE:
+            raise
+        error = cache.no_space_error(e, f"building {family.name}")
+        _record_failure(record, fingerprint, str(error))
+        raise error from e
+    except BuildError as e:
+        if any(text in str(e) for text in _NO_SPACE_TEXT):
+            e.args = (f"{e}\n{cache.no_space_error(OSError(28, 'disk full'), family.name)}",)
+        _record_failure(record, fingerprint, str(e))
+        raise
+    record.unlink(missing_ok=True)
+    return built
+
+
+def _record_failure(record: Path, fingerprint: str, message: str) -> None:
+    data = {"fingerprint": fingerprint, "time": time.time(), "message": message[:4000]}
+    with contextlib.suppress(OSError):  # a full disk must not hide the build's own error
+        cache.write_atomic(record, _json_text(data))
 
 
 def _build_locked(
@@ -183,6 +279,7 @@ def _build_locked(
     tus: list[_TU],
     jobs: int | None,
     on_line: Callable[[str], None] | None,
+    progress: Progress | None,
 ) -> Built:
     tmp = cache.make_tmp_dir(family.name)
     try:
@@ -197,11 +294,15 @@ def _build_locked(
             for tu in stale
         ]
         if any(tu.source.kind in ("binding", "registry") for tu in stale) and config.use_pch:
-            _ensure_pch(config, on_line)
+            _ensure_pch(config, _note_sink(family, on_line, progress))
         started = time.perf_counter()
+        result = ninja.Result(0.0)
         if ninja_jobs:
-            ninja.run(tmp, ninja_jobs, jobs or ninja.default_jobs(), on_line)
-        _store_objects(family, config, stale, outputs)
+            parallel = jobs or ninja.default_jobs()
+            if progress:
+                progress.started(family.name, [tu.source.path for tu in stale], parallel)
+            result = ninja.run(tmp, ninja_jobs, parallel, _status_sink(family, on_line, progress))
+        _store_objects(family, config, stale, outputs, result)
         compiled = time.perf_counter()
         key = _library_key(tus, config)
         assert key is not None
@@ -209,12 +310,39 @@ def _build_locked(
         if existing is not None:  # e.g. an edit that was reverted: only objects were missing
             existing.compiled = [tu.source.path for tu in stale]
             return existing
-        built = _link(family, config, tus, key, tmp)
+        if progress and config.link:
+            progress.note(family.name, "linking")
+        built = _link(project, family, config, tus, key, tmp)
         built.compiled = [tu.source.path for tu in stale]
         built.phases = {"compile": compiled - started, "link": time.perf_counter() - compiled}
         return built
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _note_sink(
+    family: Family, on_line: Callable[[str], None] | None, progress: Progress | None
+) -> Callable[[str], None]:
+    def sink(text: str) -> None:
+        if on_line:
+            on_line(text)
+        if progress:
+            progress.note(family.name, text)
+
+    return sink
+
+
+def _status_sink(
+    family: Family, on_line: Callable[[str], None] | None, progress: Progress | None
+) -> Callable[[str], None]:
+    def sink(line: str) -> None:
+        if on_line:
+            on_line(line)
+        source = ninja.status_source(line)
+        if progress and source:
+            progress.finished(family.name, Path(source))
+
+    return sink
 
 
 def _ensure_pch(config: Config, on_line: Callable[[str], None] | None) -> None:
@@ -248,28 +376,40 @@ def _ensure_pch(config: Config, on_line: Callable[[str], None] | None) -> None:
 
 
 def _store_objects(
-    family: Family, config: Config, stale: list[_TU], outputs: dict[int, Path]
+    family: Family,
+    config: Config,
+    stale: list[_TU],
+    outputs: dict[int, Path],
+    result: ninja.Result,
 ) -> None:
     for tu in stale:
-        out = outputs[id(tu)]
+        out, src = outputs[id(tu)], str(tu.source.path)
         tu.headers = _headers_from_depfile(Path(f"{out}.d"), tu.source.path, config)
         key = tu.compute_key(config)
         assert key is not None
         dest = _object_path(key)
         dest.parent.mkdir(exist_ok=True)
+        log = {"seconds": result.tu_seconds.get(src), "output": result.tu_output.get(src, "")}
+        cache.write_atomic(dest.with_suffix(".json"), _json_text(log))  # before the object
         os.replace(out, dest)
         cache.write_atomic(_deps_file(tu.source.path, tu.command), _json_text(tu.headers))
         for hook in compile_hooks:
             hook(family.name, tu.source.path)
 
 
-def _json_text(data: object) -> str:
-    import json
+def compile_log(key: str) -> dict[str, Any]:
+    """The seconds and compiler output of the compile that made object ``key`` ({} if none)."""
+    data = cache.read_json(_object_path(key).with_suffix(".json"))
+    return data if isinstance(data, dict) else {}
 
+
+def _json_text(data: object) -> str:
     return json.dumps(data, indent=1, sort_keys=True)
 
 
-def _link(family: Family, config: Config, tus: list[_TU], key: str, tmp: Path) -> Built:
+def _link(
+    project: Project, family: Family, config: Config, tus: list[_TU], key: str, tmp: Path
+) -> Built:
     folder = tmp / "lib"
     folder.mkdir()
     objects = [_object_path(tu.key) for tu in tus if tu.key is not None]
@@ -281,10 +421,14 @@ def _link(family: Family, config: Config, tus: list[_TU], key: str, tmp: Path) -
         if proc.returncode != 0:
             raise BuildError(f"linking {family.name} failed:\n{proc.stderr.strip()}", proc.stderr)
         _check_shared_libstdcxx(folder / lib_name, config)
-    manifest = _manifest(family, config, tus, key, lib_name, folder)
+    manifest = _manifest(project, family, config, tus, key, lib_name, folder)
     cache.write_atomic(folder / "manifest.json", _json_text(manifest))  # last: "complete"
     final = _library_dir(family, key)
     final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        # Corrupted (find_cached refused it under our lock). A process that has it mapped keeps
+        # its copy: Linux frees an unlinked file only when its last mapping goes.
+        shutil.rmtree(final, ignore_errors=True)
     try:
         os.rename(folder, final)
     except OSError:
@@ -312,16 +456,24 @@ def _check_shared_libstdcxx(lib: Path, config: Config) -> None:
 
 
 def _manifest(
-    family: Family, config: Config, tus: list[_TU], key: str, lib_name: str | None, folder: Path
+    project: Project,
+    family: Family,
+    config: Config,
+    tus: list[_TU],
+    key: str,
+    lib_name: str | None,
+    folder: Path,
 ) -> dict[str, object]:
+    """What ``wb status`` and ``wb why`` read: the build's identity, part by part."""
     inputs: dict[str, str | None] = {}
     for tu in tus:
         for p in [str(tu.source.path), *(tu.headers or [])]:
             inputs[p] = file_digest(p)
     lib_path = folder / lib_name if lib_name else None
     return {
-        "format": 1,
+        "format": MANIFEST_FORMAT,
         "family": family.name,
+        "project": str(project.kernels_dir),
         "key": key,
         "library": lib_name,
         "sha256": file_digest(str(lib_path)) if lib_path else None,
@@ -329,6 +481,14 @@ def _manifest(
         "created": time.time(),
         "devices": ["cpu", "cuda"] if config.with_cuda else ["cpu"],
         "toolchain": config.identity,
-        "tus": [{"source": str(t.source.path), "kind": t.source.kind, "key": t.key} for t in tus],
+        "tus": [
+            {
+                "source": str(t.source.path),
+                "kind": t.source.kind,
+                "key": t.key,
+                "command": t.command,
+            }
+            for t in tus
+        ],
         "inputs": inputs,
     }

@@ -1,12 +1,17 @@
 """The on-disk cache: layout, atomic writes, and locks that die with their holder.
 
-<root>/v1/obj/<k[:2]>/<key>.o          objects, content-addressed (one per TU and content)
+<root>/v1/obj/<k[:2]>/<key>.o          objects, content-addressed (one per TU and content), each
+                                       with <key>.json: the compile's seconds and compiler output
 <root>/v1/deps/<family-id>.json        last dependency list of each TU of a family
 <root>/v1/lib/<family>/<key>/          a linked library: lib<family>.<key[:16]>.so and
                                        manifest.json, written last (it marks "complete")
-<root>/v1/tmp/                         build directories, renamed into place when done
-<root>/v1/locks/<family>.lock          fcntl.flock: the OS releases it when the holder dies
+<root>/v1/failed/<family>.json         the last failed build attempt of a family (for wb status)
+<root>/v1/tmp/<family>-<pid>-*/        build directories, renamed into place when done
+<root>/v1/locks/<name>.lock            fcntl.flock: the OS releases it when the holder dies
 <root>/v1/toolchain/<id>.json          cached compiler version probes
+
+Locks: ``<family>.lock`` serialises the builds of a family and the removal of its libraries;
+``objects.lock`` is held shared by every build and exclusively by whoever deletes objects.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from workbench import knobs
 from workbench.errors import CacheError
 
 LAYOUT = "v1"
+SUBDIRS = ("obj", "deps", "lib", "tmp", "locks", "failed")
+# A full disk, a quota, or a file-size limit: each reads as "no room for the build".
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def root() -> Path:
@@ -34,7 +42,7 @@ def root() -> Path:
     path = base / LAYOUT
     try:
         path.mkdir(parents=True, exist_ok=True)
-        for sub in ("obj", "deps", "lib", "tmp", "locks"):
+        for sub in SUBDIRS:
             (path / sub).mkdir(exist_ok=True)
     except OSError as e:
         raise CacheError(
@@ -46,6 +54,23 @@ def root() -> Path:
             f"cache directory {base} is not writable; set WB_CACHE_DIR to a writable folder"
         )
     return path
+
+
+def no_space_error(e: OSError, what: str) -> CacheError:
+    """The error for a write that failed for lack of room, naming the cache and the knob."""
+    return CacheError(
+        f"{what}: no space left for the cache in {knobs.cache_dir()} ({e.strerror}); "
+        f"{free_space_text()}. Free space (`wb gc --max-size SIZE`) or set WB_CACHE_DIR to a "
+        "folder on a disk with room"
+    )
+
+
+def free_space_text() -> str:
+    try:
+        st = os.statvfs(knobs.cache_dir())
+    except OSError:
+        return "free space unknown"
+    return f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB free there"
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
@@ -70,30 +95,90 @@ def read_json(path: Path) -> Any | None:
         return None
 
 
+def lock_path(name: str) -> Path:
+    return root() / "locks" / f"{name}.lock"
+
+
 @contextlib.contextmanager
-def lock(name: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """An exclusive lock on ``locks/<name>.lock`` held by an open file descriptor.
+def lock(
+    name: str, on_wait: Callable[[], None] | None = None, shared: bool = False
+) -> Iterator[None]:
+    """A lock on ``locks/<name>.lock`` held by an open file descriptor (exclusive by default).
 
     The kernel drops an flock when the holder exits or is killed, so no lock outlives its
     process. ``on_wait`` is called once if another process holds the lock.
     """
-    path = root() / "locks" / f"{name}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_path(name), os.O_RDWR | os.O_CREAT, 0o644)
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    try:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, mode)
+        if not shared:
+            _record_holder(fd)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _record_holder(fd: int) -> None:
+    """Write "pid time" into the lock file, for ``wb doctor``; a full disk only loses that."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {time.time():.0f}\n".encode())
+
+
+@contextlib.contextmanager
+def try_lock(name: str) -> Iterator[bool]:
+    """An exclusive lock taken only if free: yields False (holding nothing) when busy."""
+    fd = os.open(lock_path(name), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            if on_wait is not None:
-                on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {time.time():.0f}\n".encode())
-        yield
+            yield False
+            return
+        _record_holder(fd)
+        yield True
     finally:
-        os.close(fd)  # closing releases the flock
+        os.close(fd)
+
+
+def lock_holder(name: str) -> int | None:
+    """The pid recorded by the process holding ``name`` now, or None if it is free."""
+    path = root() / "locks" / f"{name}.lock"
+    with try_lock(name) as free:
+        if free:
+            return None
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1  # held, by a process that has not written its pid yet
 
 
 def make_tmp_dir(prefix: str) -> Path:
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=root() / "tmp"))
+    """A fresh build directory; its name carries this pid so that gc can find dead ones."""
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=root() / "tmp"))
+
+
+def tmp_owner(path: Path) -> int | None:
+    """The pid that made build directory ``path``, from its name."""
+    parts = path.name.rsplit("-", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

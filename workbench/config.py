@@ -40,6 +40,7 @@ class Config:
     libstdcxx: Path | None = None  # the shared libstdc++ to link by path
     link: bool = True  # False: compile only (smoke builds for archs this torch cannot link)
     cpu_reason: str = ""  # why CUDA is off, for the load log
+    ptxas_info: bool = False  # -Xptxas=-v: registers, spills, shared memory (wb smoke)
 
     @property
     def with_cuda(self) -> bool:
@@ -86,6 +87,7 @@ class Config:
         if src.kind == "cuda":
             ccbin = ["-ccbin", str(self.cxx)] if knobs.cxx() else []
             head = [str(self.nvcc), *CUDA_FLAGS, *ccbin, *toolchain.gencode_flags(self.archs)]
+            head += ["-Xptxas=-v"] if self.ptxas_info else []
         elif src.kind == "cpu":
             head = [str(self.cxx), *KERNEL_CXX_FLAGS]
         else:
@@ -180,9 +182,15 @@ def _cuda_plan(devices: str | None, archs: tuple[str, ...] | None) -> tuple[tupl
 
 
 def make_config(
-    devices: str | None = None, archs: tuple[str, ...] | None = None, link: bool = True
+    devices: str | None = None,
+    archs: tuple[str, ...] | None = None,
+    link: bool = True,
+    ptxas_info: bool = False,
 ) -> Config:
-    """The configuration for this machine (or for explicit ``archs``, e.g. a smoke build)."""
+    """The configuration for this machine (or for explicit ``archs``, e.g. a smoke build).
+
+    ``ptxas_info`` adds ``-Xptxas=-v`` to CUDA compiles, whose output the build keeps.
+    """
     devices = devices or knobs.devices()
     if devices not in (None, "cpu", "cuda", "cpu,cuda"):
         raise ValueError(f"devices must be 'cpu' or 'cpu,cuda', got {devices!r}")
@@ -211,4 +219,5 @@ def make_config(
         nvcc_version=nvcc_version,
         link=link,
         cpu_reason=reason,
+        ptxas_info=ptxas_info,
     )

@@ -78,6 +78,12 @@ def jobs() -> int | None:
     return int(value)
 
 
+def torch_extensions_dir() -> Path:
+    """TORCH_EXTENSIONS_DIR: where torch.utils.cpp_extension builds (``wb doctor`` looks there)."""
+    explicit = _get("TORCH_EXTENSIONS_DIR")
+    return Path(explicit) if explicit else Path.home() / ".cache" / "torch_extensions"
+
+
 def quiet() -> bool:
     """WB_QUIET=1 silences the one-line load log."""
     return (_get("WB_QUIET") or "0") not in ("", "0")

@@ -8,10 +8,13 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench import knobs
 from workbench.errors import BuildError, ToolchainError
+
+STATUS_PREFIX = "["  # NINJA_STATUS below: "[finished/total elapsed] compile <source>"
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,15 @@ class Job:
     output: Path
     source: Path
     command: tuple[str, ...]  # the full compiler command line, output and depfile included
+
+
+@dataclass
+class Result:
+    """What a ninja run did: wall seconds, and per source its compile seconds and output."""
+
+    seconds: float
+    tu_seconds: dict[str, float] = field(default_factory=dict)
+    tu_output: dict[str, str] = field(default_factory=dict)
 
 
 def _escape(path: str) -> str:
@@ -55,7 +67,13 @@ def find_ninja() -> str:
 
 
 def default_jobs() -> int:
-    """One job per core, but at most one per 2 GiB of available memory (nvcc can use GBs)."""
+    """WB_JOBS, else one job per core but at most one per 2 GiB of available memory.
+
+    nvcc on a heavy TU can take GBs, so memory, not cores, is often the limit.
+    """
+    explicit = knobs.jobs()
+    if explicit is not None:
+        return explicit
     cores = len(os.sched_getaffinity(0))
     try:
         with open("/proc/meminfo") as f:
@@ -71,8 +89,12 @@ def run(
     jobs: Sequence[Job],
     parallel: int,
     on_line: Callable[[str], None] | None = None,
-) -> float:
-    """Build every job in ``build_dir``; return seconds. Raise BuildError with the log."""
+) -> Result:
+    """Build every job in ``build_dir``. Raise BuildError with the compiler output on failure.
+
+    ``on_line`` gets each status line, ``[finished/total elapsed] compile <source>``, as an
+    edge finishes.
+    """
     (build_dir / "build.ninja").write_text(ninja_text(jobs))
     env = dict(os.environ, NINJA_STATUS="[%f/%t %es] ")
     start = time.perf_counter()
@@ -89,7 +111,7 @@ def run(
     try:
         for line in proc.stdout:
             log.append(line)
-            if on_line is not None and line.startswith("["):
+            if on_line is not None and line.startswith(STATUS_PREFIX):
                 on_line(line.rstrip())
         code = proc.wait()
     except BaseException:  # KeyboardInterrupt included: never leave compilers running
@@ -98,7 +120,48 @@ def run(
         raise
     if code != 0:
         raise BuildError(_failure_summary(log), "".join(log))
-    return time.perf_counter() - start
+    result = Result(time.perf_counter() - start, tu_output=_edge_output(log))
+    by_output = {str(j.output): str(j.source) for j in jobs}
+    for output, secs in _log_seconds(build_dir / ".ninja_log").items():
+        if output in by_output:
+            result.tu_seconds[by_output[output]] = secs
+    return result
+
+
+def status_source(line: str) -> str | None:
+    """The source named by a status line, or None for any other line."""
+    if not line.startswith(STATUS_PREFIX):
+        return None
+    _, _, rest = line.partition("] compile ")
+    return rest.strip() or None
+
+
+def _edge_output(log: list[str]) -> dict[str, str]:
+    """Each edge's compiler output (warnings, ``-Xptxas -v``), which ninja prints after its
+    status line."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in log:
+        source = status_source(line)
+        if source is not None:
+            current = out.setdefault(source, [])
+        elif current is not None and not line.startswith("ninja:"):
+            current.append(line)
+    return {src: "".join(lines) for src, lines in out.items()}
+
+
+def _log_seconds(path: Path) -> dict[str, float]:
+    """Per output, the seconds its command ran, from ninja's own log (start and end in ms)."""
+    seconds = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        fields = line.split("\t")
+        if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
+            seconds[fields[3]] = (int(fields[1]) - int(fields[0])) / 1000
+    return seconds
 
 
 def _failure_summary(log: list[str]) -> str:

@@ -123,6 +123,13 @@ def compiler_version(exe: Path) -> str:
     return lines[-1] if "nvcc" in exe.name else lines[0]
 
 
+def nvcc_release(nvcc: Path) -> str:
+    """'13.0.88' from ``nvcc --version`` ('release 13.0, V13.0.88'); cached per binary."""
+    text = _probe(nvcc, ["--version"], "version")
+    m = re.search(r"release [\d.]+, V([\d.]+)", text) or re.search(r"release ([\d.]+)", text)
+    return m.group(1) if m else text.strip().splitlines()[-1]
+
+
 def shared_libstdcxx(cxx: Path) -> Path | None:
     """The shared libstdc++ to link by path: the compiler's, else the one torch runs on.
 
@@ -134,6 +141,12 @@ def shared_libstdcxx(cxx: Path) -> Path | None:
     if path.is_absolute() and path.exists():
         return path
     return _mapped_libstdcxx()
+
+
+def has_shared_libstdcxx(cxx: Path) -> bool:
+    """Whether ``cxx`` finds a shared libstdc++ of its own (some builds ship only the .a)."""
+    out = _probe(cxx, ["-print-file-name=libstdc++.so"], "libstdcxx").strip()
+    return Path(out).is_absolute() and Path(out).exists()
 
 
 def _mapped_libstdcxx() -> Path | None:
@@ -187,8 +200,18 @@ def gencode_flags(archs: tuple[str, ...]) -> list[str]:
     return flags
 
 
-def _nvml_capabilities() -> list[tuple[int, int]] | None:
-    """Compute capabilities of all GPUs through NVML, which creates no CUDA context."""
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    capability: tuple[int, int]
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.capability[0]}{self.capability[1]}"
+
+
+def nvml_gpus() -> list[Gpu] | None:
+    """The GPUs through NVML, which creates no CUDA context; None where NVML is unusable."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -199,18 +222,20 @@ def _nvml_capabilities() -> list[tuple[int, int]] | None:
         count = ctypes.c_uint()
         if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
             return None
-        caps = []
+        gpus = []
         for i in range(count.value):
             handle = ctypes.c_void_p()
             major, minor = ctypes.c_int(), ctypes.c_int()
+            name = ctypes.create_string_buffer(96)
             if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
                 return None
             if nvml.nvmlDeviceGetCudaComputeCapability(
                 handle, ctypes.byref(major), ctypes.byref(minor)
             ):
                 return None
-            caps.append((major.value, minor.value))
-        return caps
+            nvml.nvmlDeviceGetName(handle, name, ctypes.c_uint(len(name)))
+            gpus.append(Gpu(name.value.decode(errors="replace"), (major.value, minor.value)))
+        return gpus
     finally:
         nvml.nvmlShutdown()
 
@@ -222,7 +247,8 @@ def gpu_capabilities() -> tuple[tuple[int, int], ...]:
 
     if torch.version.cuda is None:
         return ()
-    caps = _nvml_capabilities()
+    gpus = nvml_gpus()
+    caps = None if gpus is None else [g.capability for g in gpus]
     if caps is None:
         if not torch.cuda.is_available():
             return ()

@@ -5,10 +5,36 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workbench.cli import bench, build, check, new
+from workbench.cli import (
+    bench,
+    build,
+    check,
+    clean,
+    compile_commands,
+    doctor,
+    gc,
+    new,
+    smoke,
+    status,
+    watch,
+    why,
+)
 from workbench.errors import WorkbenchError
 
-COMMANDS = {"build": build, "check": check, "bench": bench, "new": new}
+COMMANDS = {
+    "build": build,
+    "check": check,
+    "bench": bench,
+    "new": new,
+    "status": status,
+    "why": why,
+    "clean": clean,
+    "gc": gc,
+    "doctor": doctor,
+    "watch": watch,
+    "compile-commands": compile_commands,
+    "smoke": smoke,
+}
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,39 +1,65 @@
-"""build the op families (all, or those named) for this machine's devices"""
+"""build what is stale (all op families, or those named), with progress; exit 1 on a failure"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
+from workbench.cli.common import devices_arg, families_of, print_json, project_of
+from workbench.cli.progress import Progress
 from workbench.cli.table import render
+from workbench.errors import BuildError
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("families", nargs="*", help="op families to build (default: all)")
+    p.add_argument("ops", nargs="*", metavar="OP", help="ops or op families (default: all)")
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto")
-    p.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: from cores, memory)")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        help="parallel compiles (default: WB_JOBS, else cores, at most one per 2 GiB free memory)",
+    )
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    import workbench
+    from workbench import build, ninja
+    from workbench.config import make_config
 
-    devices = None if args.device == "auto" else ("cpu" if args.device == "cpu" else "cpu,cuda")
-    lib = workbench.load(
-        args.kernels,
-        namespace=args.namespace,
-        families=args.families or None,
-        devices=devices,
-        jobs=args.jobs,
-    )
-    rows = [
-        (
-            b.family,
-            b.key[:12],
-            "built" if b.compiled else "cached",
-            len(b.compiled),
-            f"{b.seconds:.2f}",
-            ",".join(b.manifest["devices"]),
+    if args.jobs is not None and args.jobs < 1:
+        raise SystemExit(f"wb build: -j must be >= 1, got {args.jobs}")
+    project = project_of(args)
+    families = families_of(project, args.ops)
+    config = make_config(devices_arg(args.device))
+    jobs = args.jobs or ninja.default_jobs()
+    progress = Progress()
+    rows: list[dict[str, object]] = []
+    failed = 0
+    for family in families:
+        try:
+            b = build.ensure(project, family, config, jobs, progress=progress)
+        except BuildError as e:
+            progress.done()
+            print(f"wb build: {family.name} failed:\n{e}", file=sys.stderr)
+            rows.append({"family": family.name, "state": "failed", "error": str(e)})
+            failed += 1
+            continue
+        progress.done()
+        state = "built" if b.compiled else "cached"
+        rows.append(
+            {
+                "family": b.family,
+                "key": b.key[:12],
+                "state": state,
+                "compiled": len(b.compiled),
+                "seconds": round(b.seconds, 2),
+                "devices": "+".join(b.manifest["devices"]),
+            }
         )
-        for b in lib.last.built
-    ]
-    print(render(["family", "key", "state", "compiled", "seconds", "devices"], rows))
-    return 0
+    if args.json:
+        print_json(rows)
+    else:
+        headers = ["family", "key", "state", "compiled", "seconds", "devices"]
+        print(render(headers, [[r.get(h, "") for h in headers] for r in rows]))
+    return 1 if failed else 0

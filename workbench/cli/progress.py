@@ -1,0 +1,107 @@
+"""Build progress for ``wb build`` and ``wb watch``: one live line on a terminal, plain lines
+otherwise (CI logs, pipes).
+
+ninja reports an edge when it finishes, so "compiling" names the first unfinished TUs, as
+many as run in parallel.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+
+class Progress:
+    """Implements :class:`workbench.build.Progress`."""
+
+    def __init__(self, stream: TextIO | None = None, live: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self.family = ""
+        self.pending: list[Path] = []
+        self.total = 0
+        self.parallel = 1
+        self.start = time.monotonic()
+        self.note_text = ""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    # build.Progress
+    def started(self, family: str, sources: list[Path], parallel: int) -> None:
+        with self._lock:
+            self.family, self.pending, self.total = family, list(sources), len(sources)
+            self.parallel, self.start, self.note_text = parallel, time.monotonic(), ""
+        if self.live:
+            self._start_ticker()
+        else:
+            self._line(f"{family}: compiling {self.total} TU(s), -j {parallel}")
+
+    def finished(self, family: str, source: Path) -> None:
+        with self._lock:
+            if source in self.pending:
+                self.pending.remove(source)
+            done = self.total - len(self.pending)
+        if not self.live:
+            self._line(f"{family}: [{done}/{self.total} {self._elapsed():.1f} s] {_short(source)}")
+        else:
+            self._draw()
+
+    def note(self, family: str, text: str) -> None:
+        with self._lock:
+            self.family, self.note_text = family, text
+        if self.live:
+            self._draw()
+        else:
+            self._line(f"{family}: {text}")
+
+    # drawing
+    def status(self) -> str:
+        """The live line: which TU is compiling, how many are left, elapsed seconds."""
+        with self._lock:
+            running = ", ".join(_short(p) for p in self.pending[: self.parallel])
+            left = len(self.pending)
+            what = f"compiling {running}" if running else self.note_text
+            if running and self.note_text.startswith("waiting"):
+                what = self.note_text
+        return f"{self.family}: {what} · {left} of {self.total} left · {self._elapsed():.1f} s"
+
+    def done(self) -> None:
+        """End the live line (call once the family's build returned or failed)."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
+        if self.live:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+        self._stop.clear()
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def _draw(self) -> None:
+        self.stream.write("\r\x1b[K" + self.status())
+        self.stream.flush()
+
+    def _start_ticker(self) -> None:
+        if self._ticker is not None:
+            return
+
+        def tick() -> None:
+            while not self._stop.wait(0.2):
+                self._draw()
+
+        self._ticker = threading.Thread(target=tick, daemon=True)
+        self._ticker.start()
+
+
+def _short(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
