@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The GPU evidence pass, run from a checkout on a CUDA host without installing anything:
 #
-#   bash scripts/gpu_evidence.sh tests     # the whole test suite, CUDA tests included
-#   bash scripts/gpu_evidence.sh bench     # wb check on every device, then the benchmarks
+#   bash scripts/gpu_evidence.sh tests [PYTEST ARGS]  # the test suite, CUDA tests included
+#   bash scripts/gpu_evidence.sh bench                # wb check on every device, benchmarks
 #
 # Logs and result tables go under $OUT (default: a new temporary folder); a summary prints
-# last. The steps share one cache ($WB_CACHE_DIR, default $OUT/cache).
+# last. The steps share one cache ($WB_CACHE_DIR, default: a new temporary folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 export OUT
-export WB_CACHE_DIR=${WB_CACHE_DIR:-$OUT/cache}
+export WB_CACHE_DIR=${WB_CACHE_DIR:-$(mktemp -d)}
 PY=${PYTHON:-python3}
 
 step() {
@@ -24,8 +24,9 @@ step() {
 
 case "${1:-}" in
   tests)
-    step pytest "$PY" -m pytest -p no:cacheprovider -q -rfEs
-    tail -n 25 "$OUT/pytest.log"
+    shift
+    step pytest "$PY" -m pytest -p no:cacheprovider -q -rfEs --durations=15 "$@"
+    tail -n 45 "$OUT/pytest.log"
     ;;
   bench)
     step check "$PY" -m workbench check --device all --json "$OUT/check.json"
