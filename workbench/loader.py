@@ -15,8 +15,8 @@ How a build becomes ``torch.ops.<ns>.<op>``, and how an edited build replaces it
    (fake, autograd) made again. A family that disappeared is unregistered and closed.
 5. Callers compiled with ``torch.compile`` reach the op through the dispatcher, so they run the
    new kernels. When a schema changes or an op disappears, Dynamo's caches are reset so those
-   callers re-trace against the new schema; when a CUDA build is swapped out, Inductor's CUDA
-   graphs (which replay the kernels they captured) are reset so they record again.
+   callers re-trace against the new schema; when a CUDA build is swapped out while Inductor holds
+   CUDA graphs (which replay the kernels they captured), Dynamo is reset so they record again.
 """
 
 from __future__ import annotations
@@ -325,13 +325,28 @@ def _has_cuda(handle: Handle) -> bool:
 
 
 def _reset_compiled_callers(swap: Swap, cuda_swapped: bool) -> None:
-    """Make code compiled against the old build stop using it (see the module docstring)."""
-    if (swap.redefined or swap.removed) and "torch._dynamo" in sys.modules:
-        torch._dynamo.reset()
-    elif cuda_swapped and "torch._inductor.cudagraph_trees" in sys.modules:
-        from torch._inductor.cudagraph_trees import reset_cudagraph_trees
+    """Make code compiled against the old build stop using it (see the module docstring).
 
-        reset_cudagraph_trees()
+    A schema change or a removed op resets Dynamo (compiled callers re-trace). A swapped CUDA
+    build resets it too when Inductor has recorded CUDA graphs: they replay the old kernels,
+    and a graph tree cannot be reset on its own without breaking the functions that use it.
+    """
+    schema_changed = bool(swap.redefined or swap.removed) and "torch._dynamo" in sys.modules
+    if schema_changed or (cuda_swapped and _cuda_graphs_recorded()):
+        torch._dynamo.reset()
+
+
+def _cuda_graphs_recorded() -> bool:
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    if trees is None:
+        return False
+    try:
+        if not torch._C._is_key_in_tls("tree_manager_containers"):
+            return False
+        containers = trees.get_obj(trees.local, "tree_manager_containers")
+        return any(getattr(c, "tree_manager", None) is not None for c in containers.values())
+    except Exception:  # torch internals moved: assume graphs exist and reset
+        return True
 
 
 def _owner(state: _Namespace, op: str) -> str | None:
