@@ -17,7 +17,7 @@ import re
 import sys
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +218,38 @@ def load(
     )
 
 
+# The last load of each extension name, for reload_all() (the notebook's autoreload).
+_calls: dict[str, tuple[list[Path], dict[str, Any], str | None]] = {}
+
+
+def reload_all() -> list[tuple[str, list[str], float]]:
+    """Load every extension loaded so far again: (name, files compiled, seconds) for each.
+
+    An unchanged extension costs a cache lookup; an edited one is rebuilt and swapped in.
+    """
+    done = []
+    for name, (paths, options, build_directory) in list(_calls.items()):
+        start = time.perf_counter()
+        out = _build(name, paths, options, build_directory, None)
+        if not options["standalone"]:
+            activate(name, out.path, options["python_module"])
+        done.append((name, [p.name for p in out.compiled], time.perf_counter() - start))
+    return done
+
+
+def _build(
+    name: str,
+    paths: list[Path],
+    options: dict[str, Any],
+    build_directory: str | None,
+    on_line: Callable[[str], None] | None,
+) -> cached.Output:
+    if build_directory is None:
+        return cached.build(recipe(name, paths, **options), knobs.jobs(), on_line)
+    with knobs.override(WB_CACHE_DIR=str(Path(build_directory).resolve())):
+        return cached.build(recipe(name, paths, **options), knobs.jobs(), on_line)
+
+
 def _build_and_load(
     name: str,
     paths: list[Path],
@@ -226,12 +258,8 @@ def _build_and_load(
     verbose: bool,
 ) -> Any:
     start = time.perf_counter()
-    on_line = _say if verbose else None
-    if build_directory is not None:
-        with knobs.override(WB_CACHE_DIR=str(Path(build_directory).resolve())):
-            out = cached.build(recipe(name, paths, **options), knobs.jobs(), on_line)
-    else:
-        out = cached.build(recipe(name, paths, **options), knobs.jobs(), on_line)
+    out = _build(name, paths, options, build_directory, _say if verbose else None)
+    _calls[name] = (paths, options, build_directory)
     if options["standalone"]:
         return str(out.path)
     live = activate(name, out.path, options["python_module"])
