@@ -163,7 +163,9 @@ def test_bad_arguments_name_the_argument(tmp_path: Path) -> None:
 
 @pytest.mark.nvcc
 def test_nvcc_compiles_the_tutorial_cuda_file(tmp_path: Path) -> None:
-    """The CUDA file, with the deferred-registration prelude, compiles here (no GPU needed)."""
+    """The CUDA file, with the deferred-registration prelude, compiles (no GPU needed)."""
+    if torch.version.cuda is None:
+        pytest.skip("a CPU build of torch ships no c10/cuda build headers; needs a CUDA torch")
     with knobs.override(TORCH_CUDA_ARCH_LIST="9.0"):
         recipe = dropin.recipe(
             "ext_muladd_cuda",

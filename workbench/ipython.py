@@ -95,6 +95,7 @@ class Session:
         pattern, is_cpp = _KINDS[kind]
         path = root / pattern.format(f=family)
         path.parent.mkdir(parents=True, exist_ok=True)
+        (root / "kernels" / family).mkdir(exist_ok=True)  # discovery finds families by folder
         text = f'#line 1 "<cell {family}>"\n{cell}' if is_cpp else cell
         if not path.is_file() or path.read_text() != text:
             path.write_text(text)

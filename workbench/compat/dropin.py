@@ -94,6 +94,14 @@ def _common_flags(config: Config, name: str) -> list[str]:
     return flags
 
 
+def _split_isystem(flags: list[str]) -> list[str]:
+    """nvcc wants ``-isystem DIR`` as two words."""
+    out: list[str] = []
+    for f in flags:
+        out += ["-isystem", f.removeprefix("-isystem")] if f.startswith("-isystem") else [f]
+    return out
+
+
 def _unit(
     config: Config,
     source: Path,
@@ -106,10 +114,10 @@ def _unit(
     head: list[str]
     if source.suffix in CUDA_SUFFIXES:
         ccbin = ["-ccbin", str(config.cxx)] if knobs.cxx() else []
-        head = [str(config.nvcc), *common, *NVCC_COMMON, *ccbin]
+        head = [str(config.nvcc), *_split_isystem(common), *NVCC_COMMON, *ccbin]
         head += [*toolchain.gencode_flags(config.archs), std, *extra_cuda_cflags]
         if config.cuda_home is not None:
-            head.append(f"-isystem{config.cuda_home / 'include'}")
+            head += ["-isystem", str(config.cuda_home / "include")]
     else:
         head = [str(config.cxx), *common, "-fPIC", std, *extra_cflags]
     tail = ["-MMD", "-MF", f"{OUT}.d", "-c", str(source), "-o", OUT]
@@ -121,6 +129,9 @@ def _link_command(
 ) -> tuple[str, ...]:
     lib = str(config.torch.lib_dir)
     cmd = [str(config.cxx), *([] if standalone else ["-shared"]), "-o", OUT, OBJECTS]
+    # Each build's calls bind to its own functions: an edited build loaded beside the old one
+    # must never call into it (user code keeps default visibility, as with torch's load).
+    cmd.append("-Wl,-Bsymbolic-functions")
     cmd += [str(config.libstdcxx)] if config.libstdcxx else ["-lstdc++"]
     cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
     if python_module:

@@ -4,8 +4,8 @@ A drop-in library whose sources use ``TORCH_LIBRARY`` is compiled with ``wb_comp
 opening it registers nothing: its blocks are recorded and made by ``wbc_register()``. To load an
 edited build of the same extension name:
 
-1. open the new build (import it, for a pybind11 module: a new file name per build, so Python's
-   cache of extension modules never hands back the old one);
+1. open the new build (import it, for a pybind11 module: a new file and import name per build,
+   so neither Python's nor pybind11's cache of extension modules hands back the old one);
 2. hold each op of the old build's namespaces with a placeholder kernel, so the dispatcher keeps
    the operator (and every ``torch.ops`` handle to it) alive across the swap;
 3. ``wbc_unregister()`` the old build, ``wbc_register()`` the new one; if that fails, register the
@@ -73,8 +73,17 @@ def _import_extension(name: str, path: Path) -> types.ModuleType:
     return module
 
 
-def _open(name: str, path: Path, python_module: bool) -> Live:
-    module = _import_extension(name, path) if python_module else None
+def _module_name(name: str, path: Path, first: bool) -> str:
+    """The import name of a build: ``name`` for the first; later builds get a package prefix.
+
+    CPython finds ``PyInit_<name>`` from the last component, and pybind11 caches modules by
+    the full name, so a reloaded build needs a full name of its own to be imported afresh.
+    """
+    return name if first else f"_wb_build_{path.suffixes[0].lstrip('.')}.{name}"
+
+
+def _open(name: str, path: Path, python_module: bool, first: bool = True) -> Live:
+    module = _import_extension(_module_name(name, path, first), path) if python_module else None
     try:
         cdll = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:
@@ -117,7 +126,7 @@ def activate(name: str, path: Path, python_module: bool) -> Live:
     old = _live.get(name)
     if old is not None and old.path == path:
         return old
-    new = _open(name, path, python_module)
+    new = _open(name, path, python_module, first=old is None)
     holders = _hold_ops(old.namespaces()) if old is not None else []
     try:
         if old is not None:

@@ -1,6 +1,9 @@
 // CUDA kernels of the tutorial layout (see muladd.cpp): one thread per element, launched on the
-// caller's current stream.
-#include <ATen/cuda/CUDAContext.h>
+// caller's current stream. (The tutorial includes <ATen/cuda/CUDAContext.h>, which also needs the
+// cuBLAS and cuSPARSE headers; the c10 headers below are all these kernels use.)
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 namespace ext_muladd {
@@ -38,7 +41,7 @@ at::Tensor muladd_cuda(const at::Tensor& a, const at::Tensor& b, double c) {
   at::Tensor out = at::empty(ac.sizes(), ac.options());
   const int64_t n = out.numel();
   if (n == 0) return out;
-  muladd_kernel<<<blocks(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+  muladd_kernel<<<blocks(n), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
       n, ac.data_ptr<float>(), bc.data_ptr<float>(), static_cast<float>(c), out.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -50,7 +53,7 @@ at::Tensor mul_cuda(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor out = at::empty(ac.sizes(), ac.options());
   const int64_t n = out.numel();
   if (n == 0) return out;
-  mul_kernel<<<blocks(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+  mul_kernel<<<blocks(n), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
       n, ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -62,7 +65,7 @@ void add_out_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   const at::Tensor ac = a.contiguous(), bc = b.contiguous();
   const int64_t n = out.numel();
   if (n == 0) return;
-  add_kernel<<<blocks(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+  add_kernel<<<blocks(n), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
       n, ac.data_ptr<float>(), bc.data_ptr<float>(), out.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
