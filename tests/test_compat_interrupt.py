@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from workbench import cache, knobs
@@ -37,21 +38,20 @@ def test_sigint_mid_compile_leaves_no_lock_and_no_partial_entry(tmp_path: Path) 
     src = tmp_path / "slow.cpp"
     src.write_text(SLOW)
     env = dict(os.environ, WB_CACHE_DIR=knobs.cache_dir().as_posix(), WB_JOBS="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _load_code(src, 1_000_000_000)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    compilers = []
-    while not compilers:  # the compiler is running once ninja has a child
-        line = proc.stdout.readline()
-        assert line or proc.poll() is None, "the load ended before it compiled"
-        compilers = _children_named(proc.pid, ("cc1plus", "g++", "c++", "ninja"))
-    os.kill(proc.pid, signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
+    log = tmp_path / "load.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _load_code(src, 1_000_000_000)],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+        while not _children_named(proc.pid, ("cc1plus",)):  # wait for the compiler to run
+            assert proc.poll() is None, f"the load ended before it compiled:\n{log.read_text()}"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    out = log.read_text()
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in out
     assert not [p for p in _descendants(proc.pid)]  # no compiler left running

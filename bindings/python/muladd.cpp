@@ -1,7 +1,7 @@
 // bindings/python/muladd.cpp: the muladd family as a NumPy module, without PyTorch.
 //
 //   muladd(a, b, c, device="cpu") -> a * b + c      mul(a, b, device="cpu") -> a * b
-// a, b: float32 or float64 arrays of one shape (other dtypes are converted to float64).
+// a, b: float32 or float64 arrays of one shape, any strides (other dtypes become float32).
 // device="cuda" copies the inputs to the GPU, runs the same CUDA kernel as torch.ops.wb.muladd
 // on a stream of its own, and copies the result back (built only with CUDA).
 // Build and import:  workbench.standalone.load("muladd")
@@ -35,10 +35,12 @@ void check_device(const std::string& device) {
 }
 
 template <typename T>
-Array<T> muladd(const Array<T>& a, const Array<T>& b, double c, const std::string& device) {
-  wb::check_same_shape("muladd", a, "a", b, "b");
+wb::Contiguous<T> muladd(const Array<T>& a_in, const Array<T>& b_in, double c,
+                         const std::string& device) {
+  wb::check_same_shape("muladd", a_in, "a", b_in, "b");
+  const wb::Contiguous<T> a = wb::contiguous(a_in), b = wb::contiguous(b_in);
   check_device(device);
-  Array<T> out = wb::empty_like(a);
+  wb::Contiguous<T> out = wb::empty_like(a);
   const int64_t n = a.size();
 #ifdef WB_WITH_CUDA
   if (device == "cuda") {
@@ -58,10 +60,11 @@ Array<T> muladd(const Array<T>& a, const Array<T>& b, double c, const std::strin
 }
 
 template <typename T>
-Array<T> mul(const Array<T>& a, const Array<T>& b, const std::string& device) {
-  wb::check_same_shape("mul", a, "a", b, "b");
+wb::Contiguous<T> mul(const Array<T>& a_in, const Array<T>& b_in, const std::string& device) {
+  wb::check_same_shape("mul", a_in, "a", b_in, "b");
+  const wb::Contiguous<T> a = wb::contiguous(a_in), b = wb::contiguous(b_in);
   check_device(device);
-  Array<T> out = wb::empty_like(a);
+  wb::Contiguous<T> out = wb::empty_like(a);
   const int64_t n = a.size();
 #ifdef WB_WITH_CUDA
   if (device == "cuda") {

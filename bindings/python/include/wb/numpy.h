@@ -1,6 +1,7 @@
 // wb/numpy.h: NumPy arrays in and out of the registry's torch-free kernels (pybind11).
 //
-//   wb::Array<T>             a C-contiguous array of T (others are converted on the way in)
+//   wb::Array<T>             an array argument of T (any strides; other dtypes are converted)
+//   wb::contiguous(a)        the same data C-contiguous (copied only when it is not)
 //   wb::check_same_shape()   a ValueError naming both arguments when their shapes differ
 //   wb::DeviceBuffer<T>      (WB_WITH_CUDA) a device copy of n elements: upload, download, free
 //   wb::CudaStream           (WB_WITH_CUDA) a non-default stream, synchronised before download
@@ -24,8 +25,17 @@ namespace wb {
 
 namespace py = pybind11;
 
+// An argument: any strides, so that overloads per dtype match before any conversion.
 template <typename T>
-using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
+using Array = py::array_t<T, py::array::forcecast>;
+// What kernels see: C-contiguous.
+template <typename T>
+using Contiguous = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+template <typename T>
+Contiguous<T> contiguous(const Array<T>& a) {
+  return Contiguous<T>::ensure(a);
+}
 
 template <typename T>
 void check_same_shape(const char* op, const Array<T>& a, const char* a_name, const Array<T>& b,
@@ -39,8 +49,8 @@ void check_same_shape(const char* op, const Array<T>& a, const char* a_name, con
 }
 
 template <typename T>
-Array<T> empty_like(const Array<T>& a) {
-  return Array<T>(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+Contiguous<T> empty_like(const Contiguous<T>& a) {
+  return Contiguous<T>(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
 }
 
 // A kernel launcher's Status as an exception (RuntimeError in Python).
