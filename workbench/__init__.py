@@ -2,6 +2,11 @@
 
 ``import workbench`` does no work: no compiler probing, no CUDA initialisation, no directories
 created. Everything happens in :func:`load` and the ``wb`` command.
+
+``workbench.load(path, namespace=..., ...)`` loads a kernel registry;
+``workbench.load(name, sources, ...)`` and ``workbench.load_inline(...)`` are drop-ins for
+``torch.utils.cpp_extension.load`` / ``load_inline`` (the rule: ``workbench.compat.dispatch``).
+``%load_ext workbench`` in IPython adds the notebook magics (``workbench.ipython``).
 """
 
 from __future__ import annotations
@@ -11,24 +16,38 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from workbench.api import Library, load
+    from workbench.api import Library
     from workbench.benchmark import bench
+    from workbench.compat.dispatch import load
+    from workbench.compat.dropin import load_inline
+    from workbench.ipython import load_ipython_extension, unload_ipython_extension
     from workbench.verify import check
 
-__all__ = ["Library", "__version__", "bench", "check", "load"]
+__all__ = [
+    "Library",
+    "__version__",
+    "bench",
+    "check",
+    "load",
+    "load_inline",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]
+
+_LAZY = {
+    "Library": "workbench.api",
+    "bench": "workbench.benchmark",
+    "check": "workbench.verify",
+    "load": "workbench.compat.dispatch",
+    "load_inline": "workbench.compat.dropin",
+    "load_ipython_extension": "workbench.ipython",
+    "unload_ipython_extension": "workbench.ipython",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("load", "Library"):
-        from workbench import api
+    if name in _LAZY:
+        import importlib
 
-        return getattr(api, name)
-    if name == "check":
-        from workbench.verify import check
-
-        return check
-    if name == "bench":
-        from workbench.benchmark import bench
-
-        return bench
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")

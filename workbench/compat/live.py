@@ -1,0 +1,173 @@
+"""Opening drop-in builds, and swapping an edited build in without aborting the process.
+
+A drop-in library whose sources use ``TORCH_LIBRARY`` is compiled with ``wb_compat.h``, so
+opening it registers nothing: its blocks are recorded and made by ``wbc_register()``. To load an
+edited build of the same extension name:
+
+1. open the new build (import it, for a pybind11 module: a new file and import name per build,
+   so neither Python's nor pybind11's cache of extension modules hands back the old one);
+2. hold each op of the old build's namespaces with a placeholder kernel, so the dispatcher keeps
+   the operator (and every ``torch.ops`` handle to it) alive across the swap;
+3. ``wbc_unregister()`` the old build, ``wbc_register()`` the new one; if that fails, register the
+   old one again: the last good build keeps working;
+4. drop the placeholders; close the old library (a plain library; Python keeps modules open) and
+   point the old module object's attributes at the new build.
+"""
+
+from __future__ import annotations
+
+import _ctypes
+import ctypes
+import importlib.machinery
+import importlib.util
+import os
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.errors import LoadError
+
+ABI_VERSION = 1
+# The dispatch key of the placeholder kernels: one no backend of this process uses.
+_PLACEHOLDER_KEY = "PrivateUse3"
+
+
+@dataclass
+class Live:
+    path: Path
+    cdll: ctypes.CDLL
+    module: types.ModuleType | None
+    deferred: bool  # built with wb_compat.h: registers through wbc_register
+    registered: bool = False
+
+    def namespaces(self) -> list[str]:
+        if not self.deferred:
+            return []
+        count = self.cdll.wbc_block_count()
+        return sorted({self.cdll.wbc_block_namespace(i).decode() for i in range(count)})
+
+    def register(self) -> None:
+        if not self.deferred or self.registered:
+            return
+        err = ctypes.create_string_buffer(8192)
+        if self.cdll.wbc_register(err, len(err)) != 0:
+            raise LoadError(f"registering the ops of {self.path.name} failed: {err.value.decode()}")
+        self.registered = True
+
+    def unregister(self) -> None:
+        if self.registered:
+            self.cdll.wbc_unregister()
+            self.registered = False
+
+
+_live: dict[str, Live] = {}  # extension name -> its live build
+
+
+def _import_extension(name: str, path: Path) -> types.ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    if spec is None:
+        raise LoadError(f"cannot import {path} as the Python module {name!r}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _module_name(name: str, path: Path, first: bool) -> str:
+    """The import name of a build: ``name`` for the first; later builds get a package prefix.
+
+    CPython finds ``PyInit_<name>`` from the last component, and pybind11 caches modules by
+    the full name, so a reloaded build needs a full name of its own to be imported afresh.
+    """
+    return name if first else f"_wb_build_{path.suffixes[0].lstrip('.')}.{name}"
+
+
+def _open(name: str, path: Path, python_module: bool, first: bool = True) -> Live:
+    module = _import_extension(_module_name(name, path, first), path) if python_module else None
+    try:
+        cdll = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as e:
+        raise LoadError(f"cannot open {path}: {e}") from e
+    deferred = hasattr(cdll, "wbc_abi_version")
+    if deferred:
+        if cdll.wbc_abi_version() != ABI_VERSION:
+            raise LoadError(f"{path} has registration entry points of another workbench version")
+        cdll.wbc_register.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        cdll.wbc_block_namespace.restype = ctypes.c_char_p
+        cdll.wbc_block_namespace.argtypes = [ctypes.c_int]
+    return Live(path, cdll, module, deferred)
+
+
+def _hold_ops(namespaces: list[str]) -> list[object]:
+    """Placeholder kernels that keep every op of ``namespaces`` alive in the dispatcher."""
+    import torch
+
+    holders: list[object] = []
+    names = torch._C._dispatch_get_all_op_names()
+    for ns in namespaces:
+        ops = sorted(
+            {n.split("::", 1)[1].split(".", 1)[0] for n in names if n.startswith(ns + "::")}
+        )
+        if not ops:
+            continue
+        lib = torch.library.Library(ns, "FRAGMENT")
+        for op in ops:
+            lib.impl(op, _placeholder, _PLACEHOLDER_KEY)
+        holders.append(lib)
+    return holders
+
+
+def _placeholder(*args: object, **kwargs: object) -> object:
+    raise RuntimeError("this op is being reloaded")
+
+
+def activate(name: str, path: Path, python_module: bool) -> Live:
+    """Make ``path`` the live build of the extension ``name``; the old one is swapped out."""
+    old = _live.get(name)
+    if old is not None and old.path == path:
+        return old
+    new = _open(name, path, python_module, first=old is None)
+    holders = _hold_ops(old.namespaces()) if old is not None else []
+    try:
+        if old is not None:
+            old.unregister()
+        try:
+            new.register()
+        except LoadError:
+            if old is not None:
+                old.register()  # the last good build keeps working
+            _close(new)
+            raise
+    finally:
+        for lib in holders:
+            lib._destroy()  # type: ignore[attr-defined]
+    _live[name] = new
+    if old is not None:
+        _retire(old, new)
+    if not python_module:
+        _note_loaded_library(path)
+    return new
+
+
+def _retire(old: Live, new: Live) -> None:
+    if old.module is not None and new.module is not None:
+        old.module.__dict__.update(
+            {k: v for k, v in new.module.__dict__.items() if k not in ("__spec__", "__loader__")}
+        )
+    _close(old)
+
+
+def _close(live: Live) -> None:
+    live.unregister()
+    if live.module is None:  # a plain library: nothing else holds it
+        _ctypes.dlclose(live.cdll._handle)
+
+
+def _note_loaded_library(path: Path) -> None:
+    import torch
+
+    torch.ops.loaded_libraries.add(str(path))
+
+
+def live(name: str) -> Live | None:
+    return _live.get(name)
