@@ -16,7 +16,6 @@ edited build of the same extension name:
 
 from __future__ import annotations
 
-import _ctypes
 import ctypes
 import importlib.machinery
 import importlib.util
@@ -158,9 +157,13 @@ def _retire(old: Live, new: Live) -> None:
 
 
 def _close(live: Live) -> None:
+    """Unregister, and keep the library mapped: the dispatcher may hold a pointer into it (the
+    C++ signature of an op's first kernel; see ``workbench.loader._retired``)."""
     live.unregister()
-    if live.module is None:  # a plain library: nothing else holds it
-        _ctypes.dlclose(live.cdll._handle)
+    _retired.append(live.cdll)
+
+
+_retired: list[object] = []
 
 
 def _note_loaded_library(path: Path) -> None:
