@@ -14,6 +14,9 @@ for the 1-family registry. It must restart the process for every edit (an in-pro
 TORCH_LIBRARY op aborts it), so its time runs from writing the file to the correct result
 printed by a new process, and the restart is counted.
 
+The processes import from cached bytecode, as an installed package does, even where
+PYTHONDONTWRITEBYTECODE is set.
+
 Usage: python scripts/bench_reload.py [--families 1 30] [--repeats 3] [--no-anchor] [--out F]
 Prints a markdown table (and JSON) last.
 """
@@ -329,6 +332,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wb-reload-") as tmp:
         work = Path(tmp)
         env = dict(os.environ, WB_CACHE_DIR=str(work / "cache"), WB_QUIET="1")
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: imports from bytecode
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
         if device == "cuda":
             major, minor = torch.cuda.get_device_capability()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import workbench
 from tests.registry_fixture import write_registry
@@ -75,7 +76,8 @@ def test_status_and_why_follow_an_edit(tmp_path: Path, capsys: pytest.CaptureFix
     workbench.load(kernels, namespace=_ns())
     _, out = _cli(capsys, kernels, "status", "--json")
     (row,) = json.loads(out)
-    assert row["state"] == "fresh" and row["devices"] == "cpu" and row["size"] > 0
+    devices = "cpu+cuda" if torch.cuda.is_available() else "cpu"
+    assert row["state"] == "fresh" and row["devices"].startswith(devices) and row["size"] > 0
     write_registry(tmp_path, offset=7)  # a header edit
     _, out = _cli(capsys, kernels, "status", "--json")
     assert json.loads(out)[0]["state"] == "stale"

@@ -188,8 +188,11 @@ def test_nvcc_compiles_the_tutorial_cuda_file(tmp_path: Path) -> None:
 
 @pytest.mark.cuda
 def test_the_tutorial_extension_with_cuda() -> None:
+    # The same extension as the CPU test, now with its CUDA file: two extensions cannot both
+    # define TORCH_LIBRARY(ext_muladd), but one extension can be rebuilt with more sources.
     sources = [str(DATA / "muladd.cpp"), str(DATA / "muladd.cu")]
-    workbench.load("ext_muladd_gpu", sources, is_python_module=False)
+    workbench.load("ext_muladd", sources, is_python_module=False)
     a, b = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
     torch.testing.assert_close(torch.ops.ext_muladd.muladd(a, b, 2.0), a * b + 2.0)
     torch.testing.assert_close(torch.ops.ext_muladd.mul(a, b), a * b)
+    torch.testing.assert_close(torch.ops.ext_muladd.mul(a.cpu(), b.cpu()), a.cpu() * b.cpu())

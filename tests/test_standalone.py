@@ -65,6 +65,7 @@ def test_muladd_over_numpy_on_cuda_with_staging() -> None:
     m = standalone.load("muladd", with_cuda=True)
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal(100_003), rng.standard_normal(100_003)
-    np.testing.assert_allclose(m.muladd(a, b, 2.0, device="cuda"), a * b + 2.0, rtol=1e-12)
+    # nvcc contracts a * b + c into one fused multiply-add (one rounding instead of two).
+    np.testing.assert_allclose(m.muladd(a, b, 2.0, device="cuda"), a * b + 2.0, rtol=1e-10)
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     np.testing.assert_allclose(m.mul(a32, b32, device="cuda"), a32 * b32, rtol=1e-6)

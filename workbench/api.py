@@ -6,11 +6,12 @@ import contextlib
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import build, knobs, loader, warm
+from workbench import build, knobs, loader, ninja, warm
 from workbench.config import Config, make_config
 from workbench.errors import BuildError, WorkbenchError
 from workbench.project import Family, Project, discover
@@ -100,19 +101,7 @@ class Library:
         project = discover(self.project.kernels_dir, self.namespace)
         self.project = project
         names = list(self._selected or [f.name for f in project.families])
-        built: list[build.Built] = []
-        errors: list[WorkbenchError] = []
-        index = warm.Index(warm.identity(project.kernels_dir, project.include_dirs, self.config.id))
-        for name in names:
-            family = project.family(name)
-            try:
-                built.append(
-                    build.ensure(project, family, self.config, self._jobs, _say, index=index)
-                )
-            except WorkbenchError as e:
-                errors.append(e)
-        with contextlib.suppress(OSError):  # the index only saves time
-            index.save()
+        built, errors = self._build_all(project, names)
         report = LoadReport(built, [], 0.0)
         for result in built:
             self._activate(project.family(result.family), result, report)
@@ -125,6 +114,36 @@ class Library:
             raise errors[0] if len(errors) == 1 else BuildError("\n\n".join(map(str, errors)))
         self.last = report
         return report
+
+    def _build_all(
+        self, project: Project, names: list[str]
+    ) -> tuple[list[build.Built], list[WorkbenchError]]:
+        """Build (or find) every family; families build concurrently, each with its own ninja.
+
+        A family has a few TUs, so one ninja per family would leave most cores idle on a cold
+        build of many families: up to one family per three jobs builds at once.
+        """
+        index = warm.Index(warm.identity(project.kernels_dir, project.include_dirs, self.config.id))
+        jobs = self._jobs or ninja.default_jobs()
+
+        def one(name: str) -> build.Built:
+            family = project.family(name)
+            return build.ensure(project, family, self.config, jobs, _say, index=index)
+
+        workers = max(1, min(len(names), jobs // 3))
+        results: dict[str, build.Built | WorkbenchError] = {}
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {name: pool.submit(one, name) for name in names}
+            for name, future in futures.items():
+                try:
+                    results[name] = future.result()
+                except WorkbenchError as e:
+                    results[name] = e
+        with contextlib.suppress(OSError):  # the index only saves time
+            index.save()
+        built = [r for r in results.values() if isinstance(r, build.Built)]
+        errors = [r for r in results.values() if isinstance(r, WorkbenchError)]
+        return built, errors
 
     def _activate(self, family: Family, result: build.Built, report: LoadReport) -> None:
         module = loader.load_spec_module(family.name, self.namespace, family.spec_path)
