@@ -122,9 +122,14 @@ print(elapsed)
 
 ANCHOR_MATH = """\
 #pragma once
+#ifdef __CUDACC__
+#define ANCHOR_HD __host__ __device__
+#else
+#define ANCHOR_HD
+#endif
 constexpr double kShift = 0.0;
 template <typename A>
-A apply(A x, A alpha) { return alpha * x + static_cast<A>(kShift); }
+ANCHOR_HD A apply(A x, A alpha) { return alpha * x + static_cast<A>(kShift); }
 """
 
 ANCHOR_CPP = """\
@@ -321,6 +326,8 @@ def main() -> None:
     parser.add_argument("--families", type=int, nargs="+", default=[1, 30])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-anchor", action="store_true")
+    parser.add_argument("--anchor-only", action="store_true", help="measure only the anchor")
+    parser.add_argument("--anchor-cases", nargs="+", choices=CASES, help="default: all")
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     args = parser.parse_args()
     if args.repeats < 1 or any(n < 1 for n in args.families):
@@ -338,6 +345,10 @@ def main() -> None:
             major, minor = torch.cuda.get_device_capability()
             env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one arch for both tools
         wb = {}
+        if args.anchor_only:
+            anchor_cases = [c for c in cases if c in (args.anchor_cases or cases)]
+            print(f"anchor: {json.dumps(bench_anchor(device, anchor_cases, work, env))}")
+            return
         for count in args.families:
             wb[count] = bench_wb(count, device, cases, args.repeats, work, env)
             print(f"wb, {count} families: {json.dumps(wb[count])}", flush=True)
