@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench import knobs
+from workbench import build, knobs
 
 HAS_CUDA = torch.cuda.is_available()
 HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()
@@ -46,3 +46,16 @@ def lib(cache_dir: Path):  # type: ignore[no-untyped-def]
 
     with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
         return workbench.load()
+
+
+@pytest.fixture
+def compiled() -> Iterator[list[str]]:
+    """'folder/file' of every TU compiled while the test runs (the build's compile hook)."""
+    names: list[str] = []
+
+    def hook(family: str, source: Path) -> None:
+        names.append(f"{source.parent.name}/{source.name}")
+
+    build.compile_hooks.append(hook)
+    yield names
+    build.compile_hooks.remove(hook)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,22 +14,9 @@ import torch
 
 import workbench
 from tests.registry_fixture import write_registry
-from workbench import build, knobs
+from workbench import knobs
 
 _count = iter(range(1_000_000))
-
-
-@pytest.fixture
-def compiled() -> Iterator[list[str]]:
-    """The base names of the TUs compiled while the test runs."""
-    names: list[str] = []
-
-    def hook(family: str, source: Path) -> None:
-        names.append(f"{source.parent.name}/{source.name}")
-
-    build.compile_hooks.append(hook)
-    yield names
-    build.compile_hooks.remove(hook)
 
 
 def _load(kernels: Path) -> workbench.Library:

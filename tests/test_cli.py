@@ -17,7 +17,7 @@ import torch
 import workbench
 from tests.registry_fixture import write_registry
 from tests.reliability_helpers import child_env, wb
-from workbench import cache, inventory
+from workbench import cache, inventory, knobs
 from workbench.cli import main
 from workbench.cli.progress import Progress
 
@@ -119,6 +119,32 @@ def test_clean_removes_a_family_even_while_loaded(
     assert "keeps its copy" in out  # Linux keeps the unlinked, mapped library alive
     assert inventory.entries("tiny", kernels.resolve()) == []
     assert torch.equal(lib.add_offset(torch.zeros(1)), torch.ones(1))  # still runs
+
+
+def test_gc_max_size_brings_the_cache_under_the_limit_oldest_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from workbench.cli import gc
+
+    kernels = write_registry(tmp_path / "registry")
+    own_cache = child_env(WB_CACHE_DIR=str(tmp_path / "cache"))  # nothing here maps its builds
+    for delta in (0, 1, 2):
+        write_registry(tmp_path / "registry", delta=delta)
+        built = wb("--kernels", str(kernels), "build", env=own_cache)
+        assert built.returncode == 0, built.stderr
+    with knobs.override(WB_CACHE_DIR=str(tmp_path / "cache")):
+        builds = inventory.entries("tiny", kernels.resolve())  # newest first
+        assert len(builds) == 3
+        size = gc._size()
+        limit = size - 1  # one byte too many: the oldest build must go, the newest must stay
+        code, out = _cli(capsys, kernels, "gc", "--max-size", str(limit))
+        assert code == 0 and "removed 1 build(s)" in out, out
+        left = inventory.entries("tiny", kernels.resolve())
+        assert [e.key for e in left] == [e.key for e in builds[:2]]
+        assert gc._size() <= limit
+        code, out = _cli(capsys, kernels, "gc", "--max-size", "0")
+        assert code == 0 and gc._size() == 0  # nothing maps these builds: everything goes
+        assert inventory.entries("tiny", kernels.resolve()) == []
 
 
 def test_gc_rejects_bad_sizes() -> None:

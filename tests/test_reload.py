@@ -17,7 +17,7 @@ import torch
 
 import workbench
 from tests.conftest import DEVICES, HAS_CUDA
-from workbench import build, scaffold
+from workbench import scaffold
 from workbench.errors import BuildError, LoadError
 from workbench.project import WB_KERNEL_INCLUDE
 
@@ -54,19 +54,6 @@ def lib(loaded: workbench.Library, registry: Path) -> Iterator[workbench.Library
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
     loaded.reload()
-
-
-@pytest.fixture
-def compiled() -> Iterator[list[str]]:
-    """'folder/file' of every TU compiled while the test runs."""
-    names: list[str] = []
-
-    def hook(family: str, source: Path) -> None:
-        names.append(f"{source.parent.name}/{source.name}")
-
-    build.compile_hooks.append(hook)
-    yield names
-    build.compile_hooks.remove(hook)
 
 
 def edit(path: Path, old: str, new: str) -> None:

@@ -27,6 +27,17 @@ def _age(path: Path, seconds: float) -> None:
     os.utime(path, (t, t))
 
 
+def _indexed_registry(root: Path) -> tuple[Path, Path]:
+    """A built registry whose files are all old, loaded once more so the index records it."""
+    kernels = write_registry(root)
+    library = _load(kernels).families["tiny"].library
+    assert library is not None
+    for p in [*root.rglob("*.h"), *root.rglob("*.cpp"), library]:
+        _age(p, 60)
+    _load(kernels)  # a full check, which records the stamps
+    return kernels, library
+
+
 @pytest.fixture
 def planned(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The families that went through the full check (planning and hashing)."""
@@ -44,12 +55,7 @@ def planned(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 def test_an_untouched_registry_skips_the_full_check_and_an_edit_is_still_seen(
     tmp_path: Path, planned: list[str]
 ) -> None:
-    kernels = write_registry(tmp_path)
-    library = _load(kernels).families["tiny"].library
-    assert library is not None
-    for p in [*tmp_path.rglob("*.h"), *tmp_path.rglob("*.cpp"), library]:
-        _age(p, 60)
-    _load(kernels)  # a full check, which records the stamps
+    kernels, _ = _indexed_registry(tmp_path)
     planned.clear()
     lib = _load(kernels)
     assert planned == []  # from the index
@@ -69,12 +75,7 @@ def test_an_untouched_registry_skips_the_full_check_and_an_edit_is_still_seen(
 def test_a_damaged_library_is_never_taken_from_the_index(
     tmp_path: Path, planned: list[str]
 ) -> None:
-    kernels = write_registry(tmp_path)
-    library = _load(kernels).families["tiny"].library
-    assert library is not None
-    for p in [*tmp_path.rglob("*.h"), *tmp_path.rglob("*.cpp"), library]:
-        _age(p, 60)
-    _load(kernels)
+    kernels, library = _indexed_registry(tmp_path)
     data = bytearray(library.read_bytes())
     data[len(data) // 2] ^= 0xFF
     # A new file in its place (rewriting a mapped library in place could crash this process).

@@ -231,15 +231,20 @@ def _sync_defs(
             if current.spec is not specs.get(name):  # spec.py was edited
                 current.register_python(ns, specs.get(name))
             continue
-        if current is not None:
-            state.defs.pop(name).destroy()
-        definition = torch.library.Library(ns, "FRAGMENT")
-        definition.define(schema)
-        op_def = _OpDef(schema, definition)
-        state.defs[name] = op_def
-        op_def.register_python(ns, specs.get(name))
+        _define(ns, state, name, schema, specs.get(name))
         if current is not None or old is not None:
             swap.redefined.append(name)
+
+
+def _define(ns: str, state: _Namespace, name: str, schema: str, spec: OpSpec | None) -> None:
+    """(Re)define op ``name`` with ``schema`` and register the spec's Python functions."""
+    if name in state.defs:
+        state.defs.pop(name).destroy()
+    definition = torch.library.Library(ns, "FRAGMENT")
+    definition.define(schema)
+    op_def = _OpDef(schema, definition)
+    state.defs[name] = op_def
+    op_def.register_python(ns, spec)
 
 
 def activate(ns: str, built: Built, specs: dict[str, OpSpec]) -> Swap:
@@ -287,15 +292,8 @@ def _restore(ns: str, state: _Namespace, old: Handle, specs: dict[str, OpSpec | 
     """Put the last good build back after a failed swap: its schemas, then its kernels."""
     for name, schema in old.schemas.items():
         current = state.defs.get(name)
-        if current is not None and current.schema == schema:
-            continue
-        if current is not None:
-            state.defs.pop(name).destroy()
-        definition = torch.library.Library(ns, "FRAGMENT")
-        definition.define(schema)
-        op_def = _OpDef(schema, definition)
-        state.defs[name] = op_def
-        op_def.register_python(ns, specs.get(name))
+        if current is None or current.schema != schema:
+            _define(ns, state, name, schema, specs.get(name))
     for name in [n for n in state.defs if _owner(state, n) is None and n not in old.schemas]:
         state.defs.pop(name).destroy()  # defined by the failed build only
     old.register(ns)

@@ -41,7 +41,7 @@ def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
 def rms_norm_samples(
     dtype: torch.dtype, device: torch.device, gen: torch.Generator
 ) -> list[Sample]:
-    return [
+    samples = [
         Sample(
             (
                 randn(shape, dtype, device, gen, strided=strided),
@@ -52,6 +52,11 @@ def rms_norm_samples(
         )
         for label, shape, strided in _SHAPES
     ]
+    # One row broadcast to 12 (stride 0 across rows), and a weight that is a view of a scalar.
+    row = randn((1, 384), dtype, device, gen)
+    weight = randn((1,), dtype, device, gen).expand(384)
+    samples.append(Sample((row.expand(12, 384), weight, _EPS), "expanded"))
+    return samples
 
 
 def rms_norm_bench_sizes(
