@@ -250,6 +250,14 @@ def python_impostors(scale_spec: OpSpec) -> dict[str, tuple[Any, OpSpec]]:
         noise = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
         return (out * (1 + 1e-2 * noise.to(out.device, out.dtype))).contiguous()
 
+    @torch.library.custom_op("wbimp::jitter", mutates_args=())
+    def jitter(x: torch.Tensor, s: float) -> torch.Tensor:
+        out = (x * s).contiguous()  # right to 1e-6 relative, but different bits on every call
+        gen = torch.Generator()
+        gen.seed()  # from the OS: no seed the checker sets can make two calls agree
+        noise = torch.rand(out.shape, generator=gen).to(out.device, out.dtype)
+        return out * (1 + 1e-6 * (1 + noise))
+
     @torch.library.custom_op("wbimp::mutates", mutates_args=())
     def mutates(x: torch.Tensor, s: float) -> torch.Tensor:
         out = (x * s).contiguous()
@@ -257,7 +265,7 @@ def python_impostors(scale_spec: OpSpec) -> dict[str, tuple[Any, OpSpec]]:
             x.as_strided((1,), (1,), x.storage_offset()).add_(1.0)
         return out
 
-    for op in (zeros, identity, noisy, mutates):
+    for op in (zeros, identity, noisy, jitter, mutates):
         op.register_fake(lambda x, s: torch.empty(x.shape, dtype=x.dtype, device=x.device))
         ops[op._name] = op  # type: ignore[attr-defined]
     return {
