@@ -38,8 +38,12 @@ DEV = torch.device("cuda")
 
 def header() -> str:
     git = ["git", "rev-parse", "--short", "HEAD"]
-    commit = subprocess.run(git, capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    commit = commit or os.environ.get("WB_COMMIT", "unknown")
+    # WB_COMMIT first: a copy of the tree may carry a .git that is not at the copied commit.
+    commit = (
+        os.environ.get("WB_COMMIT")
+        or subprocess.run(git, capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    )
+    commit = commit or "unknown"
     return (
         f"{time.strftime('%Y-%m-%d')}, {calibrate.device_name(DEV)}, torch {torch.__version__}, "
         f"commit {commit}"

@@ -275,9 +275,14 @@ def bench_anchor(device: str, cases: list[str], work: Path, env: dict[str, str])
 def _table(device: str, wb: dict[int, dict], anchor: dict[str, dict] | None) -> str:
     import torch
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip() or os.environ.get("WB_COMMIT", "unknown")
+    # WB_COMMIT first: a copy of the tree may carry a .git that is not at the copied commit.
+    commit = (
+        os.environ.get("WB_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+    )
+    commit = commit or "unknown"
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU only, {os.cpu_count()} cores"
     counts = sorted(wb)
     head = " | ".join(f"wb, {c} famil{'y' if c == 1 else 'ies'} (s)" for c in counts)
