@@ -83,6 +83,8 @@ def test_a_broken_edit_keeps_the_last_good_build(tmp_path: Path) -> None:
     with pytest.raises(LoadError, match="shift"):
         workbench.load(f"shift_{ns}", [str(src)], is_python_module=False)
     torch.testing.assert_close(getattr(torch.ops, ns).shift(x), x + 2)
+    src.write_text(good)  # leave a good source: later autoreloads in this process rebuild it
+    workbench.load(f"shift_{ns}", [str(src)], is_python_module=False)
 
 
 PYBIND_SOURCE = """\

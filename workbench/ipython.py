@@ -52,6 +52,7 @@ class Session:
     def __init__(self, shell: Any) -> None:
         self.shell = shell
         self.library: Any = None
+        self._failed: dict[str, str] = {}  # drop-in extension -> the error last reported
 
     # -- the registry ---------------------------------------------------------------------------
 
@@ -139,7 +140,17 @@ class Session:
             libraries.append(self.library)
         for lib in libraries:
             self._reload_library(lib)
-        for name, compiled, seconds in dropin.reload_all():
+        for name, compiled, seconds, error in dropin.reload_all():
+            if error is not None:
+                if self._failed.get(name) != error:  # say each failure once, not every cell
+                    print(
+                        f"wb autoreload: {name}: build failed, the last good build stays "
+                        f"loaded:\n{error}",
+                        file=sys.stderr,
+                    )
+                self._failed[name] = error
+                continue
+            self._failed.pop(name, None)
             if compiled:
                 print(f"wb autoreload: {name}: rebuilt {', '.join(compiled)} in {seconds:.2f} s")
 

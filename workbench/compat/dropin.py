@@ -26,7 +26,7 @@ from workbench.compat import cached
 from workbench.compat.cached import OBJECTS, OUT, Recipe, Unit
 from workbench.compat.live import activate
 from workbench.config import Config, make_config
-from workbench.errors import ToolchainError
+from workbench.errors import ToolchainError, WorkbenchError
 from workbench.hashing import digest
 from workbench.project import WB_ROOT
 
@@ -233,18 +233,23 @@ def load(
 _calls: dict[str, tuple[list[Path], dict[str, Any], str | None]] = {}
 
 
-def reload_all() -> list[tuple[str, list[str], float]]:
-    """Load every extension loaded so far again: (name, files compiled, seconds) for each.
+def reload_all() -> list[tuple[str, list[str], float, str | None]]:
+    """Load every extension loaded so far again: (name, files compiled, seconds, error).
 
-    An unchanged extension costs a cache lookup; an edited one is rebuilt and swapped in.
+    An unchanged extension costs a cache lookup; an edited one is rebuilt and swapped in. One
+    that fails to build or register keeps its last good build, and its error is returned.
     """
-    done = []
+    done: list[tuple[str, list[str], float, str | None]] = []
     for name, (paths, options, build_directory) in list(_calls.items()):
         start = time.perf_counter()
-        out = _build(name, paths, options, build_directory, None)
-        if not options["standalone"]:
-            activate(name, out.path, options["python_module"])
-        done.append((name, [p.name for p in out.compiled], time.perf_counter() - start))
+        try:
+            out = _build(name, paths, options, build_directory, None)
+            if not options["standalone"]:
+                activate(name, out.path, options["python_module"])
+        except WorkbenchError as e:
+            done.append((name, [], time.perf_counter() - start, str(e)))
+            continue
+        done.append((name, [p.name for p in out.compiled], time.perf_counter() - start, None))
     return done
 
 
