@@ -138,16 +138,10 @@ def find_cached(family: Family, key: str | None) -> Built | None:
     """
     if key is None:
         return None
-    folder = _library_dir(family, key)
-    manifest = cache.read_json(folder / "manifest.json")
-    if not isinstance(manifest, dict) or manifest.get("key") != key:
+    entry = cache.read_entry(_library_dir(family, key), key, "library")
+    if entry is None:
         return None
-    lib_name = manifest.get("library")
-    if lib_name is None:
-        return Built(family.name, key, None, manifest)
-    lib = folder / str(lib_name)
-    if file_digest(str(lib)) != manifest.get("sha256"):
-        return None
+    manifest, lib = entry
     return Built(family.name, key, lib, manifest)
 
 
@@ -423,19 +417,9 @@ def _link(
         _check_shared_libstdcxx(folder / lib_name, config)
     manifest = _manifest(project, family, config, tus, key, lib_name, folder)
     cache.write_atomic(folder / "manifest.json", _json_text(manifest))  # last: "complete"
-    final = _library_dir(family, key)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if final.exists():
-        # Corrupted (find_cached refused it under our lock). A process that has it mapped keeps
-        # its copy: Linux frees an unlinked file only when its last mapping goes.
-        shutil.rmtree(final, ignore_errors=True)
-    try:
-        os.rename(folder, final)
-    except OSError:
-        # Another writer completed the same key first (possible only across caches sharing a
-        # folder without our lock); theirs is as good as ours.
-        if find_cached(family, key) is None:
-            raise
+    cache.install_entry(
+        folder, _library_dir(family, key), lambda: find_cached(family, key) is not None
+    )
     built = find_cached(family, key)
     assert built is not None
     return built

@@ -182,3 +182,48 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def read_entry(
+    folder: Path, key: str, file_field: str
+) -> tuple[dict[str, Any], Path | None] | None:
+    """A complete cache entry for ``key``: (its manifest, its checked file or None), else None.
+
+    The manifest is written last, so an entry without one is incomplete. The file named by
+    ``manifest[file_field]`` must match the manifest's sha256; a truncated or corrupted entry
+    is reported as missing and left in place: the build that follows replaces it under its
+    lock (:func:`install_entry`). Never raises for a missing entry.
+    """
+    from workbench.hashing import file_digest
+
+    manifest = read_json(folder / "manifest.json")
+    if not isinstance(manifest, dict) or manifest.get("key") != key:
+        return None
+    name = manifest.get(file_field)
+    if name is None:
+        return manifest, None
+    path = folder / str(name)
+    if file_digest(str(path)) != manifest.get("sha256"):
+        return None
+    return manifest, path
+
+
+def install_entry(folder: Path, final: Path, intact: Callable[[], bool]) -> None:
+    """Rename a finished build ``folder`` to ``final``; call under the entry's build lock.
+
+    An entry already at ``final`` was refused by :func:`read_entry` under that lock (damaged),
+    so it is replaced; a process that has its file mapped keeps its copy (Linux frees an
+    unlinked file only when its last mapping goes). If the rename still fails, another writer
+    finished the same key first (caches shared without our lock): ``intact()`` says whether
+    theirs is as good as ours.
+    """
+    import shutil
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        shutil.rmtree(final, ignore_errors=True)
+    try:
+        os.rename(folder, final)
+    except OSError:
+        if not intact():
+            raise

@@ -88,15 +88,10 @@ def find_cached(recipe: Recipe, key: str | None) -> Output | None:
     """The complete, intact output for ``key``, or None. Never raises for a missing entry."""
     if key is None:
         return None
-    folder = _folder(recipe, key)
-    manifest = cache.read_json(folder / "manifest.json")
-    if not isinstance(manifest, dict) or manifest.get("key") != key:
+    entry = cache.read_entry(_folder(recipe, key), key, "file")
+    if entry is None or entry[1] is None:
         return None
-    path = folder / str(manifest.get("file"))
-    if file_digest(str(path)) != manifest.get("sha256"):
-        shutil.rmtree(folder, ignore_errors=True)  # truncated or corrupted: build again
-        return None
-    return Output(path, key)
+    return Output(entry[1], key)
 
 
 def build(
@@ -190,13 +185,7 @@ def _link(recipe: Recipe, keys: list[str | None], key: str, tmp: Path) -> Output
         "sources": [str(u.source) for u in recipe.units],
     }
     cache.write_atomic(folder / "manifest.json", json.dumps(manifest, indent=1))  # last
-    final = _folder(recipe, key)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.rename(folder, final)
-    except OSError:
-        if find_cached(recipe, key) is None:  # another writer finished the same key first
-            raise
+    cache.install_entry(folder, _folder(recipe, key), lambda: find_cached(recipe, key) is not None)
     done = find_cached(recipe, key)
     assert done is not None
     return done
