@@ -78,6 +78,11 @@ def jobs() -> int | None:
     return int(value)
 
 
+def nvcc_pipeline() -> bool:
+    """WB_NVCC_PIPELINE=0 runs nvcc as one process instead of its passes side by side."""
+    return (_get("WB_NVCC_PIPELINE") or "1") != "0"
+
+
 def torch_extensions_dir() -> Path:
     """TORCH_EXTENSIONS_DIR: where torch.utils.cpp_extension builds (``wb doctor`` looks there)."""
     explicit = _get("TORCH_EXTENSIONS_DIR")

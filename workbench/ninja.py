@@ -6,6 +6,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,20 @@ def _escape(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
-def ninja_text(jobs: Sequence[Job]) -> str:
+NVCC_PIPELINE = Path(__file__).with_name("nvcc_pipeline.py")
+
+
+def launchers(jobs: Sequence[Job], parallel: int) -> dict[int, tuple[str, ...]]:
+    """Per job index, what runs before its command: nvcc's passes side by side (see
+    ``nvcc_pipeline``) when the run has a spare core for each nvcc job, so a hot-reload edit
+    of one kernel TU gets the shorter path and a cold build of many is not oversubscribed."""
+    nvcc = [i for i, j in enumerate(jobs) if Path(j.command[0]).name == "nvcc"]
+    if not nvcc or not knobs.nvcc_pipeline() or 2 * len(nvcc) > parallel:
+        return {}
+    return {i: (sys.executable, "-S", str(NVCC_PIPELINE)) for i in nvcc}
+
+
+def ninja_text(jobs: Sequence[Job], parallel: int = 1) -> str:
     """A build.ninja with one edge per translation unit."""
     lines = [
         "ninja_required_version = 1.3",
@@ -46,9 +60,11 @@ def ninja_text(jobs: Sequence[Job]) -> str:
         "  description = compile $in",
         "",
     ]
-    for job in jobs:
+    prefix = launchers(jobs, parallel)
+    for i, job in enumerate(jobs):
+        command = (*prefix.get(i, ()), *job.command)
         lines.append(f"build {_escape(str(job.output))}: compile {_escape(str(job.source))}")
-        lines.append(f"  cmd = {shlex.join(job.command).replace('$', '$$')}")
+        lines.append(f"  cmd = {shlex.join(command).replace('$', '$$')}")
     return "\n".join(lines) + "\n"
 
 
@@ -95,7 +111,7 @@ def run(
     ``on_line`` gets each status line, ``[finished/total elapsed] compile <source>``, as an
     edge finishes.
     """
-    (build_dir / "build.ninja").write_text(ninja_text(jobs))
+    (build_dir / "build.ninja").write_text(ninja_text(jobs, parallel))
     env = dict(os.environ, NINJA_STATUS="[%f/%t %es] ")
     start = time.perf_counter()
     proc = subprocess.Popen(
