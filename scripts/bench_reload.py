@@ -38,13 +38,14 @@ sys.path.insert(0, str(ROOT))
 
 from workbench import scaffold  # noqa: E402
 
-CASES = ("cuda", "cpu", "header", "binding")
+# "cuda-plain" is the CUDA edit with nvcc run as one process (WB_NVCC_PIPELINE=0), for comparison.
+CASES = ("cuda", "cuda-plain", "cpu", "header", "binding")
 ALPHA = 2.0
 
 
 def edit_for(case: str, family: str, k: int) -> tuple[str, str, str]:
     """(file relative to the registry root, old text, new text) of repeat ``k`` of a case."""
-    if case == "cuda":
+    if case in ("cuda", "cuda-plain"):
         return (
             f"kernels/{family}/{family}.cu",
             "{ return apply(x, alpha); }",
@@ -62,7 +63,7 @@ def edit_for(case: str, family: str, k: int) -> tuple[str, str, str]:
 
 
 WORKER = """
-import json, statistics, sys, time
+import json, os, statistics, sys, time
 from pathlib import Path
 import torch
 import workbench
@@ -81,7 +82,9 @@ for case in cases:
     run_on = "cpu" if case == "cpu" else device
     xx = x.to(run_on)
     rows = []
+    os.environ["WB_NVCC_PIPELINE"] = "0" if case == "cuda-plain" else "1"
     for k in range(1, repeats + 1):
+        k += 1000 if case == "cuda-plain" else 0  # values the cuda case did not write
         rel, old, new = edit_for(case, family, k)
         path = root / rel
         original = path.read_text()
@@ -332,7 +335,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-anchor", action="store_true")
     parser.add_argument("--anchor-only", action="store_true", help="measure only the anchor")
-    parser.add_argument("--anchor-cases", nargs="+", choices=CASES, help="default: all")
+    parser.add_argument(
+        "--anchor-cases", nargs="+", choices=list(ANCHOR_EDITS), help="default: all"
+    )
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     args = parser.parse_args()
     if args.repeats < 1 or any(n < 1 for n in args.families):
@@ -340,7 +345,7 @@ def main() -> None:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    cases = [c for c in CASES if device == "cuda" or c != "cuda"]
+    cases = [c for c in CASES if device == "cuda" or not c.startswith("cuda")]
     with tempfile.TemporaryDirectory(prefix="wb-reload-") as tmp:
         work = Path(tmp)
         env = dict(os.environ, WB_CACHE_DIR=str(work / "cache"), WB_QUIET="1")
@@ -351,13 +356,14 @@ def main() -> None:
             env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one arch for both tools
         wb = {}
         if args.anchor_only:
-            anchor_cases = [c for c in cases if c in (args.anchor_cases or cases)]
+            anchor_cases = [c for c in cases if c in (args.anchor_cases or ANCHOR_EDITS)]
             print(f"anchor: {json.dumps(bench_anchor(device, anchor_cases, work, env))}")
             return
         for count in args.families:
             wb[count] = bench_wb(count, device, cases, args.repeats, work, env)
             print(f"wb, {count} families: {json.dumps(wb[count])}", flush=True)
-        anchor = None if args.no_anchor else bench_anchor(device, cases, work, env)
+        anchor_cases = [c for c in cases if c in (args.anchor_cases or ANCHOR_EDITS)]
+        anchor = None if args.no_anchor else bench_anchor(device, anchor_cases, work, env)
         if anchor:
             print(f"anchor: {json.dumps(anchor)}", flush=True)
     table = _table(device, wb, anchor)

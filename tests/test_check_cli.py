@@ -116,6 +116,33 @@ def test_an_illegal_memory_access_fails_that_op_only(
     assert "PASS" in lines["scale_default_stream"]  # checked in a child process
 
 
+def _sanitizer_or_skip() -> None:
+    from workbench.errors import WorkbenchError
+    from workbench.verify.isolate import find_sanitizer
+
+    try:
+        find_sanitizer()
+    except WorkbenchError as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.cuda
+def test_sanitize_passes_a_good_kernel_and_names_the_bad_write(
+    impostor_kernels: Path, cache_dir: Path
+) -> None:
+    _sanitizer_or_skip()
+    good = wb("check", "--sanitize", "scale", cache=cache_dir)
+    assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-3000:]
+    assert "ERROR SUMMARY: 0 errors" in good.stdout + good.stderr
+    bad = wb(
+        "--kernels", str(impostor_kernels), "--namespace", "impostor",
+        "check", "--sanitize", "scale_out_of_bounds", cache=cache_dir,
+    )  # fmt: skip
+    text = bad.stdout + bad.stderr
+    assert bad.returncode != 0, text[-3000:]
+    assert "Invalid __global__ write" in text and "scale_out_of_bounds" in text, text[-3000:]
+
+
 def test_workbench_check_returns_a_report(lib: Any) -> None:
     report = workbench.check("scale", lib=lib, device="cpu", trials=1, contract=False)
     assert report.passed and bool(report)

@@ -198,3 +198,42 @@ def test_the_tutorial_extension_with_cuda() -> None:
     torch.testing.assert_close(torch.ops.ext_muladd.muladd(a, b, 2.0), a * b + 2.0)
     torch.testing.assert_close(torch.ops.ext_muladd.mul(a, b), a * b)
     torch.testing.assert_close(torch.ops.ext_muladd.mul(a.cpu(), b.cpu()), a.cpu() * b.cpu())
+
+
+MODEL_NEW_CUDA = """
+#include <torch/extension.h>
+
+__global__ void relu_kernel(const float* x, float* out, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+torch::Tensor relu_cuda(torch::Tensor x) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "relu_cuda: float32 CUDA x");
+  auto xc = x.contiguous();
+  auto out = torch::empty_like(xc);
+  int64_t n = xc.numel();
+  relu_kernel<<<(n + 255) / 256, 256>>>(xc.data_ptr<float>(), out.data_ptr<float>(), n);
+  return out;
+}
+"""
+
+
+@pytest.mark.cuda
+def test_load_inline_model_new_with_cuda_sources() -> None:
+    """The shape of benchmark-suite submissions: cpp_sources declares, cuda_sources defines."""
+    module = workbench.load_inline(
+        name="relu_inline_ext",
+        cpp_sources="torch::Tensor relu_cuda(torch::Tensor x);",
+        cuda_sources=MODEL_NEW_CUDA,
+        functions=["relu_cuda"],
+    )
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return module.relu_cuda(x)  # type: ignore[no-any-return]
+
+    x = torch.randn(3, 1000, device="cuda")
+    torch.testing.assert_close(ModelNew()(x), torch.relu(x))
+    with pytest.raises(RuntimeError, match="float32 CUDA x"):
+        ModelNew()(x.cpu())

@@ -87,3 +87,35 @@ def test_a_damaged_library_is_never_taken_from_the_index(
     assert set(planned) == {"tiny"}
     assert lib.families["tiny"].library is not None
     assert torch.equal(lib.add_offset(torch.zeros(2)), torch.ones(2))
+
+
+def test_an_autograd_formula_is_made_on_first_use_and_differentiates(
+    lib: workbench.Library, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm start defers torch's autograd kernel for each formula to the op's first call
+    (with or without grad: the Autograd dispatch key runs either way)."""
+    from torch._library import autograd as torch_autograd
+
+    made: list[str] = []
+    real = torch_autograd.make_autograd_impl
+    ns = f"wblazy{os.getpid()}"
+
+    def counting(op, info):  # type: ignore[no-untyped-def]
+        if op._namespace == ns:  # torch makes its own ops' kernels through it too
+            made.append(op._opname)
+        return real(op, info)
+
+    monkeypatch.setattr(torch_autograd, "make_autograd_impl", counting)
+    fresh = workbench.load(lib.project.kernels_dir, namespace=ns, devices="cpu")
+    assert made == []  # loading made none
+    x = torch.randn(64, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(16, dtype=torch.float64, requires_grad=True)
+    rows = x.detach().reshape(4, 16).requires_grad_()
+    assert torch.autograd.gradcheck(lambda r, w: fresh.rms_norm(r, w, 1e-6), (rows, w))
+    y = torch.randn(64, dtype=torch.float64)
+    (grad,) = torch.autograd.grad(fresh.muladd(x, y, 0.5).sum(), x)
+    torch.testing.assert_close(grad, y)
+    assert sorted(made) == ["mul", "muladd", "rms_norm"]  # muladd's backward calls mul
+    fresh.muladd(x, y, 0.5)  # made once per op, then reused
+    fresh.mul(x, y)
+    assert sorted(made) == ["mul", "muladd", "rms_norm"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import build, knobs, loader, ninja, warm
+from workbench import build, knobs, loader, warm
 from workbench.config import Config, make_config
 from workbench.errors import BuildError, WorkbenchError
 from workbench.project import Family, Project, discover
@@ -98,8 +98,9 @@ class Library:
         fails keeps its last good build, the others are swapped, and BuildError is raised.
         """
         start = time.perf_counter()
-        project = discover(self.project.kernels_dir, self.namespace)
-        self.project = project
+        if not _first:  # families may have been added or removed on disk
+            self.project = discover(self.project.kernels_dir, self.namespace)
+        project = self.project
         names = list(self._selected or [f.name for f in project.families])
         built, errors = self._build_all(project, names)
         report = LoadReport(built, [], 0.0)
@@ -124,21 +125,26 @@ class Library:
         build of many families: up to one family per three jobs builds at once.
         """
         index = warm.Index(warm.identity(project.kernels_dir, project.include_dirs, self.config.id))
-        jobs = self._jobs or ninja.default_jobs()
+        results: dict[str, build.Built | WorkbenchError | None] = {
+            name: build.from_index(project.family(name), self.config, index) for name in names
+        }
+        stale = [name for name, hit in results.items() if hit is None]
+        if stale:  # a warm start, with nothing touched, needs no threads
+            from workbench import ninja
 
-        def one(name: str) -> build.Built:
-            family = project.family(name)
-            return build.ensure(project, family, self.config, jobs, _say, index=index)
+            jobs = self._jobs or ninja.default_jobs()
 
-        workers = max(1, min(len(names), jobs // 3))
-        results: dict[str, build.Built | WorkbenchError] = {}
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {name: pool.submit(one, name) for name in names}
-            for name, future in futures.items():
-                try:
-                    results[name] = future.result()
-                except WorkbenchError as e:
-                    results[name] = e
+            def one(name: str) -> build.Built:
+                family = project.family(name)
+                return build.ensure(project, family, self.config, jobs, _say, index=index)
+
+            with ThreadPoolExecutor(max_workers=max(1, min(len(stale), jobs // 3))) as pool:
+                futures = {name: pool.submit(one, name) for name in stale}
+                for name, future in futures.items():
+                    try:
+                        results[name] = future.result()
+                    except WorkbenchError as e:
+                        results[name] = e
         with contextlib.suppress(OSError):  # the index only saves time
             index.save()
         built = [r for r in results.values() if isinstance(r, build.Built)]

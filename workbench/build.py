@@ -23,13 +23,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench import cache, linkstub, ninja, warm
+from workbench import cache, warm
 from workbench.config import Config
 from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
 from workbench.project import WB_REGISTRY_SOURCE, Family, Project, Source
+
+if TYPE_CHECKING:
+    from workbench import ninja
 
 # Called with (family name, source path) for every TU compiled: tests count rebuilds with it.
 compile_hooks: list[Callable[[str, Path], None]] = []
@@ -182,19 +185,25 @@ def ensure(
     With a warm-start ``index``, a family whose inputs are untouched since the index recorded
     it is returned without planning or hashing (see :mod:`workbench.warm`).
     """
-    sources = [str(s.path) for s in _sources(family, config)]
-    entry = index.lookup(family.name, sources) if index is not None else None
-    if entry is not None:
-        b = entry["build"]
-        return Built(
-            family.name, b["key"], Path(b["library"]) if b["library"] else None, b["manifest"]
-        )
+    hit = from_index(family, config, index) if index is not None else None
+    if hit is not None:
+        return hit
     built = _ensure(project, family, config, jobs, on_line, progress)
     if index is not None:
+        sources = [str(s.path) for s in _sources(family, config)]
         library = str(built.library) if built.library else None
         record = {"key": built.key, "library": library, "manifest": built.manifest}
         index.record(family.name, sources, list(built.manifest.get("inputs", {})), library, record)
     return built
+
+
+def from_index(family: Family, config: Config, index: warm.Index) -> Built | None:
+    """The family's build as the warm-start index recorded it, if its inputs are untouched."""
+    entry = index.lookup(family.name, [str(s.path) for s in _sources(family, config)])
+    if entry is None:
+        return None
+    b = entry["build"]
+    return Built(family.name, b["key"], Path(b["library"]) if b["library"] else None, b["manifest"])
 
 
 def _ensure(
@@ -275,6 +284,8 @@ def _build_locked(
     on_line: Callable[[str], None] | None,
     progress: Progress | None,
 ) -> Built:
+    from workbench import ninja  # here: a warm start never builds
+
     tmp = cache.make_tmp_dir(family.name)
     try:
         stale = [tu for tu in tus if tu.key is None or not _object_path(tu.key).exists()]
@@ -329,6 +340,8 @@ def _note_sink(
 def _status_sink(
     family: Family, on_line: Callable[[str], None] | None, progress: Progress | None
 ) -> Callable[[str], None]:
+    from workbench import ninja
+
     def sink(line: str) -> None:
         if on_line:
             on_line(line)
@@ -404,6 +417,8 @@ def _json_text(data: object) -> str:
 def _link(
     project: Project, family: Family, config: Config, tus: list[_TU], key: str, tmp: Path
 ) -> Built:
+    from workbench import linkstub
+
     folder = tmp / "lib"
     folder.mkdir()
     objects = [_object_path(tu.key) for tu in tus if tu.key is not None]

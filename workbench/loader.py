@@ -206,10 +206,47 @@ def _register_python(ns: str, spec: OpSpec) -> torch.library.Library:
             if user_setup is not None:
                 user_setup(ctx, inputs, output)
 
-        torch.library.register_autograd(
-            qualname, spec.backward, setup_context=setup_context, lib=lib
-        )
+        _register_autograd(lib, qualname, spec.backward, setup_context)
     return lib
+
+
+def _register_autograd(
+    lib: torch.library.Library, qualname: str, backward: Any, setup_context: Any
+) -> None:
+    """``torch.library.register_autograd``, with torch's autograd kernel made on first call.
+
+    Making it (an ``autograd.Function`` subclass and a dataclass per op) is most of the cost of
+    loading an op, and most ops of a registry are never differentiated in a given process. The
+    kernel registered here makes torch's own (``make_autograd_impl``, what register_autograd
+    registers) the first time it runs and then calls it, so autograd behaves exactly as torch's.
+    Where torch's internals differ, or the op is one torch refuses, torch's function is called.
+    """
+    try:
+        from torch._library import autograd as torch_autograd
+        from torch._library import utils
+
+        op = utils.lookup_op(qualname)
+        schema = op._schema
+        refused = (
+            utils.is_out(op)
+            or not utils.is_functional_schema(schema)
+            or utils.has_kwarg_only_tensors(schema)
+        )
+        make, info = torch_autograd.make_autograd_impl, torch_autograd.Info(backward, setup_context)
+    except (ImportError, AttributeError, TypeError):
+        refused = True
+    if refused:  # torch raises its own error for an op it refuses
+        torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)
+        return
+    impl: Any = None
+
+    def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal impl
+        if impl is None:
+            impl = make(op, info)
+        return impl(keyset, *args, **kwargs)
+
+    lib.impl(qualname.split("::", 1)[1], autograd_kernel, "Autograd", with_keyset=True)
 
 
 def _sync_defs(

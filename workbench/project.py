@@ -12,10 +12,9 @@ A registry is a ``kernels/`` folder beside a ``bindings/`` folder::
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 from workbench import knobs
 from workbench.errors import WorkbenchError
@@ -77,6 +76,10 @@ def _read_namespace(kernels_dir: Path) -> str | None:
     for folder in (kernels_dir, *kernels_dir.parents):
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file():
+            if sys.version_info >= (3, 11):  # imported here: most loads never read it
+                import tomllib
+            else:
+                import tomli as tomllib
             try:
                 data = tomllib.loads(pyproject.read_text())
             except (OSError, tomllib.TOMLDecodeError) as e:
