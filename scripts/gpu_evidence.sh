@@ -3,6 +3,10 @@
 #
 #   bash scripts/gpu_evidence.sh tests [PYTEST ARGS]  # the test suite, CUDA tests included
 #   bash scripts/gpu_evidence.sh bench                # wb check on every device, benchmarks
+#   bash scripts/gpu_evidence.sh notebooks            # the notebooks and the IPython extension
+#
+# `notebooks` takes IPython, ipykernel and nbclient from .nbdeps/ at the repository root, made
+# where there is network by `bash scripts/vendor_notebook_deps.sh` and copied here.
 #
 # Logs and result tables go under $OUT (default: a new temporary folder); a summary prints
 # last. The steps share one cache ($WB_CACHE_DIR, default: a new temporary folder).
@@ -20,6 +24,7 @@ step() {
   "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   printf '%-18s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" >>"$OUT/summary.txt"
+  return "$rc"
 }
 
 case "${1:-}" in
@@ -35,8 +40,35 @@ case "${1:-}" in
     tail -n 12 "$OUT/check.log"
     cat "$OUT/reload.md" 2>/dev/null
     ;;
+  notebooks)
+    if [ ! -d .nbdeps ]; then
+      version=$("$PY" -c 'import sys; print(*sys.version_info[:2], sep=".")')
+      echo "gpu_evidence: no .nbdeps/ here. Where pip reaches PyPI, run" >&2
+      echo "  bash scripts/vendor_notebook_deps.sh $version" >&2
+      echo "and copy the .nbdeps/ it makes to the repository root here." >&2
+      exit 2
+    fi
+    # Absolute: the notebook kernels run in notebooks/ and inherit this path.
+    export PYTHONPATH="$PWD/.nbdeps:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    # IPython's profile and the kernels' connection files go to a new folder, not $HOME.
+    IPYTHONDIR=$(mktemp -d)
+    JUPYTER_RUNTIME_DIR=$IPYTHONDIR/runtime
+    export IPYTHONDIR JUPYTER_RUNTIME_DIR
+    # The tests skip without these modules: stop here instead.
+    probe="import IPython, ipykernel, nbclient, nbformat, torch
+print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'IPython', IPython.__version__)"
+    if ! step imports "$PY" -c "$probe"; then
+      tail -n 5 "$OUT/imports.log"
+      echo "gpu_evidence: .nbdeps/ does not import with $PY; make it for this Python" >&2
+      exit 1
+    fi
+    cat "$OUT/imports.log"
+    step notebooks "$PY" -m pytest -p no:cacheprovider -q -rfEs --durations=10 \
+      tests/test_notebooks.py tests/test_ipython.py
+    tail -n 25 "$OUT/notebooks.log"
+    ;;
   *)
-    echo "usage: bash scripts/gpu_evidence.sh tests|bench" >&2
+    echo "usage: bash scripts/gpu_evidence.sh tests|bench|notebooks" >&2
     exit 2
     ;;
 esac
