@@ -227,11 +227,10 @@ def _register_autograd(
 
         op = utils.lookup_op(qualname)
         schema = op._schema
-        refused = (
-            utils.is_out(op)
-            or not utils.is_functional_schema(schema)
-            or utils.has_kwarg_only_tensors(schema)
-        )
+        # The checks register_autograd makes, where this torch has them.
+        is_out = getattr(utils, "is_out", lambda op: False)
+        kwarg_only_tensors = getattr(utils, "has_kwarg_only_tensors", lambda schema: False)
+        refused = is_out(op) or not utils.is_functional_schema(schema) or kwarg_only_tensors(schema)
         make, info = torch_autograd.make_autograd_impl, torch_autograd.Info(backward, setup_context)
     except (ImportError, AttributeError, TypeError):
         refused = True
