@@ -55,7 +55,7 @@ class _OpDef:
             self.python = None
         self.spec = spec
         if spec is not None:
-            self.python = _register_python(ns, spec)
+            self.python = _register_python(ns, spec, self.schema)
 
     def destroy(self) -> None:
         if self.python is not None:
@@ -193,7 +193,7 @@ def specs_of(module: types.ModuleType | None) -> dict[str, OpSpec]:
     return {s.name: s for s in getattr(module, "OPS", [])}
 
 
-def _register_python(ns: str, spec: OpSpec) -> torch.library.Library:
+def _register_python(ns: str, spec: OpSpec, schema: str) -> torch.library.Library:
     lib = torch.library.Library(ns, "FRAGMENT")
     qualname = f"{ns}::{spec.name}"
     torch.library.register_fake(qualname, spec.fake, lib=lib)
@@ -206,12 +206,12 @@ def _register_python(ns: str, spec: OpSpec) -> torch.library.Library:
             if user_setup is not None:
                 user_setup(ctx, inputs, output)
 
-        _register_autograd(lib, qualname, spec.backward, setup_context)
+        _register_autograd(lib, qualname, schema, spec.backward, setup_context)
     return lib
 
 
 def _register_autograd(
-    lib: torch.library.Library, qualname: str, backward: Any, setup_context: Any
+    lib: torch.library.Library, qualname: str, schema: str, backward: Any, setup_context: Any
 ) -> None:
     """``torch.library.register_autograd``, with torch's autograd kernel made on first call.
 
@@ -225,12 +225,11 @@ def _register_autograd(
         from torch._library import autograd as torch_autograd
         from torch._library import utils
 
-        op = utils.lookup_op(qualname)
-        schema = op._schema
-        # The checks register_autograd makes, where this torch has them.
-        is_out = getattr(utils, "is_out", lambda op: False)
+        # The checks register_autograd makes, on the schema alone: looking the op up costs as
+        # much as the rest. (Its out= check needs tags, which WB_DEF never gives.)
+        parsed = torch._C.parse_schema(schema)
         kwarg_only_tensors = getattr(utils, "has_kwarg_only_tensors", lambda schema: False)
-        refused = is_out(op) or not utils.is_functional_schema(schema) or kwarg_only_tensors(schema)
+        refused = not utils.is_functional_schema(parsed) or kwarg_only_tensors(parsed)
         make, info = torch_autograd.make_autograd_impl, torch_autograd.Info(backward, setup_context)
     except (ImportError, AttributeError, TypeError):
         refused = True
@@ -242,7 +241,7 @@ def _register_autograd(
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
         nonlocal impl
         if impl is None:
-            impl = make(op, info)
+            impl = make(utils.lookup_op(qualname), info)
         return impl(keyset, *args, **kwargs)
 
     lib.impl(qualname.split("::", 1)[1], autograd_kernel, "Autograd", with_keyset=True)

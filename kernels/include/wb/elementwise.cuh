@@ -2,8 +2,11 @@
 //
 //   out[i] = f(in0[i], in1[i], ...) for i in [0, n), computed in acc_t<T>.
 //
-// Each thread handles kVec16<T> elements with 16-byte loads and stores when every pointer is
-// 16-byte aligned, and one element at a time otherwise; a grid-stride loop covers any n.
+// Fixed work per thread and no grid-stride loop: each thread of a 128-thread block reads
+// 2 vectors of kVec16<T> elements (16 bytes each) from every input before it stores any, when
+// every pointer is 16-byte aligned, and 2 elements otherwise. The last block, which may be
+// partial, goes element by element. Indices are 32-bit: n is split into launches of at most
+// 2^30 elements.
 //
 // Usage, in a kernel TU:
 //   struct Op { float c; __device__ float operator()(float a, float b) const { return a * b + c; }
@@ -17,46 +20,94 @@
 namespace wb {
 namespace detail {
 
+constexpr int kThreads = 128;
+constexpr int kVecs = 2;  // vectors per thread and input
+
+// The kVecs vectors one thread reads from one input.
+template <typename In, int N>
+struct Loaded {
+  Vec<In, N> v[kVecs];
+};
+
+// Vector v0 + k * kThreads for each k: consecutive threads read consecutive vectors.
+template <int N, typename In>
+__device__ __forceinline__ Loaded<In, N> load(const In* __restrict__ p, int v0) {  // p: [n]
+  Loaded<In, N> r;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    r.v[k] = reinterpret_cast<const Vec<In, N>*>(p)[v0 + k * kThreads];
+  }
+  return r;
+}
+
 template <int N, typename T, typename F, typename... In>
-__global__ void elementwise_kernel(int64_t n, F f, T* __restrict__ out,  // [n]
-                                   const In* __restrict__... in) {       // each [n]
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t nvec = n / N;
-  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < nvec;
-       v += stride) {
+__device__ __forceinline__ void compute_store(F f, T* __restrict__ out, int v0,  // out: [n]
+                                              const Loaded<In, N>&... x) {
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
     Vec<T, N> o;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      o.v[k] = from_acc<T>(f(to_acc(reinterpret_cast<const Vec<In, N>*>(in)[v].v[k])...));
-    }
-    reinterpret_cast<Vec<T, N>*>(out)[v] = o;
-  }
-  // The tail that does not fill a whole vector (empty when N == 1).
-  for (int64_t i = nvec * N + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += stride) {
-    out[i] = from_acc<T>(f(to_acc(in[i])...));
+    for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(f(to_acc(x.v[k].v[j])...));
+    reinterpret_cast<Vec<T, N>*>(out)[v0 + k * kThreads] = o;
   }
 }
+
+template <int N, typename T, typename F, typename... In>
+__global__ void __launch_bounds__(kThreads)
+    elementwise_kernel(int n, F f, T* __restrict__ out,  // [n]
+                       const In* __restrict__... in) {   // each [n]
+  constexpr int kBlockItems = kThreads * kVecs * N;
+  const int base = blockIdx.x * kBlockItems;
+  if (n - base >= kBlockItems) {
+    const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
+    compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
+    return;
+  }
+  // The partial last block: element by element, all loads before any store.
+  acc_t<T> r[kVecs * N];
+#pragma unroll
+  for (int j = 0; j < kVecs * N; ++j) {
+    const int i = base + j * kThreads + threadIdx.x;
+    if (i < n) r[j] = f(to_acc(in[i])...);
+  }
+#pragma unroll
+  for (int j = 0; j < kVecs * N; ++j) {
+    const int i = base + j * kThreads + threadIdx.x;
+    if (i < n) out[i] = from_acc<T>(r[j]);
+  }
+}
+
+// One block per kThreads * kVecs * N elements (at most 2^23 blocks for a launch).
+template <int N>
+inline int grid(int n) {
+  return (n + kThreads * kVecs * N - 1) / (kThreads * kVecs * N);
+}
+
+// Elements per launch: indices in a launch fit in 32 bits with room to spare, and the count is
+// a multiple of every block's work, so each launch but the last covers whole blocks and the
+// pointers of the next one keep their 16-byte alignment.
+constexpr int64_t kLaunchItems = int64_t{1} << 30;
 
 }  // namespace detail
 
 template <typename T, typename F, typename... In>
 Status elementwise(int64_t n, Stream stream, F f, T* out, const In*... in) {
   static_assert(((sizeof(In) == sizeof(T)) && ...), "inputs must have the output's element size");
-  if (n == 0) return nullptr;
-  constexpr int kThreads = 256;
   constexpr int kN = kVec16<T>;
   const bool vec = aligned16(out, in...);
-  const int64_t items = vec ? (n + kN - 1) / kN : n;
-  // Enough blocks to fill any current GPU several times over; the grid-stride loop does the rest.
-  const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads, 65536);
   auto s = static_cast<cudaStream_t>(stream);
-  if (vec) {
-    detail::elementwise_kernel<kN><<<blocks, kThreads, 0, s>>>(n, f, out, in...);
-  } else {
-    detail::elementwise_kernel<1><<<blocks, kThreads, 0, s>>>(n, f, out, in...);
+  for (int64_t start = 0; start < n; start += detail::kLaunchItems) {
+    const int m = static_cast<int>(std::min(n - start, detail::kLaunchItems));
+    if (vec) {
+      detail::elementwise_kernel<kN>
+          <<<detail::grid<kN>(m), detail::kThreads, 0, s>>>(m, f, out + start, (in + start)...);
+    } else {
+      detail::elementwise_kernel<1>
+          <<<detail::grid<1>(m), detail::kThreads, 0, s>>>(m, f, out + start, (in + start)...);
+    }
+    if (const Status err = launch_status()) return err;
   }
-  return launch_status();
+  return nullptr;
 }
 
 }  // namespace wb
