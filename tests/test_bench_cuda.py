@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import workbench
-from workbench.benchmark.timer_cuda import flush_bytes, time_cuda
+from workbench.benchmark.timer_cuda import GRAPH_BELOW_S, flush_bytes, probe, time_cuda
 
 pytestmark = pytest.mark.cuda
 FAST = {"device": "cuda", "compile": False, "save": False}
@@ -52,3 +52,18 @@ def test_work_on_a_side_stream_is_reported() -> None:
     assert any("escaped the timed stream" in w for w in m.warnings), m.warnings
     honest = time_cuda(torch.matmul, (a, a), torch.device("cuda"), "events")
     assert not honest.warnings
+
+
+def test_a_host_that_is_slow_to_launch_does_not_pick_the_method() -> None:
+    """Three probe calls in four wait 0.3 ms on the host before a ~2 us kernel."""
+    import time
+
+    x = torch.randn(1 << 16, device="cuda")
+    calls = iter(range(1000))
+
+    def slow_host(t: torch.Tensor) -> torch.Tensor:
+        if next(calls) % 4:
+            time.sleep(300e-6)
+        return t * 2
+
+    assert probe(slow_host, (x,), x.device) < GRAPH_BELOW_S

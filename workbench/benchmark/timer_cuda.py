@@ -77,9 +77,14 @@ def _seconds(pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]], per: int = 
 
 
 def probe(fn: Fn, args: tuple[Any, ...], device: torch.device, calls: int = 20) -> float:
-    """A quick per-call estimate (median of flushed event samples), to choose the method."""
+    """A quick per-call estimate, to choose the method: the fastest of flushed event samples.
+
+    Not the median: when the host is slow to launch (a busy CPU, e.g. torch.compile's worker
+    processes starting), the GPU waits between the two events and the pair measures the host.
+    That only ever adds time, so the fastest sample is the one closest to the kernel's own.
+    """
     fn(*args)
-    return float(sorted(_seconds(_timed_calls(fn, args, calls, _flush_buffer(device))))[calls // 2])
+    return min(_seconds(_timed_calls(fn, args, calls, _flush_buffer(device))))
 
 
 def method_for(estimate: float) -> str:
