@@ -106,6 +106,22 @@ def test_a_pybind11_module_is_rebuilt_and_reimported_after_an_edit(tmp_path: Pat
     assert second is not first and second.__file__ != first.__spec__.origin
 
 
+CLASS_SOURCE = """
+struct Counter { int v; int get() const { return v + STEP; } };
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  pybind11::class_<Counter>(m, "Counter").def(pybind11::init<int>()).def("get", &Counter::get);
+}
+"""
+
+
+def test_an_edited_module_that_binds_a_class_names_the_fix_and_keeps_the_old_build() -> None:
+    first = workbench.load_inline(name="class_ext", cpp_sources=CLASS_SOURCE.replace("STEP", "1"))
+    assert first.Counter(10).get() == 11
+    with pytest.raises(LoadError, match=r"already registered.*py::module_local\(\)"):
+        workbench.load_inline(name="class_ext", cpp_sources=CLASS_SOURCE.replace("STEP", "2"))
+    assert first.Counter(10).get() == 11  # the last good build
+
+
 MODEL_NEW_CPP = """\
 torch::Tensor elementwise_add(torch::Tensor a, torch::Tensor b) {
   TORCH_CHECK(a.sizes() == b.sizes(), "elementwise_add: a and b must have the same shape");

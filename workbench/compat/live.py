@@ -82,7 +82,19 @@ def _module_name(name: str, path: Path, first: bool) -> str:
 
 
 def _open(name: str, path: Path, python_module: bool, first: bool = True) -> Live:
-    module = _import_extension(_module_name(name, path, first), path) if python_module else None
+    module = None
+    if python_module:
+        try:
+            module = _import_extension(_module_name(name, path, first), path)
+        except ImportError as e:
+            if first or "already registered" not in str(e):
+                raise
+            raise LoadError(
+                f"the edited build of {name!r} cannot be imported: {e} pybind11 keeps one Python "
+                "type per C++ class for the whole process, so a rebuilt module that binds a "
+                "class clashes with the one already loaded. Bind the class with "
+                "py::module_local(), or restart the process; the last good build stays loaded."
+            ) from e
     try:
         cdll = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:
