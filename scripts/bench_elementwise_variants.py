@@ -16,7 +16,7 @@ The table (variant x size: kernel us, eager us, speed-up, verdict, % of copy ban
 printed last and written to $OUT/elementwise_variants.md when OUT is set.
 
 Usage, on a CUDA machine (2 to 3 minutes on an H100 for float32, most of it timing):
-  python3 scripts/bench_elementwise_variants.py [--variants current,k2_t128] [--dtypes float32]
+  python3 scripts/bench_elementwise_variants.py [--variants current,k1_t256] [--dtypes float32]
 Without a GPU: compile every TU for the arch (compile seconds and registers per TU); with
 --nvcc-time N, also time nvcc on kernels/scale/scale.cu (all four dtypes) with each candidate in
 place of wb/elementwise.cuh, N runs each:

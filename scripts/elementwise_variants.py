@@ -8,8 +8,10 @@ otherwise, and two kernel instantiations per dtype and functor (vector and scala
 Family ``ew_<variant>`` holds the candidate as ``ew_<variant>/elementwise.cuh`` and two ops that
 mirror the bundled kernels on it: ``scale_<variant>(x, s) = x * s`` (kernels/scale) and
 ``muladd_<variant>(a, b, c) = a * b + c`` (kernels/muladd, two inputs), built for float32 and
-bfloat16 only. The generators are pure functions from a variant to file texts;
-:func:`write_registry` writes only the files whose text changed.
+bfloat16 only. Since version 2 the tree's header is the fixed-work candidate of the first run
+(k2_t128): "current" is that header, and the other fixed-work shapes are made from it. The
+version 1 launcher is in git history (commit 06ab81a). The generators are pure functions from a
+variant to file texts; :func:`write_registry` writes only the files whose text changed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ _USAGE = """\
 //   struct Op { float c; __device__ float operator()(float a, float b) const { return a * b + c; }
 //   }; return wb::elementwise<T>(n, stream, Op{c}, out, a, b);"""
 
-# The current launcher with one change: each input's vector is read as one 16-byte load.
+# The version 1 launcher (64-bit grid-stride loop, 256 threads) with one change: each input's
+# vector is read as one 16-byte load.
 # (Reading o.v[k] member by member from global memory compiles, on sm_90, to 4 (float) or
 # 8 (bf16) scalar loads per vector; only the store is 16 bytes wide.)
 _GRID64_VEC = Template(
@@ -101,37 +104,26 @@ Status elementwise(int64_t n, Stream stream, F f, T* out, const In*... in) {
 """
 )
 
-# The host side shared by the 32-bit candidates: n in launches of at most kLaunchItems elements.
-_LAUNCH_LOOP = """\
-// Elements per launch: indices in a launch fit in 32 bits with room to spare, and the count is
-// a multiple of every block's work, so each launch but the last covers whole blocks and the
-// pointers of the next one keep their 16-byte alignment.
-constexpr int64_t kLaunchItems = int64_t{1} << 30;
+# The host side shared by the 32-bit candidates (n in launches of at most kLaunchItems
+# elements), and the fixed-work shape (two vectors a thread, 128 threads), are the tree's own
+# launcher since version 2: candidates take them from it rather than from a copy.
+_LAUNCH_MARK = "// Elements per launch:"
+_SHAPE = ("constexpr int kThreads = 128;", "constexpr int kVecs = 2;")
 
-}  // namespace detail
 
-template <typename T, typename F, typename... In>
-Status elementwise(int64_t n, Stream stream, F f, T* out, const In*... in) {
-  static_assert(((sizeof(In) == sizeof(T)) && ...), "inputs must have the output's element size");
-  constexpr int kN = kVec16<T>;
-  const bool vec = aligned16(out, in...);
-  auto s = static_cast<cudaStream_t>(stream);
-  for (int64_t start = 0; start < n; start += detail::kLaunchItems) {
-    const int m = static_cast<int>(std::min(n - start, detail::kLaunchItems));
-    if (vec) {
-      detail::elementwise_kernel<kN>
-          <<<detail::grid<kN>(m), detail::kThreads, 0, s>>>(m, f, out + start, (in + start)...);
-    } else {
-      detail::elementwise_kernel<1>
-          <<<detail::grid<1>(m), detail::kThreads, 0, s>>>(m, f, out + start, (in + start)...);
-    }
-    if (const Status err = launch_status()) return err;
-  }
-  return nullptr;
-}
+def _launch_loop() -> str:
+    text = CURRENT_HEADER.read_text()
+    return text[text.index(_LAUNCH_MARK) :]
 
-}  // namespace wb
-"""
+
+def _with_shape(name: str, threads: int, vecs: int) -> str:
+    """The tree's fixed-work launcher with another block size and vectors per thread."""
+    text = CURRENT_HEADER.read_text()
+    for line, value in zip(_SHAPE, (threads, vecs), strict=True):
+        assert line in text, f"{CURRENT_HEADER} no longer has {line!r}"
+        text = text.replace(line, f"{line.rsplit('=', 1)[0]}= {value};")
+    return f"// Variant {name}: {threads} threads, {vecs} vector(s) a thread.\n" + text
+
 
 # The recorded prediction: 32-bit indices and one guarded grid-stride loop (no tail loop);
 # loads, threads and the grid cap as in the current launcher.
@@ -186,126 +178,37 @@ inline int grid(int n) {
 ${launch_loop}"""
 )
 
-# Fixed work per thread, as PyTorch's vectorized_elementwise_kernel: no grid-stride loop.
-_FIXED = Template(
-    """\
-// wb/elementwise.cuh (variant ${name}): one launcher for elementwise kernels over contiguous
-// buffers.
-//
-//   out[i] = f(in0[i], in1[i], ...) for i in [0, n), computed in acc_t<T>.
-//
-// Fixed work per thread and no grid-stride loop: each thread of a ${threads}-thread block reads
-// ${vectors} of kVec16<T> elements (16 bytes each) from every input before it stores any, when
-// every pointer is 16-byte aligned, and ${elements} otherwise. The last block, which may be
-// partial, goes element by element. Indices are 32-bit: n is split into launches of at most
-// 2^30 elements.
-//
-${usage}
-#pragma once
-
-#include <algorithm>
-
-#include "wb/cuda.cuh"
-
-namespace wb {
-namespace detail {
-
-constexpr int kThreads = ${threads};
-constexpr int kVecs = ${vecs};  // vectors per thread and input
-
-// The kVecs vectors one thread reads from one input.
-template <typename In, int N>
-struct Loaded {
-  Vec<In, N> v[kVecs];
-};
-
-// Vector v0 + k * kThreads for each k: consecutive threads read consecutive vectors.
-template <int N, typename In>
-__device__ __forceinline__ Loaded<In, N> load(const In* __restrict__ p, int v0) {  // p: [n]
-  Loaded<In, N> r;
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-    r.v[k] = reinterpret_cast<const Vec<In, N>*>(p)[v0 + k * kThreads];
-  }
-  return r;
-}
-
-template <int N, typename T, typename F, typename... In>
-__device__ __forceinline__ void compute_store(F f, T* __restrict__ out, int v0,  // out: [n]
-                                              const Loaded<In, N>&... x) {
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-    Vec<T, N> o;
-#pragma unroll
-    for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(f(to_acc(x.v[k].v[j])...));
-    reinterpret_cast<Vec<T, N>*>(out)[v0 + k * kThreads] = o;
-  }
-}
-
-template <int N, typename T, typename F, typename... In>
-__global__ void __launch_bounds__(kThreads)
-    elementwise_kernel(int n, F f, T* __restrict__ out,  // [n]
-                       const In* __restrict__... in) {   // each [n]
-  constexpr int kBlockItems = kThreads * kVecs * N;
-  const int base = blockIdx.x * kBlockItems;
-  if (n - base >= kBlockItems) {
-    const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
-    compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
-    return;
-  }
-  // The partial last block: element by element, all loads before any store.
-  acc_t<T> r[kVecs * N];
-#pragma unroll
-  for (int j = 0; j < kVecs * N; ++j) {
-    const int i = base + j * kThreads + threadIdx.x;
-    if (i < n) r[j] = f(to_acc(in[i])...);
-  }
-#pragma unroll
-  for (int j = 0; j < kVecs * N; ++j) {
-    const int i = base + j * kThreads + threadIdx.x;
-    if (i < n) out[i] = from_acc<T>(r[j]);
-  }
-}
-
-// One block per kThreads * kVecs * N elements (at most 2^23 blocks for a launch).
-template <int N>
-inline int grid(int n) {
-  return (n + kThreads * kVecs * N - 1) / (kThreads * kVecs * N);
-}
-
-${launch_loop}"""
-)
-
 
 @dataclass(frozen=True)
 class Variant:
     name: str
     hypothesis: str
-    template: Template | None  # None: the current header, read from the tree
+    template: Template | None  # None: the tree's header ("current"), or its shape changed
     threads: int = 256
     vecs: int = 1  # 16-byte vectors per thread and input (fixed-work variants)
 
     def header(self) -> str:
         """The text of this variant's elementwise.cuh."""
-        if self.template is None:
+        if self.template is not None:
+            return self.template.substitute(
+                name=self.name, usage=_USAGE, launch_loop=_launch_loop()
+            )
+        if self.name == "current":
             return CURRENT_HEADER.read_text()
-        return self.template.substitute(
-            name=self.name,
-            usage=_USAGE,
-            launch_loop=_LAUNCH_LOOP,
-            threads=self.threads,
-            vecs=self.vecs,
-            vectors="one vector" if self.vecs == 1 else f"{self.vecs} vectors",
-            elements="one element" if self.vecs == 1 else f"{self.vecs} elements",
-        )
+        return _with_shape(self.name, self.threads, self.vecs)
 
 
 def _fixed(vecs: int, threads: int, hypothesis: str) -> Variant:
-    return Variant(f"k{vecs}_t{threads}", hypothesis, _FIXED, threads, vecs)
+    return Variant(f"k{vecs}_t{threads}", hypothesis, None, threads, vecs)
 
 
 VARIANTS = (
-    Variant("current", "the baseline: kernels/include/wb/elementwise.cuh as it is", None),
+    Variant(
+        "current",
+        "kernels/include/wb/elementwise.cuh as it is (since version 2: two vectors a thread, "
+        "128 threads, the k2_t128 of the first run)",
+        None,
+    ),
     Variant(
         "i32_loop",
         "the recorded prediction: 32-bit indices and one guarded grid-stride loop close the gap",
@@ -318,10 +221,9 @@ VARIANTS = (
         _GRID64_VEC,
     ),
     _fixed(1, 128, "one 16-byte vector per thread, 128 threads, no loop (PyTorch's bf16 shape)"),
-    _fixed(2, 128, "two vectors in flight per thread, 128 threads (PyTorch's float32 shape)"),
     _fixed(4, 128, "four vectors in flight per thread hide more latency at large sizes"),
     _fixed(1, 256, "as k1_t128 with 256 threads: the block size alone matters"),
-    _fixed(2, 256, "as k2_t128 with 256 threads"),
+    _fixed(2, 256, "as current (k2_t128) with 256 threads"),
 )
 
 
