@@ -119,3 +119,86 @@ def test_an_autograd_formula_is_made_on_first_use_and_differentiates(
     fresh.muladd(x, y, 0.5)  # made once per op, then reused
     fresh.mul(x, y)
     assert sorted(made) == ["mul", "muladd", "rms_norm"]
+
+
+def test_a_fake_function_names_its_own_source_and_traces(lib: workbench.Library) -> None:
+    """The loader registers fakes without torch's caller lookup: torch still finds the fake,
+    names where it is defined, and runs it under FakeTensorMode."""
+    from torch._library import simple_registry
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    spec = lib.specs["muladd"]
+    kernel = simple_registry.singleton.find(f"{lib.namespace}::muladd").fake_impl.kernel
+    assert kernel is not None and kernel.func is spec.fake
+    code = spec.fake.__code__
+    assert kernel.source == f"{code.co_filename}:{code.co_firstlineno}"
+    with FakeTensorMode() as mode:
+        x = mode.from_tensor(torch.empty(5, 3))
+        out = lib.muladd(x, x, 0.5)
+    assert out.shape == (5, 3) and out.dtype == torch.float32
+
+
+def test_the_python_tag_is_sysconfigs_abi_tag() -> None:
+    import sysconfig
+
+    from workbench import toolchain
+
+    assert toolchain.python_tag() == sysconfig.get_config_var("SOABI")
+
+
+def test_the_gpu_answer_is_kept_per_boot_and_per_set_of_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workbench import toolchain
+
+    proc = tmp_path / "gpus"
+    monkeypatch.setattr(toolchain, "_NVIDIA_PROC", str(proc))
+    assert toolchain._gpus_cache_file() is None  # no driver entries: ask NVML every time
+    (proc / "0000:01:00.0").mkdir(parents=True)
+    info = proc / "0000:01:00.0" / "information"
+    info.write_text("Model: \t NVIDIA H100 80GB HBM3\nBus Location: \t 0000:01:00.0\n")
+    one = toolchain._gpus_cache_file()
+    assert one is not None and one == toolchain._gpus_cache_file()
+    info.write_text("Model: \t NVIDIA H200\nBus Location: \t 0000:01:00.0\n")  # swapped
+    two = toolchain._gpus_cache_file()
+    (proc / "0000:02:00.0").mkdir()
+    (proc / "0000:02:00.0" / "information").write_text("Model: \t NVIDIA H200\n")  # added
+    assert len({one, two, toolchain._gpus_cache_file()}) == 3
+
+
+@pytest.mark.cuda
+def test_the_gpu_answer_kept_across_processes_is_torchs(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    if not Path(toolchain_proc()).is_dir():
+        pytest.skip("this driver has no /proc entries: NVML answers every time")
+    code = (
+        "import json, torch; from workbench import toolchain as t; "
+        "print(json.dumps([str(t._gpus_cache_file()), t.gpu_capabilities()]))"
+    )
+    env = {
+        **os.environ,
+        "WB_CACHE_DIR": str(tmp_path),
+        "PYTHONPATH": str(Path(__file__).parents[1]),
+    }
+
+    def run() -> tuple[Path, list[list[int]]]:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        kept, caps = json.loads(out.stdout)
+        return Path(kept), caps
+
+    kept, first = run()
+    want = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    assert first == [list(c) for c in want]
+    assert json.loads(kept.read_text()) == first
+    kept.write_text("[[1, 0]]")  # the next process answers from the file, not from NVML
+    assert run()[1] == [[1, 0]]
+
+
+def toolchain_proc() -> str:
+    from workbench import toolchain
+
+    return toolchain._NVIDIA_PROC

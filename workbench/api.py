@@ -7,7 +7,6 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,23 @@ def _say(line: str) -> None:
         print(f"wb: {line}", file=sys.stderr, flush=True)
 
 
-@dataclass
 class LoadReport:
     """What one load() or reload() did."""
 
-    built: list[build.Built]
-    swapped: list[str]  # families whose live build changed (added ones included)
-    seconds: float
-    removed: list[str] = field(default_factory=list)  # families that no longer exist
-    redefined: list[str] = field(default_factory=list)  # ops with a new or changed schema
-    swap_seconds: float = 0.0  # opening, registering and closing libraries
+    def __init__(self, built: list[build.Built]) -> None:
+        self.built = built
+        self.swapped: list[str] = []  # families whose live build changed (added ones included)
+        self.seconds = 0.0
+        self.removed: list[str] = []  # families that no longer exist
+        self.redefined: list[str] = []  # ops with a new or changed schema
+        self.swap_seconds = 0.0  # opening, registering and closing libraries
+
+    def __repr__(self) -> str:
+        return (
+            f"LoadReport(swapped={self.swapped}, removed={self.removed}, "
+            f"redefined={self.redefined}, compiled={[p.name for p in self.compiled]}, "
+            f"seconds={self.seconds:.3f})"
+        )
 
     @property
     def compiled(self) -> list[Path]:
@@ -103,7 +109,7 @@ class Library:
         project = self.project
         names = list(self._selected or [f.name for f in project.families])
         built, errors = self._build_all(project, names)
-        report = LoadReport(built, [], 0.0)
+        report = LoadReport(built)
         for result in built:
             self._activate(project.family(result.family), result, report)
         for name in [n for n in self.families if n not in names]:

@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,22 +55,44 @@ class Progress(Protocol):
     def note(self, family: str, text: str) -> None: ...
 
 
-@dataclass
 class Built:
-    family: str
-    key: str
-    library: Path | None  # None for a compile-only build
-    manifest: dict[str, Any]
-    compiled: list[Path] = field(default_factory=list)
-    seconds: float = 0.0
-    # Wall time of the build's phases ("compile", "link"); empty for a cache hit.
-    phases: dict[str, float] = field(default_factory=dict)
-    lock_wait: float = 0.0  # seconds spent waiting for another process's build lock
-    locked_at: float | None = None  # time.monotonic() when the build lock was taken
+    """One family's build: its key, its library and manifest, and what making it took.
+
+    The records on the load path are plain classes: a dataclass costs about 0.5 ms to create
+    at import, and import is part of every warm start.
+    """
+
+    def __init__(
+        self, family: str, key: str, library: Path | None, manifest: dict[str, Any] | None
+    ) -> None:
+        self.family = family
+        self.key = key
+        self.library = library  # None for a compile-only build
+        self._manifest = manifest  # None: read from beside the library when first asked for
+        self.compiled: list[Path] = []
+        self.seconds = 0.0
+        # Wall time of the build's phases ("compile", "link"); empty for a cache hit.
+        self.phases: dict[str, float] = {}
+        self.lock_wait = 0.0  # seconds spent waiting for another process's build lock
+        self.locked_at: float | None = None  # time.monotonic() when the build lock was taken
+
+    def __repr__(self) -> str:
+        return (
+            f"Built(family={self.family!r}, key={self.key[:12]!r}, library={self.library}, "
+            f"compiled={len(self.compiled)})"
+        )
 
     @property
     def hit(self) -> bool:
         return not self.compiled
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """What the build recorded (``manifest.json`` in its cache entry)."""
+        if self._manifest is None:
+            found = cache.read_json(self.library.parent / "manifest.json") if self.library else None
+            self._manifest = found if isinstance(found, dict) else {}
+        return self._manifest
 
 
 def _sources(family: Family, config: Config) -> list[Source]:
@@ -92,12 +113,17 @@ def _headers_from_depfile(depfile: Path, source: Path, config: Config) -> list[s
     return sorted(set(keep))
 
 
-@dataclass
 class _TU:
-    source: Source
-    command: tuple[str, ...]  # with placeholder output paths, identical across builds
-    headers: list[str] | None  # None: never compiled in this cache
-    key: str | None = None
+    def __init__(
+        self,
+        source: Source,
+        command: tuple[str, ...],  # with placeholder output paths, identical across builds
+        headers: list[str] | None,  # None: never compiled in this cache
+    ) -> None:
+        self.source = source
+        self.command = command
+        self.headers = headers
+        self.key: str | None = None
 
     def compute_key(self, config: Config) -> str | None:
         if self.headers is None:
@@ -192,7 +218,10 @@ def ensure(
     if index is not None:
         sources = [str(s.path) for s in _sources(family, config)]
         library = str(built.library) if built.library else None
-        record = {"key": built.key, "library": library, "manifest": built.manifest}
+        # A linked build's manifest is read from its cache entry when needed: most warm starts
+        # never need it, and 30 copies of it made the index slow to read.
+        manifest = None if library else built.manifest
+        record = {"key": built.key, "library": library, "manifest": manifest}
         index.record(family.name, sources, list(built.manifest.get("inputs", {})), library, record)
     return built
 
@@ -203,7 +232,10 @@ def from_index(family: Family, config: Config, index: warm.Index) -> Built | Non
     if entry is None:
         return None
     b = entry["build"]
-    return Built(family.name, b["key"], Path(b["library"]) if b["library"] else None, b["manifest"])
+    library = Path(b["library"]) if b["library"] else None
+    if library is None and not isinstance(b.get("manifest"), dict):
+        return None
+    return Built(family.name, b["key"], library, b.get("manifest"))
 
 
 def _ensure(

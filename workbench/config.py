@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench import __version__, knobs, toolchain
@@ -25,22 +24,51 @@ def pch_root() -> Path:
     return knobs.cache_dir() / LAYOUT / "pch"
 
 
-@dataclass(frozen=True)
 class Config:
-    """Everything outside the sources that changes a binary. Built by :func:`make_config`."""
+    """Everything outside the sources that changes a binary. Built by :func:`make_config`.
+
+    Read-only once made (its ``id`` is cached). A plain class, not a dataclass: creating a
+    dataclass costs about 1 ms at import, and import is part of every warm start.
+    """
 
     cxx: Path
     cxx_version: str
     torch: toolchain.Torch
     python_tag: str
-    env: dict[str, str] = field(hash=False)
-    archs: tuple[str, ...] = ()  # empty: no CUDA
-    cuda_home: Path | None = None
-    nvcc_version: str | None = None
-    libstdcxx: Path | None = None  # the shared libstdc++ to link by path
-    link: bool = True  # False: compile only (smoke builds for archs this torch cannot link)
-    cpu_reason: str = ""  # why CUDA is off, for the load log
-    ptxas_info: bool = False  # -Xptxas=-v: registers, spills, shared memory (wb smoke)
+    env: dict[str, str]
+    archs: tuple[str, ...]  # empty: no CUDA
+    cuda_home: Path | None
+    nvcc_version: str | None
+    libstdcxx: Path | None  # the shared libstdc++ to link by path
+    link: bool  # False: compile only (smoke builds for archs this torch cannot link)
+    cpu_reason: str  # why CUDA is off, for the load log
+    ptxas_info: bool  # -Xptxas=-v: registers, spills, shared memory (wb smoke)
+
+    def __init__(
+        self,
+        *,
+        cxx: Path,
+        cxx_version: str,
+        torch: toolchain.Torch,
+        python_tag: str,
+        env: dict[str, str],
+        archs: tuple[str, ...] = (),
+        cuda_home: Path | None = None,
+        nvcc_version: str | None = None,
+        libstdcxx: Path | None = None,
+        link: bool = True,
+        cpu_reason: str = "",
+        ptxas_info: bool = False,
+    ) -> None:
+        fields = dict(locals())
+        del fields["self"]
+        self.__dict__.update(fields)  # past __setattr__, which refuses changes
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Config is read-only (tried to set {name!r}); call make_config()")
+
+    def __repr__(self) -> str:
+        return f"Config(id={self.id[:12]}, cxx={self.cxx}, archs={self.archs}, link={self.link})"
 
     @property
     def with_cuda(self) -> bool:

@@ -28,7 +28,6 @@ import os
 import sys
 import time
 import types
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,18 +35,21 @@ import torch
 
 from workbench.build import Built
 from workbench.errors import LoadError
-from workbench.hashing import file_digest
 from workbench.spec import OpSpec
 
 ABI_VERSION = 2
 
 
-@dataclass
+# The records here are plain classes, not dataclasses: creating a dataclass costs about 0.5 ms
+# at import, and import is part of every warm start.
+
+
 class _OpDef:
-    schema: str
-    definition: torch.library.Library
-    python: torch.library.Library | None = None  # fake + autograd
-    spec: OpSpec | None = None  # what ``python`` was registered from
+    def __init__(self, schema: str, definition: torch.library.Library) -> None:
+        self.schema = schema
+        self.definition = definition
+        self.python: torch.library.Library | None = None  # fake + autograd
+        self.spec: OpSpec | None = None  # what ``python`` was registered from
 
     def register_python(self, ns: str, spec: OpSpec | None) -> None:
         if self.python is not None:
@@ -63,24 +65,24 @@ class _OpDef:
         self.definition._destroy()
 
 
-@dataclass
 class Swap:
     """What one :func:`activate` changed."""
 
-    swapped: bool = False  # the family's live build changed
-    redefined: list[str] = field(default_factory=list)  # ops whose schema is new or changed
-    removed: list[str] = field(default_factory=list)  # ops that no longer exist
-    seconds: float = 0.0
+    def __init__(self) -> None:
+        self.swapped = False  # the family's live build changed
+        self.redefined: list[str] = []  # ops whose schema is new or changed
+        self.removed: list[str] = []  # ops that no longer exist
+        self.seconds = 0.0
 
 
-@dataclass
 class Handle:
     """An open library and what it registered."""
 
-    built: Built
-    cdll: ctypes.CDLL
-    schemas: dict[str, str]  # op name -> schema
-    namespace: str | None = None  # where its kernels are registered
+    def __init__(self, built: Built, cdll: ctypes.CDLL, schemas: dict[str, str]) -> None:
+        self.built = built
+        self.cdll = cdll
+        self.schemas = schemas  # op name -> schema
+        self.namespace: str | None = None  # where its kernels are registered
 
     def register(self, ns: str) -> None:
         err = ctypes.create_string_buffer(8192)
@@ -110,11 +112,12 @@ class Handle:
 _retired: list[ctypes.CDLL] = []
 
 
-@dataclass
 class _Namespace:
-    defs: dict[str, _OpDef] = field(default_factory=dict)
-    handles: dict[str, Handle] = field(default_factory=dict)  # family -> live handle
-    specs: dict[str, tuple[str | None, types.ModuleType | None]] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.defs: dict[str, _OpDef] = {}
+        self.handles: dict[str, Handle] = {}  # family -> live handle
+        # family -> (the text of its spec.py, the module imported from it)
+        self.specs: dict[str, tuple[bytes, types.ModuleType | None]] = {}
 
 
 # Process-wide state: torch's dispatcher is process-wide too.
@@ -172,9 +175,12 @@ def load_spec_module(family: str, ns: str, path: Path | None) -> types.ModuleTyp
     state = _namespaces.setdefault(ns, _Namespace())
     if path is None:
         return None
-    stamp = file_digest(str(path))
+    try:
+        text = path.read_bytes()  # the text itself: an edit that keeps size and mtime shows
+    except OSError as e:
+        raise LoadError(f"cannot read the op spec {path}: {e}") from e
     cached = state.specs.get(family)
-    if cached is not None and cached[0] == stamp:
+    if cached is not None and cached[0] == text:
         return cached[1]
     name = f"workbench._specs.{ns}.{family}"
     spec = importlib.util.spec_from_file_location(name, path)
@@ -183,7 +189,7 @@ def load_spec_module(family: str, ns: str, path: Path | None) -> types.ModuleTyp
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    state.specs[family] = (stamp, module)
+    state.specs[family] = (text, module)
     return module
 
 
@@ -196,7 +202,7 @@ def specs_of(module: types.ModuleType | None) -> dict[str, OpSpec]:
 def _register_python(ns: str, spec: OpSpec, schema: str) -> torch.library.Library:
     lib = torch.library.Library(ns, "FRAGMENT")
     qualname = f"{ns}::{spec.name}"
-    torch.library.register_fake(qualname, spec.fake, lib=lib)
+    _register_fake(lib, qualname, spec.fake)
     if spec.backward is not None:
         ops = getattr(torch.ops, ns)
         user_setup = spec.setup_context
@@ -208,6 +214,24 @@ def _register_python(ns: str, spec: OpSpec, schema: str) -> torch.library.Librar
 
         _register_autograd(lib, qualname, schema, spec.backward, setup_context)
     return lib
+
+
+def _register_fake(lib: torch.library.Library, qualname: str, fake: Any) -> None:
+    """``torch.library.register_fake(qualname, fake, lib=lib)``, without its caller lookup.
+
+    torch looks up its caller's source line and module with ``inspect`` (a third of the cost of
+    loading an op) to name them in error messages; the fake function's own location is named
+    here instead. Where torch's internals differ, torch's function is called.
+    """
+    code = getattr(fake, "__code__", None)
+    source = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(fake)
+    try:
+        holder = torch._library.simple_registry.singleton.find(qualname).fake_impl
+        handle = holder.register(fake, source, lib=lib)
+    except (AttributeError, TypeError):
+        torch.library.register_fake(qualname, fake, lib=lib)
+        return
+    lib._registration_handles.append(handle)
 
 
 def _register_autograd(

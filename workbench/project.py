@@ -11,10 +11,11 @@ A registry is a ``kernels/`` folder beside a ``bindings/`` folder::
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from workbench import knobs
 from workbench.errors import WorkbenchError
@@ -30,24 +31,21 @@ DEFAULT_NAMESPACE = "wb"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     path: Path
     # "cuda" (nvcc), "cpu" (kernel TU, c++), "binding" (host TU with torch headers), or
     # "registry" (the workbench's library entry points, linked into every library)
     kind: str
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(NamedTuple):
     name: str
     dir: Path
     sources: tuple[Source, ...]
     spec_path: Path | None
 
 
-@dataclass(frozen=True)
-class Project:
+class Project(NamedTuple):
     kernels_dir: Path
     bindings_dir: Path
     namespace: str
@@ -89,12 +87,22 @@ def _read_namespace(kernels_dir: Path) -> str | None:
     return None
 
 
-def _family(dir: Path, bindings_dir: Path) -> Family | None:
-    kernels = sorted(p for p in dir.iterdir() if p.suffix in (".cu", ".cpp") and p.is_file())
+def _files(dir: Path) -> set[str]:
+    """The names of the files in ``dir`` (one scandir: discovery is part of every warm start)."""
+    try:
+        with os.scandir(dir) as entries:
+            return {e.name for e in entries if e.is_file()}
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+
+
+def _family(dir: Path, bindings: set[str], bindings_dir: Path) -> Family | None:
+    files = _files(dir)
+    kernels = sorted(dir / n for n in files if os.path.splitext(n)[1] in (".cu", ".cpp"))
     binding = bindings_dir / f"{dir.name}.cpp"
-    if not kernels and not binding.is_file():
+    if not kernels and binding.name not in bindings:
         return None
-    if not binding.is_file():
+    if binding.name not in bindings:
         raise WorkbenchError(
             f"op family {dir.name!r} has kernels in {dir} but no binding {binding}; "
             "write the host side there (see bindings/muladd.cpp)"
@@ -103,8 +111,7 @@ def _family(dir: Path, bindings_dir: Path) -> Family | None:
         raise WorkbenchError(f"op family folder {dir} must be named like a C identifier")
     sources = [Source(p, "cuda" if p.suffix == ".cu" else "cpu") for p in kernels]
     sources.append(Source(binding, "binding"))
-    spec = dir / "spec.py"
-    return Family(dir.name, dir, tuple(sources), spec if spec.is_file() else None)
+    return Family(dir.name, dir, tuple(sources), dir / "spec.py" if "spec.py" in files else None)
 
 
 def discover(path: str | Path | None = None, namespace: str | None = None) -> Project:
@@ -121,10 +128,13 @@ def discover(path: str | Path | None = None, namespace: str | None = None) -> Pr
     ns = namespace or knobs.namespace() or _read_namespace(kernels_dir) or DEFAULT_NAMESPACE
     if not _IDENT.fullmatch(ns):
         raise WorkbenchError(f"namespace {ns!r} is not a valid identifier (set WB_NAMESPACE)")
+    bindings = _files(bindings_dir)
+    with os.scandir(kernels_dir) as entries:
+        dirs = sorted(e.name for e in entries if e.is_dir())
     families = []
-    for d in sorted(kernels_dir.iterdir()):
-        if d.is_dir() and d.name != "include" and not d.name.startswith((".", "_")):
-            fam = _family(d, bindings_dir)
+    for name in dirs:
+        if name != "include" and not name.startswith((".", "_")):
+            fam = _family(kernels_dir / name, bindings, bindings_dir)
             if fam is not None:
                 families.append(fam)
     return Project(kernels_dir, bindings_dir, ns, tuple(families))

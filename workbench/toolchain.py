@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.machinery
 import json
 import os
 import re
@@ -16,16 +17,15 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from workbench import knobs
 from workbench.cache import LAYOUT
 from workbench.errors import ToolchainError
 
 
-@dataclass(frozen=True)
-class Torch:
+class Torch(NamedTuple):
     version: str
     git_version: str
     cuda: str | None  # torch.version.cuda: None for a CPU build
@@ -85,21 +85,31 @@ def find_cuda_home() -> Path | None:
 
 
 def _probe_cache_file(exe: Path) -> Path:
-    st = exe.resolve().stat()
-    key = f"{exe.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    real = os.path.realpath(exe)
+    st = os.stat(real)
+    key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     return knobs.cache_dir() / LAYOUT / "toolchain" / f"{digest}.json"
+
+
+# Probe cache files already read by this process. A file's name holds the binary's stamp, so a
+# replaced compiler still gets a new probe.
+_probes_read: dict[Path, dict[str, str]] = {}
 
 
 def _probe(exe: Path, args: list[str], name: str) -> str:
     """The stdout of ``exe args``, cached on disk per binary under ``name``."""
     cache = _probe_cache_file(exe)
-    known = {}
-    try:
-        known = json.loads(cache.read_text())
+    known = _probes_read.get(cache)
+    if known is None:
+        try:
+            loaded = json.loads(cache.read_text())
+            known = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            known = {}
+        _probes_read[cache] = known
+    if name in known:
         return str(known[name])
-    except (OSError, ValueError, KeyError):
-        pass
     try:
         out = subprocess.run(
             [str(exe), *args], capture_output=True, text=True, timeout=60, check=True
@@ -163,6 +173,14 @@ def _mapped_libstdcxx() -> Path | None:
 
 
 def python_tag() -> str:
+    """The interpreter's ABI tag, e.g. 'cpython-311-x86_64-linux-gnu' (sysconfig's SOABI).
+
+    Read from the extension-module suffix: asking sysconfig imports its data module, a
+    millisecond of every warm start.
+    """
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if suffix.startswith(".") and suffix.count(".") == 2 and suffix.endswith(".so"):
+            return suffix[1:-3]
     return str(sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag)
 
 
@@ -200,8 +218,7 @@ def gencode_flags(archs: tuple[str, ...]) -> list[str]:
     return flags
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(NamedTuple):
     name: str
     capability: tuple[int, int]
 
@@ -240,6 +257,30 @@ def nvml_gpus() -> list[Gpu] | None:
         nvml.nvmlShutdown()
 
 
+_NVIDIA_PROC = "/proc/driver/nvidia/gpus"
+
+
+def _gpus_cache_file() -> Path | None:
+    """Where NVML's answer is kept for this boot and this set of GPUs; None if unknowable.
+
+    NVML takes about 25 ms to start and stop on an H100 host, more than the rest of a warm
+    start of one family. The key is the boot and the driver's description of each GPU (model,
+    bus location), read from /proc: a GPU added, removed or swapped changes it.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            parts = [f.read()]
+        for gpu in sorted(os.listdir(_NVIDIA_PROC)):
+            with open(os.path.join(_NVIDIA_PROC, gpu, "information")) as f:
+                parts.append(f.read())
+    except OSError:
+        return None
+    if len(parts) < 2:
+        return None
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+    return knobs.cache_dir() / LAYOUT / "toolchain" / f"gpus-{key}.json"
+
+
 @functools.cache
 def gpu_capabilities() -> tuple[tuple[int, int], ...]:
     """The compute capabilities of the GPUs torch can use; () when there are none."""
@@ -247,8 +288,22 @@ def gpu_capabilities() -> tuple[tuple[int, int], ...]:
 
     if torch.version.cuda is None:
         return ()
+    known = _gpus_cache_file()
+    if known is not None:
+        try:
+            return tuple((int(a), int(b)) for a, b in json.loads(known.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
     gpus = nvml_gpus()
     caps = None if gpus is None else [g.capability for g in gpus]
+    if caps is not None and known is not None:
+        try:
+            known.parent.mkdir(parents=True, exist_ok=True)
+            tmp = known.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(sorted(set(caps))))
+            os.replace(tmp, known)
+        except OSError:
+            pass  # an unwritable cache only costs NVML next time
     if caps is None:
         if not torch.cuda.is_available():
             return ()

@@ -39,12 +39,12 @@ def _stamp(path: str, now: float) -> Stamp | None:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def _matches(path: str, stamp: list[int]) -> bool:
+def _current(path: str) -> list[int] | None:
     try:
         st = os.stat(path)
     except OSError:
-        return False
-    return [st.st_size, st.st_mtime_ns, st.st_ino] == stamp
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
 class Index:
@@ -55,6 +55,13 @@ class Index:
         loaded = cache.read_json(self.path)
         self.entries: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
         self.dirty = False
+        # Stamps read by this index: families share headers, and an index lives for one load.
+        self._seen: dict[str, list[int] | None] = {}
+
+    def _matches(self, path: str, stamp: list[int]) -> bool:
+        if path not in self._seen:
+            self._seen[path] = _current(path)
+        return self._seen[path] == stamp
 
     def lookup(self, family: str, sources: list[str]) -> dict[str, Any] | None:
         """The recorded build of ``family`` if ``sources`` and every input are unchanged."""
@@ -62,7 +69,7 @@ class Index:
         if not isinstance(entry, dict) or entry.get("sources") != sources:
             return None
         stamps = entry.get("stamps", {})
-        if not all(_matches(p, s) for p, s in stamps.items()):
+        if not all(self._matches(p, s) for p, s in stamps.items()):
             return None
         return entry
 

@@ -7,8 +7,6 @@
 //   the sum of squares (wb::block_sum), once to write out. 16-byte loads when hidden is a
 //   multiple of the vector width and x, weight and out are 16-byte aligned, else one element.
 //   Check and time:  wb check rms_norm --device cuda
-#include <algorithm>
-
 #include "rms_norm/rms_norm.h"
 #include "wb/cuda.cuh"
 #include "wb/dtypes.h"
@@ -60,8 +58,8 @@ Status rms_norm_cuda(const T* x, const T* weight, double eps, T* out, int64_t ro
   const bool vec = hidden % kN == 0 && aligned16(x, weight, out);
   const int64_t loads = vec ? hidden / kN : hidden;  // per row
   // One thread per load, in whole warps (block_sum needs them), at most 1024 (the block limit).
-  const int threads = static_cast<int>(std::min<int64_t>((loads + 31) / 32 * 32, 1024));
-  const int blocks = static_cast<int>(std::min<int64_t>(rows, INT32_MAX));  // gridDim.x limit
+  const int threads = static_cast<int>(min_of<int64_t>((loads + 31) / 32 * 32, 1024));
+  const int blocks = static_cast<int>(min_of<int64_t>(rows, INT32_MAX));  // gridDim.x limit
   const auto acc_eps = static_cast<acc_t<T>>(eps);
   auto s = static_cast<cudaStream_t>(stream);
   if (vec) {

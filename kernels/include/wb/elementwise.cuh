@@ -13,8 +13,6 @@
 //   }; return wb::elementwise<T>(n, stream, Op{c}, out, a, b);
 #pragma once
 
-#include <algorithm>
-
 #include "wb/cuda.cuh"
 
 namespace wb {
@@ -97,7 +95,7 @@ Status elementwise(int64_t n, Stream stream, F f, T* out, const In*... in) {
   const bool vec = aligned16(out, in...);
   auto s = static_cast<cudaStream_t>(stream);
   for (int64_t start = 0; start < n; start += detail::kLaunchItems) {
-    const int m = static_cast<int>(std::min(n - start, detail::kLaunchItems));
+    const int m = static_cast<int>(min_of(n - start, detail::kLaunchItems));
     if (vec) {
       detail::elementwise_kernel<kN>
           <<<detail::grid<kN>(m), detail::kThreads, 0, s>>>(m, f, out + start, (in + start)...);
