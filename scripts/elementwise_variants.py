@@ -186,6 +186,7 @@ class Variant:
     template: Template | None  # None: the tree's header ("current"), or its shape changed
     threads: int = 256
     vecs: int = 1  # 16-byte vectors per thread and input (fixed-work variants)
+    edits: tuple[tuple[str, str], ...] = ()  # (old, new) text replacements in the tree's header
 
     def header(self) -> str:
         """The text of this variant's elementwise.cuh."""
@@ -195,6 +196,12 @@ class Variant:
             )
         if self.name == "current":
             return CURRENT_HEADER.read_text()
+        if self.edits:
+            text = CURRENT_HEADER.read_text()
+            for old, new in self.edits:
+                assert old in text, f"{CURRENT_HEADER} no longer has {old!r}"
+                text = text.replace(old, new)
+            return f"// Variant {self.name}: the tree's launcher, edited.\n" + text
         return _with_shape(self.name, self.threads, self.vecs)
 
 
@@ -224,6 +231,124 @@ VARIANTS = (
     _fixed(4, 128, "four vectors in flight per thread hide more latency at large sizes"),
     _fixed(1, 256, "as k1_t128 with 256 threads: the block size alone matters"),
     _fixed(2, 256, "as current (k2_t128) with 256 threads"),
+    Variant(
+        "coherent",
+        "version 3 prediction: eager's kernel has the same shape (grid, 128 threads, two float4 "
+        "a thread, 32 registers) but reads through the coherent path; the current launcher's "
+        "__restrict__ inputs compile to ld.global.nc, whose latency costs the 0.4-1.5% gap",
+        None,
+        edits=(
+            ("load(const In* __restrict__ p", "load(const In* p"),
+            ("const In* __restrict__... in", "const In*... in"),
+        ),
+    ),
+    Variant(
+        "tail_first",
+        "ptxas lays the whole-block path out after the partial block's code (a taken branch "
+        "to 0x3e0 before the first load); eager's kernel tests for the partial block first and "
+        "falls through to its loads at 0xe0. Testing in eager's order gives eager's layout",
+        None,
+        edits=(
+            (
+                """  if (n - base >= kBlockItems) {
+    const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
+    compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
+    return;
+  }
+  // The partial last block: element by element, all loads before any store.
+  acc_t<T> r[kVecs * N];
+#pragma unroll
+  for (int j = 0; j < kVecs * N; ++j) {
+    const int i = base + j * kThreads + threadIdx.x;
+    if (i < n) r[j] = f(to_acc(in[i])...);
+  }
+#pragma unroll
+  for (int j = 0; j < kVecs * N; ++j) {
+    const int i = base + j * kThreads + threadIdx.x;
+    if (i < n) out[i] = from_acc<T>(r[j]);
+  }
+}""",
+                """  if (n - base < kBlockItems) {
+    // The partial last block: element by element, all loads before any store.
+    acc_t<T> r[kVecs * N];
+#pragma unroll
+    for (int j = 0; j < kVecs * N; ++j) {
+      const int i = base + j * kThreads + threadIdx.x;
+      if (i < n) r[j] = f(to_acc(in[i])...);
+    }
+#pragma unroll
+    for (int j = 0; j < kVecs * N; ++j) {
+      const int i = base + j * kThreads + threadIdx.x;
+      if (i < n) out[i] = from_acc<T>(r[j]);
+    }
+    return;
+  }
+  const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
+  compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
+}""",
+            ),
+        ),
+    ),
+    Variant(
+        "eager_order",
+        "tail_first and coherent together: eager's layout and its plain 16-byte loads (no "
+        "ld.global.nc)",
+        None,
+        edits=(
+            ("load(const In* __restrict__ p", "load(const In* p"),
+            ("const In* __restrict__... in", "const In*... in"),
+            (
+                """  if (n - base >= kBlockItems) {
+    const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
+    compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
+    return;
+  }
+  // The partial last block: element by element, all loads before any store.
+  acc_t<T> r[kVecs * N];
+#pragma unroll
+  for (int j = 0; j < kVecs * N; ++j) {
+    const int i = base + j * kThreads + threadIdx.x;
+    if (i < n) r[j] = f(to_acc(in[i])...);
+  }
+#pragma unroll
+  for (int j = 0; j < kVecs * N; ++j) {
+    const int i = base + j * kThreads + threadIdx.x;
+    if (i < n) out[i] = from_acc<T>(r[j]);
+  }
+}""",
+                """  if (n - base < kBlockItems) {
+    // The partial last block: element by element, all loads before any store.
+    acc_t<T> r[kVecs * N];
+#pragma unroll
+    for (int j = 0; j < kVecs * N; ++j) {
+      const int i = base + j * kThreads + threadIdx.x;
+      if (i < n) r[j] = f(to_acc(in[i])...);
+    }
+#pragma unroll
+    for (int j = 0; j < kVecs * N; ++j) {
+      const int i = base + j * kThreads + threadIdx.x;
+      if (i < n) out[i] = from_acc<T>(r[j]);
+    }
+    return;
+  }
+  const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
+  compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
+}""",
+            ),
+        ),
+    ),
+    Variant(
+        "likely",
+        "the whole-block path marked likely: the compiler lays it out after the branch instead "
+        "of after the partial block's code",
+        None,
+        edits=(
+            (
+                "  if (n - base >= kBlockItems) {",
+                "  if (__builtin_expect(n - base >= kBlockItems, 1)) {",
+            ),
+        ),
+    ),
 )
 
 
