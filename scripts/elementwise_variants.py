@@ -10,7 +10,9 @@ mirror the bundled kernels on it: ``scale_<variant>(x, s) = x * s`` (kernels/sca
 ``muladd_<variant>(a, b, c) = a * b + c`` (kernels/muladd, two inputs), built for float32 and
 bfloat16 only. Since version 2 the tree's header is the fixed-work candidate of the first run
 (k2_t128): "current" is that header, and the other fixed-work shapes are made from it. The
-version 1 launcher is in git history (commit 06ab81a). The generators are pure functions from a
+version 1 launcher is in git history (commit 06ab81a). Version 3 is version 2 with the partial
+block tested first (the variant tail_first, in git history with likely and eager_order at
+commit 564a028). The generators are pure functions from a
 variant to file texts; :func:`write_registry` writes only the files whose text changed.
 """
 
@@ -213,7 +215,8 @@ VARIANTS = (
     Variant(
         "current",
         "kernels/include/wb/elementwise.cuh as it is (since version 2: two vectors a thread, "
-        "128 threads, the k2_t128 of the first run)",
+        "128 threads, the k2_t128 of the first run; since version 3 the partial block is "
+        "tested for first, the tail_first of the third run)",
         None,
     ),
     Variant(
@@ -233,120 +236,13 @@ VARIANTS = (
     _fixed(2, 256, "as current (k2_t128) with 256 threads"),
     Variant(
         "coherent",
-        "version 3 prediction: eager's kernel has the same shape (grid, 128 threads, two float4 "
-        "a thread, 32 registers) but reads through the coherent path; the current launcher's "
-        "__restrict__ inputs compile to ld.global.nc, whose latency costs the 0.4-1.5% gap",
+        "eager's kernel has the same shape (grid, 128 threads, two float4 a thread, 32 "
+        "registers) but plain loads; the launcher's __restrict__ inputs compile to "
+        "ld.global.nc, whose latency would cost the 0.4-1.5% gap",
         None,
         edits=(
             ("load(const In* __restrict__ p", "load(const In* p"),
             ("const In* __restrict__... in", "const In*... in"),
-        ),
-    ),
-    Variant(
-        "tail_first",
-        "ptxas lays the whole-block path out after the partial block's code (a taken branch "
-        "to 0x3e0 before the first load); eager's kernel tests for the partial block first and "
-        "falls through to its loads at 0xe0. Testing in eager's order gives eager's layout",
-        None,
-        edits=(
-            (
-                """  if (n - base >= kBlockItems) {
-    const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
-    compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
-    return;
-  }
-  // The partial last block: element by element, all loads before any store.
-  acc_t<T> r[kVecs * N];
-#pragma unroll
-  for (int j = 0; j < kVecs * N; ++j) {
-    const int i = base + j * kThreads + threadIdx.x;
-    if (i < n) r[j] = f(to_acc(in[i])...);
-  }
-#pragma unroll
-  for (int j = 0; j < kVecs * N; ++j) {
-    const int i = base + j * kThreads + threadIdx.x;
-    if (i < n) out[i] = from_acc<T>(r[j]);
-  }
-}""",
-                """  if (n - base < kBlockItems) {
-    // The partial last block: element by element, all loads before any store.
-    acc_t<T> r[kVecs * N];
-#pragma unroll
-    for (int j = 0; j < kVecs * N; ++j) {
-      const int i = base + j * kThreads + threadIdx.x;
-      if (i < n) r[j] = f(to_acc(in[i])...);
-    }
-#pragma unroll
-    for (int j = 0; j < kVecs * N; ++j) {
-      const int i = base + j * kThreads + threadIdx.x;
-      if (i < n) out[i] = from_acc<T>(r[j]);
-    }
-    return;
-  }
-  const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
-  compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
-}""",
-            ),
-        ),
-    ),
-    Variant(
-        "eager_order",
-        "tail_first and coherent together: eager's layout and its plain 16-byte loads (no "
-        "ld.global.nc)",
-        None,
-        edits=(
-            ("load(const In* __restrict__ p", "load(const In* p"),
-            ("const In* __restrict__... in", "const In*... in"),
-            (
-                """  if (n - base >= kBlockItems) {
-    const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
-    compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
-    return;
-  }
-  // The partial last block: element by element, all loads before any store.
-  acc_t<T> r[kVecs * N];
-#pragma unroll
-  for (int j = 0; j < kVecs * N; ++j) {
-    const int i = base + j * kThreads + threadIdx.x;
-    if (i < n) r[j] = f(to_acc(in[i])...);
-  }
-#pragma unroll
-  for (int j = 0; j < kVecs * N; ++j) {
-    const int i = base + j * kThreads + threadIdx.x;
-    if (i < n) out[i] = from_acc<T>(r[j]);
-  }
-}""",
-                """  if (n - base < kBlockItems) {
-    // The partial last block: element by element, all loads before any store.
-    acc_t<T> r[kVecs * N];
-#pragma unroll
-    for (int j = 0; j < kVecs * N; ++j) {
-      const int i = base + j * kThreads + threadIdx.x;
-      if (i < n) r[j] = f(to_acc(in[i])...);
-    }
-#pragma unroll
-    for (int j = 0; j < kVecs * N; ++j) {
-      const int i = base + j * kThreads + threadIdx.x;
-      if (i < n) out[i] = from_acc<T>(r[j]);
-    }
-    return;
-  }
-  const int v0 = blockIdx.x * (kThreads * kVecs) + threadIdx.x;
-  compute_store<N>(f, out, v0, load<N>(in, v0)...);  // every load is issued before a store
-}""",
-            ),
-        ),
-    ),
-    Variant(
-        "likely",
-        "the whole-block path marked likely: the compiler lays it out after the branch instead "
-        "of after the partial block's code",
-        None,
-        edits=(
-            (
-                "  if (n - base >= kBlockItems) {",
-                "  if (__builtin_expect(n - base >= kBlockItems, 1)) {",
-            ),
         ),
     ),
 )
