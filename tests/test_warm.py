@@ -12,7 +12,7 @@ import torch
 
 import workbench
 from tests.registry_fixture import write_registry
-from workbench import build
+from workbench import build, toolchain
 
 _count = iter(range(1_000_000))
 
@@ -141,16 +141,12 @@ def test_a_fake_function_names_its_own_source_and_traces(lib: workbench.Library)
 def test_the_python_tag_is_sysconfigs_abi_tag() -> None:
     import sysconfig
 
-    from workbench import toolchain
-
     assert toolchain.python_tag() == sysconfig.get_config_var("SOABI")
 
 
 def test_the_gpu_answer_is_kept_per_boot_and_per_set_of_gpus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from workbench import toolchain
-
     proc = tmp_path / "gpus"
     monkeypatch.setattr(toolchain, "_NVIDIA_PROC", str(proc))
     assert toolchain._gpus_cache_file() is None  # no driver entries: ask NVML every time
@@ -172,7 +168,7 @@ def test_the_gpu_answer_kept_across_processes_is_torchs(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    if not Path(toolchain_proc()).is_dir():
+    if not Path(toolchain._NVIDIA_PROC).is_dir():
         pytest.skip("this driver has no /proc entries: NVML answers every time")
     code = (
         "import json, torch; from workbench import toolchain as t; "
@@ -196,9 +192,3 @@ def test_the_gpu_answer_kept_across_processes_is_torchs(tmp_path: Path) -> None:
     assert json.loads(kept.read_text()) == first
     kept.write_text("[[1, 0]]")  # the next process answers from the file, not from NVML
     assert run()[1] == [[1, 0]]
-
-
-def toolchain_proc() -> str:
-    from workbench import toolchain
-
-    return toolchain._NVIDIA_PROC

@@ -20,7 +20,7 @@ import sysconfig
 from pathlib import Path
 from typing import NamedTuple
 
-from workbench import knobs
+from workbench import cache, knobs
 from workbench.cache import LAYOUT
 from workbench.errors import ToolchainError
 
@@ -84,12 +84,25 @@ def find_cuda_home() -> Path | None:
     return None
 
 
+def _kept(name: str) -> Path:
+    """A file of probe answers kept across processes (not created here)."""
+    return knobs.cache_dir() / LAYOUT / "toolchain" / name
+
+
+def _keep(path: Path, value: object) -> None:
+    """Write ``value`` as JSON to ``path``; an unwritable cache only costs a probe next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_atomic(path, json.dumps(value))
+    except OSError:
+        pass
+
+
 def _probe_cache_file(exe: Path) -> Path:
     real = os.path.realpath(exe)
     st = os.stat(real)
     key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return knobs.cache_dir() / LAYOUT / "toolchain" / f"{digest}.json"
+    return _kept(f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json")
 
 
 # Probe cache files already read by this process. A file's name holds the binary's stamp, so a
@@ -99,15 +112,12 @@ _probes_read: dict[Path, dict[str, str]] = {}
 
 def _probe(exe: Path, args: list[str], name: str) -> str:
     """The stdout of ``exe args``, cached on disk per binary under ``name``."""
-    cache = _probe_cache_file(exe)
-    known = _probes_read.get(cache)
+    kept = _probe_cache_file(exe)
+    known = _probes_read.get(kept)
     if known is None:
-        try:
-            loaded = json.loads(cache.read_text())
-            known = loaded if isinstance(loaded, dict) else {}
-        except (OSError, ValueError):
-            known = {}
-        _probes_read[cache] = known
+        loaded = cache.read_json(kept)
+        known = loaded if isinstance(loaded, dict) else {}
+        _probes_read[kept] = known
     if name in known:
         return str(known[name])
     try:
@@ -117,13 +127,7 @@ def _probe(exe: Path, args: list[str], name: str) -> str:
     except (OSError, subprocess.SubprocessError) as e:
         raise ToolchainError(f"could not run {exe} {' '.join(args)}: {e}") from e
     known[name] = out
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known))
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # an unwritable cache only costs a probe next time
+    _keep(kept, known)
     return out
 
 
@@ -278,7 +282,7 @@ def _gpus_cache_file() -> Path | None:
     if len(parts) < 2:
         return None
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
-    return knobs.cache_dir() / LAYOUT / "toolchain" / f"gpus-{key}.json"
+    return _kept(f"gpus-{key}.json")
 
 
 @functools.cache
@@ -288,22 +292,17 @@ def gpu_capabilities() -> tuple[tuple[int, int], ...]:
 
     if torch.version.cuda is None:
         return ()
-    known = _gpus_cache_file()
-    if known is not None:
+    kept = _gpus_cache_file()
+    found = cache.read_json(kept) if kept is not None else None
+    if isinstance(found, list):
         try:
-            return tuple((int(a), int(b)) for a, b in json.loads(known.read_text()))
-        except (OSError, ValueError, TypeError):
+            return tuple((int(a), int(b)) for a, b in found)
+        except (ValueError, TypeError):  # malformed: ask NVML again
             pass
     gpus = nvml_gpus()
     caps = None if gpus is None else [g.capability for g in gpus]
-    if caps is not None and known is not None:
-        try:
-            known.parent.mkdir(parents=True, exist_ok=True)
-            tmp = known.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(sorted(set(caps))))
-            os.replace(tmp, known)
-        except OSError:
-            pass  # an unwritable cache only costs NVML next time
+    if caps is not None and kept is not None:
+        _keep(kept, sorted(set(caps)))
     if caps is None:
         if not torch.cuda.is_available():
             return ()
