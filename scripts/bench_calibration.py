@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,9 +73,20 @@ def _harness(fn: Any, args: tuple[Any, ...], method: str) -> tuple[float, str]:
     return m.stats.median, m.method
 
 
-def against_triton() -> list[str]:
+def _runs(values: list[float]) -> str:
+    """'median (low-high)' in microseconds."""
+    low, mid, high = (v * 1e6 for v in (min(values), statistics.median(values), max(values)))
+    return f"{mid:.2f} ({low:.2f}-{high:.2f})"
+
+
+def against_triton(rounds: int = 3) -> list[str]:
+    """Each case timed ``rounds`` times by each, alternately: a launch-bound op timed per call
+    moves between runs (do_bench against itself included), so one pair would compare two draws."""
     lines = [
         "## Harness against triton.testing.do_bench (L2 flushed, median)",
+        "",
+        f"Each cell: the median of {rounds} runs, alternating harness and do_bench, with their"
+        " range.",
         "",
         "| case | harness (us) | harness method | do_bench (us) | harness / do_bench |",
         "| --- | --- | --- | --- | --- |",
@@ -90,13 +102,22 @@ def against_triton() -> list[str]:
         cases.append((f"x * 2, {n >> 20} Mi float32", lambda t: t * 2, (x,)))
     for name, fn, args in cases:
         auto = method_for(probe(fn, args, DEV))
-        methods = [auto] if auto == "events" else [auto, "events"]
-        ref = _do_bench(lambda fn=fn, args=args: fn(*args))
-        for method in methods:
-            t, how = _harness(fn, args, method)
-            ratio = f"{t / ref:.3f}" if ref else "-"
-            ref_us = f"{ref * 1e6:.2f}" if ref else "triton not importable"
-            lines.append(f"| {name} | {t * 1e6:.2f} | {how} | {ref_us} | {ratio} |")
+        for method in [auto] if auto == "events" else [auto, "events"]:
+            ours: list[float] = []
+            theirs: list[float] = []
+            how = ""
+            for _ in range(rounds):
+                t, how = _harness(fn, args, method)
+                ours.append(t)
+                ref = _do_bench(lambda fn=fn, args=args: fn(*args))
+                if ref is not None:
+                    theirs.append(ref)
+            if theirs:
+                ratio = f"{statistics.median(ours) / statistics.median(theirs):.3f}"
+                ref_us = _runs(theirs)
+            else:
+                ratio, ref_us = "-", "triton not importable"
+            lines.append(f"| {name} | {_runs(ours)} | {how} | {ref_us} | {ratio} |")
     return [*lines, ""]
 
 

@@ -24,6 +24,12 @@ _SHAPES: list[tuple[str, tuple[int, ...], bool]] = [
     ("strided", (8, 96), True),
     ("3d", (2, 3, 256), False),
     ("large", (64, 8192), False),
+    # The CUDA launch paths by row length (float32): 4 and 8 vectors a thread in registers (the
+    # widest block), then rows too long for registers, read twice, by vectors and by elements.
+    ("mid", (4, 2000), False),
+    ("wide", (2, 16384), False),
+    ("long", (2, 16388), False),
+    ("long_odd", (2, 8193), False),
 ]
 
 
