@@ -17,8 +17,9 @@ from tests.registry_fixture import write_registry
 from workbench import knobs
 from workbench.benchmark import calibrate, store
 from workbench.benchmark.check import VerificationError
+from workbench.benchmark.result import EAGER, KERNEL, KERNEL_AA, SizeResult
 from workbench.benchmark.run import shuffled_plan
-from workbench.benchmark.stats import noise_band, summarize, verdict
+from workbench.benchmark.stats import Measurement, noise_band, summarize, verdict
 from workbench.errors import WorkbenchError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +68,22 @@ def test_summary_and_verdicts() -> None:
     assert verdict(1.5, 1.0, band) == "slower"
     with pytest.raises(ValueError, match="no timing samples"):
         summarize([])
+
+
+def test_a_difference_inside_the_baselines_spread_is_noise() -> None:
+    tight = [1.0] * 8 + [1.001] * 8
+    wide = [0.96] * 6 + [1.0] * 4 + [1.04] * 6  # relative IQR 8%
+
+    def size(baseline: list[float]) -> SizeResult:
+        times = {
+            c: Measurement(summarize(t), "events")
+            for c, t in ((KERNEL, tight), (KERNEL_AA, tight), (EAGER, baseline))
+        }
+        return SizeResult("1Ki", 4096, 1024, times)
+
+    # The kernel is 1% slower than the median of either baseline; its own A/A band is 0.05%.
+    assert size([0.99] * 16).against(EAGER) == (pytest.approx(0.99, abs=1e-3), "slower")
+    assert size([x - 0.01 for x in wide]).against(EAGER) == (pytest.approx(0.99, abs=1e-3), "noise")
 
 
 def test_plan_is_every_pair_once_in_a_random_order() -> None:

@@ -51,11 +51,16 @@ class SizeResult:
         return floor / self.kernel
 
     def against(self, other: str) -> tuple[float, str] | None:
-        """(speed-up of the kernel over ``other``, verdict) or None if ``other`` was not timed."""
+        """(speed-up of the kernel over ``other``, verdict) or None if ``other`` was not timed.
+
+        The band is the kernel's noise band widened to half the relative IQR of ``other``: a
+        difference must stand out of both timings' spreads, not only the kernel's.
+        """
         if other not in self.times:
             return None
-        base = self.times[other].stats.median
-        return base / self.kernel, verdict(self.kernel, base, self.noise)
+        base = self.times[other].stats
+        noise = max(self.noise, base.rel_iqr / 2)
+        return base.median / self.kernel, verdict(self.kernel, base.median, noise)
 
     def to_dict(self, cal: Calibration | None) -> dict[str, Any]:
         roof = self.roofline(cal)
