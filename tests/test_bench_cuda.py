@@ -67,3 +67,28 @@ def test_a_host_that_is_slow_to_launch_does_not_pick_the_method() -> None:
         return t * 2
 
     assert probe(slow_host, (x,), x.device) < GRAPH_BELOW_S
+
+
+def test_a_host_slow_on_every_call_does_not_pick_the_method() -> None:
+    """Every call waits 0.3 ms on the host: per-call events would read the host, ~300 us."""
+    import time
+
+    x = torch.randn(1 << 16, device="cuda")
+
+    def slow_host(t: torch.Tensor) -> torch.Tensor:
+        time.sleep(300e-6)
+        return t * 2
+
+    assert probe(slow_host, (x,), x.device) < GRAPH_BELOW_S
+
+
+def test_a_callable_that_cannot_be_captured_is_probed_by_events() -> None:
+    x = torch.randn(1 << 16, device="cuda")
+
+    def syncs(t: torch.Tensor) -> torch.Tensor:
+        y = t * 2
+        torch.cuda.synchronize()  # not allowed while a graph is captured
+        return y
+
+    assert probe(syncs, (x,), x.device) > 0
+    assert (syncs(x) == x * 2).all()  # the stream works after the failed capture

@@ -4,9 +4,10 @@ reference over the spec's size sweep, in a random order, with an A/A control.
 Lifecycle of one op: (1) draw the sweep's inputs and check the kernel against the reference on
 each of them, stopping before any timing on a mismatch; (2) call every candidate once (the
 compile of ``torch.compile`` stays out of the numbers); (3) on a GPU, probe the kernel at each
-size to choose per-call events or graph replay, the same method for every candidate of that
-size; (4) time every (size, candidate) pair in a shuffled order; (5) attach the roofline, store
-the result under the family's build key, and compare with a stored build when asked.
+size (one replay of a small CUDA graph, which a busy host cannot slow) to choose per-call events
+or graph replay, the same method for every candidate of that size; (4) time every (size,
+candidate) pair in a shuffled order; (5) attach the roofline, store the result under the
+family's build key, and compare with a stored build when asked.
 """
 
 from __future__ import annotations

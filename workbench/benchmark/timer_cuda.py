@@ -77,14 +77,33 @@ def _seconds(pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]], per: int = 
 
 
 def probe(fn: Fn, args: tuple[Any, ...], device: torch.device, calls: int = 20) -> float:
-    """A quick per-call estimate, to choose the method: the fastest of flushed event samples.
+    """A quick per-call estimate of the GPU time, to choose the method.
 
-    Not the median: when the host is slow to launch (a busy CPU, e.g. torch.compile's worker
-    processes starting), the GPU waits between the two events and the pair measures the host.
-    That only ever adds time, so the fastest sample is the one closest to the kernel's own.
+    Timed by one replay of a CUDA graph of ``calls`` calls: the host takes no part in a replay,
+    so a host that is slow to launch (a busy CPU, e.g. torch.compile's worker processes
+    starting) cannot make a short kernel look long, as it can with per-call events, where the
+    GPU waits between the two events. The inputs are not rotated, so the estimate can be low for
+    a kernel whose data fits in L2; such a kernel is then timed by graph replay over copies,
+    which is right at any length. A callable that cannot be captured (one that synchronizes or
+    uses another stream) is probed by flushed per-call events, taking the fastest: a slow host
+    only ever adds time.
     """
     fn(*args)
-    return min(_seconds(_timed_calls(fn, args, calls, _flush_buffer(device))))
+    torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn(*args)
+        graph.replay()
+        start, end = _event(), _event()
+        start.record()
+        graph.replay()
+        end.record()
+        return _seconds([(start, end)], per=calls)[0]
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return min(_seconds(_timed_calls(fn, args, calls, _flush_buffer(device))))
 
 
 def method_for(estimate: float) -> str:
