@@ -76,6 +76,27 @@ def _seconds(pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]], per: int = 
     return [s.elapsed_time(e) / 1e3 / per for s, e in pairs]
 
 
+def _capture(fn: Fn, sets: list[tuple[Any, ...]], calls: int) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``calls`` calls of ``fn``, rotating over the argument sets."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(*sets[i % len(sets)])
+    return graph
+
+
+def _replays(graph: torch.cuda.CUDAGraph, n: int, calls: int) -> list[float]:
+    """Seconds per call of each of ``n`` event-timed replays of a graph of ``calls`` calls."""
+    pairs = []
+    for _ in range(n):
+        start, end = _event(), _event()
+        start.record()
+        graph.replay()
+        end.record()
+        pairs.append((start, end))
+    return _seconds(pairs, per=calls)
+
+
 def probe(fn: Fn, args: tuple[Any, ...], device: torch.device, calls: int = 20) -> float:
     """A quick per-call estimate of the GPU time, to choose the method.
 
@@ -91,16 +112,9 @@ def probe(fn: Fn, args: tuple[Any, ...], device: torch.device, calls: int = 20) 
     fn(*args)
     torch.cuda.synchronize()
     try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn(*args)
+        graph = _capture(fn, [args], calls)
         graph.replay()
-        start, end = _event(), _event()
-        start.record()
-        graph.replay()
-        end.record()
-        return _seconds([(start, end)], per=calls)[0]
+        return _replays(graph, 1, calls)[0]
     except RuntimeError:
         torch.cuda.synchronize()
         return min(_seconds(_timed_calls(fn, args, calls, _flush_buffer(device))))
@@ -155,22 +169,12 @@ def _graph_samples(
     for s in sets:  # each copy runs once outside capture (lazy initialisation, allocator)
         fn(*s)
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(*sets[i % len(sets)])
+    graph = _capture(fn, sets, calls)
     for _ in range(3):
         graph.replay()
     replay = calls * max(estimate, 1e-9)
     n = min(max(MIN_SAMPLES, math.ceil(MEASURE_S / replay)), MAX_SAMPLES)
-    pairs = []
-    for _ in range(n):
-        start, end = _event(), _event()
-        start.record()
-        graph.replay()
-        end.record()
-        pairs.append((start, end))
-    samples = _seconds(pairs, per=calls)
+    samples = _replays(graph, n, calls)
     span = len(sets) * sum(
         a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)
     )
