@@ -1,4 +1,4 @@
-"""Launcher variants of scale against eager ``x * s``, each timed several times per size.
+"""Launcher variants of scale (or muladd) against eager, each timed several times per size.
 
 ``workbench.bench`` times each callable once (and the kernel twice, for its A/A band). Gaps of
 under 1% between two kernels need more: this script times every candidate ``--repeats`` times
@@ -11,7 +11,12 @@ Each candidate's output is first checked bit for bit against eager's at every si
 Variants are those of scripts/elementwise_variants.py, built as temporary families.
 
 Usage, on a CUDA machine (about a minute for three variants):
-  python3 scripts/bench_launcher_repeats.py current,coherent [--repeats 6]
+  python3 scripts/bench_launcher_repeats.py current,coherent [--repeats 6] [--op muladd]
+      [--sizes 4096,67108864]
+      [--method graph]
+
+``--op scale`` (default) times ``scale_<variant>(x, s)`` against ``x * s``; ``--op muladd``
+times ``muladd_<variant>(a, b, c)`` against ``a * b + c`` (eager: two kernels).
 """
 
 from __future__ import annotations
@@ -34,12 +39,25 @@ from workbench.benchmark.timer_cuda import method_for, probe, time_cuda  # noqa:
 
 SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 24)
 S = 0.3
+C = -0.75
+
+
+def _muladd(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:
+    return a * b + c
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("variants", help="comma-separated names from scripts/elementwise_variants.py")
     p.add_argument("--repeats", type=int, default=6)
+    p.add_argument("--op", choices=("scale", "muladd"), default="scale")
+    p.add_argument(
+        "--method",
+        choices=("auto", "graph", "events"),
+        default="auto",
+        help="auto: the harness's choice per size (graph replay below about 20 us)",
+    )
+    p.add_argument("--sizes", help="comma-separated element counts (default: 4 Ki to 16 Mi)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_launcher_repeats: needs a CUDA GPU")
@@ -47,19 +65,27 @@ def main() -> None:
     kernels = write_registry(Path(tempfile.mkdtemp()), tuple(variant(n) for n in names))
     lib = workbench.load(kernels, namespace="wb_ew_repeats")
     dev = torch.device("cuda")
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, float32, x * {S}")
-    for n in SIZES:
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else SIZES
+    what = "x * 0.3" if args.op == "scale" else "a * b - 0.75"
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, float32, {what}")
+    for n in sizes:
         x = torch.randn(n, device=dev)
-        cands = {v: getattr(lib, f"scale_{v}") for v in names}
-        cands["eager"] = torch.mul
+        inputs = (x, S) if args.op == "scale" else (x, torch.randn(n, device=dev), C)
+        cands = {v: getattr(lib, f"{args.op}_{v}") for v in names}
+        cands["eager"] = torch.mul if args.op == "scale" else _muladd
+        want = cands["eager"](*inputs)
         for v in names:
-            torch.testing.assert_close(cands[v](x, S), x * S, rtol=0, atol=0)
-        method = method_for(probe(cands[names[0]], (x, S), dev))
+            # scale is exact; muladd's kernel may fuse a * b + c into one rounding
+            exact = {"rtol": 0, "atol": 0} if args.op == "scale" else {}
+            torch.testing.assert_close(cands[v](*inputs), want, **exact)
+        method = args.method
+        if method == "auto":
+            method = method_for(probe(cands[names[0]], inputs, dev))
         plan = [c for c in cands for _ in range(args.repeats)]
         random.Random(n).shuffle(plan)
         got: dict[str, list[float]] = {c: [] for c in cands}
         for c in plan:
-            got[c].append(time_cuda(cands[c], (x, S), dev, method).stats.median * 1e6)
+            got[c].append(time_cuda(cands[c], inputs, dev, method).stats.median * 1e6)
         med = {c: statistics.median(t) for c, t in got.items()}
         cells = [
             f"{c} {med[c]:.3f} us ({(max(t) - min(t)) / min(t) * 100:.1f}%) "
