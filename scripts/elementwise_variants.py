@@ -3,7 +3,8 @@
 Every candidate is a complete replacement for ``kernels/include/wb/elementwise.cuh``: the same
 ``wb::elementwise<T>(n, stream, f, out, in...)`` for any n (0 and 1 included), any number of
 inputs, 16-byte vectors when every pointer is 16-byte aligned and one element at a time
-otherwise, and two kernel instantiations per dtype and functor (vector and scalar), as now.
+otherwise, and kernel instantiations per dtype and functor as now (since version 5: vectors that
+skip L1, vectors that do not, and scalars).
 
 Family ``ew_<variant>`` holds the candidate as ``ew_<variant>/elementwise.cuh`` and two ops that
 mirror the bundled kernels on it: ``scale_<variant>(x, s) = x * s`` (kernels/scale) and
@@ -12,7 +13,9 @@ bfloat16 only. Since version 2 the tree's header is the fixed-work candidate of 
 (k2_t128): "current" is that header, and the other fixed-work shapes are made from it. The
 version 1 launcher is in git history (commit 06ab81a). Version 3 is version 2 with the partial
 block tested first (the variant tail_first, in git history with likely and eager_order at
-commit 564a028). The generators are pure functions from a
+commit 564a028). Version 5 reads with ld.global.nc.L1::no_allocate up to 1.5x the L2's size
+(the variant ld_na at any size; it and the other cache-hint variants, ld_cs, st_cs, ldst_cs
+and ld_256, are in git history at commit e3ab7c8). The generators are pure functions from a
 variant to file texts; :func:`write_registry` writes only the files whose text changed.
 """
 
@@ -207,74 +210,8 @@ class Variant:
         return _with_shape(self.name, self.threads, self.vecs)
 
 
-# Cache-hinted 16-byte accesses for the hinted variants: wb_load / wb_store take a Vec pointer
-# and use the hint when the Vec is 16 bytes (the vector path); the scalar path is unchanged.
-_HINTS = """
-// 16-byte accesses with a cache hint (variant ${name}); other widths are plain.
-__device__ __forceinline__ int4 _ld_na(const int4* q) {
-  int4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(q));
-  return r;
-}
-
-__device__ __forceinline__ int4 _ld_256(const int4* q) {
-  int4 r;
-  asm("ld.global.nc.L2::256B.v4.s32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(q));
-  return r;
-}
-template <typename V>
-__device__ __forceinline__ V wb_load(const V* p) {
-  if constexpr (sizeof(V) == 16) {
-    const int4* q = reinterpret_cast<const int4*>(p);
-    const int4 r = ${load};
-    V v;
-    __builtin_memcpy(&v, &r, 16);
-    return v;
-  } else {
-    return *p;
-  }
-}
-
-template <typename V>
-__device__ __forceinline__ void wb_store(V* p, const V& v) {
-  if constexpr (sizeof(V) == 16) {
-    int4* q = reinterpret_cast<int4*>(p);
-    int4 w;
-    __builtin_memcpy(&w, &v, 16);
-    ${store};
-  } else {
-    *p = v;
-  }
-}
-
-"""
-_PLAIN_LOAD = "r.v[k] = reinterpret_cast<const Vec<In, N>*>(p)[v0 + k * kThreads];"
-_PLAIN_STORE = "reinterpret_cast<Vec<T, N>*>(out)[v0 + k * kThreads] = o;"
-
-
-def _hinted(name: str, which: str, expr: str, hypothesis: str) -> Variant:
-    """The tree's launcher with a cache hint on its vector loads, stores or both."""
-    load = expr if which == "load" else "__ldcs(q)" if which == "both" else "*q"
-    store = expr if which == "store" else "__stcs(q, w)" if which == "both" else "*q = w"
-    hints = Template(_HINTS).substitute(name=name, load=load, store=store)
-    return Variant(
-        name,
-        hypothesis,
-        None,
-        edits=(
-            (
-                "constexpr int kVecs = 2;  // vectors per thread and input\n",
-                "constexpr int kVecs = 2;  // vectors per thread and input\n" + hints,
-            ),
-            (
-                _PLAIN_LOAD,
-                "r.v[k] = wb_load(" + _PLAIN_LOAD.split("= ")[1].replace("[", " + ")[:-2] + ");",
-            ),
-            (_PLAIN_STORE, "wb_store(reinterpret_cast<Vec<T, N>*>(out) + v0 + k * kThreads, o);"),
-        ),
-    )
+# The launcher's size rule for loads that skip L1 (version 5), which two variants replace.
+_SKIP_L1 = "return 2 * bytes <= 3 * l2;"
 
 
 def _fixed(vecs: int, threads: int, hypothesis: str) -> Variant:
@@ -315,35 +252,17 @@ VARIANTS = (
             ("const In* __restrict__... in", "const In*... in"),
         ),
     ),
-    _hinted(
-        "ld_cs",
-        "load",
-        "__ldcs(q)",
-        "inputs are read once: evict-first loads (ld.global.cs) "
-        "leave the L2 to the output, so fewer of its dirty lines are written back while "
-        "the next call streams its input in",
+    Variant(
+        "l1_always",
+        "version 4: every vector read with plain ld.global.nc, which allocates in L1, at any size",
+        None,
+        edits=((_SKIP_L1, "return false;"),),
     ),
-    _hinted(
-        "st_cs",
-        "store",
-        "__stcs(q, w)",
-        "evict-first stores (st.global.cs) write the "
-        "output through to memory sooner, so the next call's loads find the L2 clean",
-    ),
-    _hinted("ldst_cs", "both", "", "both hints of ld_cs and st_cs"),
-    _hinted(
-        "ld_na",
-        "load",
-        "_ld_na(q)",
-        "loads that skip L1 (ld.global.nc.L1::no_allocate): L1 holds nothing this kernel reuses",
-    ),
-    _hinted(
-        "ld_256",
-        "load",
-        "_ld_256(q)",
-        "loads that ask the L2 to fetch 256 bytes "
-        "(ld.global.nc.L2::256B): fewer, larger DRAM requests while the grid's first wave "
-        "waits on memory",
+    Variant(
+        "no_l1_always",
+        "every vector read with ld.global.nc.L1::no_allocate, at any size",
+        None,
+        edits=((_SKIP_L1, "return true;"),),
     ),
 )
 
