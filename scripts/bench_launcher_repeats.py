@@ -1,7 +1,8 @@
 """Launcher variants of scale (or muladd) against eager, each timed several times per size.
 
-``workbench.bench`` times each callable once (and the kernel twice, for its A/A band). Gaps of
-under 1% between two kernels need more: this script times every candidate ``--repeats`` times
+``workbench.bench`` times each callable in three rounds on a GPU (and the kernel twice a round,
+for its A/A band). Gaps of under 1% between kernel variants need more: this script times every
+candidate ``--repeats`` times
 per size, in a shuffled order, each time with the harness's own GPU protocol
 (``workbench.benchmark.timer_cuda``: graph replay over input copies spanning 2x L2 below about
 20 us, L2-flushed events above), and prints the median of the repeats, their spread

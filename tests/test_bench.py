@@ -1,4 +1,5 @@
-"""wb bench on the CPU: verify then time, A/A control, roofline, stored results, CLI outputs."""
+"""wb bench on the CPU: verify then time, A/A control, rounds, roofline, stored results, CLI
+outputs."""
 
 from __future__ import annotations
 
@@ -17,9 +18,16 @@ from tests.registry_fixture import write_registry
 from workbench import knobs
 from workbench.benchmark import calibrate, store
 from workbench.benchmark.check import VerificationError
-from workbench.benchmark.result import EAGER, KERNEL, KERNEL_AA, SizeResult
-from workbench.benchmark.run import shuffled_plan
-from workbench.benchmark.stats import Measurement, noise_band, summarize, verdict
+from workbench.benchmark.result import EAGER, HEADERS, KERNEL, KERNEL_AA, OpResult, SizeResult
+from workbench.benchmark.run import round_plans, shuffled_plan
+from workbench.benchmark.stats import (
+    Measurement,
+    median_round,
+    noise_band,
+    round_spread,
+    summarize,
+    verdict,
+)
 from workbench.errors import WorkbenchError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +94,49 @@ def test_a_difference_inside_the_baselines_spread_is_noise() -> None:
     assert size([x - 0.01 for x in wide]).against(EAGER) == (pytest.approx(0.99, abs=1e-3), "noise")
 
 
+def _rounds_of(medians_us: list[float]) -> tuple[Measurement, list[float]]:
+    """The median round's timing (IQR 0.2%) and the round medians, in seconds."""
+    rounds = [
+        Measurement(summarize([u * 0.999e-6, u * 1e-6, u * 1.001e-6]), "graph") for u in medians_us
+    ]
+    return median_round(rounds), [m.stats.median for m in rounds]
+
+
+def test_a_difference_inside_a_timings_spread_between_rounds_is_noise() -> None:
+    """Two levels between rounds, as graph replay shows between captures (3.05 or 3.42 us)."""
+    kernel = [3.05, 3.06, 3.07]
+
+    def size(eager: list[float]) -> SizeResult:
+        timed = {
+            c: _rounds_of(us) for c, us in ((KERNEL, kernel), (KERNEL_AA, kernel), (EAGER, eager))
+        }
+        times = {c: m for c, (m, _) in timed.items()}
+        return SizeResult("1Ki", 4096, 1024, times, rounds={c: r for c, (_, r) in timed.items()})
+
+    two_levels, tight = size([3.01, 3.38, 3.39]), size([3.37, 3.38, 3.39])
+    assert two_levels.times[EAGER].stats.median == pytest.approx(3.38e-6)
+    assert two_levels.spread(EAGER) == pytest.approx(0.38 / 3.01)
+    assert two_levels.noise == tight.noise == pytest.approx(0.02 / 3.05)  # the kernel's rounds
+    # The kernel's median round is 3.06 us, eager's 3.38 us: 10% apart either way.
+    assert two_levels.against(EAGER) == (pytest.approx(3.38 / 3.06), "noise")
+    assert tight.against(EAGER) == (pytest.approx(3.38 / 3.06), "faster")
+
+
+def test_round_spread_and_median_round() -> None:
+    assert round_spread([]) == round_spread([2.0]) == 0.0
+    assert round_spread([2.0, 2.2, 2.1]) == pytest.approx(0.1)
+    warned = Measurement(summarize([2.0]), "b", ["escaped"])
+    picked = median_round(
+        [Measurement(summarize([3.0]), "c"), warned, Measurement(summarize([1.0]), "a")]
+    )
+    assert picked.method == "b" and picked.warnings == ["round 2/3: escaped"]
+    even = [
+        Measurement(summarize([t]), m) for t, m in ((4.0, "d"), (1.0, "a"), (3.0, "c"), (2.0, "b"))
+    ]
+    assert median_round(even).method == "b"  # the lower median of an even count
+    assert median_round([warned]) is warned
+
+
 def test_plan_is_every_pair_once_in_a_random_order() -> None:
     cands = ["kernel", "kernel (A/A)", "eager", "compiled"]
     plan = shuffled_plan(5, cands, seed=0)
@@ -93,6 +144,12 @@ def test_plan_is_every_pair_once_in_a_random_order() -> None:
     assert sorted(plan) == sorted(nested) and len(plan) == len(nested)
     assert plan != nested
     assert plan != shuffled_plan(5, cands, seed=1)
+    rounds = round_plans(5, cands, seed=7, rounds=3)
+    assert len(rounds) == 3 * len(nested)
+    for r in range(3):  # each round is a whole plan in its own order, one after another
+        block = rounds[r * len(nested) : (r + 1) * len(nested)]
+        assert {x for x, _, _ in block} == {r}
+        assert [(i, c) for _, i, c in block] == shuffled_plan(5, cands, seed=7 + r)
 
 
 def test_bench_times_kernel_eager_and_a_a_with_roofline(lib: Any) -> None:
@@ -103,12 +160,30 @@ def test_bench_times_kernel_eager_and_a_a_with_roofline(lib: Any) -> None:
         assert set(s.times) == {"kernel", "kernel (A/A)", "eager"}
         assert all(m.method.startswith("blocked_autorange") for m in s.times.values())
         assert s.noise >= s.aa_spread >= 0
+        assert {c: len(v) for c, v in s.rounds.items()} == dict.fromkeys(s.times, 1)  # cpu: 1
+        assert s.round_spread == 0.0
         n = 1024 if s.label == "1Ki" else 16384
         assert (s.bytes, s.flops) == (3 * 4 * n, 2 * n)
         assert s.roofline(r.calibration) is not None
     table = result.table()
     assert "A/A" in table and "vs eager" in table and "blocked_autorange" in table
     assert r.build_key == lib.families["muladd"].key
+
+
+def test_every_pair_is_timed_in_rounds_and_reports_its_median_round(lib: Any) -> None:
+    result = workbench.bench("muladd", lib=lib, device="cpu", sizes=["1Ki"], rounds=2, **FAST)
+    s = result.ops[0].sizes[0]
+    assert set(s.rounds) == set(s.times) == {KERNEL, KERNEL_AA, EAGER}
+    for c, medians in s.rounds.items():
+        assert len(medians) == 2 and s.times[c].stats.median == min(medians)  # the lower median
+    assert s.noise >= max(s.aa_spread, s.spread(KERNEL), s.spread(KERNEL_AA))
+    stored = s.to_dict(None)
+    assert stored["times"][EAGER]["rounds_s"] == s.rounds[EAGER]
+    assert stored["round_spread"] == s.round_spread
+    assert HEADERS[HEADERS.index("A/A") + 1] == "noise"
+    (row,) = result.rows()
+    assert row[HEADERS.index("noise")] == f"{s.noise:.1%}"
+    assert "noise" in result.table().splitlines()[1]
 
 
 def test_compiled_reference_is_timed(lib: Any) -> None:
@@ -130,6 +205,8 @@ def test_bad_arguments_are_named(lib: Any) -> None:
         workbench.bench("nope", lib=lib, device="cpu", **FAST)
     with pytest.raises(WorkbenchError, match="min_time must be positive"):
         workbench.bench("muladd", lib=lib, device="cpu", compile=False, min_time=0)
+    with pytest.raises(WorkbenchError, match="rounds must be a whole number of 1 or more, got 0"):
+        workbench.bench("muladd", lib=lib, device="cpu", rounds=0, **FAST)
     if not torch.cuda.is_available():
         with pytest.raises(WorkbenchError, match="no CUDA build to time"):
             workbench.bench("muladd", lib=lib, device="cuda", **FAST)
@@ -172,6 +249,18 @@ def test_results_are_stored_per_build_and_vs_last_finds_the_previous(tmp_path: P
         workbench.bench("add_offset", lib=lib, device="cpu", vs="ffff", roofline=False, **FAST)
 
 
+def test_a_result_stored_before_rounds_is_still_compared() -> None:
+    """Results written before rounds existed have no rounds_s and no round_spread."""
+    m = Measurement(summarize([1.0e-6, 1.01e-6, 1.02e-6]), "events")
+    old = {"label": "1Ki", "noise": 0.01, "times": {KERNEL: {"median_s": 2.0e-6}}}
+    now = OpResult(
+        "op", "cpu", "cpu", "float32", "new", [SizeResult("1Ki", 8, 1, {KERNEL: m})], None
+    )
+    now.previous = {"build_key": "old", "sizes": [old]}
+    (row,) = now.vs_rows()
+    assert row["verdict"] == "faster" and row["noise"] == pytest.approx(0.01)
+
+
 def _wb(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, WB_CACHE_DIR=str(cache), WB_QUIET="1", PYTHONPATH=str(ROOT))
     return subprocess.run(
@@ -190,13 +279,15 @@ def test_cli_writes_json_and_plot_and_compares_with_last(tmp_path: Path) -> None
     args = ("--kernels", str(kernels), "--namespace", "wbcli", "bench", "add_offset")
     fast = ("--no-compile", "--min-time", "0.02", "--device", "cpu")
     out_json, out_svg = tmp_path / "r.json", tmp_path / "r.svg"
-    proc = _wb(*args, *fast, "--json", str(out_json), "--plot", str(out_svg), cache=cache)
+    outs = ("--json", str(out_json), "--plot", str(out_svg), "--rounds", "2")
+    proc = _wb(*args, *fast, *outs, cache=cache)
     assert proc.returncode == 0, proc.stderr
     assert "copy ceiling" in proc.stdout and "add_offset" in proc.stdout
     data = json.loads(out_json.read_text())
     (op,) = data["ops"]
     assert [s["label"] for s in op["sizes"]] == ["256", "4096"]
-    assert op["sizes"][0]["times"]["kernel"]["median_s"] > 0
+    kernel = op["sizes"][0]["times"]["kernel"]
+    assert kernel["median_s"] > 0 and len(kernel["rounds_s"]) == 2
     assert out_svg.read_text().lstrip().startswith("<?xml") and "<svg" in out_svg.read_text()
     _tiny(tmp_path / "reg", comment="edited")
     proc = _wb(*args, *fast, "--vs", "last", cache=cache)

@@ -13,21 +13,34 @@ from pathlib import Path
 from typing import Any
 
 from workbench.benchmark.calibrate import Calibration
-from workbench.benchmark.stats import Measurement, noise_band, rel_diff, verdict
+from workbench.benchmark.stats import Measurement, noise_band, rel_diff, round_spread, verdict
 
 KERNEL, KERNEL_AA, EAGER, COMPILED = "kernel", "kernel (A/A)", "eager", "compiled"
 
 
 @dataclass
 class SizeResult:
+    """One size of an op's sweep: per candidate its median round's timing and every round's
+    median (in the order they were timed; empty when built without rounds, read as one)."""
+
     label: str
     bytes: int
     flops: int
-    times: dict[str, Measurement]  # candidate -> measurement
+    times: dict[str, Measurement]  # candidate -> measurement of its median round
+    rounds: dict[str, list[float]] = field(default_factory=dict)  # candidate -> round medians
 
     @property
     def kernel(self) -> float:
         return self.times[KERNEL].stats.median
+
+    def spread(self, candidate: str) -> float:
+        """(max - min) / min of ``candidate``'s round medians (0 with one round)."""
+        return round_spread(self.rounds.get(candidate, []))
+
+    @property
+    def round_spread(self) -> float:
+        """How far the kernel's timing moved between rounds."""
+        return self.spread(KERNEL)
 
     @property
     def aa_spread(self) -> float:
@@ -38,10 +51,16 @@ class SizeResult:
 
     @property
     def noise(self) -> float:
-        """The noise band: differences smaller than this are called noise."""
+        """The noise band: differences smaller than this are called noise.
+
+        The largest of the A/A difference, half the relative IQR of either kernel timing, and
+        the spread between rounds of either: a kernel that moved by X between rounds cannot be
+        told apart from another at a difference below X.
+        """
+        rounds = max(self.spread(KERNEL), self.spread(KERNEL_AA))
         if KERNEL_AA not in self.times:
-            return self.times[KERNEL].stats.rel_iqr / 2
-        return noise_band(self.times[KERNEL].stats, self.times[KERNEL_AA].stats)
+            return max(self.times[KERNEL].stats.rel_iqr / 2, rounds)
+        return max(noise_band(self.times[KERNEL].stats, self.times[KERNEL_AA].stats), rounds)
 
     def roofline(self, cal: Calibration | None) -> float | None:
         """Fraction of the roofline: the time the ceilings allow over the measured time."""
@@ -53,13 +72,14 @@ class SizeResult:
     def against(self, other: str) -> tuple[float, str] | None:
         """(speed-up of the kernel over ``other``, verdict) or None if ``other`` was not timed.
 
-        The band is the kernel's noise band widened to half the relative IQR of ``other``: a
-        difference must stand out of both timings' spreads, not only the kernel's.
+        The band is the kernel's noise band widened to half the relative IQR of ``other`` and to
+        the spread of ``other``'s round medians: a difference must stand out of both timings'
+        spreads, not only the kernel's.
         """
         if other not in self.times:
             return None
         base = self.times[other].stats
-        noise = max(self.noise, base.rel_iqr / 2)
+        noise = max(self.noise, base.rel_iqr / 2, self.spread(other))
         return base.median / self.kernel, verdict(self.kernel, base.median, noise)
 
     def to_dict(self, cal: Calibration | None) -> dict[str, Any]:
@@ -72,10 +92,12 @@ class SizeResult:
             "tflop_per_s": self.flops / self.kernel / 1e12 if self.kernel > 0 else None,
             "roofline": roof,
             "aa_spread": self.aa_spread,
+            "round_spread": self.round_spread,
             "noise": self.noise,
             "times": {
                 name: {
                     "median_s": m.stats.median,
+                    "rounds_s": self.rounds.get(name) or [m.stats.median],
                     "q1_s": m.stats.q1,
                     "q3_s": m.stats.q3,
                     "n": m.stats.n,
@@ -170,6 +192,7 @@ HEADERS = [
     "vs eager",
     "vs compiled",
     "A/A",
+    "noise",
     "method",
 ]
 
@@ -195,6 +218,7 @@ class BenchResult:
                         _vs(s, EAGER),
                         _vs(s, COMPILED),
                         f"{s.aa_spread:.1%}",
+                        f"{s.noise:.1%}",
                         k.method,
                     ]
                 )

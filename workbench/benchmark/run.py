@@ -6,8 +6,11 @@ each of them, stopping before any timing on a mismatch; (2) call every candidate
 compile of ``torch.compile`` stays out of the numbers); (3) on a GPU, probe the kernel at each
 size (one replay of a small CUDA graph, which a busy host cannot slow) to choose per-call events
 or graph replay, the same method for every candidate of that size; (4) time every (size,
-candidate) pair in a shuffled order; (5) attach the roofline, store the result under the
-family's build key, and compare with a stored build when asked.
+candidate) pair ``rounds`` times: each round is the whole plan in its own shuffled order, so the
+rounds of one candidate interleave with the others' instead of running back to back; each
+candidate reports its median round, and the spread of its round medians widens the noise band
+(a GPU timing can move between rounds by more than one A/A pair shows); (5) attach the roofline,
+store the result under the family's build key, and compare with a stored build when asked.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from workbench.benchmark.result import (
     OpResult,
     SizeResult,
 )
-from workbench.benchmark.stats import Measurement
+from workbench.benchmark.stats import Measurement, median_round
 from workbench.errors import WorkbenchError
 from workbench.spec import OpSpec, Sample
 
@@ -104,11 +107,38 @@ def shuffled_plan(n_sizes: int, candidates: list[str], seed: int) -> list[tuple[
     """Every (size index, candidate) pair once, in a random order.
 
     A fixed interleaving (ABAB...) lets drift and cache state favour one position; a shuffle
-    turns that bias into noise, which the A/A pair then measures.
+    turns that bias into noise, which the A/A pair and the rounds then measure.
     """
     plan = [(i, c) for i in range(n_sizes) for c in candidates]
     random.Random(seed).shuffle(plan)
     return plan
+
+
+def round_plans(
+    n_sizes: int, candidates: list[str], seed: int, rounds: int
+) -> list[tuple[int, int, str]]:
+    """(round, size index, candidate): ``rounds`` whole plans one after another, round r shuffled
+    with seed + r, so every pair is timed ``rounds`` times, its rounds spread over the whole run
+    (a slow stretch of the machine lands on one round of a pair, not on all of them)."""
+    return [
+        (r, i, c) for r in range(rounds) for i, c in shuffled_plan(n_sizes, candidates, seed + r)
+    ]
+
+
+# Rounds per (size, candidate) when the caller gives none. A GPU timing can shift between rounds
+# (a new graph capture, a new level of per-call events) by more than its IQR shows; a CPU timing
+# is already a long blocked_autorange run, so one round keeps the CPU bench as fast as before.
+DEFAULT_ROUNDS = {"cuda": 3, "cpu": 1}
+
+
+def _check_rounds(rounds: int | None) -> None:
+    if rounds is None:
+        return
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise WorkbenchError(
+            f"rounds must be a whole number of 1 or more, got {rounds!r}: each round times every "
+            "candidate once (leave it out for the default, 3 on cuda and 1 on cpu)"
+        )
 
 
 def _methods(kernel: Any, samples: list[Sample], device: torch.device) -> list[str]:
@@ -130,8 +160,12 @@ def bench_op(
     seed: int,
     min_time: float,
     calibration: calibrate.Calibration | None,
+    rounds: int | None = None,
 ) -> OpResult:
-    """Verify, then time one op over its sweep (see the module docstring)."""
+    """Verify, then time one op over its sweep (see the module docstring); ``rounds`` as in
+    ``bench``."""
+    _check_rounds(rounds)
+    n_rounds = DEFAULT_ROUNDS[device.type] if rounds is None else rounds
     spec = _spec(lib, name, device, dtype)
     kernel = getattr(lib, name)
     samples = _pick(sweep(spec, dtype, device, seed), sizes, name)
@@ -148,16 +182,16 @@ def bench_op(
             fn(*s.args)
     methods = _methods(kernel, samples, device)
     timer = _timer(device, min_time)
-    times: list[dict[str, Measurement]] = [{} for _ in samples]
-    for i, c in shuffled_plan(len(samples), list(candidates), seed):
-        times[i][c] = timer(candidates[c], samples[i].args, methods[i])
+    times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
+    for _, i, c in round_plans(len(samples), list(candidates), seed, n_rounds):
+        times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
     results = []
     for s, t in zip(samples, times, strict=True):
         out = kernel(*s.args)
-        ordered = {c: t[c] for c in candidates}
-        results.append(
-            SizeResult(s.label, spec.bytes_moved(s.args, out), spec.flops(s.args, out), ordered)
-        )
+        chosen = {c: median_round(t[c]) for c in candidates}
+        medians = {c: [m.stats.median for m in t[c]] for c in candidates}
+        bytes_moved, flops = spec.bytes_moved(s.args, out), spec.flops(s.args, out)
+        results.append(SizeResult(s.label, bytes_moved, flops, chosen, rounds=medians))
     return OpResult(
         op=name,
         device=calibrate.device_name(device),
@@ -197,6 +231,7 @@ def bench(
     vs: str | None = None,
     seed: int = 0,
     min_time: float = 0.2,
+    rounds: int | None = None,
     roofline: bool = True,
     save: bool = True,
 ) -> BenchResult:
@@ -206,11 +241,16 @@ def bench(
     (default: cuda where built and present). ``sizes``: labels from the spec's sweep (default:
     all). ``compile``: also time ``torch.compile`` of the reference. ``vs``: 'last' or a build
     key prefix to compare the kernel with a stored result. ``min_time``: seconds of measurement
-    per CPU timing (GPU timings follow their own protocol). ``roofline``: attach this device's
-    ceilings (measured once per device and cached). ``save``: store the result under the build key.
+    per CPU timing (GPU timings follow their own protocol). ``rounds``: how many times every
+    (size, candidate) pair is timed, each round a whole plan in its own shuffled order; the spread
+    of a candidate's round medians widens its noise band (default: 3 on cuda, where a timing can
+    move between rounds by more than its IQR; 1 on cpu, where each timing is already a long
+    blocked_autorange run). ``roofline``: attach this device's ceilings (measured once per device
+    and cached). ``save``: store the result under the build key.
     """
     if min_time <= 0:
         raise WorkbenchError(f"min_time must be positive, got {min_time}")
+    _check_rounds(rounds)
     if lib is None:
         import workbench
 
@@ -230,6 +270,7 @@ def bench(
             seed=seed,
             min_time=min_time,
             calibration=cal,
+            rounds=rounds,
         )
         if vs is not None:
             r.previous = store.previous(r.op, r.device, r.dtype, r.build_key, vs)

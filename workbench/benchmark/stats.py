@@ -1,10 +1,11 @@
-"""Summaries of timing samples, and the rule that calls a difference real or noise."""
+"""Summaries of timing samples and of repeated rounds, and the rule that calls a difference real
+or noise."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,36 @@ def noise_band(aa_first: Stats, aa_second: Stats) -> float:
     """
     spread = rel_diff(aa_first.median, aa_second.median)
     return max(spread, aa_first.rel_iqr / 2, aa_second.rel_iqr / 2)
+
+
+def round_spread(medians: Sequence[float]) -> float:
+    """(max - min) / min of one callable's per-round medians: 0 with fewer than two rounds.
+
+    A timing can move between rounds by more than its IQR and the A/A pair show (on a GPU, the
+    gap between replayed kernels changes from one graph capture to the next; per-call events
+    can read one of two levels for a whole timing), so the rounds measure what one pair cannot.
+    The full range, not half of it: a callable that itself moved by X between rounds cannot be
+    ranked against another at a difference below X.
+    """
+    low = min(medians, default=0.0)
+    return (max(medians) - low) / low if len(medians) > 1 and low > 0 else 0.0
+
+
+def median_round(rounds: Sequence[Measurement]) -> Measurement:
+    """The round whose median is the median of the round medians (the lower one of an even count).
+
+    Reporting one real round keeps its median, IQR and method together, which a median of
+    medians would not. The warnings of every round come with it, tagged with their round when
+    there are several, so a warning seen in one round only is not lost.
+    """
+    if not rounds:
+        raise ValueError("no rounds to choose from")
+    order = sorted(range(len(rounds)), key=lambda r: rounds[r].stats.median)
+    chosen = rounds[order[(len(rounds) - 1) // 2]]
+    if len(rounds) == 1:
+        return chosen
+    notes = [f"round {r + 1}/{len(rounds)}: {w}" for r, m in enumerate(rounds) for w in m.warnings]
+    return replace(chosen, warnings=notes)
 
 
 def verdict(time: float, baseline: float, noise: float) -> str:

@@ -16,6 +16,13 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="PATH", type=Path, help="also write the results as JSON")
     p.add_argument("--plot", metavar="PATH", type=Path, help="also draw them (.png or .svg)")
     p.add_argument("--min-time", type=float, default=0.2, help="CPU seconds per timing")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="timings of every candidate per size, interleaved; their spread widens the noise "
+        "band (default: 3 on cuda, 1 on cpu)",
+    )
     p.add_argument("--seed", type=int, default=0, help="inputs and timing order")
     p.add_argument("--no-save", action="store_true", help="do not store results for --vs")
     p.add_argument(
@@ -55,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         vs=args.vs,
         seed=args.seed,
         min_time=args.min_time,
+        rounds=args.rounds,
         save=not args.no_save,
     )
     if result.ops and result.ops[0].calibration is not None:
