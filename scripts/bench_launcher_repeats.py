@@ -2,8 +2,8 @@
 
 ``workbench.bench`` times each callable in three rounds on a GPU (and the kernel twice a round,
 for its A/A band). Gaps of under 1% between kernel variants need more: this script times every
-candidate ``--repeats`` times
-per size, in a shuffled order, each time with the harness's own GPU protocol
+candidate ``--repeats`` times per size, in a shuffled order, each time with the harness's own GPU
+protocol
 (``workbench.benchmark.timer_cuda``: graph replay over input copies spanning 2x L2 below about
 20 us, L2-flushed events above), and prints the median of the repeats, their spread
 ((max - min) / min) and eager's time over the candidate's (above 1: the candidate is faster).
