@@ -90,5 +90,12 @@ def test_a_callable_that_cannot_be_captured_is_probed_by_events() -> None:
         torch.cuda.synchronize()  # not allowed while a graph is captured
         return y
 
+    state = torch.cuda.get_rng_state()
     assert probe(syncs, (x,), x.device) > 0
     assert (syncs(x) == x * 2).all()  # the stream works after the failed capture
+    # and so does the device's random generator, from where it was (torch leaves it in capture
+    # mode after a failed capture: randn raised until the harness took it out)
+    assert torch.equal(torch.cuda.get_rng_state(), state)
+    first = torch.randn(8, device="cuda")
+    torch.cuda.set_rng_state(state)
+    assert torch.equal(torch.randn(8, device="cuda"), first)

@@ -79,10 +79,28 @@ def _seconds(pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]], per: int = 
 def _capture(fn: Fn, sets: list[tuple[Any, ...]], calls: int) -> torch.cuda.CUDAGraph:
     """A CUDA graph of ``calls`` calls of ``fn``, rotating over the argument sets."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(*sets[i % len(sets)])
+    try:
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                fn(*sets[i % len(sets)])
+    except RuntimeError:
+        _end_generator_capture()
+        raise
     return graph
+
+
+def _end_generator_capture() -> None:
+    """Take the CUDA generators out of capture mode after a capture that failed.
+
+    torch puts each device's default generator in capture mode when a capture begins and takes
+    it out only once the capture has ended cleanly; when the capture fails (the callable
+    synchronized, say), the generator stays in it, and every later random op on the device
+    raises "Offset increment outside graph capture". A copy of a generator's state (same seed,
+    same offset) is not in capture mode, so each generator gets one.
+    """
+    for gen in torch.cuda.default_generators:
+        if hasattr(gen, "clone_state") and hasattr(gen, "graphsafe_set_state"):
+            gen.graphsafe_set_state(gen.clone_state())
 
 
 def _replays(graph: torch.cuda.CUDAGraph, n: int, calls: int) -> list[float]:
