@@ -11,9 +11,9 @@
 // n is split into launches of at most 2^30 elements.
 //
 // A launch that moves at most 1.5x the L2's size reads its vectors without allocating them in
-// L1 (ld.global.nc.L1::no_allocate): 3-16% faster from 4 Ki to 8 Mi float32 elements on an
-// H200, while the same loads are 2-6% slower on larger, bandwidth-bound launches, which keep
-// plain ld.global.nc (bench/results/kernels.md, version 5).
+// L1 (ld.global.nc.L1::no_allocate): 2.5-16% faster from 4 Ki to 8 Mi float32 elements on an
+// H200 and an H100, while the same loads are 1-6% slower on launches of 128 MB and more, which
+// keep plain ld.global.nc (bench/results/kernels.md, version 5).
 //
 // Usage, in a kernel TU:
 //   struct Op { float c; __device__ float operator()(float a, float b) const { return a * b + c; }
