@@ -155,7 +155,8 @@ namespace detail {
 
 constexpr int kThreads = 256;
 
-template <int N, typename T, typename F, typename... In>
+// NoL1: the tree's launch loop (since version 5) names a load hint, which this variant ignores.
+template <int N, bool NoL1, typename T, typename F, typename... In>
 __global__ void elementwise_kernel(int n, F f, T* __restrict__ out,  // [n]
                                    const In* __restrict__... in) {   // each [n]
   const int nvec = (n + N - 1) / N;  // the last vector may be partial

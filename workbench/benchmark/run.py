@@ -163,8 +163,7 @@ def bench_op(
     rounds: int | None = None,
 ) -> OpResult:
     """Verify, then time one op over its sweep (see the module docstring); ``rounds`` as in
-    ``bench``."""
-    _check_rounds(rounds)
+    ``bench``, which checks it."""
     n_rounds = DEFAULT_ROUNDS[device.type] if rounds is None else rounds
     spec = _spec(lib, name, device, dtype)
     kernel = getattr(lib, name)

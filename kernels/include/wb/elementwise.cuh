@@ -127,6 +127,12 @@ inline int64_t l2_bytes() {
 // Whether a launch that reads and writes `bytes` in all should skip L1 for its loads.
 inline bool skip_l1(int64_t bytes, int64_t l2) { return 2 * bytes <= 3 * l2; }
 
+// One launch over m elements, N a vector.
+template <int N, bool NoL1, typename T, typename F, typename... In>
+void launch(int m, cudaStream_t s, F f, T* out, const In*... in) {
+  elementwise_kernel<N, NoL1><<<grid<N>(m), kThreads, 0, s>>>(m, f, out, in...);
+}
+
 }  // namespace detail
 
 template <typename T, typename F, typename... In>
@@ -139,15 +145,12 @@ Status elementwise(int64_t n, Stream stream, F f, T* out, const In*... in) {
   for (int64_t start = 0; start < n; start += detail::kLaunchItems) {
     const int m = static_cast<int>(min_of(n - start, detail::kLaunchItems));
     const int64_t bytes = int64_t{m} * static_cast<int64_t>(sizeof(T)) * (sizeof...(In) + 1);
-    if (vec && detail::skip_l1(bytes, l2)) {
-      detail::elementwise_kernel<kN, true>
-          <<<detail::grid<kN>(m), detail::kThreads, 0, s>>>(m, f, out + start, (in + start)...);
-    } else if (vec) {
-      detail::elementwise_kernel<kN, false>
-          <<<detail::grid<kN>(m), detail::kThreads, 0, s>>>(m, f, out + start, (in + start)...);
+    if (!vec) {
+      detail::launch<1, false>(m, s, f, out + start, (in + start)...);
+    } else if (detail::skip_l1(bytes, l2)) {
+      detail::launch<kN, true>(m, s, f, out + start, (in + start)...);
     } else {
-      detail::elementwise_kernel<1, false>
-          <<<detail::grid<1>(m), detail::kThreads, 0, s>>>(m, f, out + start, (in + start)...);
+      detail::launch<kN, false>(m, s, f, out + start, (in + start)...);
     }
     if (const Status err = launch_status()) return err;
   }
