@@ -4,6 +4,7 @@
 #   bash scripts/gpu_evidence.sh tests [PYTEST ARGS]  # the test suite, CUDA tests included
 #   bash scripts/gpu_evidence.sh bench                # wb check on every device, benchmarks
 #   bash scripts/gpu_evidence.sh notebooks            # the notebooks and the IPython extension
+#   bash scripts/gpu_evidence.sh matmul               # matmul's tests, check, and bench per path
 #
 # `notebooks` takes IPython, ipykernel and nbclient from .nbdeps/ at the repository root, made
 # where there is network by `bash scripts/vendor_notebook_deps.sh` and copied here.
@@ -39,6 +40,18 @@ case "${1:-}" in
     step bench_calibration "$PY" scripts/bench_calibration.py
     tail -n 12 "$OUT/check.log"
     cat "$OUT/reload.md" 2>/dev/null
+    ;;
+  matmul)
+    step matmul_tests "$PY" -m pytest -p no:cacheprovider -q -rfEs tests/test_matmul.py \
+      tests/test_check_matmul.py
+    step matmul_check "$PY" -m workbench check matmul matmul_path --device cuda
+    for dtype in bfloat16 float16; do
+      step "paths_$dtype" "$PY" -m workbench bench matmul_path --dtype "$dtype" --no-compile
+      step "matmul_$dtype" "$PY" -m workbench bench matmul --dtype "$dtype" --json "$OUT/matmul_$dtype.json"
+    done
+    step matmul_float32 "$PY" -m workbench bench matmul --dtype float32 --sizes 4096x4096x4096
+    tail -n 8 "$OUT/matmul_tests.log" "$OUT/matmul_check.log"
+    for f in "$OUT"/paths_*.log "$OUT"/matmul_*.log; do echo "== $f"; cat "$f"; done
     ;;
   notebooks)
     if [ ! -d .nbdeps ]; then

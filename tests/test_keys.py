@@ -192,3 +192,10 @@ def test_import_does_no_heavy_work(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert not cache.exists()
+
+
+def test_a_present_sm90_gpu_is_built_with_its_arch_specific_features() -> None:
+    """wgmma needs sm_90a, which runs on exactly the sm_90 GPU that is present."""
+    assert toolchain.gpu_arch((9, 0)) == "sm_90a"
+    assert toolchain.gpu_arch((8, 0)) == "sm_80"
+    assert toolchain.gpu_arch((10, 0)) == "sm_100"

@@ -83,6 +83,10 @@ class OpSpec:
     # True when two runs on the same inputs may differ (atomics, split reductions): the check
     # then skips the bitwise determinism check and compares replays with the oracle instead.
     nondeterministic: bool = False
+    # True when the op may compute float32 products through TF32 (10-bit mantissas). The
+    # references then run with TF32 allowed too, so PyTorch's own TF32 error sets the bound;
+    # otherwise they run at full float32 precision, and a kernel that rounds to TF32 fails.
+    allow_tf32: bool = False
 
     @property
     def differentiable(self) -> bool:

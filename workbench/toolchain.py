@@ -310,9 +310,16 @@ def gpu_capabilities() -> tuple[tuple[int, int], ...]:
     return tuple(sorted(set(caps)))
 
 
+def gpu_arch(capability: tuple[int, int]) -> str:
+    """The arch to build for a GPU present: its own, with the arch-specific features of an
+    sm_90 (wgmma, setmaxnreg: 'sm_90a', which runs on exactly that GPU, as a build for it must)."""
+    major, minor = capability
+    return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+
+
 def default_archs() -> tuple[str, ...]:
-    """TORCH_CUDA_ARCH_LIST if set, else the archs of the GPUs present."""
+    """TORCH_CUDA_ARCH_LIST if set, else the archs of the GPUs present (see gpu_arch)."""
     explicit = knobs.cuda_arch_list()
     if explicit:
         return parse_arch_list(explicit)
-    return tuple(f"sm_{major}{minor}" for major, minor in gpu_capabilities())
+    return tuple(gpu_arch(c) for c in gpu_capabilities())

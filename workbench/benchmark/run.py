@@ -36,6 +36,7 @@ from workbench.benchmark.result import (
 from workbench.benchmark.stats import Measurement, median_round
 from workbench.errors import WorkbenchError
 from workbench.spec import OpSpec, Sample
+from workbench.verify.oracle import float32_precision
 
 if TYPE_CHECKING:
     from workbench.api import Library
@@ -149,7 +150,7 @@ def _methods(kernel: Any, samples: list[Sample], device: torch.device) -> list[s
     return [method_for(probe(kernel, s.args, device)) for s in samples]
 
 
-def bench_op(
+def _bench_op(
     lib: Library,
     name: str,
     device: torch.device,
@@ -217,6 +218,29 @@ def _spec(lib: Library, name: str, device: torch.device, dtype: torch.dtype) -> 
         names = ", ".join(str(d).removeprefix("torch.") for d in spec.dtypes)
         raise WorkbenchError(f"{name} does not support {dtype}; dtypes: {names}")
     return spec
+
+
+def bench_op(
+    lib: Library,
+    name: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    sizes: Sequence[str] | None,
+    compile: bool,
+    seed: int,
+    min_time: float,
+    calibration: calibrate.Calibration | None,
+    rounds: int | None = None,
+) -> OpResult:
+    """Verify, then time one op over its sweep; float32 matmuls at the precision its spec allows
+    (``OpSpec.allow_tf32``) for the kernel and the references alike."""
+    spec = _spec(lib, name, device, dtype)
+    with float32_precision(spec.allow_tf32):
+        return _bench_op(
+            lib, name, device, dtype, sizes=sizes, compile=compile, seed=seed,
+            min_time=min_time, calibration=calibration, rounds=rounds,
+        )  # fmt: skip
 
 
 def bench(

@@ -21,6 +21,7 @@ where the truth is finite usually means an element the kernel never wrote.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,11 +175,29 @@ def dtype_of(args: tuple[Any, ...]) -> torch.dtype:
     return (floating or tensors)[0].dtype
 
 
+@contextmanager
+def float32_precision(allow_tf32: bool) -> Iterator[None]:
+    """float32 matmuls (and convolutions) at full precision, or through TF32 when allowed.
+
+    The process's own setting (``torch.set_float32_matmul_precision``) must not decide what
+    PyTorch's "own error" is: a kernel is held to what the spec allows.
+    """
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
+    torch.backends.cudnn.allow_tf32 = allow_tf32
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
+
+
 def references(spec: OpSpec, args: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(float64 truth, PyTorch's result in the tested dtype or None when the dtype fails)."""
-    ref64 = spec.reference(*upcast(args))
-    try:
-        ref_dtype = spec.reference(*args)
-    except (RuntimeError, TypeError, NotImplementedError):  # e.g. an op with no half kernel
-        ref_dtype = None
+    with float32_precision(spec.allow_tf32):
+        ref64 = spec.reference(*upcast(args))
+        try:
+            ref_dtype = spec.reference(*args)
+        except (RuntimeError, TypeError, NotImplementedError):  # e.g. an op with no half kernel
+            ref_dtype = None
     return ref64, ref_dtype

@@ -1,0 +1,127 @@
+// bindings/matmul.cpp: host side of the matmul family (schema, checks, allocation, dispatch).
+//
+//   matmul(Tensor a, Tensor b) -> Tensor                  a @ b
+//   matmul_path(Tensor a, Tensor b, int path) -> Tensor   a @ b on one CUDA path (0 automatic,
+//                                                         1 simt, 2 mma, 3 wgmma; CPU: 0 only)
+// a: [m, k], b: [k, n], one dtype and device, any strides; the output [m, n] is contiguous.
+// The kernels read strided operands in place, with one documented exception: on CUDA, a
+// float16 / bfloat16 operand whose layout the tensor-core paths cannot read (a not row-major,
+// b neither row- nor column-major, or rows not 16-byte aligned) is copied to row-major first
+// when that makes it readable (k and n multiples of 8); matmul_path never copies.
+#include "matmul/matmul.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+
+#include "wb/binding.h"
+#ifdef WB_WITH_CUDA
+#include "wb/binding_cuda.h"
+#endif
+
+WB_DEF("matmul(Tensor a, Tensor b) -> Tensor");
+WB_DEF("matmul_path(Tensor a, Tensor b, int path) -> Tensor");
+
+namespace {
+
+using namespace wb::matmul;
+
+// Checks shared by every device and both ops; returns the output, allocated [m, n].
+at::Tensor check_and_allocate(const char* op, const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 2, op, ": expected a to be 2-d [m, k], got shape ", a.sizes());
+  TORCH_CHECK(b.dim() == 2, op, ": expected b to be 2-d [k, n], got shape ", b.sizes());
+  TORCH_CHECK(a.size(1) == b.size(0), op, ": expected a.size(1) (", a.size(1),
+              ") to equal b.size(0) (", b.size(0), "): a is [m, k] and b is [k, n]");
+  wb::check_same_dtype(op, "a", a, "b", b);
+  wb::check_device(op, "b", b, a.device());
+  return at::empty({a.size(0), b.size(1)}, a.options());
+}
+
+// The view the kernels take. A stride along a dimension of size 1 is never used to address
+// anything, so it is set to what the tensor-core paths want (unit columns, rows padded to 16
+// bytes) rather than whatever the tensor carries.
+template <typename T>
+View<T> view_of(const at::Tensor& t) {
+  int64_t row = t.stride(0), col = t.stride(1);
+  if (t.size(1) == 1) col = 1;
+  if (t.size(0) == 1 && col == 1) row = (t.size(1) + 7) / 8 * 8;
+  return View<T>{wb::data<T>(t), row, col};
+}
+
+// Rows of c per CPU task: about 64 Ki multiply-adds, whole kCpuRows blocks where there is room.
+int64_t cpu_grain(int64_t n, int64_t k) {
+  const int64_t rows = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, n * k));
+  return rows >= kCpuRows ? rows / kCpuRows * kCpuRows : rows;
+}
+
+at::Tensor matmul_cpu_op(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor c = check_and_allocate("matmul", a, b);
+  const int64_t n = b.size(1), k = a.size(1);
+  WB_DISPATCH(WB_FLOATING, a.scalar_type(), "matmul", "a", [&] {
+    const View<scalar_t> va = view_of<scalar_t>(a), vb = view_of<scalar_t>(b);
+    at::parallel_for(0, a.size(0), cpu_grain(n, k), [&](int64_t begin, int64_t end) {
+      matmul_cpu(va, vb, wb::data<scalar_t>(c), n, k, begin, end);
+    });
+  });
+  return c;
+}
+
+at::Tensor matmul_path_cpu_op(const at::Tensor& a, const at::Tensor& b, int64_t path) {
+  TORCH_CHECK(path == 0, "matmul_path: the CPU has one path; expected path=0, got ", path);
+  return matmul_cpu_op(a, b);
+}
+
+}  // namespace
+
+WB_IMPL(CPU, m) {
+  m.impl("matmul", &matmul_cpu_op);
+  m.impl("matmul_path", &matmul_path_cpu_op);
+}
+
+#ifdef WB_WITH_CUDA
+namespace {
+
+// Path::automatic with the documented copy; a forced path runs on the operands as they are.
+at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
+                           Path path) {
+  at::Tensor c = check_and_allocate(op, a_in, b_in);
+  const c10::cuda::CUDAGuard guard(a_in.device());
+  const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
+  WB_DISPATCH(WB_FLOATING, a_in.scalar_type(), op, "a", [&] {
+    at::Tensor a = a_in, b = b_in;
+    const bool copy_helps = sizeof(scalar_t) == 2 && k % 8 == 0 && n % 8 == 0;
+    if (path == Path::automatic && copy_helps) {
+      if (!rows16(view_of<scalar_t>(a))) a = a.contiguous();
+      if (matmul_cuda_unusable(Path::wgmma, view_of<scalar_t>(a), view_of<scalar_t>(b)) &&
+          matmul_cuda_unusable(Path::mma, view_of<scalar_t>(a), view_of<scalar_t>(b))) {
+        b = b.contiguous();
+      }
+    }
+    const View<scalar_t> va = view_of<scalar_t>(a), vb = view_of<scalar_t>(b);
+    const char* why = matmul_cuda_unusable(path, va, vb);
+    TORCH_CHECK(why == nullptr, op, ": path ", static_cast<int>(path), " cannot run here: ", why);
+    wb::check_launch(
+        op, matmul_cuda(va, vb, wb::data<scalar_t>(c), m, n, k, path, wb::current_stream(a)));
+  });
+  return c;
+}
+
+at::Tensor matmul_cuda_op(const at::Tensor& a, const at::Tensor& b) {
+  return matmul_cuda_run("matmul", a, b, Path::automatic);
+}
+
+at::Tensor matmul_path_cuda_op(const at::Tensor& a, const at::Tensor& b, int64_t path) {
+  TORCH_CHECK(path >= 0 && path <= 3,
+              "matmul_path: expected path 0 (automatic), 1 (simt), 2 (mma) or 3 (wgmma), got ",
+              path);
+  return matmul_cuda_run("matmul_path", a, b, static_cast<Path>(path));
+}
+
+}  // namespace
+
+WB_IMPL(CUDA, m) {
+  m.impl("matmul", &matmul_cuda_op);
+  m.impl("matmul_path", &matmul_path_cuda_op);
+}
+#endif

@@ -1,0 +1,77 @@
+// matmul.cu: the CUDA entry of the matmul family; picks a path per call.
+//
+//   matmul: c[i, j] = sum_p a[i, p] * b[p, j];  a: [m, k], b: [k, n] strided, c: [m, n] contiguous
+//   float32 / float64: simt. float16 / bfloat16: wgmma on an sm_90a image, else mma on sm_80+,
+//   when the tensor-core layout holds (a's rows contiguous, b's rows or columns contiguous, each
+//   16-byte aligned); otherwise simt. k == 0 writes zeros.
+//   Check and time:  wb check matmul --device cuda;  wb bench matmul matmul_path --dtype bfloat16
+#include "matmul/matmul.h"
+#include "wb/cuda.cuh"
+#include "wb/dtypes.h"
+
+namespace wb::matmul {
+namespace {
+
+template <typename T>
+constexpr bool kHalf = sizeof(T) == 2;  // f16 and bf16: the tensor-core dtypes
+
+int device_major() {
+  int device = 0, major = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  return major;
+}
+
+}  // namespace
+
+template <typename T>
+const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b) {
+  switch (path) {
+    case Path::automatic:
+    case Path::simt:
+      return nullptr;
+    case Path::mma:
+      if (!kHalf<T>) return "the mma path takes float16 or bfloat16";
+      if (device_major() < 8 || !mma_available()) return "the mma path needs an sm_80+ image";
+      if (!rows16(a) || !rows16(b))
+        return "the mma path needs a and b row-major, rows 16-byte aligned";
+      return nullptr;
+    case Path::wgmma:
+      if (!kHalf<T>) return "the wgmma path takes float16 or bfloat16";
+      if (!wgmma_available()) return "the wgmma path needs an sm_90a image on an sm_90 device";
+      if (!rows16(a) || !(rows16(b) || cols16(b))) {
+        return "the wgmma path needs a row-major and b row- or column-major, 16-byte aligned";
+      }
+      return nullptr;
+  }
+  return "unknown path";
+}
+
+template <typename T>
+Status matmul_cuda(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Path path,
+                   Stream stream) {
+  if (m == 0 || n == 0) return nullptr;
+  if (k == 0) {
+    cudaMemsetAsync(c, 0, m * n * sizeof(T), static_cast<cudaStream_t>(stream));
+    return launch_status();
+  }
+  if (path == Path::automatic && kHalf<T>) {
+    if (!matmul_cuda_unusable(Path::wgmma, a, b)) {
+      path = Path::wgmma;
+    } else if (!matmul_cuda_unusable(Path::mma, a, b)) {
+      path = Path::mma;
+    }
+  }
+  if constexpr (kHalf<T>) {
+    if (path == Path::wgmma) return matmul_wgmma(a, b, c, m, n, k, stream);
+    if (path == Path::mma) return matmul_mma(a, b, c, m, n, k, stream);
+  }
+  return matmul_simt(a, b, c, m, n, k, stream);
+}
+
+#define WB_MATMUL_ENTRY_(T, _)                                          \
+  template const char* matmul_cuda_unusable<T>(Path, View<T>, View<T>); \
+  template Status matmul_cuda<T>(View<T>, View<T>, T*, int64_t, int64_t, int64_t, Path, Stream);
+WB_FLOATING(WB_MATMUL_ENTRY_, )
+
+}  // namespace wb::matmul

@@ -1,0 +1,69 @@
+// matmul family: launchers for matmul (c = a @ b). Torch-free: included by the kernel TUs and by
+// bindings/matmul.cpp.
+//
+//   a: [m, k], b: [k, n], any strides (a View says where element (i, j) lives); c: [m, n]
+//   contiguous. Accumulated in float (double for float64).
+//
+// CUDA has three paths; matmul_cuda (matmul.cu) picks one per call:
+//   simt   (matmul_simt.cu)   shared-memory tiles, FMA on CUDA cores; every dtype, any strides
+//   mma    (matmul_mma.cu)    tensor cores through mma.sync (sm_80+), float16 / bfloat16
+//   wgmma  (matmul_wgmma.cu)  Hopper warpgroup MMA fed by TMA (sm_90a), float16 / bfloat16
+#pragma once
+
+#include "wb/types.h"
+
+namespace wb::matmul {
+
+// A strided 2-D view: element (i, j) of a [rows, cols] matrix is data[i * row + j * col].
+template <typename T>
+struct View {
+  const T* data;
+  int64_t row, col;  // strides in elements
+};
+
+// Rows of v contiguous and 16-byte aligned: how the tensor-core paths read a, and b (row-major).
+template <typename T>
+bool rows16(View<T> v) {
+  return v.col == 1 && v.row * static_cast<int64_t>(sizeof(T)) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+}
+// Columns of v contiguous and 16-byte aligned: b column-major, which the wgmma path reads too.
+template <typename T>
+bool cols16(View<T> v) {
+  return v.row == 1 && v.col * static_cast<int64_t>(sizeof(T)) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+}
+
+// Which CUDA path ran (or would run) for a call; also the value of WB_MATMUL_PATH to force one.
+enum class Path : int { automatic = 0, simt = 1, mma = 2, wgmma = 3 };
+
+// Why `path` cannot run these operands on the current device, or nullptr when it can
+// (Path::automatic always can).
+template <typename T>
+const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b);
+
+// c = a @ b on `path` (automatic: the fastest usable one); the caller checked it is usable.
+template <typename T>
+Status matmul_cuda(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Path path,
+                   Stream stream);
+
+// Rows [begin, end) of c; the binding splits the rows across threads in multiples of kCpuRows.
+constexpr int64_t kCpuRows = 32;
+template <typename T>
+void matmul_cpu(View<T> a, View<T> b, T* c, int64_t n, int64_t k, int64_t begin, int64_t end);
+
+// The paths, each defined in its own TU so that editing one recompiles only it. Each returns
+// nullptr on success. The tensor-core paths need 16-byte aligned rows (see can_use_* below).
+template <typename T>
+Status matmul_simt(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream);
+template <typename T>
+Status matmul_mma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream);
+template <typename T>
+Status matmul_wgmma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream);
+
+// Whether this device runs a real image of the path's kernel (not the stub compiled for an
+// arch that lacks its instructions): the build's arch list decides, not only the device.
+bool mma_available();
+bool wgmma_available();
+
+}  // namespace wb::matmul

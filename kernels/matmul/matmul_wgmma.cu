@@ -1,0 +1,241 @@
+// matmul_wgmma.cu: the Hopper matmul, warpgroup MMA fed by TMA through a shared-memory pipeline.
+//
+//   matmul: c[i, j] = sum_p a[i, p] * b[p, j]
+//   a: [m, k] row-major; b: [k, n] row-major (n-major) or column-major (k-major); rows 16-byte
+//   aligned, any m, n, k below 2^31; c: [m, n] contiguous. float16 / bfloat16 in, float32
+//   accumulation, rounded once. sm_90a only (other archs compile a stub, see tensor_core.cuh).
+//
+// A block of 1 + CONSUMERS warpgroups computes a BM x BN tile of c, BM = 64 * CONSUMERS:
+//   - warpgroup 0, the producer: one thread issues TMA copies (cp.async.bulk.tensor) of a's
+//     BM x 64 and b's 64 x BN tiles into a ring of STAGES shared-memory stages. Each copy
+//     completes on the stage's `full` mbarrier (expect_tx counts the bytes; parts of a box past
+//     m, n or k are filled with zeros, so tails need no masks), and waits on the stage's `empty`
+//     mbarrier before overwriting it;
+//   - warpgroups 1..CONSUMERS each own 64 rows of the tile: per stage, 4 wgmma.m64nBNk16 (k = 64)
+//     accumulate into BN / 2 float registers per thread; one batch stays in flight while the
+//     next stage is awaited, and a stage is released (arrive on `empty`) once its batch is done.
+// Registers move from producer to consumers with setmaxnreg (the block starts at 168 a thread).
+//
+// Layout facts this relies on (PTX ISA, "Matrix Descriptor" and "Shared Memory Matrix Layout"):
+//   - TMA with CU_TENSOR_MAP_SWIZZLE_128B writes a box whose inner extent is 128 bytes (64
+//     16-bit elements) as rows of 128 bytes, 16-byte chunks XOR-swizzled within each 8-row,
+//     1024-byte atom; each stage starts 1024-byte aligned so the pattern matches wgmma's.
+//   - A descriptor holds the start address >> 4 (bits 0-13), the leading byte offset (LBO)
+//     >> 4 (16-29), the stride byte offset (SBO) >> 4 (32-45) and the swizzle mode (62-63,
+//     1 = 128B).
+//   - K-major tile (rows of 64 k): SBO = 1024 (from one 8-row atom to the next); LBO unused. The
+//     k16 slice kk starts kk * 32 bytes into the row (the hardware applies the swizzle).
+//   - MN-major tile of b (rows of 64 n, one per k, in chunks of 64 columns): SBO = 1024 (8 k
+//     rows), LBO = the distance between 64-column chunks; slice kk starts kk * 16 rows in.
+//   - Accumulator fragment of m64nN: thread t of the warpgroup holds, for each 8 columns j,
+//     d[4j], d[4j+1] at row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 * (t % 4) + {0, 1},
+//     and d[4j+2], d[4j+3] eight rows below.
+//   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "matmul/matmul.h"
+#include "matmul/tensor_core.cuh"
+#include "matmul/wgmma.cuh"
+#include "wb/cuda.cuh"
+#include "wb/dtypes.h"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WB_WGMMA_IMAGE 0  // wgmma and setmaxnreg exist only on sm_90a: this arch gets a stub
+#else
+#define WB_WGMMA_IMAGE 1
+#endif
+
+namespace wb::matmul {
+namespace {
+
+constexpr int kBK = 64;             // k per stage: one 128-byte swizzle row of 16-bit elements
+constexpr int kRowBytes = kBK * 2;  // 128
+
+template <int BN_, int CONSUMERS_, int STAGES_, bool B_KMAJOR_>
+struct WgmmaTile {
+  static constexpr int BN = BN_, CONSUMERS = CONSUMERS_, STAGES = STAGES_;
+  static constexpr bool B_KMAJOR = B_KMAJOR_;
+  static constexpr int BM = 64 * CONSUMERS;
+  static constexpr int kThreads = 128 * (1 + CONSUMERS);
+  static constexpr int kBytesA = BM * kRowBytes, kBytesB = BN * kRowBytes;  // per stage
+  static constexpr int kAtomBytes = 8 * kRowBytes;  // one swizzle atom: 8 rows of 128 bytes
+  static constexpr int kSmemBytes = STAGES * (kBytesA + kBytesB) + kAtomBytes;  // + alignment
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma.m64nNk16 with N in {64, 128, 256}");
+};
+
+// --- the kernel ---------------------------------------------------------------------------------
+
+template <typename T, typename Tl>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? Tl::kThreads : 1, 1)
+    wgmma_kernel(const __grid_constant__ CUtensorMap map_a,  // a: [m, k], boxes of 64 x BM
+                 const __grid_constant__ CUtensorMap map_b,  // b: boxes of 64 x BN or 64 x 64
+                 T* __restrict__ c,                          // [m, n]
+                 int m, int n, int k) {
+#if WB_WGMMA_IMAGE
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
+  // Stages start 1024-byte aligned (the swizzle atom), whatever the dynamic base is.
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + Tl::kAtomBytes - 1) / Tl::kAtomBytes *
+      Tl::kAtomBytes);
+  unsigned char* stage_a = smem;                             // [STAGES][BM rows of 128 B]
+  unsigned char* stage_b = smem + Tl::STAGES * Tl::kBytesA;  // [STAGES][b's tile]
+
+  // Tiles in groups of kGroupM rows of tiles, column by column within a group (b's columns are
+  // read by kGroupM neighbouring blocks while they are in L2).
+  constexpr int kGroupM = 8;
+  const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
+  const int group = blockIdx.x / (kGroupM * tiles_n), first_m = group * kGroupM;
+  const int group_m = tiles_m - first_m < kGroupM ? tiles_m - first_m : kGroupM;
+  const int tile_m = first_m + static_cast<int>(blockIdx.x) % group_m;
+  const int tile_n = (static_cast<int>(blockIdx.x) % (kGroupM * tiles_n)) / group_m;
+  const int m0 = tile_m * Tl::BM, n0 = tile_n * Tl::BN;
+  const int steps = (k + kBK - 1) / kBK;
+  const int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Tl::STAGES; ++s) {
+      sm90::bar_init(&full[s], 1);
+      sm90::bar_init(&empty[s], Tl::CONSUMERS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      for (int step = 0; step < steps; ++step) {
+        const int s = step % Tl::STAGES;
+        if (step >= Tl::STAGES) sm90::bar_wait(&empty[s], (step / Tl::STAGES - 1) & 1);
+        sm90::bar_expect(&full[s], Tl::kBytesA + Tl::kBytesB);
+        sm90::tma_load(stage_a + s * Tl::kBytesA, &map_a, step * kBK, m0, &full[s]);
+        unsigned char* b_dst = stage_b + s * Tl::kBytesB;
+        if constexpr (Tl::B_KMAJOR) {
+          sm90::tma_load(b_dst, &map_b, step * kBK, n0, &full[s]);
+        } else {  // BN / 64 chunks of 64 columns x 64 k rows
+#pragma unroll
+          for (int j = 0; j < Tl::BN / 64; ++j) {
+            sm90::tma_load(b_dst + j * kBK * kRowBytes, &map_b, n0 + 64 * j, step * kBK, &full[s]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int consumer = warpgroup - 1;
+  float d[Tl::BN / 2];
+#pragma unroll
+  for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
+  for (int step = 0; step < steps; ++step) {
+    const int s = step % Tl::STAGES;
+    sm90::bar_wait(&full[s], (step / Tl::STAGES) & 1);
+    const unsigned char* a_tile = stage_a + s * Tl::kBytesA + consumer * 64 * kRowBytes;
+    const unsigned char* b_tile = stage_b + s * Tl::kBytesB;
+    sm90::pin(d);
+    sm90::fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      const uint64_t da = sm90::descriptor(a_tile + kk * 32, 16, Tl::kAtomBytes);
+      const uint64_t db = Tl::B_KMAJOR ? sm90::descriptor(b_tile + kk * 32, 16, Tl::kAtomBytes)
+                                       : sm90::descriptor(b_tile + kk * 16 * kRowBytes,
+                                                          kBK * kRowBytes, Tl::kAtomBytes);
+      sm90::Wgmma<Tl::BN, T, Tl::B_KMAJOR ? 0 : 1>::run(d, da, db);
+    }
+    sm90::commit();
+    sm90::wait<1>();  // the previous stage's batch is done: hand its stage back
+    sm90::pin(d);
+    if (step > 0 && threadIdx.x % 128 == 0) sm90::bar_arrive(&empty[(step - 1) % Tl::STAGES]);
+  }
+  sm90::wait<0>();
+  sm90::pin(d);
+
+  const int t = threadIdx.x % 128;
+  const int64_t row = m0 + consumer * 64 + 16 * (t / 32) + (t % 32) / 4;
+#pragma unroll
+  for (int j = 0; j < Tl::BN / 8; ++j) {
+    const int64_t col = n0 + 8 * j + 2 * (t % 4);
+    store_pair(c, m, n, row, col, d[4 * j], d[4 * j + 1]);
+    store_pair(c, m, n, row + 8, col, d[4 * j + 2], d[4 * j + 3]);
+  }
+#endif
+}
+
+// --- host: tensor maps and the launch ------------------------------------------------------------
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const auto fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A 2-D map of 16-bit elements: `inner` contiguous elements per line, `outer` lines `pitch`
+// elements apart, copied in boxes of 64 x box_outer with the 128-byte swizzle.
+template <typename T>
+bool make_map(CUtensorMap* map, const T* base, int64_t inner, int64_t outer, int64_t pitch,
+              int box_outer) {
+  const auto encode = encode_tiled();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pitch) * sizeof(T)};
+  const cuuint32_t box[2] = {kBK, static_cast<cuuint32_t>(box_outer)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const auto dtype =
+      std::is_same_v<T, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, dtype, 2, const_cast<T*>(base), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T, typename Tl>
+Status launch(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, cudaStream_t s) {
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "matmul: wgmma takes sizes < 2^31";
+  CUtensorMap map_a, map_b;
+  bool ok = make_map(&map_a, a.data, k, m, a.row, Tl::BM);
+  ok = ok && (Tl::B_KMAJOR ? make_map(&map_b, b.data, k, n, b.col, Tl::BN)
+                           : make_map(&map_b, b.data, n, k, b.row, kBK));
+  if (!ok) return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  const int64_t tiles = ((m + Tl::BM - 1) / Tl::BM) * ((n + Tl::BN - 1) / Tl::BN);
+  if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
+  auto kernel = wgmma_kernel<T, Tl>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes);
+  kernel<<<static_cast<unsigned>(tiles), Tl::kThreads, Tl::kSmemBytes, s>>>(
+      map_a, map_b, c, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k));
+  return launch_status();
+}
+
+// 128 x 256 tiles (two consumer warpgroups of 64 x 256), 4 stages of 48 KiB.
+template <bool BKMajor>
+using DefaultTile = WgmmaTile<256, 2, 4, BKMajor>;
+
+}  // namespace
+
+bool wgmma_available() {
+  using Tl = DefaultTile<false>;
+  static signed char known[64] = {};
+  return image_of_current_device(wgmma_kernel<bf16, Tl>, Tl::kThreads, known);
+}
+
+template <typename T>
+Status matmul_wgmma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const bool b_kmajor = b.row == 1 && b.col != 1;
+  return b_kmajor ? launch<T, DefaultTile<true>>(a, b, c, m, n, k, s)
+                  : launch<T, DefaultTile<false>>(a, b, c, m, n, k, s);
+}
+WB_INSTANTIATE(WB_REDUCED, matmul_wgmma)
+
+}  // namespace wb::matmul

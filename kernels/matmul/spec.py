@@ -1,0 +1,179 @@
+"""Spec of the matmul family: matmul(a, b) = a @ b, and matmul_path (the same on one CUDA path).
+
+    c[i, j] = sum_p a[i, p] * b[p, j]      a: [m, k], b: [k, n] (any strides), c: [m, n]
+
+Accumulated in float32 (float64 for float64 inputs), never through TF32, rounded once.
+``matmul_path(a, b, path)`` forces a CUDA path (1 simt, 2 mma, 3 wgmma; 0 automatic) so that
+each one is checked and timed on its own; it is not differentiable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from workbench.spec import DEFAULT_TOLERANCES, OpSpec, Sample, randn
+
+# A right kernel accumulates in float32 and rounds once, so its error is within one ulp of the
+# dtype (bfloat16: 2^-8 relative) plus the float32 sum's, which is far smaller. bfloat16's
+# default floor (1.6e-2 of |ref| + 1e-2 of the largest output) is meant for chains of rounded
+# steps and lets a bfloat16 running sum pass up to k ~ 1000; here rtol is two ulps and atol
+# 1e-3 of the largest output covers cancellation. Measured on the CPU kernel: a right kernel
+# stays at 0.3-0.4 of this bound for every k from 16 to 8192, a bfloat16 accumulator fails from
+# k = 256 (tests/test_check_matmul.py).
+_TOLERANCES = {**DEFAULT_TOLERANCES, torch.bfloat16: (8e-3, 1e-3)}
+
+# (label, (m, k, n)): the awkward cases first. Sizes that are not multiples of any tile (the
+# tensor-core tiles are 128 x 256 x 64 and 128 x 128 x 32), k deep enough for the error to grow.
+_SHAPES: list[tuple[str, tuple[int, int, int]]] = [
+    ("empty", (0, 8, 5)),
+    ("k0", (3, 0, 4)),  # no products: zeros
+    ("one", (1, 1, 1)),
+    ("odd", (17, 33, 9)),  # k odd: rows not 16-byte aligned, the simt path
+    ("row", (1, 64, 40)),  # one row of a
+    ("k_tail", (40, 72, 48)),  # k not a multiple of a k step
+    ("tails", (300, 264, 520)),  # several tiles, partial in m and n
+    ("primes", (127, 131, 257)),
+    ("k1024", (8, 1024, 16)),
+    ("k8192", (8, 8192, 24)),
+]
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def matmul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """c = a @ b; a: [m, k], b: [k, n]."""
+    return torch.matmul(a, b)
+
+
+def _pair(m: int, k: int, n: int, dtype: torch.dtype, device: torch.device, gen: Any) -> tuple:
+    return randn((m, k), dtype, device, gen), randn((k, n), dtype, device, gen)
+
+
+def matmul_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
+    samples = [Sample(_pair(*shape, dtype, device, gen), label) for label, shape in _SHAPES]
+    # a transposed (a column-major view) and b a view of every other column: read in place by
+    # the simt paths, copied once for the tensor-core paths.
+    at = randn((24, 16), dtype, device, gen).t()
+    b = randn((24, 24), dtype, device, gen, strided=True)
+    samples.insert(4, Sample((at, b), "strided"))
+    # b column-major (b = w.t() for a weight w [n, k], as in x @ w.t()): the wgmma path reads it
+    # as it is (k-major), the others copy it.
+    w = randn((40, 96), dtype, device, gen)
+    samples.insert(5, Sample((randn((70, 96), dtype, device, gen), w.t()), "b_colmajor"))
+    return samples
+
+
+def _paths(dtype: torch.dtype, device: torch.device) -> list[int]:
+    """The paths matmul_path can take for this dtype on this device (0 only on a CPU)."""
+    if device.type != "cuda":
+        return [0]
+    paths = [1]
+    if dtype in (torch.float16, torch.bfloat16):
+        major, minor = torch.cuda.get_device_capability(device)
+        paths += [2] if major >= 8 else []
+        paths += [3] if (major, minor) == (9, 0) else []
+    return paths
+
+
+_PATH_NAMES = {0: "auto", 1: "simt", 2: "mma", 3: "wgmma"}
+
+
+def matmul_path_samples(
+    dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> list[Sample]:
+    """Row-major operands with k and n multiples of 8 (every path reads them), on every path."""
+    shapes = [("one", (1, 8, 8)), ("odd", (17, 40, 24)), ("k_tail", (40, 72, 48)),
+              ("tails", (300, 264, 520)), ("k8192", (8, 8192, 24))]  # fmt: skip
+    out = []
+    for path in _paths(dtype, device):
+        for label, shape in shapes:
+            a, b = _pair(*shape, dtype, device, gen)
+            out.append(Sample((a, b, path), f"{label} {_PATH_NAMES[path]}"))
+    return out
+
+
+def matmul_path_reference(a: torch.Tensor, b: torch.Tensor, path: int) -> torch.Tensor:
+    return torch.matmul(a, b)
+
+
+def matmul_bench_sizes(
+    dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> list[Sample]:
+    """Labelled m x n x k: square, large, and skinny (a short k; a single block of rows)."""
+    if device.type == "cuda":
+        shapes = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024), (16, 4096, 4096)]
+    else:
+        shapes = [(256, 256, 256), (512, 512, 512), (16, 1024, 1024)]
+    return [Sample(_pair(m, k, n, dtype, device, gen), f"{m}x{n}x{k}") for m, n, k in shapes]
+
+
+def matmul_path_bench_sizes(
+    dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> list[Sample]:
+    """4096^3 on each path (CPU: 256^3 on its one path): the gap per step."""
+    size = 4096 if device.type == "cuda" else 256
+    a, b = _pair(size, size, size, dtype, device, gen)
+    return [Sample((a, b, p), f"{size}^3 {_PATH_NAMES[p]}") for p in _paths(dtype, device)]
+
+
+def matmul_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
+    """A multiply and an add per (i, j, p)."""
+    a, b = args[0], args[1]
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+
+
+def matmul_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    torch._check(a.dim() == 2, lambda: f"matmul: expected a to be 2-d [m, k], got {a.dim()}-d")
+    torch._check(b.dim() == 2, lambda: f"matmul: expected b to be 2-d [k, n], got {b.dim()}-d")
+    torch._check(
+        a.shape[1] == b.shape[0],
+        lambda: f"matmul: a.size(1) ({a.shape[1]}) != b.size(0) ({b.shape[0]})",
+    )
+    torch._check(a.dtype == b.dtype, lambda: "matmul: b must have a's dtype")
+    torch._check(a.device == b.device, lambda: "matmul: b must be on a's device")
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def matmul_path_fake(a: torch.Tensor, b: torch.Tensor, path: int) -> torch.Tensor:
+    return matmul_fake(a, b)
+
+
+def matmul_setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    a, b = inputs
+    ctx.save_for_backward(a, b)
+
+
+def matmul_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    """grad_a = grad @ b^T,  grad_b = a^T @ grad, by the op itself."""
+    a, b = ctx.saved_tensors
+    grad_a = ctx.ops.matmul(grad, b.t()) if ctx.needs_input_grad[0] else None
+    grad_b = ctx.ops.matmul(a.t(), grad) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+OPS = [
+    OpSpec(
+        name="matmul",
+        reference=matmul_reference,
+        samples=matmul_samples,
+        fake=matmul_fake,
+        backward=matmul_backward,
+        setup_context=matmul_setup_context,
+        flops=matmul_flops,
+        bench_sizes=matmul_bench_sizes,
+        tolerances=_TOLERANCES,
+    ),
+    OpSpec(
+        name="matmul_path",
+        reference=matmul_path_reference,
+        samples=matmul_path_samples,
+        fake=matmul_path_fake,
+        flops=matmul_flops,
+        bench_sizes=matmul_path_bench_sizes,
+        tolerances=_TOLERANCES,
+    ),
+]

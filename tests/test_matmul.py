@@ -1,0 +1,133 @@
+"""matmul(a, b) = a @ b and matmul_path: against the reference, the op contract, and each path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import DEVICES
+from tests.op_contract import (
+    assert_contract,
+    assert_gradcheck,
+    assert_matches_reference,
+    assert_opcheck,
+)
+
+OPS = ["matmul", "matmul_path"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_matches_reference(lib: Any, name: str, device: str) -> None:
+    if name == "matmul":
+        assert_matches_reference(lib, name, device)
+        return
+    from workbench.verify import Options, check_op
+
+    rows = check_op(lib.matmul_path, lib.specs[name], device, options=Options(contract=False))
+    failed = [f"{r.dtype} {r.label}: {r.reason} {r.detail}" for r in rows if not r.passed]
+    assert rows and not failed, failed
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_opcheck(lib: Any, name: str, device: str) -> None:
+    assert_opcheck(lib, name, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(lib: Any, device: str) -> None:
+    assert_gradcheck(lib, "matmul", device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiles_with_no_graph_break(lib: Any, device: str) -> None:
+    assert_contract(lib, "matmul", device, "compile")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_traces_forward_and_backward_under_torch_compile(lib: Any, device: str) -> None:
+    """The fake and the autograd formula (which calls matmul itself) trace with no graph break."""
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return lib.matmul(lib.matmul(a, b), b.t())
+
+    a = torch.randn(12, 40, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(40, 24, dtype=torch.float64, device=device, requires_grad=True)
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    expected, got = f(a, b), compiled(a, b)
+    torch.testing.assert_close(got, expected)
+    grads = torch.autograd.grad(got.sum(), (a, b))
+    torch.testing.assert_close(grads, torch.autograd.grad(expected.sum(), (a, b)))
+    torch.testing.assert_close(grads, torch.autograd.grad((a @ b @ b.t()).sum(), (a, b)))
+
+
+def test_reads_transposed_operands_in_place(lib: Any) -> None:
+    """Every layout of a and b gives a @ b (the CPU kernel reads strides; nothing is copied)."""
+    a, b = torch.randn(33, 70, dtype=torch.float64), torch.randn(70, 21, dtype=torch.float64)
+    every_other = torch.empty(70, 42, dtype=torch.float64)[:, ::2].copy_(b)
+    for x in (a, a.t().contiguous().t()):
+        for y in (b, b.t().contiguous().t(), every_other):
+            torch.testing.assert_close(lib.matmul(x, y), a @ b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "error", "message"),
+    [
+        (torch.randn(4, 8), torch.randn(7, 3), RuntimeError,
+         r"matmul: expected a.size\(1\) \(8\) to equal b.size\(0\) \(7\)"),
+        (torch.randn(2, 4, 8), torch.randn(8, 3), RuntimeError,
+         r"matmul: expected a to be 2-d \[m, k\], got shape \[2, 4, 8\]"),
+        (torch.randn(4, 8), torch.randn(8), RuntimeError,
+         r"matmul: expected b to be 2-d \[k, n\], got shape \[8\]"),
+        (torch.randn(4, 8), torch.randn(8, 3, dtype=torch.float64), TypeError,
+         r"matmul: expected b to have the same dtype as a \(Float\), got Double"),
+        (torch.arange(4).view(2, 2), torch.arange(4).view(2, 2), TypeError,
+         r"matmul: a has dtype Long, which is not supported"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_named(
+    lib: Any, a: torch.Tensor, b: torch.Tensor, error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        lib.matmul(a, b)
+
+
+def test_a_cpu_path_other_than_automatic_is_refused(lib: Any) -> None:
+    with pytest.raises(RuntimeError, match=r"matmul_path: the CPU has one path; expected path=0"):
+        lib.matmul_path(torch.randn(2, 2), torch.randn(2, 2), 1)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_each_cuda_path_is_taken_and_right(lib: Any, dtype: torch.dtype) -> None:
+    """The automatic choice runs the path the device has (profiler kernel names), and every
+    path agrees with the automatic one within the dtype's rounding."""
+    from torch.profiler import ProfilerActivity, profile
+
+    a = torch.randn(300, 264, device="cuda", dtype=dtype)
+    b = torch.randn(264, 520, device="cuda", dtype=dtype)
+    major, minor = torch.cuda.get_device_capability()
+    expected = "wgmma_kernel" if (major, minor) == (9, 0) else "mma_kernel"
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        lib.matmul(a, b)
+        torch.cuda.synchronize()
+    names = " ".join(e.name for e in prof.events())
+    assert expected in names, names
+    ref = (a.double() @ b.double()).to(dtype)
+    paths = [1, 2] + ([3] if (major, minor) == (9, 0) else [])
+    for path in paths:
+        got = lib.matmul_path(a, b, path)
+        torch.testing.assert_close(got, ref, atol=0.05, rtol=0.02, msg=f"path {path}")
+    # b column-major: the wgmma path reads it as it is; the automatic choice copies for mma.
+    bt = b.t().contiguous().t()
+    torch.testing.assert_close(lib.matmul(a, bt), ref, atol=0.05, rtol=0.02)
+
+
+@pytest.mark.cuda
+def test_a_path_the_device_lacks_is_named(lib: Any) -> None:
+    a = torch.randn(8, 8, device="cuda")
+    with pytest.raises(RuntimeError, match=r"matmul_path: path 3 cannot run here: .*float16"):
+        lib.matmul_path(a, a, 3)
