@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 
 from workbench import __version__, knobs, toolchain
@@ -14,6 +15,22 @@ from workbench.project import WB_BINDING_INCLUDE, WB_KERNEL_INCLUDE, Project, So
 
 KERNEL_CXX_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden")
 CUDA_FLAGS = ("-std=c++17", "-O3", "-lineinfo", "-Xcompiler=-fPIC,-fvisibility=hidden")
+# nvcc 12.1+ optimises a TU's kernels on several threads: a TU of several heavy kernels (the wgmma
+# matmul's four instantiations) compiled in 2.9 s instead of 4.7 s on an H100 host, a TU of one
+# light kernel in the same time (scale.cu 1.8 s either way).
+SPLIT_COMPILE = ("--split-compile=0",)
+
+
+def cuda_flags(nvcc_version: str | None) -> tuple[str, ...]:
+    """CUDA_FLAGS, with SPLIT_COMPILE where nvcc knows it (12.1 and later).
+
+    ``nvcc_version`` is nvcc's version line, e.g. 'Build cuda_13.0.r13.0/compiler.36424714_0'.
+    """
+    found = re.search(r"(\d+)\.(\d+)", nvcc_version or "")
+    release = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+    return CUDA_FLAGS + SPLIT_COMPILE if release >= (12, 1) else CUDA_FLAGS
+
+
 BINDING_FLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
 # Precompiled into one header per toolchain: the torch headers every binding TU includes.
 PCH_HEADERS = ("torch/library.h", "ATen/core/Tensor.h", "ATen/Parallel.h", "ATen/ops/empty.h")
@@ -114,7 +131,12 @@ class Config:
         head: list[str]
         if src.kind == "cuda":
             ccbin = ["-ccbin", str(self.cxx)] if knobs.cxx() else []
-            head = [str(self.nvcc), *CUDA_FLAGS, *ccbin, *toolchain.gencode_flags(self.archs)]
+            head = [
+                str(self.nvcc),
+                *cuda_flags(self.nvcc_version),
+                *ccbin,
+                *toolchain.gencode_flags(self.archs),
+            ]
             head += ["-Xptxas=-v"] if self.ptxas_info else []
         elif src.kind == "cpu":
             head = [str(self.cxx), *KERNEL_CXX_FLAGS]

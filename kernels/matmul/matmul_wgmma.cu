@@ -5,7 +5,8 @@
 //   aligned, any m, n, k below 2^31; c: [m, n] contiguous. float16 / bfloat16 in, float32
 //   accumulation, rounded once. sm_90a only (other archs compile a stub, see tensor_core.cuh).
 //
-// A block of 1 + CONSUMERS warpgroups computes a BM x BN tile of c, BM = 64 * CONSUMERS:
+// One persistent block per SM walks tiles of c (BM x BN, BM = 64 * CONSUMERS) with 1 + CONSUMERS
+// warpgroups:
 //   - warpgroup 0, the producer: one thread issues TMA copies (cp.async.bulk.tensor) of a's
 //     BM x 64 and b's 64 x BN tiles into a ring of STAGES shared-memory stages. Each copy
 //     completes on the stage's `full` mbarrier (expect_tx counts the bytes; parts of a box past
@@ -14,6 +15,7 @@
 //   - warpgroups 1..CONSUMERS each own 64 rows of the tile: per stage, 4 wgmma.m64nBNk16 (k = 64)
 //     accumulate into BN / 2 float registers per thread; one batch stays in flight while the
 //     next stage is awaited, and a stage is released (arrive on `empty`) once its batch is done.
+//     Then they store the tile from registers while the producer fills stages for the next.
 // Registers move from producer to consumers with setmaxnreg (the block starts at 168 a thread).
 //
 // Layout facts this relies on (PTX ISA, "Matrix Descriptor" and "Shared Memory Matrix Layout"):
@@ -82,15 +84,8 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? Tl::kThreads : 1, 1)
   unsigned char* stage_a = smem;                             // [STAGES][BM rows of 128 B]
   unsigned char* stage_b = smem + Tl::STAGES * Tl::kBytesA;  // [STAGES][b's tile]
 
-  // Tiles in groups of kGroupM rows of tiles, column by column within a group (b's columns are
-  // read by kGroupM neighbouring blocks while they are in L2).
-  constexpr int kGroupM = 8;
   const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
-  const int group = blockIdx.x / (kGroupM * tiles_n), first_m = group * kGroupM;
-  const int group_m = tiles_m - first_m < kGroupM ? tiles_m - first_m : kGroupM;
-  const int tile_m = first_m + static_cast<int>(blockIdx.x) % group_m;
-  const int tile_n = (static_cast<int>(blockIdx.x) % (kGroupM * tiles_n)) / group_m;
-  const int m0 = tile_m * Tl::BM, n0 = tile_n * Tl::BN;
+  const int tiles = tiles_m * tiles_n;
   const int steps = (k + kBK - 1) / kBK;
   const int warpgroup = threadIdx.x / 128;
 
@@ -103,12 +98,18 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? Tl::kThreads : 1, 1)
   }
   __syncthreads();
 
+  // Both roles walk the same tiles (blockIdx.x, + gridDim.x, ...) and count the same steps `it`
+  // across them: stage it % STAGES, its use number it / STAGES giving the mbarrier parity.
   if (warpgroup == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == 0) {
-      for (int step = 0; step < steps; ++step) {
-        const int s = step % Tl::STAGES;
-        if (step >= Tl::STAGES) sm90::bar_wait(&empty[s], (step / Tl::STAGES - 1) & 1);
+    if (threadIdx.x != 0) return;
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const sm90::TileAt at = sm90::tile_at(tile, tiles_m, tiles_n);
+      const int m0 = at.m * Tl::BM, n0 = at.n * Tl::BN;
+      for (int step = 0; step < steps; ++step, ++it) {
+        const int s = it % Tl::STAGES;
+        if (it >= Tl::STAGES) sm90::bar_wait(&empty[s], (it / Tl::STAGES - 1) & 1);
         sm90::bar_expect(&full[s], Tl::kBytesA + Tl::kBytesB);
         sm90::tma_load(stage_a + s * Tl::kBytesA, &map_a, step * kBK, m0, &full[s]);
         unsigned char* b_dst = stage_b + s * Tl::kBytesB;
@@ -125,41 +126,47 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? Tl::kThreads : 1, 1)
     return;
   }
 
+  // Consumers. While they store a tile, the producer is already filling stages for the next.
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  const int consumer = warpgroup - 1;
-  float d[Tl::BN / 2];
+  const int consumer = warpgroup - 1, t = threadIdx.x % 128;
+  const bool leader = t == 0;  // arrives on `empty` for its warpgroup
+  int it = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const sm90::TileAt at = sm90::tile_at(tile, tiles_m, tiles_n);
+    float d[Tl::BN / 2];
 #pragma unroll
-  for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
-  for (int step = 0; step < steps; ++step) {
-    const int s = step % Tl::STAGES;
-    sm90::bar_wait(&full[s], (step / Tl::STAGES) & 1);
-    const unsigned char* a_tile = stage_a + s * Tl::kBytesA + consumer * 64 * kRowBytes;
-    const unsigned char* b_tile = stage_b + s * Tl::kBytesB;
-    sm90::pin(d);
-    sm90::fence();
+    for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
+    for (int step = 0; step < steps; ++step, ++it) {
+      const int s = it % Tl::STAGES;
+      sm90::bar_wait(&full[s], (it / Tl::STAGES) & 1);
+      const unsigned char* a_tile = stage_a + s * Tl::kBytesA + consumer * 64 * kRowBytes;
+      const unsigned char* b_tile = stage_b + s * Tl::kBytesB;
+      sm90::pin(d);
+      sm90::fence();
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      const uint64_t da = sm90::descriptor(a_tile + kk * 32, 16, Tl::kAtomBytes);
-      const uint64_t db = Tl::B_KMAJOR ? sm90::descriptor(b_tile + kk * 32, 16, Tl::kAtomBytes)
-                                       : sm90::descriptor(b_tile + kk * 16 * kRowBytes,
-                                                          kBK * kRowBytes, Tl::kAtomBytes);
-      sm90::Wgmma<Tl::BN, T, Tl::B_KMAJOR ? 0 : 1>::run(d, da, db);
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        const uint64_t da = sm90::descriptor(a_tile + kk * 32, 16, Tl::kAtomBytes);
+        const uint64_t db = Tl::B_KMAJOR ? sm90::descriptor(b_tile + kk * 32, 16, Tl::kAtomBytes)
+                                         : sm90::descriptor(b_tile + kk * 16 * kRowBytes,
+                                                            kBK * kRowBytes, Tl::kAtomBytes);
+        sm90::Wgmma<Tl::BN, T, Tl::B_KMAJOR ? 0 : 1>::run(d, da, db);
+      }
+      sm90::commit();
+      sm90::wait<1>();  // the previous step's batch is done: hand its stage back
+      sm90::pin(d);
+      if (step > 0 && leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
     }
-    sm90::commit();
-    sm90::wait<1>();  // the previous stage's batch is done: hand its stage back
+    sm90::wait<0>();
     sm90::pin(d);
-    if (step > 0 && threadIdx.x % 128 == 0) sm90::bar_arrive(&empty[(step - 1) % Tl::STAGES]);
-  }
-  sm90::wait<0>();
-  sm90::pin(d);
+    if (leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
 
-  const int t = threadIdx.x % 128;
-  const int64_t row = m0 + consumer * 64 + 16 * (t / 32) + (t % 32) / 4;
+    const int64_t row = at.m * Tl::BM + consumer * 64 + 16 * (t / 32) + (t % 32) / 4;
 #pragma unroll
-  for (int j = 0; j < Tl::BN / 8; ++j) {
-    const int64_t col = n0 + 8 * j + 2 * (t % 4);
-    store_pair(c, m, n, row, col, d[4 * j], d[4 * j + 1]);
-    store_pair(c, m, n, row + 8, col, d[4 * j + 2], d[4 * j + 3]);
+    for (int j = 0; j < Tl::BN / 8; ++j) {
+      const int64_t col = at.n * Tl::BN + 8 * j + 2 * (t % 4);
+      store_pair(c, m, n, row, col, d[4 * j], d[4 * j + 1]);
+      store_pair(c, m, n, row + 8, col, d[4 * j + 2], d[4 * j + 3]);
+    }
   }
 #endif
 }
@@ -212,7 +219,11 @@ Status launch(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, cudaS
   if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
   auto kernel = wgmma_kernel<T, Tl>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes);
-  kernel<<<static_cast<unsigned>(tiles), Tl::kThreads, Tl::kSmemBytes, s>>>(
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t blocks = min_of<int64_t>(tiles, sms > 0 ? sms : 1);  // one block per SM, persistent
+  kernel<<<static_cast<unsigned>(blocks), Tl::kThreads, Tl::kSmemBytes, s>>>(
       map_a, map_b, c, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k));
   return launch_status();
 }

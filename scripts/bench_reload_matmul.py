@@ -1,0 +1,108 @@
+"""Edit-to-result latency of the tensor-core matmul against the elementwise template, one run.
+
+One process loads a registry holding a `wb new` template family and a copy of the bundled matmul
+family, then alternates one-line edits of a kernel body: the template's CUDA kernel (what
+scripts/bench_reload.py calls "cuda") and the body of the matmul path this GPU takes (wgmma on
+an sm_90 GPU, else mma), each repeat a new value. Each time runs from writing the file to the
+first correct result of the new code, through ``lib.reload()``. The ratio of the medians is the
+goal of the matmul issue (at most 2x).
+
+Usage: python scripts/bench_reload_matmul.py [--repeats 5] [--out F]   (needs a CUDA GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import workbench  # noqa: E402
+from scripts.bench_reload import ALPHA, edit_for  # noqa: E402
+from workbench import scaffold  # noqa: E402
+
+# The last line of the tensor-core epilogues: every stored pair gets + k.
+MATMUL_EDITS = {
+    "wgmma": ("matmul_wgmma.cu", "store_pair(c, m, n, row, col, d[4 * j], d[4 * j + 1]);",
+              "store_pair(c, m, n, row, col, d[4 * j] + {k}.0f, d[4 * j + 1] + {k}.0f);"),
+    "mma": ("matmul_mma.cu", "store_pair(c, m, n, r, j, acc[mi][ni][0], acc[mi][ni][1]);",
+            "store_pair(c, m, n, r, j, acc[mi][ni][0] + {k}.0f, acc[mi][ni][1] + {k}.0f);"),
+}  # fmt: skip
+
+
+def timed_edit(path: Path, old: str, new: str, lib: object, check: object) -> float:
+    original = path.read_text()
+    assert old in original, (path, old)
+    t0 = time.perf_counter()
+    path.write_text(original.replace(old, new))
+    lib.reload()  # type: ignore[attr-defined]
+    check()  # type: ignore[operator]
+    seconds = time.perf_counter() - t0
+    path.write_text(original)
+    lib.reload()  # type: ignore[attr-defined]
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    path_name = "wgmma" if torch.cuda.get_device_capability() == (9, 0) else "mma"
+    work = Path(tempfile.mkdtemp(prefix="wb-reload-matmul-"))
+    kernels = scaffold.write_registry(work / "registry", 1)
+    shutil.copytree(ROOT / "kernels" / "matmul", kernels / "matmul")
+    shutil.copy(ROOT / "bindings" / "matmul.cpp", kernels.parent / "bindings" / "matmul.cpp")
+    lib = workbench.load(kernels, namespace="bench_mm")
+    x = torch.randn(1 << 16, device="cuda")
+    # Small integers: every product and sum is exact in float32 and bfloat16, so c is exact.
+    a = torch.randint(-2, 3, (256, 128), device="cuda").to(torch.bfloat16)
+    b = torch.randint(-2, 3, (128, 512), device="cuda").to(torch.bfloat16)
+    ref = (a.float() @ b.float()).to(torch.bfloat16)
+    times: dict[str, list[float]] = {"elementwise": [], path_name: []}
+    for k in range(1, args.repeats + 1):
+        rel, old, new = edit_for("cuda", "op00", k)
+
+        def check_template(k: int = k) -> None:
+            out = lib.op00(x, ALPHA)
+            torch.testing.assert_close(out, ALPHA * x + k, atol=1e-4, rtol=0)
+
+        times["elementwise"].append(
+            timed_edit(work / "registry" / rel, old, new, lib, check_template)
+        )
+        file, old, new = MATMUL_EDITS[path_name]
+
+        def check_matmul(k: int = k) -> None:
+            c = lib.matmul(a, b)
+            assert float(c[0, 0]) == float(ref[0, 0]) + k, (float(c[0, 0]), float(ref[0, 0]), k)
+
+        times[path_name].append(
+            timed_edit(kernels / "matmul" / file, old, new.format(k=k), lib, check_matmul)
+        )
+    base = statistics.median(times["elementwise"])
+    lines = [
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.repeats} repeats",
+        "",
+        "| kernel-body edit to first correct result | median s | min s | max s | vs elementwise |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        lines.append(f"| {name} | {med:.2f} | {min(ts):.2f} | {max(ts):.2f} | {med / base:.2f}x |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
