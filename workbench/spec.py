@@ -83,6 +83,18 @@ class OpSpec:
     # True when two runs on the same inputs may differ (atomics, split reductions): the check
     # then skips the bitwise determinism check and compares replays with the oracle instead.
     nondeterministic: bool = False
+    # The check adds a special-values sample (NaN, +-Inf, -0.0, subnormals, the largest finite
+    # values; see workbench.verify.specials) for every floating dtype. specials=False opts out,
+    # and then ``why`` must say why (e.g. "the kernel rejects non-finite inputs by design").
+    specials: bool = True
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.specials and not self.why.strip():
+            raise ValueError(
+                f"op spec {self.name!r}: specials=False needs a reason, why='...' (the check "
+                "feeds NaN, Inf, -0.0 and subnormals to every floating op unless told why not)"
+            )
 
     @property
     def differentiable(self) -> bool:
