@@ -50,10 +50,14 @@ def _samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> 
         Sample((randn((0, 8), dtype, device, gen), randn((3,), dtype, device, gen), idx, 0.5), "e"),
         Sample((randn((1, 8), dtype, device, gen), randn((3,), dtype, device, gen), idx, 0.5), "1"),
         Sample(
-            (randn((40, 8), dtype, device, gen, strided=True), randn((3,), dtype, device, gen),
-             idx, 0.5),
+            (
+                randn((40, 8), dtype, device, gen, strided=True),
+                randn((3,), dtype, device, gen),
+                idx,
+                0.5,
+            ),
             "strided",
-        ),  # fmt: skip
+        ),
     ]
 
 
@@ -81,7 +85,9 @@ def test_every_floating_input_gets_every_value_scattered_and_the_rest_is_kept(
 
 def test_the_positions_change_with_the_seed() -> None:
     found = _samples(torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
-    a, b = (special_sample(SPEC, torch.float32, found, torch.Generator().manual_seed(s)) for s in (1, 2))
+    a, b = (
+        special_sample(SPEC, torch.float32, found, torch.Generator().manual_seed(s)) for s in (1, 2)
+    )
     assert a is not None and b is not None
     assert not torch.equal(a.args[0].isnan(), b.args[0].isnan())
 
@@ -95,7 +101,7 @@ def test_the_check_adds_it_to_floating_dtypes_only() -> None:
 
 
 def test_opting_out_needs_a_reason_that_names_the_op() -> None:
-    with pytest.raises(ValueError, match="'gather_scale'.*why="):
+    with pytest.raises(ValueError, match=r"'gather_scale'.*why="):
         dataclasses.replace(SPEC, specials=False)
     out = dataclasses.replace(SPEC, specials=False, why="NaN inputs are rejected by design")
     assert all(s.label != LABEL for s in value_samples(out, torch.float32, "cpu", 0))
