@@ -3,7 +3,8 @@
 Real C++/CUDA kernels (an op family built through ``workbench.load`` in a throwaway registry),
 for the faults Python cannot make: an element left unwritten, only the first block written, a
 launch on the default stream, an illegal memory access, a segfault. And Python custom ops
-(``torch.library.custom_op``) for the rest: zeros, the input itself, noise, a mutated input.
+(``torch.library.custom_op``) for the rest: zeros, the input itself, noise, a mutated input,
+NaN mapped to 0, +Inf clamped to the largest finite value.
 Each comes with the reason the check must give for it.
 """
 
@@ -28,6 +29,8 @@ PY_REASONS = {
     "identity": "values",
     "noisy": "values",
     "mutates": "mutated",
+    "nan_to_zero": "nonfinite",  # right on finite inputs: only the special values catch them
+    "inf_clamped": "nonfinite",
 }
 
 HEADER = """\
@@ -265,7 +268,17 @@ def python_impostors(scale_spec: OpSpec) -> dict[str, tuple[Any, OpSpec]]:
             x.as_strided((1,), (1,), x.storage_offset()).add_(1.0)
         return out
 
-    for op in (zeros, identity, noisy, jitter, mutates):
+    @torch.library.custom_op("wbimp::nan_to_zero", mutates_args=())
+    def nan_to_zero(x: torch.Tensor, s: float) -> torch.Tensor:
+        out = (x * s).contiguous()  # an fmax(x, 0)-style bug: NaN becomes 0
+        return torch.where(torch.isnan(out), torch.zeros_like(out), out)
+
+    @torch.library.custom_op("wbimp::inf_clamped", mutates_args=())
+    def inf_clamped(x: torch.Tensor, s: float) -> torch.Tensor:
+        out = (x * s).contiguous()  # +Inf clamped to the largest finite value
+        return out.clamp(max=torch.finfo(out.dtype).max)
+
+    for op in (zeros, identity, noisy, jitter, mutates, nan_to_zero, inf_clamped):
         op.register_fake(lambda x, s: torch.empty(x.shape, dtype=x.dtype, device=x.device))
         ops[op._name] = op  # type: ignore[attr-defined]
     return {

@@ -17,13 +17,16 @@ def _failures(rows: list[Any]) -> str:
 
 
 def assert_matches_reference(lib: Any, name: str, device: str) -> None:
-    """Every sample, every dtype of the spec, three seeds, against the float64 reference (with
-    poisoned outputs, untouched inputs and a bitwise-equal second run)."""
+    """Every sample (and the special-values one), every dtype of the spec, three seeds, against
+    the float64 reference (with poisoned outputs, untouched inputs and a bitwise-equal second
+    run)."""
     rows = check_op(getattr(lib, name), lib.specs[name], device, options=Options(contract=False))
     assert rows, f"{name} has no samples"
     assert not _failures(rows), _failures(rows)
     labels = {r.label for r in rows}
     assert {"empty", "one", "strided"} <= labels, f"{name} lacks awkward samples: {labels}"
+    spec = lib.specs[name]
+    assert "specials" in labels or not spec.specials, f"{name}: no special-values sample"
 
 
 def assert_contract(lib: Any, name: str, device: str, check: str) -> None:

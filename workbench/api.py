@@ -5,16 +5,21 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from workbench import build, knobs, loader, warm
+from workbench import build, cache, knobs, loader, warm
 from workbench.config import Config, make_config
-from workbench.errors import BuildError, WorkbenchError
+from workbench.errors import BuildError, LoadError, WorkbenchError
 from workbench.project import Family, Project, discover
 from workbench.spec import OpSpec
+
+# Called with the builds a load is about to open, under its use locks: tests use it to hold a
+# load between finding its libraries and opening them while another process runs gc or clean.
+before_open_hooks: list[Callable[[list[build.Built]], None]] = []
 
 
 def _say(line: str) -> None:
@@ -32,6 +37,7 @@ class LoadReport:
         self.removed: list[str] = []  # families that no longer exist
         self.redefined: list[str] = []  # ops with a new or changed schema
         self.swap_seconds = 0.0  # opening, registering and closing libraries
+        self.failed: dict[str, WorkbenchError] = {}  # families whose build or load failed
 
     def __repr__(self) -> str:
         return (
@@ -58,18 +64,27 @@ class Library:
     """The ops of a kernel registry, as ``lib.<op>`` and ``torch.ops.<ns>.<op>``.
 
     ``reload()`` rebuilds what changed on disk and swaps it in under the same names.
+    ``failed`` maps each family whose last build (or load) failed to its error; such a family
+    keeps its last good build, if it had one.
     """
 
     def __init__(
-        self, project: Project, config: Config, families: Sequence[str] | None, jobs: int | None
+        self,
+        project: Project,
+        config: Config,
+        families: Sequence[str] | None,
+        jobs: int | None,
+        on_error: str = "raise",
     ) -> None:
         self.project = project
         self.config = config
         self.namespace = project.namespace
+        self.on_error = _on_error(on_error)
         self._selected = tuple(families) if families else None
         self._jobs = jobs
         self._specs: dict[str, dict[str, OpSpec]] = {}  # family -> op -> spec
         self.families: dict[str, build.Built] = {}
+        self.failed: dict[str, WorkbenchError] = {}
         self.last = self.reload(_first=True)
 
     @property
@@ -96,35 +111,49 @@ class Library:
         devices = "+".join(["cpu", "cuda"] if self.config.with_cuda else ["cpu"])
         return f"<workbench.Library torch.ops.{self.namespace}: {', '.join(self.ops)} ({devices})>"
 
-    def reload(self, _first: bool = False) -> LoadReport:
+    def reload(self, _first: bool = False, on_error: str | None = None) -> LoadReport:
         """Rebuild the families whose inputs changed and swap the new builds in.
 
         Families added on disk are loaded and families removed from disk are unloaded (their
         ops disappear). Every family is built before any is swapped; a family whose build
-        fails keeps its last good build, the others are swapped, and BuildError is raised.
+        fails keeps its last good build and the others are swapped. Then, with ``on_error``
+        "raise" (default: the library's, from :func:`load`), a BuildError whose first line names
+        each failed family and its first compiler error is raised (a lone LoadError as it is);
+        with "warn", a warning says the same and ``failed`` holds the errors.
         """
+        mode = _on_error(on_error or self.on_error)
         start = time.perf_counter()
         if not _first:  # families may have been added or removed on disk
             self.project = discover(self.project.kernels_dir, self.namespace)
         project = self.project
         names = list(self._selected or [f.name for f in project.families])
-        built, errors = self._build_all(project, names)
-        report = LoadReport(built)
-        for result in built:
-            self._activate(project.family(result.family), result, report)
+        with cache.use_locks(names):  # gc and clean remove no library between find and open
+            built, failed = self._build_all(project, names)
+            for hook in before_open_hooks:
+                hook(built)
+            report = LoadReport(built)
+            for result in built:
+                try:
+                    self._activate(project.family(result.family), result, report)
+                except LoadError as e:  # the last good build stays; the other families go on
+                    failed[result.family] = e
         for name in [n for n in self.families if n not in names]:
             self._deactivate(name, report)
+        report.failed = self.failed = failed
         report.seconds = time.perf_counter() - start
         if _first or report.swapped or report.removed:
             _say(self._summary(report, _first))
-        if errors:
-            raise errors[0] if len(errors) == 1 else BuildError("\n\n".join(map(str, errors)))
+        if failed:
+            error = failure(failed, len(names))
+            if mode == "raise":
+                raise error
+            warnings.warn(str(error), BuildWarning, stacklevel=2)
         self.last = report
         return report
 
     def _build_all(
         self, project: Project, names: list[str]
-    ) -> tuple[list[build.Built], list[WorkbenchError]]:
+    ) -> tuple[list[build.Built], dict[str, WorkbenchError]]:
         """Build (or find) every family; families build concurrently, each with its own ninja.
 
         A family has a few TUs, so one ninja per family would leave most cores idle on a cold
@@ -154,7 +183,7 @@ class Library:
         with contextlib.suppress(OSError):  # the index only saves time
             index.save()
         built = [r for r in results.values() if isinstance(r, build.Built)]
-        errors = [r for r in results.values() if isinstance(r, WorkbenchError)]
+        errors = {n: r for n, r in results.items() if isinstance(r, WorkbenchError)}
         return built, errors
 
     def _activate(self, family: Family, result: build.Built, report: LoadReport) -> None:
@@ -190,9 +219,10 @@ class Library:
             if self.config.with_cuda
             else self.config.cpu_reason
         )
+        failed = f"; {len(report.failed)} failed: {', '.join(report.failed)}" * bool(report.failed)
         return (
             f"{len(report.built)} op families into torch.ops.{self.namespace}: {what}, "
-            f"{report.seconds:.3f} s; {cuda}"
+            f"{report.seconds:.3f} s; {cuda}{failed}"
         )
 
     def _reload_summary(self, report: LoadReport) -> str:
@@ -208,6 +238,42 @@ class Library:
         return f"{'; '.join(parts)} in {report.seconds:.2f} s ({phases})"
 
 
+class BuildWarning(UserWarning):
+    """Some op families failed to build or load (``load(..., on_error="warn")``)."""
+
+
+ON_ERROR = ("raise", "warn")
+
+
+def _on_error(value: str) -> str:
+    if value not in ON_ERROR:
+        raise ValueError(f"on_error must be 'raise' or 'warn', got {value!r}")
+    return value
+
+
+def failure(failed: dict[str, WorkbenchError], total: int) -> WorkbenchError:
+    """One error for the families that failed: a lone LoadError as it is; else a BuildError
+    whose first line names each family and its first compiler error (``file:line: message``),
+    followed by each family's full output. ``.failed`` maps the families to their errors."""
+    if len(failed) == 1:
+        (only,) = failed.values()
+        if isinstance(only, LoadError):
+            return only
+    from workbench.ninja import first_error
+
+    def first(e: WorkbenchError) -> str:
+        lines = str(e).strip().splitlines()
+        return first_error(str(e)) or (lines[0] if lines else type(e).__name__)
+
+    named = "; ".join(f"{name} ({first(e)})" for name, e in failed.items())
+    head = f"{len(failed)} of {total} op families failed to build: {named}"
+    details = "\n\n".join(f"{name}:\n{e}" for name, e in failed.items())
+    logs = "".join(getattr(e, "log", "") for e in failed.values())
+    error = BuildError(f"{head}\n\n{details}", logs)
+    error.failed = dict(failed)
+    return error
+
+
 def load(
     path: str | Path | None = None,
     *,
@@ -215,6 +281,7 @@ def load(
     families: Sequence[str] | None = None,
     devices: str | None = None,
     jobs: int | None = None,
+    on_error: str = "raise",
 ) -> Library:
     """Build (or find in the cache) the kernel registry under ``path`` and load its ops.
 
@@ -222,11 +289,17 @@ def load(
     bundled kernels). ``namespace`` overrides WB_NAMESPACE and ``[tool.workbench] namespace``
     (default ``wb``). ``devices='cpu'`` skips CUDA even where a GPU is present. ``jobs`` is the
     number of parallel compiles (default: from cores and free memory).
+
+    A family that fails to build or load never stops the others from loading. With
+    ``on_error="raise"`` (the default) the error is then raised: a BuildError whose first line
+    names each failed family and its first compiler error. With ``on_error="warn"`` a
+    :class:`BuildWarning` says the same, and the Library is returned with the good families and
+    ``lib.failed`` (family -> error); ``lib.reload()`` then warns too.
     """
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     project = discover(path, namespace)
-    return Library(project, make_config(devices), families, jobs)
+    return Library(project, make_config(devices), families, jobs, _on_error(on_error))
 
 
-__all__ = ["Library", "LoadReport", "load"]
+__all__ = ["BuildWarning", "Library", "LoadReport", "load"]

@@ -11,7 +11,11 @@
 <root>/v1/toolchain/<id>.json          cached compiler version probes
 
 Locks: ``<family>.lock`` serialises the builds of a family and the removal of its libraries;
-``objects.lock`` is held shared by every build and exclusively by whoever deletes objects.
+``objects.lock`` is held shared by every build and exclusively by whoever deletes objects;
+``use-<family>.lock`` is held shared by a process from finding a family's library to opening it
+(:func:`use_locks`) and exclusively by ``wb gc`` / ``wb clean`` while they remove its libraries,
+so a library is never removed between the check that found it and the ``dlopen`` that maps it
+(once mapped, a process keeps its copy). Lock order: ``use-<family>`` before ``<family>``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +135,31 @@ def _record_holder(fd: int) -> None:
     with contextlib.suppress(OSError):
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} {time.time():.0f}\n".encode())
+
+
+def use_lock_name(family: str) -> str:
+    """The name of ``family``'s use lock (see the module docstring)."""
+    return f"use-{family}"
+
+
+@contextlib.contextmanager
+def use_locks(families: Iterable[str]) -> Iterator[None]:
+    """Shared use locks on ``families``, for a load: held from finding to opening libraries.
+
+    Shared, so loads never wait for each other; ``wb gc`` skips, and ``wb clean`` waits for,
+    a family a process is loading. Taken in sorted order, one open and one flock each.
+    """
+    folder = root() / "locks"
+    fds = []
+    try:
+        for family in sorted(set(families)):
+            fd = os.open(folder / f"{use_lock_name(family)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fds.append(fd)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # closing releases the flock
 
 
 @contextlib.contextmanager

@@ -21,6 +21,8 @@ class BuildError(WorkbenchError):
     def __init__(self, message: str, log: str = "") -> None:
         super().__init__(message)
         self.log = log
+        # Of a load that built several families: each failed family's own error.
+        self.failed: dict[str, WorkbenchError] = {}
 
 
 class LoadError(WorkbenchError):

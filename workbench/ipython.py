@@ -75,7 +75,8 @@ class Session:
 
         (root / "kernels").mkdir(parents=True, exist_ok=True)
         (root / "bindings").mkdir(exist_ok=True)
-        self.library = workbench.load(root / "kernels", namespace=namespace)
+        # One broken family must not cost the notebook the others: they load, it is reported.
+        self.library = workbench.load(root / "kernels", namespace=namespace, on_error="warn")
         return self.library
 
     # -- kernel cells ---------------------------------------------------------------------------
@@ -104,7 +105,7 @@ class Session:
 
     def rebuild(self, family: str, kind: str | None) -> None:
         try:
-            report = self.library.reload()
+            report = self.library.reload(on_error="raise")
         except BuildError as e:
             raise CellCompileError(
                 f"{family}: the cell does not compile; the last good build stays loaded.\n{e}",
@@ -157,7 +158,7 @@ class Session:
     def _reload_library(self, lib: Any) -> None:
         start = time.perf_counter()
         try:
-            report = lib.reload()
+            report = lib.reload(on_error="raise")  # reported below, once per cell
         except WorkbenchError as e:
             print(
                 f"wb autoreload: torch.ops.{lib.namespace}: build failed, the last good build "

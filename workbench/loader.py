@@ -8,8 +8,8 @@ How a build becomes ``torch.ops.<ns>.<op>``, and how an edited build replaces it
    so the op, its fake function and its autograd formula outlive any one build.
 3. ``wb_register(ns)`` adds the build's kernels. To swap builds: open the new library, call
    ``wb_unregister`` on the old one, register the new one, and retire the old one (unregistered
-   for good, but left mapped: see ``_retired``). If the new one fails to register, the old one
-   is registered again and keeps working.
+   for good, and unmapped unless torch still points into it: see ``_retired``). If the new one
+   fails to register, the old one is registered again and keeps working.
 4. A schema that changed (or an op that disappeared) has its definition and its Python
    registrations dropped and made again; a spec.py that changed has its Python registrations
    (fake, autograd) made again. A family that disappeared is unregistered and closed.
@@ -83,8 +83,14 @@ class Handle:
         self.cdll = cdll
         self.schemas = schemas  # op name -> schema
         self.namespace: str | None = None  # where its kernels are registered
+        self.pinned = False  # gave some op its first kernel: never unmapped (see _retired)
 
     def register(self, ns: str) -> None:
+        state = _namespaces.setdefault(ns, _Namespace())
+        first = set(self.schemas) - state.signed
+        if first:  # pinned before the call: a registration that fails half-way counts too
+            self.pinned = True
+            state.signed |= first
         err = ctypes.create_string_buffer(8192)
         if self.cdll.wb_register(ns.encode(), err, len(err)) != 0:
             raise LoadError(
@@ -98,17 +104,22 @@ class Handle:
             self.namespace = None
 
     def close(self) -> None:
-        """Unregister, and keep the library mapped: see ``_retired``."""
+        """Unregister, then unmap the library, unless it is pinned: see ``_retired``."""
         self.unregister()
-        _retired.append(self.cdll)
+        if self.pinned:
+            _retired.append(self.cdll)
+        else:
+            _ctypes.dlclose(self.cdll._handle)
 
 
-# Libraries whose kernels were registered at some point are never unmapped. The dispatcher
-# keeps the C++ signature of the first kernel registered for an op (a std::type_index, which
-# points into the library that registered it) after that kernel is removed, and compares the
-# next kernel's signature against it: unmapping that library would leave it pointing into
-# freed memory. A retired library is unregistered, so its code is never called again; it
-# costs only its mapping.
+# The libraries that gave an op its first kernel are never unmapped. The dispatcher keeps the
+# C++ signature of the first kernel registered for an op (a std::type_index, which points into
+# the library that registered it) after that kernel is removed, for as long as the op is
+# defined, and compares every later kernel's signature against it: unmapping that library
+# would leave it pointing into freed memory. Every other library is unmapped when retired, so
+# a family that is edited and reloaded many times keeps two libraries mapped: its first build
+# (pinned, unregistered, its code never called again) and the live one. An op whose schema
+# changes is defined anew, and the next library to register it is pinned in turn.
 _retired: list[ctypes.CDLL] = []
 
 
@@ -116,6 +127,8 @@ class _Namespace:
     def __init__(self) -> None:
         self.defs: dict[str, _OpDef] = {}
         self.handles: dict[str, Handle] = {}  # family -> live handle
+        # Ops that have had a kernel registered since they were defined (see _retired).
+        self.signed: set[str] = set()
         # family -> (the text of its spec.py, the module imported from it)
         self.specs: dict[str, tuple[bytes, types.ModuleType | None]] = {}
 
@@ -299,6 +312,7 @@ def _define(ns: str, state: _Namespace, name: str, schema: str, spec: OpSpec | N
     """(Re)define op ``name`` with ``schema`` and register the spec's Python functions."""
     if name in state.defs:
         state.defs.pop(name).destroy()
+    state.signed.discard(name)  # a new definition: its first kernel pins its library again
     definition = torch.library.Library(ns, "FRAGMENT")
     definition.define(schema)
     op_def = _OpDef(schema, definition)

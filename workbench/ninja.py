@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -178,6 +179,22 @@ def _log_seconds(path: Path) -> dict[str, float]:
         if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
             seconds[fields[3]] = (int(fields[1]) - int(fields[0])) / 1000
     return seconds
+
+
+# A compiler's error line: gcc/clang "file:line:col: error: text", nvcc "file(line): error: text".
+_ERROR_LINE = re.compile(
+    r"^(?P<file>[^\s:()][^:()]*?)(?::(?P<line>\d+)(?::\d+)?|\((?P<nline>\d+)\)): "
+    r"(?:fatal )?error: (?P<text>.*)$"
+)
+
+
+def first_error(output: str) -> str | None:
+    """The first compiler error in ``output`` as ``file:line: message``, or None if none is."""
+    for raw in output.splitlines():
+        m = _ERROR_LINE.match(raw.strip())
+        if m:
+            return f"{m['file']}:{m['line'] or m['nline']}: {m['text'].strip()}"
+    return None
 
 
 def _failure_summary(log: list[str]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-_IDENT = re.compile(r"[a-z_][a-z0-9_]*")
+_IDENT = re.compile(r"[a-z][a-z0-9_]*")
 
 _HEADER = """\
 // {name} family: launchers for {name} (out = alpha * x + shift).
@@ -23,7 +23,9 @@ _HEADER = """\
 
 #include "wb/types.h"
 
-namespace wb::{name} {{
+// The family's own namespace, wb::<family>_family, holds nothing but the family: a family
+// named after anything of the registry's (f16, data, Status) cannot collide with it.
+namespace wb::{name}_family {{
 
 // x and out are contiguous with n elements; begin/end select the CPU chunk to compute.
 template <typename T>
@@ -31,7 +33,7 @@ Status {name}_cuda(const T* x, double alpha, T* out, int64_t n, Stream stream);
 template <typename T>
 void {name}_cpu(const T* x, double alpha, T* out, int64_t begin, int64_t end);
 
-}}  // namespace wb::{name}
+}}  // namespace wb::{name}_family
 """
 
 _MATH = """\
@@ -40,7 +42,7 @@ _MATH = """\
 
 #include "wb/types.h"
 
-namespace wb::{name} {{
+namespace wb::{name}_family {{
 
 constexpr double kShift = {shift};
 
@@ -49,7 +51,7 @@ WB_HD A apply(A x, A alpha) {{
   return alpha * x + static_cast<A>(kShift);
 }}
 
-}}  // namespace wb::{name}
+}}  // namespace wb::{name}_family
 """
 
 _CPU = """\
@@ -64,16 +66,16 @@ _CPU = """\
 #include "wb/dtypes.h"
 #include "wb/elementwise.h"
 
-namespace wb::{name} {{
+namespace wb::{name}_family {{
 
 template <typename T>
 void {name}_cpu(const T* x, double alpha, T* out, int64_t begin, int64_t end) {{
   const auto a = static_cast<acc_t<T>>(alpha);
-  elementwise_cpu(begin, end, [a](auto v) {{ return apply(v, a); }}, out, x);
+  wb::elementwise_cpu(begin, end, [a](auto v) {{ return apply(v, a); }}, out, x);
 }}
 WB_INSTANTIATE(WB_FLOATING, {name}_cpu)
 
-}}  // namespace wb::{name}
+}}  // namespace wb::{name}_family
 """
 
 _CUDA = """\
@@ -88,7 +90,7 @@ _CUDA = """\
 #include "wb/dtypes.h"
 #include "wb/elementwise.cuh"
 
-namespace wb::{name} {{
+namespace wb::{name}_family {{
 
 template <typename A>
 struct Apply {{
@@ -98,11 +100,11 @@ struct Apply {{
 
 template <typename T>
 Status {name}_cuda(const T* x, double alpha, T* out, int64_t n, Stream stream) {{
-  return elementwise<T>(n, stream, Apply<acc_t<T>>{{static_cast<acc_t<T>>(alpha)}}, out, x);
+  return wb::elementwise<T>(n, stream, Apply<acc_t<T>>{{static_cast<acc_t<T>>(alpha)}}, out, x);
 }}
 WB_INSTANTIATE(WB_FLOATING, {name}_cuda)
 
-}}  // namespace wb::{name}
+}}  // namespace wb::{name}_family
 """
 
 _BINDING = """\
@@ -124,7 +126,7 @@ WB_DEF("{name}(Tensor x, float alpha) -> Tensor");
 
 namespace {{
 
-using namespace wb::{name};
+using namespace wb::{name}_family;
 
 // Elements per CPU task: below this the threading overhead outweighs the work.
 constexpr int64_t kGrain = 32768;
@@ -218,11 +220,25 @@ OPS = [
 '''
 
 
+# Names discovery passes over: kernels/include holds the headers every family shares.
+RESERVED = ("include",)
+
+
 def check_name(name: str) -> str:
+    """``name`` if it can name a family (its folder, op and ``wb::<name>_family``), else raise.
+
+    The C++ namespace carries the ``_family`` suffix, so no name collides with the registry's
+    own names in namespace ``wb`` (``wb::f16``, ``wb::data``, ...).
+    """
     if not _IDENT.fullmatch(name):
         raise ValueError(
             f"op family name {name!r} must be lower case letters, digits and '_', "
-            "starting with a letter (it becomes a folder, a C++ namespace and an op name)"
+            "starting with a letter (it becomes a folder, an op name and a C++ namespace)"
+        )
+    if name in RESERVED:
+        raise ValueError(
+            f"op family name {name!r} is reserved (reserved: {', '.join(RESERVED)}): "
+            "kernels/include holds the headers every family shares"
         )
     return name
 

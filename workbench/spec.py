@@ -87,6 +87,18 @@ class OpSpec:
     # references then run with TF32 allowed too, so PyTorch's own TF32 error sets the bound;
     # otherwise they run at full float32 precision, and a kernel that rounds to TF32 fails.
     allow_tf32: bool = False
+    # The check adds a special-values sample (NaN, +-Inf, -0.0, subnormals, the largest finite
+    # values; see workbench.verify.specials) for every floating dtype. specials=False opts out,
+    # and then ``why`` must say why (e.g. "the kernel rejects non-finite inputs by design").
+    specials: bool = True
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.specials and not self.why.strip():
+            raise ValueError(
+                f"op spec {self.name!r}: specials=False needs a reason, why='...' (the check "
+                "feeds NaN, Inf, -0.0 and subnormals to every floating op unless told why not)"
+            )
 
     @property
     def differentiable(self) -> bool:

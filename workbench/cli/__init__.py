@@ -37,13 +37,30 @@ COMMANDS = {
 }
 
 
+def _global_options(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument(
+        "--kernels", metavar="DIR", default=default, help="kernels/ folder (default: bundled)"
+    )
+    p.add_argument(
+        "--namespace",
+        default=default,
+        help="torch.ops namespace (default: from pyproject or 'wb')",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
+    """``wb [--kernels DIR] [--namespace NS] COMMAND [--kernels DIR] [--namespace NS] ...``.
+
+    The global options are accepted before and after the subcommand; given after it, they win.
+    """
     p = argparse.ArgumentParser(prog="wb", description="Build, check and time C++/CUDA ops.")
-    p.add_argument("--kernels", metavar="DIR", help="kernels/ folder (default: bundled)")
-    p.add_argument("--namespace", help="torch.ops namespace (default: from pyproject or 'wb')")
+    _global_options(p, None)
+    globals_after = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand that is not given them leaves the values from before it alone.
+    _global_options(globals_after, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
     for name, module in COMMANDS.items():
-        module.add_parser(sub.add_parser(name, help=module.__doc__))
+        module.add_parser(sub.add_parser(name, help=module.__doc__, parents=[globals_after]))
     return p
 
 

@@ -1,7 +1,8 @@
 """remove cached builds of op families (all, or those named), safely beside running processes
 
-Each family's libraries are removed under its build lock, so no build of it is half-way.
-A process that already loaded a library keeps running it: Linux keeps an unlinked file
+Each family's libraries are removed under its use lock and its build lock, so no build of it
+is half-way and no process is between finding a library and opening it (clean waits for
+those). A process that already loaded a library keeps running it: Linux keeps an unlinked file
 alive while it is mapped. --all also removes every object, precompiled header and probe.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
+from collections.abc import Callable
 
 from workbench.cli.common import families_of, print_json, project_of
 
@@ -25,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     project = project_of(args)
     removed, freed, notes = 0, 0, []
     for family in families_of(project, args.ops):
-        with cache.lock(family.name):
+        use = cache.use_lock_name(family.name)
+        with cache.lock(use, on_wait=_waiting(family.name)), cache.lock(family.name):
             entries = inventory.entries(family.name, project.kernels_dir)
             users = inventory.mapped_by([e.library for e in entries if e.library])
             for entry in entries:
@@ -47,6 +51,13 @@ def run(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
     return 0
+
+
+def _waiting(family: str) -> Callable[[], None]:
+    def say() -> None:
+        print(f"waiting for a process loading {family}", file=sys.stderr, flush=True)
+
+    return say
 
 
 def _clean_all() -> int:

@@ -1,8 +1,9 @@
 """trim the cache: keep the N newest builds per family and/or stay under a total size
 
-Safe beside running processes: a family's builds are removed only under its build lock
-(a family being built now is skipped), objects only under the objects lock, and a library
-that a running process has mapped is kept.
+Safe beside running processes: a family's builds are removed only under its build lock and
+its use lock (a family being built, or being loaded by a process that has found its library
+and not yet opened it, is skipped), objects only under the objects lock, and a library that a
+running process has mapped is kept.
 """
 
 from __future__ import annotations
@@ -93,9 +94,15 @@ def _size() -> int:
 def _remove(entry: Entry, report: Report) -> None:
     from workbench import cache, inventory
 
-    with cache.try_lock(entry.family) as free:
+    with (
+        cache.try_lock(entry.family) as free,
+        cache.try_lock(cache.use_lock_name(entry.family)) as unused,
+    ):
         if not free:
             report.skipped.append(f"{entry.family} {entry.key[:12]}: being built now")
+            return
+        if not unused:
+            report.skipped.append(f"{entry.family} {entry.key[:12]}: being loaded now")
             return
         if entry.library is not None and inventory.mapped_by([entry.library]):
             pids = inventory.mapped_by([entry.library])[entry.library]

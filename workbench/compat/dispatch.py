@@ -4,7 +4,8 @@ The rule: a call is the drop-in (``torch.utils.cpp_extension.load``) when it pas
 ``sources`` or any other argument only torch's signature has, or a second positional argument
 (``load(name, sources)``); it is the registry loader (``workbench.api.load``) when it passes at
 most one positional argument (the kernels path) and only ``namespace``, ``families``,
-``devices`` or ``jobs``. A call that mixes the two raises TypeError saying which to use.
+``devices``, ``jobs`` or ``on_error``. A call that mixes the two raises TypeError saying which
+to use.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-REGISTRY_KWARGS = frozenset({"path", "namespace", "families", "devices", "jobs"})
+REGISTRY_KWARGS = frozenset({"path", "namespace", "families", "devices", "jobs", "on_error"})
 DROPIN_KWARGS = frozenset(
     {
         "name",

@@ -14,8 +14,11 @@ error where PyTorch needs more than the floor (fp32 matmul with TF32, long fp16 
 
 NaN and Inf must sit exactly where the float64 reference rounded to the dtype has them (same sign
 for Inf); a pattern that matches PyTorch's own dtype result is accepted too (an overflow that
-PyTorch also has). Outputs are poisoned with NaN before the call (see :mod:`contract`), so a NaN
-where the truth is finite usually means an element the kernel never wrote.
+PyTorch also has). Zeros compare equal whatever their sign, and a NaN is a NaN whatever its
+sign and payload: neither is fixed by IEEE arithmetic across a fused multiply-add, a reordered
+sum or a vector min/max, so demanding them would fail right kernels. Outputs are poisoned with
+NaN before the call (see :mod:`contract`), so a NaN where the truth is finite usually means an
+element the kernel never wrote.
 """
 
 from __future__ import annotations

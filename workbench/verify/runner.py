@@ -1,7 +1,8 @@
 """Checking one op against its spec on one device: every dtype, several seeds, every sample, and
 the contract checks. Everything comes from the spec; nothing about an op is written here.
 
-Per dtype and seed (fresh inputs on every trial) and per sample, one ``values`` row: the call
+Per dtype and seed (fresh inputs on every trial) and per sample, and for a floating dtype one
+more sample holding NaN, Inf, -0.0 and subnormals (``specials``), one ``values`` row: the call
 under poisoned allocation, the inputs compared byte for byte before and after, the oracle, and a
 second call that must agree bit for bit (unless the spec says ``nondeterministic``). Then per
 dtype, on a few small samples of the first trial: ``opcheck``, ``compile`` and on CUDA
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from workbench.spec import OpSpec, Sample
-from workbench.verify import contract, isolate
+from workbench.verify import contract, isolate, specials
 from workbench.verify.oracle import (
     CRASH,
     ERROR,
@@ -116,6 +117,18 @@ def samples(spec: OpSpec, dtype: torch.dtype, device: str, seed: int) -> list[Sa
     return spec.samples(dtype, torch.device(device), torch.Generator().manual_seed(seed))
 
 
+def value_samples(spec: OpSpec, dtype: torch.dtype, device: str, seed: int) -> list[Sample]:
+    """The samples of the ``values`` rows: the spec's, then its special-values sample.
+
+    The special values (NaN, Inf, -0.0, subnormals; :mod:`~workbench.verify.specials`) are for
+    the value rows only: gradcheck and the contract checks run on the spec's own samples.
+    """
+    found = samples(spec, dtype, device, seed)
+    gen = torch.Generator().manual_seed(seed)
+    special = specials.special_sample(spec, dtype, found, gen)
+    return [*found, special] if special is not None else found
+
+
 def is_small(s: Sample) -> bool:
     tensors = [a for a in s.args if isinstance(a, torch.Tensor)]
     return bool(tensors) and all(0 < t.numel() <= SMALL_NUMEL for t in tensors)
@@ -138,7 +151,7 @@ def check_op(
     report = Report()
     for dtype in dtypes or spec.dtypes:
         for trial in range(opts.trials if opts.values else 0):
-            for s in samples(spec, dtype, device, opts.seed + trial):
+            for s in value_samples(spec, dtype, device, opts.seed + trial):
                 report.rows.append(_sample_row(op, spec, device, dtype, s, opts.seed + trial))
                 _stop_if_context_lost(report, device)
         if opts.contract:
@@ -265,4 +278,4 @@ def _gradcheck_rows(op: Any, spec: OpSpec, device: str, opts: Options) -> list[R
     return rows
 
 
-__all__ = ["VALUES", "Options", "check_call", "check_op", "is_small", "samples"]
+__all__ = ["VALUES", "Options", "check_call", "check_op", "is_small", "samples", "value_samples"]
