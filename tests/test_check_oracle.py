@@ -107,3 +107,15 @@ def test_a_write_into_an_input_view_or_its_storage_is_caught() -> None:
     base[0, 1] += 1  # outside the view, inside its storage
     v = mutated(args, saved)
     assert v is not None and v.reason == "mutated" and "argument 0" in v.detail
+
+
+def test_an_overflowing_sum_may_give_nan_or_either_inf() -> None:
+    """The truth is finite, but rounds to -Inf in float32: NaN (+Inf and -Inf met in the sum)
+    or Inf is accepted there, while a NaN where the truth is representable still fails."""
+    big = torch.finfo(torch.float32).max
+    ref64 = torch.tensor([-3.0 * big, 1.0], dtype=torch.float64)
+    for got in ([float("nan"), 1.0], [float("-inf"), 1.0], [float("inf"), 1.0]):
+        v = compare(torch.tensor(got), ref64, torch.float32, (1e-4, 1e-5))
+        assert v.passed, (got, v)
+    v = compare(torch.tensor([float("-inf"), float("nan")]), ref64, torch.float32, (1e-4, 1e-5))
+    assert not v.passed and v.reason == "unwritten"

@@ -135,3 +135,17 @@ def test_the_largest_value_may_overflow_where_pytorch_does_too() -> None:
     x = torch.tensor([torch.finfo(torch.float32).max, 1.0])
     ref64 = x.double() * 4  # finite in float64, beyond float32
     assert compare(x * 4, ref64, torch.float32, (1e-4, 1e-5), x * 4).passed
+
+
+def test_a_spec_may_leave_out_named_kinds_with_a_reason() -> None:
+    from workbench.spec import OpSpec
+    from workbench.verify.specials import values
+
+    base = dict(name="op", reference=torch.neg, samples=lambda *a: [], fake=torch.neg)
+    with pytest.raises(ValueError, match="specials_exclude needs a reason"):
+        OpSpec(**base, specials_exclude=("max",))
+    with pytest.raises(ValueError, match=r"unknown kinds \['huge'\]"):
+        OpSpec(**base, specials_exclude=("huge",), why="x")
+    kept = values(torch.float32, ("max",))
+    assert not (kept.abs() == torch.finfo(torch.float32).max).any()
+    assert torch.isnan(kept).any() and torch.isinf(kept).any()

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# The kinds of special value of the check's special-values sample (OpSpec.specials_exclude).
+SPECIAL_KINDS = ("nan", "inf", "-0", "subnormal", "max")
 
 # (rtol, atol) of a kernel against the reference computed in float64 and rounded to the dtype.
 # atol is scaled by the largest reference magnitude of the sample (see workbench.verify.oracle).
@@ -91,13 +93,24 @@ class OpSpec:
     # values; see workbench.verify.specials) for every floating dtype. specials=False opts out,
     # and then ``why`` must say why (e.g. "the kernel rejects non-finite inputs by design").
     specials: bool = True
+    # Kinds of special value left out of that sample ("nan", "inf", "-0", "subnormal", "max");
+    # each needs ``why`` too (e.g. a sum of the largest finite values overflows partway, and
+    # whether +Inf then meets -Inf depends on the order of the sum, not on the kernel).
+    specials_exclude: tuple[str, ...] = ()
     why: str = ""
 
     def __post_init__(self) -> None:
-        if not self.specials and not self.why.strip():
+        if (not self.specials or self.specials_exclude) and not self.why.strip():
             raise ValueError(
-                f"op spec {self.name!r}: specials=False needs a reason, why='...' (the check "
+                f"op spec {self.name!r}: specials=False or specials_exclude needs a reason, "
+                "why='...' (the check "
                 "feeds NaN, Inf, -0.0 and subnormals to every floating op unless told why not)"
+            )
+        unknown = sorted(set(self.specials_exclude) - set(SPECIAL_KINDS))
+        if unknown:
+            raise ValueError(
+                f"op spec {self.name!r}: specials_exclude names unknown kinds {unknown}; "
+                f"expected some of {list(SPECIAL_KINDS)}"
             )
 
     @property

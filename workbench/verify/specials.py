@@ -25,23 +25,20 @@ BASE_NUMEL = 1 << 14
 DENSITY = 32
 
 
-def values(dtype: torch.dtype) -> torch.Tensor:
-    """The special values of ``dtype``: NaN, +-Inf, -0.0, two subnormals, +-largest finite."""
+def values(dtype: torch.dtype, exclude: tuple[str, ...] = ()) -> torch.Tensor:
+    """The special values of ``dtype``: NaN, +-Inf, -0.0, two subnormals, +-largest finite,
+    less the kinds in ``exclude`` (names from KINDS)."""
     info = torch.finfo(dtype)
     smallest_subnormal = info.tiny * info.eps  # 2**-149 in float32
-    return torch.tensor(
-        [
-            float("nan"),
-            float("inf"),
-            float("-inf"),
-            -0.0,
-            info.tiny / 2,
-            -smallest_subnormal,
-            info.max,
-            info.min,
-        ],
-        dtype=torch.float64,
-    ).to(dtype)
+    kinds = {
+        "nan": [float("nan")],
+        "inf": [float("inf"), float("-inf")],
+        "-0": [-0.0],
+        "subnormal": [info.tiny / 2, -smallest_subnormal],
+        "max": [info.max, info.min],
+    }
+    chosen = [v for kind, vs in kinds.items() if kind not in exclude for v in vs]
+    return torch.tensor(chosen, dtype=torch.float64).to(dtype)
 
 
 def _floating(s: Sample) -> list[torch.Tensor]:
@@ -61,7 +58,7 @@ def base_sample(found: list[Sample]) -> Sample | None:
     return max(fitting, key=size) if fitting else min(usable, key=size)
 
 
-def sprinkle(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def sprinkle(t: torch.Tensor, gen: torch.Generator, exclude: tuple[str, ...] = ()) -> torch.Tensor:
     """A contiguous copy of ``t`` with special values at scattered positions.
 
     Each of the values appears at least once where the tensor has room, at positions drawn from
@@ -69,7 +66,7 @@ def sprinkle(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """
     out = t.detach().contiguous().clone()
     flat = out.view(-1)
-    specials = values(t.dtype)
+    specials = values(t.dtype, exclude)
     count = min(flat.numel(), max(len(specials), flat.numel() // DENSITY))
     where = torch.randperm(flat.numel(), generator=gen)[:count]
     order = torch.randperm(len(specials), generator=gen)
@@ -88,7 +85,9 @@ def special_sample(
     if base is None:
         return None
     args: list[Any] = [
-        sprinkle(a, gen) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+        sprinkle(a, gen, tuple(spec.specials_exclude))
+        if isinstance(a, torch.Tensor) and a.is_floating_point()
+        else a
         for a in base.args
     ]
     return Sample(tuple(args), LABEL)
