@@ -23,9 +23,14 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 ROOT = Path(__file__).parent.parent
 
 
-def test_the_three_notebooks_are_there() -> None:
+def test_the_four_notebooks_are_there() -> None:
     names = [p.stem for p in NOTEBOOKS]
-    assert names == ["01_quickstart", "02_edit_and_reload", "03_autograd_and_compile"]
+    assert names == [
+        "01_quickstart",
+        "02_edit_and_reload",
+        "03_autograd_and_compile",
+        "04_matmul",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
