@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import build, knobs, loader, warm
+from workbench import launcher as team
 from workbench.config import Config, make_config
 from workbench.errors import BuildError, WorkbenchError
 from workbench.project import Family, Project, discover
@@ -43,6 +44,11 @@ class LoadReport:
     @property
     def compiled(self) -> list[Path]:
         return [p for b in self.built for p in b.compiled]
+
+    @property
+    def team_cache(self) -> tuple[team.Launcher, team.Counts] | None:
+        """sccache's counters over this load's compiles: hits, compiles run here, seconds."""
+        return team.total([b.team for b in self.built])
 
     @property
     def phases(self) -> dict[str, float]:
@@ -115,8 +121,11 @@ class Library:
         for name in [n for n in self.families if n not in names]:
             self._deactivate(name, report)
         report.seconds = time.perf_counter() - start
+        shared = report.team_cache
+        if shared is not None:
+            team.record(*shared)
         if _first or report.swapped or report.removed:
-            _say(self._summary(report, _first))
+            _say(self._summary(report, _first) + _team_text(shared))
         if errors:
             raise errors[0] if len(errors) == 1 else BuildError("\n\n".join(map(str, errors)))
         self.last = report
@@ -206,6 +215,11 @@ class Library:
             parts.append(f"new schema for {', '.join(report.redefined)}")
         phases = ", ".join(f"{k} {v:.2f}" for k, v in report.phases.items() if v)
         return f"{'; '.join(parts)} in {report.seconds:.2f} s ({phases})"
+
+
+def _team_text(shared: tuple[team.Launcher, team.Counts] | None) -> str:
+    """The load line's account of the shared compile cache, e.g. ``; sccache: 9 hits, ...``."""
+    return "" if shared is None else f"; {shared[0].name}: {shared[1].text()}"
 
 
 def load(
