@@ -164,7 +164,11 @@ def check(words: tuple[str, ...]) -> tuple[Launcher, str | None]:
     """(the launcher, None) when it can serve a build, else (it, what is wrong and the fix)."""
     exe = shutil.which(words[0])
     launcher = Launcher((exe or words[0], *words[1:]))
-    source = "WB_COMPILER_LAUNCHER" if knobs.compiler_launcher() else "compiler_launcher"
+    source = (
+        "WB_COMPILER_LAUNCHER"
+        if knobs.compiler_launcher()
+        else "[tool.workbench] compiler_launcher in pyproject.toml"
+    )
     if exe is None:
         return launcher, (
             f"compiler launcher {words[0]!r} not found on PATH; compiling without it. Fix: "
