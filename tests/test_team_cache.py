@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import HAS_NVCC
 from tests.reliability_helpers import share_pch
 from workbench import knobs, launcher, ninja
 from workbench.config import make_config
@@ -80,9 +81,10 @@ class Machine:
             WB_QUIET="0",
         )
 
-    def wb(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def wb(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "workbench", "--kernels", str(self.kernels), *args]
-        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=900)
+        run_env = {**self.env, **env}
+        return subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=900)
 
     def stats(self) -> dict[str, object]:
         out = subprocess.run(
@@ -105,6 +107,11 @@ def _total(stats: dict[str, object], name: str) -> int:
     return sum(counts["counts"].values())
 
 
+def _cuda_rows(smoke_json: str) -> list[tuple[object, ...]]:
+    rows, _ = json.JSONDecoder().raw_decode(smoke_json)  # a summary line follows
+    return [(r["tu"], r["regs"], r["spills"]) for r in rows if str(r["tu"]).endswith(".cu")]
+
+
 @needs_both
 def test_a_second_machine_fetches_every_compile_and_a_dead_store_only_warns(
     tmp_path: Path, redis: subprocess.Popen[bytes]
@@ -118,6 +125,7 @@ def test_a_second_machine_fetches_every_compile_and_a_dead_store_only_warns(
         assert built.returncode == 0, built.stderr
         tus = _total(a.stats(), "cache_misses")
         assert tus == 3  # the kernel TU, the binding TU and the registry TU, compiled by A
+        assert list(a.cache.glob("v1/pch/*/wb/*.gch"))  # the scout missed: header for the rest
 
         built = b.wb("build")
         assert built.returncode == 0, built.stderr
@@ -128,11 +136,23 @@ def test_a_second_machine_fetches_every_compile_and_a_dead_store_only_warns(
         stats = b.stats()
         assert _total(stats, "cache_hits") == tus
         assert _total(stats, "cache_misses") == 0 and stats["compilations"] == 0
-        assert not list(b.cache.glob("v1/pch/*/wb/*.gch"))  # hits need no precompiled header
+        assert not list(b.cache.glob("v1/pch/*/wb/*.gch"))  # the scout hit: no header made
         checked = b.wb("check", "--no-contract")
         assert checked.returncode == 0, checked.stdout + checked.stderr
         status = b.wb("status")
         assert f"{tus} hits, 0 compiled here" in status.stdout
+        doctor = {f["check"]: f for f in json.loads(b.wb("doctor", "--json").stdout)}
+        backend = doctor["sccache backend"]
+        assert backend["verdict"] == "OK" and f"redis://127.0.0.1:{redis.port}" in backend["detail"]
+
+        if HAS_NVCC:  # sccache caches nvcc by phase, and replays ptxas's report on a hit
+            smoke = ("smoke", "--arch", "sm_90a", "--json", "team_op")
+            smoke_a = a.wb(*smoke, WB_DEVICES="")
+            misses = _total(b.stats(), "cache_misses")
+            smoke_b = b.wb(*smoke, WB_DEVICES="")
+            assert smoke_a.returncode == 0 and smoke_b.returncode == 0, smoke_b.stdout
+            assert _total(b.stats(), "cache_misses") == misses  # B compiled nothing
+            assert _cuda_rows(smoke_b.stdout) == _cuda_rows(smoke_a.stdout) != []
 
         redis.terminate()
         redis.wait(timeout=10)
@@ -143,9 +163,39 @@ def test_a_second_machine_fetches_every_compile_and_a_dead_store_only_warns(
         assert "redis" in warnings[0] and "SCCACHE_REDIS_ENDPOINT" in warnings[0]
         assert "compiling locally" in warnings[0]
         assert "hits" not in built.stdout  # sccache was left out
+        doctor = {f["check"]: f for f in json.loads(c.wb("doctor", "--json").stdout)}
+        found = doctor["compiler launcher"]
+        assert found["verdict"] == "WARN" and "SCCACHE_REDIS_ENDPOINT" in found["detail"]
     finally:
         for m in (a, b, c):
             m.stop()
+
+
+def test_doctor_names_no_launcher_or_a_missing_one(tmp_path: Path) -> None:
+    from workbench.cli.doctor import launcher_findings
+
+    with knobs.override(WB_COMPILER_LAUNCHER=None):
+        (none,) = launcher_findings(tmp_path)
+    assert none.verdict == "OK" and "WB_COMPILER_LAUNCHER=sccache" in none.detail
+    with knobs.override(WB_COMPILER_LAUNCHER="no-such-launcher-wb"):
+        (missing,) = launcher_findings(tmp_path)
+    assert missing.verdict == "WARN" and "not found" in missing.detail
+
+
+def test_the_header_is_made_first_for_an_edit_and_after_a_scout_miss_otherwise(
+    tmp_path: Path,
+) -> None:
+    from workbench import pch
+
+    config = make_config("cpu")
+    sccache = launcher.Launcher(("sccache",))
+    with knobs.override(WB_CACHE_DIR=str(tmp_path)):  # no header made yet
+        new, edited = ("binding", False), ("binding", True)
+        assert pch.plan(config, [("cpu", False), new, ("registry", False)], None) == (True, None)
+        assert pch.plan(config, [("cpu", False), new, ("registry", False)], sccache) == (False, 1)
+        assert pch.plan(config, [new, edited], sccache) == (True, None)
+        assert pch.plan(config, [("cpu", False), new], sccache) == (False, None)
+        assert pch.plan(config, [("cpu", True)], None) == (False, None)
 
 
 def test_the_launcher_comes_from_the_knob_over_pyproject(tmp_path: Path) -> None:

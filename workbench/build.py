@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench import cache, warm
+from workbench import cache, pch, warm
 from workbench import launcher as team
 from workbench.config import PCH_SOURCE, Config
 from workbench.errors import BuildError
@@ -336,8 +336,12 @@ def _build_locked(
             for tu in stale
         ]
         launcher = team.for_build(project.kernels_dir) if ninja_jobs else None
-        if _wants_pch(config, stale, launcher):
-            _ensure_pch(config, _note_sink(family, on_line, progress))
+        note = _note_sink(family, on_line, progress)
+        header_first, scout = pch.plan(
+            config, [(tu.source.kind, tu.headers is not None) for tu in stale], launcher
+        )
+        if header_first:
+            pch.ensure(config, note)
         started = time.perf_counter()
         result, span = ninja.Result(0.0), None
         if ninja_jobs:
@@ -345,7 +349,9 @@ def _build_locked(
             if progress:
                 progress.started(family.name, [tu.source.path for tu in stale], parallel)
             sink = _status_sink(family, on_line, progress)
-            result, span = _compile(tmp, ninja_jobs, parallel, sink, launcher)
+            result, span = pch.compile_all(
+                tmp, ninja_jobs, parallel, sink, launcher, scout, lambda: pch.ensure(config, note)
+            )
         _store_objects(family, config, stale, outputs, result)
         compiled = time.perf_counter()
         key = _library_key(tus, config)
@@ -388,57 +394,6 @@ def _status_sink(
             progress.finished(family.name, Path(source))
 
     return sink
-
-
-def _compile(
-    tmp: Path,
-    jobs: list[ninja.Job],
-    parallel: int,
-    sink: Callable[[str], None],
-    launcher: team.Launcher | None,
-) -> tuple[ninja.Result, team.Span | None]:
-    """Run the compiles (through the launcher, if any) and read sccache's counters around them."""
-    before = team.snapshot(launcher)
-    result = team.run_ninja(tmp, jobs, parallel, sink, launcher)
-    after = team.snapshot(launcher)
-    span = team.Span(launcher, before, after) if launcher and before and after else None
-    return result, span
-
-
-def _wants_pch(config: Config, stale: list[_TU], launcher: team.Launcher | None) -> bool:
-    """Whether to build the precompiled torch header before compiling ``stale``.
-
-    Without a launcher: whenever a TU that includes torch is compiled. With one, only for such a
-    TU compiled before in this cache (an edit, which no other machine is likely to have
-    compiled): a TU new to this cache is likely a hit in the shared cache, which needs no
-    precompiled header, so a fresh machine never spends its cold start building one. A miss
-    among them compiles from the header's text (slower, same object).
-    """
-    torch_tus = [tu for tu in stale if tu.source.kind in ("binding", "registry")]
-    if not config.use_pch or not torch_tus or config.pch_file.exists():
-        return False
-    return launcher is None or any(tu.headers is not None for tu in torch_tus)
-
-
-def _ensure_pch(config: Config, on_line: Callable[[str], None] | None) -> None:
-    """Build the precompiled torch header of this configuration once (binding TUs use it)."""
-    gch = config.pch_file
-    if gch.exists():
-        return
-    with cache.lock(f"pch-{config.pch_dir.name}"):
-        if gch.exists():
-            return
-        gch.parent.mkdir(parents=True, exist_ok=True)
-        if on_line:
-            on_line("precompiling torch headers (once per toolchain)")
-        tmp = gch.with_name(f".{gch.name}.{os.getpid()}.tmp")
-        cmd = [str(config.cxx), *config.torch_flags, "-x", "c++-header", str(PCH_SOURCE)]
-        cmd += ["-o", str(tmp)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise BuildError(f"precompiling torch headers failed:\n{proc.stderr.strip()}")
-        os.replace(tmp, gch)
 
 
 def _store_objects(

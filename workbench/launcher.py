@@ -62,7 +62,7 @@ class Launcher(NamedTuple):
         if not self.is_sccache:
             return self.name
         kind, variable, value = knobs.sccache_backend()
-        return f"{kind} ({variable}={value})"
+        return f"{kind} ({variable}={shown(value)})"
 
 
 class Counts(NamedTuple):
@@ -181,10 +181,18 @@ def check(words: tuple[str, ...]) -> tuple[Launcher, str | None]:
         return launcher, None
     kind, variable, value = knobs.sccache_backend()
     return launcher, (
-        f"sccache cannot use its {kind} backend ({variable}={value}): {problem}; compiling "
+        f"sccache cannot use its {kind} backend ({variable}={shown(value)}): {problem}; compiling "
         f"locally without it. Fix: start the {kind} server or correct {variable} (sccache's "
         f"own variables), or unset {source} to stop using sccache"
     )
+
+
+def shown(value: str) -> str:
+    """A backend setting fit to print: a password in a URL is left out."""
+    url = urlsplit(value)
+    if url.password is None:
+        return value
+    return url._replace(netloc=url.netloc.replace(f":{url.password}@", ":***@")).geturl()
 
 
 def _probe_endpoint() -> str | None:

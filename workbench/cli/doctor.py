@@ -278,8 +278,9 @@ def _backend_finding(found: launcher_mod.Launcher) -> Finding:
 
     kind, _, value = knobs.sccache_backend()
     stats = launcher.server_stats(found) or {}
-    location = str(stats.get("cache_location", "unknown"))
-    if kind != "local disk" and value not in location:
+    raw = str(stats.get("cache_location", "unknown"))
+    location = " ".join(launcher.shown(word) for word in raw.split(" "))
+    if kind != "local disk" and value not in raw:
         return Finding(
             "sccache backend",
             "WARN",
