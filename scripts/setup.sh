@@ -15,5 +15,13 @@ fi
 if ! python -c "import torch" 2>/dev/null; then
   python -m pip install -q "torch==${WB_TORCH_VERSION:-2.13.0}"
 fi
-python -m pip install -q -e ".[dev]"
+python -m pip install -q -e ".[dev,team]"
+# The team-cache test runs a real redis-server; install it where apt can (CI, containers).
+if ! command -v redis-server >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  sudo_=""
+  [ "$(id -u)" -eq 0 ] || sudo_="sudo -n"
+  { $sudo_ apt-get install -y -q redis-server >/dev/null 2>&1 ||
+    { $sudo_ apt-get update -q >/dev/null 2>&1 && $sudo_ apt-get install -y -q redis-server >/dev/null 2>&1; }; } ||
+    echo "setup.sh: could not install redis-server (the team-cache test will skip)" >&2
+fi
 python -c "import torch, workbench; print(f'workbench {workbench.__version__}, torch {torch.__version__}')"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import build, cache, knobs, loader, warm
+from workbench import launcher as team
 from workbench.config import Config, make_config
 from workbench.errors import BuildError, LoadError, WorkbenchError
 from workbench.project import Family, Project, discover
@@ -49,6 +50,11 @@ class LoadReport:
     @property
     def compiled(self) -> list[Path]:
         return [p for b in self.built for p in b.compiled]
+
+    @property
+    def team_cache(self) -> tuple[team.Launcher, team.Counts] | None:
+        """sccache's counters over this load's compiles: hits, compiles run here, seconds."""
+        return team.total([b.team for b in self.built])
 
     @property
     def phases(self) -> dict[str, float]:
@@ -141,8 +147,11 @@ class Library:
             self._deactivate(name, report)
         report.failed = self.failed = failed
         report.seconds = time.perf_counter() - start
+        shared = report.team_cache
+        if shared is not None:
+            team.record(*shared)
         if _first or report.swapped or report.removed:
-            _say(self._summary(report, _first))
+            _say(self._summary(report, _first) + _team_text(shared))
         if failed:
             error = failure(failed, len(names))
             if mode == "raise":
@@ -272,6 +281,11 @@ def failure(failed: dict[str, WorkbenchError], total: int) -> WorkbenchError:
     error = BuildError(f"{head}\n\n{details}", logs)
     error.failed = dict(failed)
     return error
+
+
+def _team_text(shared: tuple[team.Launcher, team.Counts] | None) -> str:
+    """The load line's account of the shared compile cache, e.g. ``; sccache: 9 hits, ...``."""
+    return "" if shared is None else f"; {shared[0].name}: {shared[1].text()}"
 
 
 def load(

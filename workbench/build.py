@@ -24,8 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench import cache, warm
-from workbench.config import Config
+from workbench import cache, pch, warm
+from workbench import launcher as team
+from workbench.config import PCH_SOURCE, Config
 from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
 from workbench.project import WB_REGISTRY_SOURCE, Family, Project, Source
@@ -75,6 +76,7 @@ class Built:
         self.phases: dict[str, float] = {}
         self.lock_wait = 0.0  # seconds spent waiting for another process's build lock
         self.locked_at: float | None = None  # time.monotonic() when the build lock was taken
+        self.team: team.Span | None = None  # sccache's counters around its compiles, if used
 
     def __repr__(self) -> str:
         return (
@@ -109,7 +111,10 @@ def _headers_from_depfile(depfile: Path, source: Path, config: Config) -> list[s
     text = depfile.read_text().replace("\\\n", " ")
     _, _, deps = text.partition(": ")
     paths = [os.path.abspath(p) for p in deps.split()]
-    keep = [p for p in paths if p != str(source) and not p.startswith(config.excluded_roots)]
+    # The precompiled header's text is named by its folder on the command line, and a compile
+    # lists it only when it read the text instead of the .gch: left out, so the list is the same.
+    skip = {str(source), str(PCH_SOURCE)}
+    keep = [p for p in paths if p not in skip and not p.startswith(config.excluded_roots)]
     return sorted(set(keep))
 
 
@@ -330,27 +335,34 @@ def _build_locked(
             )
             for tu in stale
         ]
-        if any(tu.source.kind in ("binding", "registry") for tu in stale) and config.use_pch:
-            _ensure_pch(config, _note_sink(family, on_line, progress))
+        launcher = team.for_build(project.kernels_dir) if ninja_jobs else None
+        note = _note_sink(family, on_line, progress)
+        header_first, scout = pch.plan(
+            config, [(tu.source.kind, tu.headers is not None) for tu in stale], launcher
+        )
+        if header_first:
+            pch.ensure(config, note)
         started = time.perf_counter()
-        result = ninja.Result(0.0)
+        result, span = ninja.Result(0.0), None
         if ninja_jobs:
             parallel = jobs or ninja.default_jobs()
             if progress:
                 progress.started(family.name, [tu.source.path for tu in stale], parallel)
-            result = ninja.run(tmp, ninja_jobs, parallel, _status_sink(family, on_line, progress))
+            sink = _status_sink(family, on_line, progress)
+            result, span = pch.compile_all(
+                tmp, ninja_jobs, parallel, sink, launcher, scout, lambda: pch.ensure(config, note)
+            )
         _store_objects(family, config, stale, outputs, result)
         compiled = time.perf_counter()
         key = _library_key(tus, config)
         assert key is not None
-        existing = find_cached(family, key)
-        if existing is not None:  # e.g. an edit that was reverted: only objects were missing
-            existing.compiled = [tu.source.path for tu in stale]
-            return existing
-        if progress and config.link:
-            progress.note(family.name, "linking")
-        built = _link(project, family, config, tus, key, tmp)
+        built = find_cached(family, key)  # e.g. an edit that was reverted: only objects missing
+        if built is None:
+            if progress and config.link:
+                progress.note(family.name, "linking")
+            built = _link(project, family, config, tus, key, tmp)
         built.compiled = [tu.source.path for tu in stale]
+        built.team = span
         built.phases = {"compile": compiled - started, "link": time.perf_counter() - compiled}
         return built
     finally:
@@ -382,36 +394,6 @@ def _status_sink(
             progress.finished(family.name, Path(source))
 
     return sink
-
-
-def _ensure_pch(config: Config, on_line: Callable[[str], None] | None) -> None:
-    """Build the precompiled torch header of this configuration once (binding TUs use it)."""
-    header = config.pch_header
-    gch = header.with_name(header.name + ".gch")
-    if gch.exists():
-        return
-    with cache.lock(f"pch-{header.parent.name}"):
-        if gch.exists():
-            return
-        header.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_atomic(header, config.pch_text)
-        if on_line:
-            on_line("precompiling torch headers (once per toolchain)")
-        tmp = gch.with_name(f".{gch.name}.{os.getpid()}.tmp")
-        cmd = [
-            str(config.cxx),
-            *config.torch_flags,
-            "-x",
-            "c++-header",
-            str(header),
-            "-o",
-            str(tmp),
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise BuildError(f"precompiling torch headers failed:\n{proc.stderr.strip()}")
-        os.replace(tmp, gch)
 
 
 def _store_objects(

@@ -9,6 +9,8 @@
 <root>/v1/tmp/<family>-<pid>-*/        build directories, renamed into place when done
 <root>/v1/locks/<name>.lock            fcntl.flock: the OS releases it when the holder dies
 <root>/v1/toolchain/<id>.json          cached compiler version probes
+<root>/v1/pch/<id>/wb/torch_pch.h.gch  the precompiled torch header, first on binding TUs' path
+<root>/v1/team-cache.json              sccache's counters over the last build through a launcher
 
 Locks: ``<family>.lock`` serialises the builds of a family and the removal of its libraries;
 ``objects.lock`` is held shared by every build and exclusively by whoever deletes objects;

@@ -10,7 +10,7 @@ from pathlib import Path
 from workbench import __version__, knobs, toolchain
 from workbench.cache import LAYOUT
 from workbench.errors import ToolchainError
-from workbench.hashing import digest
+from workbench.hashing import digest, file_digest
 from workbench.project import WB_BINDING_INCLUDE, WB_KERNEL_INCLUDE, Project, Source
 
 KERNEL_CXX_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden")
@@ -32,9 +32,9 @@ def cuda_flags(nvcc_version: str | None) -> tuple[str, ...]:
 
 
 BINDING_FLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
-# Precompiled into one header per toolchain: the torch headers every binding TU includes.
-PCH_HEADERS = ("torch/library.h", "ATen/core/Tensor.h", "ATen/Parallel.h", "ATen/ops/empty.h")
-PCH_CUDA_HEADERS = ("c10/cuda/CUDAGuard.h", "c10/cuda/CUDAStream.h")
+# The torch headers every binding TU includes, precompiled once per toolchain (see the header).
+PCH_INCLUDE = "wb/torch_pch.h"
+PCH_SOURCE = WB_BINDING_INCLUDE / PCH_INCLUDE
 
 
 def pch_root() -> Path:
@@ -141,12 +141,14 @@ class Config:
         elif src.kind == "cpu":
             head = [str(self.cxx), *KERNEL_CXX_FLAGS]
         else:
-            pch = ["-include", str(self.pch_header), "-Winvalid-pch"] if self.use_pch else []
+            pch = ["-include", PCH_INCLUDE, "-Winvalid-pch"] if self.use_pch else []
             head = [str(self.cxx), *self.torch_flags, *pch]
             if src.kind == "registry":  # the same object serves every project
                 inc = [f"-I{WB_BINDING_INCLUDE}", f"-I{WB_KERNEL_INCLUDE}"]
             else:
                 inc += [f"-I{d}" for d in project.binding_include_dirs]
+            # First: the folder of the precompiled header (empty until it is built, lazily).
+            inc = [f"-I{self.pch_dir}", *inc] if self.use_pch else inc
         tail = ["-MMD", "-MF", f"{out}.d", "-c", str(src.path), "-o", str(out)]
         return (*head, *inc, *tail)
 
@@ -179,13 +181,13 @@ class Config:
         return "clang" not in self.cxx_version.lower()
 
     @functools.cached_property
-    def pch_text(self) -> str:
-        headers = PCH_HEADERS + (PCH_CUDA_HEADERS if self.cuda_bindings else ())
-        return "".join(f"#include <{h}>\n" for h in headers)
+    def pch_dir(self) -> Path:
+        """The include folder that holds this configuration's ``wb/torch_pch.h.gch``."""
+        return pch_root() / digest(self.id, self.torch_flags, file_digest(str(PCH_SOURCE)))[:32]
 
-    @functools.cached_property
-    def pch_header(self) -> Path:
-        return pch_root() / digest(self.id, self.torch_flags, self.pch_text)[:32] / "wb_torch.h"
+    @property
+    def pch_file(self) -> Path:
+        return self.pch_dir / f"{PCH_INCLUDE}.gch"
 
     def link_command(
         self, objects: list[Path], out: Path, stubs: Path | None = None

@@ -83,6 +83,45 @@ def nvcc_pipeline() -> bool:
     return (_get("WB_NVCC_PIPELINE") or "1") != "0"
 
 
+def compiler_launcher() -> str | None:
+    """WB_COMPILER_LAUNCHER: a command put before every compile, e.g. ``sccache`` (over
+    ``[tool.workbench] compiler_launcher`` in pyproject.toml; ``none`` turns that one off)."""
+    return _get("WB_COMPILER_LAUNCHER") or None
+
+
+# sccache's own settings (sccache reads them; the workbench only names the backend in its
+# messages and probes the endpoint before a build): the first one set says where the cache is.
+SCCACHE_BACKENDS = (
+    ("SCCACHE_REDIS_ENDPOINT", "redis"),
+    ("SCCACHE_REDIS", "redis"),
+    ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis cluster"),
+    ("SCCACHE_MEMCACHED_ENDPOINT", "memcached"),
+    ("SCCACHE_MEMCACHED", "memcached"),
+    ("SCCACHE_BUCKET", "s3"),
+    ("SCCACHE_GCS_BUCKET", "gcs"),
+    ("SCCACHE_AZURE_CONNECTION_STRING", "azure"),
+    ("SCCACHE_WEBDAV_ENDPOINT", "webdav"),
+    ("SCCACHE_OSS_BUCKET", "oss"),
+    ("SCCACHE_GHA_ENABLED", "github actions"),
+)
+
+
+def sccache_backend() -> tuple[str, str, str]:
+    """(kind, variable, value) of the sccache backend this environment selects; the local
+    disk cache (SCCACHE_DIR) when no remote one is set."""
+    for name, kind in SCCACHE_BACKENDS:
+        value = _get(name)
+        if value:
+            return kind, name, value
+    return "local disk", "SCCACHE_DIR", _get("SCCACHE_DIR") or "~/.cache/sccache"
+
+
+def sccache_env() -> dict[str, str]:
+    """Every SCCACHE_* variable set (a change to any of them gets the launcher checked again)."""
+    names = {n for n in (*os.environ, *_overrides) if n.startswith("SCCACHE_")}
+    return {n: v for n in sorted(names) if (v := _get(n))}
+
+
 def torch_extensions_dir() -> Path:
     """TORCH_EXTENSIONS_DIR: where torch.utils.cpp_extension builds (``wb doctor`` looks there)."""
     explicit = _get("TORCH_EXTENSIONS_DIR")

@@ -42,18 +42,27 @@ def _escape(path: str) -> str:
 NVCC_PIPELINE = Path(__file__).with_name("nvcc_pipeline.py")
 
 
-def launchers(jobs: Sequence[Job], parallel: int) -> dict[int, tuple[str, ...]]:
-    """Per job index, what runs before its command: nvcc's passes side by side (see
+def launchers(
+    jobs: Sequence[Job], parallel: int, launcher: Sequence[str] = ()
+) -> dict[int, tuple[str, ...]]:
+    """Per job index, what runs before its command.
+
+    A compiler launcher (``sccache``, see :mod:`workbench.launcher`) goes before every job, and
+    nvcc then runs whole under it: sccache splits nvcc into its phases and caches each, whereas
+    the side-by-side pipeline writes a module id of its own per run into the device passes,
+    which no cache could match. Without a launcher: nvcc's passes side by side (see
     ``nvcc_pipeline``) when the run has a spare core for each nvcc job, so a hot-reload edit
     of one kernel TU gets the shorter path and a cold build of many is not oversubscribed."""
+    if launcher:
+        return {i: tuple(launcher) for i in range(len(jobs))}
     nvcc = [i for i, j in enumerate(jobs) if Path(j.command[0]).name == "nvcc"]
     if not nvcc or not knobs.nvcc_pipeline() or 2 * len(nvcc) > parallel:
         return {}
     return {i: (sys.executable, "-S", str(NVCC_PIPELINE)) for i in nvcc}
 
 
-def ninja_text(jobs: Sequence[Job], parallel: int = 1) -> str:
-    """A build.ninja with one edge per translation unit."""
+def ninja_text(jobs: Sequence[Job], parallel: int = 1, launcher: Sequence[str] = ()) -> str:
+    """A build.ninja with one edge per translation unit (``launcher``: see :func:`launchers`)."""
     lines = [
         "ninja_required_version = 1.3",
         "rule compile",
@@ -61,7 +70,7 @@ def ninja_text(jobs: Sequence[Job], parallel: int = 1) -> str:
         "  description = compile $in",
         "",
     ]
-    prefix = launchers(jobs, parallel)
+    prefix = launchers(jobs, parallel, launcher)
     for i, job in enumerate(jobs):
         command = (*prefix.get(i, ()), *job.command)
         lines.append(f"build {_escape(str(job.output))}: compile {_escape(str(job.source))}")
@@ -106,13 +115,14 @@ def run(
     jobs: Sequence[Job],
     parallel: int,
     on_line: Callable[[str], None] | None = None,
+    launcher: Sequence[str] = (),
 ) -> Result:
     """Build every job in ``build_dir``. Raise BuildError with the compiler output on failure.
 
     ``on_line`` gets each status line, ``[finished/total elapsed] compile <source>``, as an
-    edge finishes.
+    edge finishes. ``launcher`` goes before every compile (see :func:`launchers`).
     """
-    (build_dir / "build.ninja").write_text(ninja_text(jobs, parallel))
+    (build_dir / "build.ninja").write_text(ninja_text(jobs, parallel, launcher))
     env = dict(os.environ, NINJA_STATUS="[%f/%t %es] ")
     start = time.perf_counter()
     proc = subprocess.Popen(

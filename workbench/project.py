@@ -15,7 +15,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from workbench import knobs
 from workbench.errors import WorkbenchError
@@ -70,7 +70,9 @@ class Project(NamedTuple):
         raise WorkbenchError(f"no op family {name!r} under {self.kernels_dir}; known: {known}")
 
 
-def _read_namespace(kernels_dir: Path) -> str | None:
+def settings(kernels_dir: Path) -> dict[str, Any]:
+    """The ``[tool.workbench]`` table of the nearest pyproject.toml at or above ``kernels_dir``
+    ({} where there is none)."""
     for folder in (kernels_dir, *kernels_dir.parents):
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file():
@@ -82,9 +84,14 @@ def _read_namespace(kernels_dir: Path) -> str | None:
                 data = tomllib.loads(pyproject.read_text())
             except (OSError, tomllib.TOMLDecodeError) as e:
                 raise WorkbenchError(f"cannot read {pyproject}: {e}") from e
-            value = data.get("tool", {}).get("workbench", {}).get("namespace")
-            return str(value) if value is not None else None
-    return None
+            table = data.get("tool", {}).get("workbench", {})
+            return table if isinstance(table, dict) else {}
+    return {}
+
+
+def _read_namespace(kernels_dir: Path) -> str | None:
+    value = settings(kernels_dir).get("namespace")
+    return str(value) if value is not None else None
 
 
 def _files(dir: Path) -> set[str]:

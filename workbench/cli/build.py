@@ -25,6 +25,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench import build, ninja
+    from workbench import launcher as team
     from workbench.config import make_config
 
     if args.jobs is not None and args.jobs < 1:
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress()
     rows: list[dict[str, object]] = []
     failed = 0
+    spans: list[team.Span | None] = []
     for family in families:
         try:
             b = build.ensure(project, family, config, jobs, progress=progress)
@@ -46,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
             failed += 1
             continue
         progress.done()
+        spans.append(b.team)
         state = "built" if b.compiled else "cached"
         rows.append(
             {
@@ -57,9 +60,14 @@ def run(args: argparse.Namespace) -> int:
                 "devices": "+".join(b.manifest["devices"]),
             }
         )
+    shared = team.total(spans)
+    if shared is not None:
+        team.record(*shared)
     if args.json:
         print_json(rows)
     else:
         headers = ["family", "key", "state", "compiled", "seconds", "devices"]
         print(render(headers, [[r.get(h, "") for h in headers] for r in rows]))
+        if shared is not None:
+            print(f"{shared[0].name} ({shared[0].backend()}): {shared[1].text()}")
     return 1 if failed else 0

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from workbench.cli.common import print_json
 from workbench.cli.table import render
+
+if TYPE_CHECKING:
+    from workbench import launcher as launcher_mod
 
 
 @dataclass(frozen=True)
@@ -24,7 +30,14 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    findings = [f for check in CHECKS for f in _safely(check)]
+    from workbench.project import BUNDLED_KERNELS
+
+    folder = Path(args.kernels).resolve() if args.kernels else BUNDLED_KERNELS
+
+    def check_launcher() -> list[Finding]:
+        return launcher_findings(folder)
+
+    findings = [f for check in [*CHECKS, check_launcher] for f in _safely(check)]
     if args.json:
         print_json([f.__dict__ for f in findings])
     else:
@@ -223,6 +236,58 @@ def _torch_extension_locks() -> list[Finding]:
         )
         for lock in sorted(base.glob("*/*/lock"))
     ]
+
+
+def launcher_findings(folder: Path) -> list[Finding]:
+    """The compiler launcher: found, its server up, its backend reached, and what it changes."""
+    from workbench import launcher, toolchain
+
+    words = launcher.configured(folder)
+    if not words:
+        return [
+            Finding(
+                "compiler launcher",
+                "OK",
+                "none: compiles are cached on this machine only (WB_COMPILER_LAUNCHER=sccache "
+                "shares them through a team store; README, Team cache)",
+            )
+        ]
+    found, problem = launcher.check(words)
+    if problem is not None:
+        return [Finding("compiler launcher", "WARN", f"{problem} (builds still work)")]
+    version = subprocess.run(
+        [found.command[0], "--version"], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    ).stdout.strip()
+    findings = [Finding("compiler launcher", "OK", f"{shlex.join(found.command)} ({version})")]
+    if found.is_sccache:
+        findings.append(_backend_finding(found))
+    if toolchain.find_cuda_home() is not None:
+        findings.append(
+            Finding(
+                "nvcc pipeline",
+                "OK",
+                f"off while {found.name} is set: nvcc runs whole under it, which caches each of "
+                "its phases; the side-by-side passes carry a per-run module id no cache matches",
+            )
+        )
+    return findings
+
+
+def _backend_finding(found: launcher_mod.Launcher) -> Finding:
+    from workbench import knobs, launcher
+
+    kind, _, value = knobs.sccache_backend()
+    stats = launcher.server_stats(found) or {}
+    raw = str(stats.get("cache_location", "unknown"))
+    location = " ".join(launcher.shown(word) for word in raw.split(" "))
+    if kind != "local disk" and value not in raw:
+        return Finding(
+            "sccache backend",
+            "WARN",
+            f"the running sccache server uses {location}, not {found.backend()} as this "
+            "environment says: `sccache --stop-server`, and the next build starts one with it",
+        )
+    return Finding("sccache backend", "OK", f"{location}: reached, server running")
 
 
 CHECKS: list[Callable[[], list[Finding]]] = [

@@ -75,11 +75,33 @@ def run(args: argparse.Namespace) -> int:
         for r in rows
     ]
     print(render(HEADERS, table))
+    shared = _team_cache_line(project)
+    if shared:
+        print(f"\n{shared}")
     for r in rows:
         if r["state"] == "failed":
             first = str(r["error"]).strip().splitlines()[:3]
             print(f"\n{r['family']}: last build failed:\n  " + "\n  ".join(first))
     return 0
+
+
+def _team_cache_line(project: Project) -> str | None:
+    """The compiler launcher and what sccache did in the last build here (hits, local compiles,
+    seconds); None when no launcher is set and none was used."""
+    from workbench import launcher
+
+    last = launcher.last_record()
+    words = launcher.configured(project.kernels_dir)
+    if not words and last is None:
+        return None
+    head = f"compiler launcher: {' '.join(words) or 'none'}"
+    if last is None:
+        return f"{head}; no build through it recorded in this cache yet"
+    counts = launcher.Counts(*(last.get(f, 0) for f in launcher.Counts._fields))
+    return (
+        f"{head}; last build through {last.get('launcher')} ({last.get('backend')}), "
+        f"{_when(last.get('time'))}: {counts.text()}"
+    )
 
 
 def _when(stamp: float | None) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import cache, ninja
+from workbench import launcher as team
 from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
 
@@ -136,7 +137,8 @@ def _build_locked(
             for i in stale
         ]
         if work:
-            ninja.run(tmp, work, jobs or ninja.default_jobs(), on_line)
+            launcher = team.for_build(recipe.units[0].source.parent)
+            team.run_ninja(tmp, work, jobs or ninja.default_jobs(), on_line, launcher)
         for i in stale:
             keys[i] = _store_object(recipe, recipe.units[i], objs[i])
         key = _output_key(recipe, keys)
