@@ -150,7 +150,7 @@ def _methods(kernel: Any, samples: list[Sample], device: torch.device) -> list[s
     return [method_for(probe(kernel, s.args, device)) for s in samples]
 
 
-def _bench_op(
+def bench_op(
     lib: Library,
     name: str,
     device: torch.device,
@@ -165,43 +165,45 @@ def _bench_op(
 ) -> OpResult:
     """Verify, then time one op over its sweep (see the module docstring); ``rounds`` as in
     ``bench``, which checks it."""
-    n_rounds = DEFAULT_ROUNDS[device.type] if rounds is None else rounds
     spec = _spec(lib, name, device, dtype)
-    kernel = getattr(lib, name)
-    samples = _pick(sweep(spec, dtype, device, seed), sizes, name)
-    if not samples:
-        raise WorkbenchError(f"{name} has no sizes to time on {device.type} for {dtype}")
-    for s in samples:
-        verify_sample(kernel, spec, s, dtype)
-    candidates: dict[str, Callable[..., Any]] = {KERNEL: kernel, KERNEL_AA: kernel}
-    candidates[EAGER] = spec.reference
-    if compile:
-        candidates[COMPILED] = torch.compile(spec.reference)
-    for s in samples:
-        for fn in candidates.values():
-            fn(*s.args)
-    methods = _methods(kernel, samples, device)
-    timer = _timer(device, min_time)
-    times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
-    for _, i, c in round_plans(len(samples), list(candidates), seed, n_rounds):
-        times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
-    results = []
-    for s, t in zip(samples, times, strict=True):
-        out = kernel(*s.args)
-        chosen = {c: median_round(t[c]) for c in candidates}
-        medians = {c: [m.stats.median for m in t[c]] for c in candidates}
-        bytes_moved, flops = spec.bytes_moved(s.args, out), spec.flops(s.args, out)
-        results.append(SizeResult(s.label, bytes_moved, flops, chosen, rounds=medians))
-    return OpResult(
-        op=name,
-        device=calibrate.device_name(device),
-        device_type=device.type,
-        dtype=str(dtype).removeprefix("torch."),
-        build_key=build_key(lib, name),
-        sizes=results,
-        calibration=calibration,
-        created=time.time(),
-    )
+    # float32 matmuls at the precision the spec allows (OpSpec.allow_tf32), for all candidates.
+    with float32_precision(spec.allow_tf32):
+        n_rounds = DEFAULT_ROUNDS[device.type] if rounds is None else rounds
+        kernel = getattr(lib, name)
+        samples = _pick(sweep(spec, dtype, device, seed), sizes, name)
+        if not samples:
+            raise WorkbenchError(f"{name} has no sizes to time on {device.type} for {dtype}")
+        for s in samples:
+            verify_sample(kernel, spec, s, dtype)
+        candidates: dict[str, Callable[..., Any]] = {KERNEL: kernel, KERNEL_AA: kernel}
+        candidates[EAGER] = spec.reference
+        if compile:
+            candidates[COMPILED] = torch.compile(spec.reference)
+        for s in samples:
+            for fn in candidates.values():
+                fn(*s.args)
+        methods = _methods(kernel, samples, device)
+        timer = _timer(device, min_time)
+        times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
+        for _, i, c in round_plans(len(samples), list(candidates), seed, n_rounds):
+            times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
+        results = []
+        for s, t in zip(samples, times, strict=True):
+            out = kernel(*s.args)
+            chosen = {c: median_round(t[c]) for c in candidates}
+            medians = {c: [m.stats.median for m in t[c]] for c in candidates}
+            bytes_moved, flops = spec.bytes_moved(s.args, out), spec.flops(s.args, out)
+            results.append(SizeResult(s.label, bytes_moved, flops, chosen, rounds=medians))
+        return OpResult(
+            op=name,
+            device=calibrate.device_name(device),
+            device_type=device.type,
+            dtype=str(dtype).removeprefix("torch."),
+            build_key=build_key(lib, name),
+            sizes=results,
+            calibration=calibration,
+            created=time.time(),
+        )
 
 
 def _spec(lib: Library, name: str, device: torch.device, dtype: torch.dtype) -> OpSpec:
@@ -218,29 +220,6 @@ def _spec(lib: Library, name: str, device: torch.device, dtype: torch.dtype) -> 
         names = ", ".join(str(d).removeprefix("torch.") for d in spec.dtypes)
         raise WorkbenchError(f"{name} does not support {dtype}; dtypes: {names}")
     return spec
-
-
-def bench_op(
-    lib: Library,
-    name: str,
-    device: torch.device,
-    dtype: torch.dtype,
-    *,
-    sizes: Sequence[str] | None,
-    compile: bool,
-    seed: int,
-    min_time: float,
-    calibration: calibrate.Calibration | None,
-    rounds: int | None = None,
-) -> OpResult:
-    """Verify, then time one op over its sweep; float32 matmuls at the precision its spec allows
-    (``OpSpec.allow_tf32``) for the kernel and the references alike."""
-    spec = _spec(lib, name, device, dtype)
-    with float32_precision(spec.allow_tf32):
-        return _bench_op(
-            lib, name, device, dtype, sizes=sizes, compile=compile, seed=seed,
-            min_time=min_time, calibration=calibration, rounds=rounds,
-        )  # fmt: skip
 
 
 def bench(
