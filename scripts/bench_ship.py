@@ -154,12 +154,13 @@ def main() -> int:
         for _ in range(args.runs)
     )
     info = shipped.info
+    cuda_init = "; CUDA initialisation included" if args.device == "cuda" else ""
     size = shipped.path.stat().st_size / 2**20
     rows = [
         ("wheel", f"{shipped.path.name} ({size:.2f} MiB)"),
         (
             "built for",
-            f"torch {info['torch']['version']}, CUDA {info['torch']['cuda']}, "
+            f"torch {info['torch']['version']}, CUDA {info['torch']['cuda'] or 'none'}, "
             f"archs {', '.join(info['archs']) or 'none'}",
         ),
         ("device code in the libraries (cuobjdump)", cubins(site / NAME / "_lib")),
@@ -172,7 +173,7 @@ def main() -> int:
             f"{statistics.median(imports):.1f} (min {imports[0]:.1f}, max {imports[-1]:.1f})",
         ),
         (
-            f"first call of every op on {args.device} (ms, median)",
+            f"first call of every op on {args.device} (ms, median{cuda_init})",
             f"{statistics.median(float(r['first_ms']) for r in runs):.1f}",
         ),  # type: ignore[arg-type]
         ("workbench or ninja imported by the package", ", ".join(leaked) or "no"),

@@ -58,9 +58,9 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def shipped(registry: Path, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The registry's wheel, built through `wb wheel`."""
     out = tmp_path_factory.mktemp("dist")
-    argv = ["--kernels", str(registry), "--namespace", NAMESPACE, "wheel"]
+    argv = ["--namespace", NAMESPACE, "wheel", "--kernels", str(registry), "--name", PACKAGE]
     with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
-        assert cli.main([*argv, "--name", PACKAGE, "--out", str(out)]) == 0
+        assert cli.main([*argv, "--out", str(out)]) == 0
     (path,) = out.glob("*.whl")
     return path
 
