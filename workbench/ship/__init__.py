@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from workbench import __version__, build, runtime
+from workbench import __version__, build, loader, runtime
 from workbench import spec as spec_module
 from workbench.config import Config, make_config
 from workbench.errors import WorkbenchError
-from workbench.project import Project, discover
+from workbench.project import Family, Project, discover
 from workbench.ship import package, wheel
 
 BUILD_INFO_FORMAT = 1
@@ -80,23 +80,7 @@ def build_wheel(
     assert len(libraries) == len(built), "a linked configuration always yields a library"
     tag, python_api = wheel.tag_for(libraries)
     files: dict[str, bytes] = {}
-    records = []
-    for fam, result, lib in zip(chosen, built, libraries, strict=True):
-        _, schemas = runtime.open_library(lib)  # RTLD_LOCAL, registers nothing
-        arcname = f"_lib/{lib.name}"
-        files[f"{name}/{arcname}"] = lib.read_bytes()
-        if fam.spec_path is not None:
-            files[f"{name}/_specs/{fam.name}.py"] = package.shipped_spec(fam.spec_path).encode()
-        records.append(
-            {
-                "name": fam.name,
-                "key": result.key,
-                "library": arcname,
-                "sha256": result.manifest.get("sha256"),
-                "spec": fam.spec_path is not None,
-                "schemas": sorted(schemas.values()),
-            }
-        )
+    records = [_add_family(files, name, f, b) for f, b in zip(chosen, built, strict=True)]
     info = _build_info(project, name, version, config, tag, python_api, records)
     files[f"{name}/_specs/__init__.py"] = b'"""The op specs of the shipped families."""\n'
     files[f"{name}/_spec.py"] = Path(spec_module.__file__).read_bytes()
@@ -108,6 +92,26 @@ def build_wheel(
     meta = wheel.metadata(name, version, summary, requires)
     path = wheel.write_wheel(Path(out), name, version, tag, files, meta)
     return Shipped(path, name, tag, info, built, time.perf_counter() - start)
+
+
+def _add_family(
+    files: dict[str, bytes], name: str, family: Family, built: build.Built
+) -> dict[str, Any]:
+    """Put a family's library and shipped spec into ``files``; its record in the build info."""
+    assert built.library is not None
+    schemas = loader.open_library(built).schemas  # RTLD_LOCAL, registers nothing
+    arcname = f"_lib/{built.library.name}"
+    files[f"{name}/{arcname}"] = built.library.read_bytes()
+    if family.spec_path is not None:
+        files[f"{name}/_specs/{family.name}.py"] = package.shipped_spec(family.spec_path).encode()
+    return {
+        "name": family.name,
+        "key": built.key,
+        "library": arcname,
+        "sha256": built.manifest.get("sha256"),
+        "spec": family.spec_path is not None,
+        "schemas": sorted(schemas.values()),
+    }
 
 
 def _build_info(
