@@ -21,24 +21,19 @@ How a build becomes ``torch.ops.<ns>.<op>``, and how an edited build replaces it
 
 from __future__ import annotations
 
-import _ctypes
 import ctypes
 import importlib.util
-import os
 import sys
 import time
 import types
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from workbench import runtime
 from workbench.build import Built
 from workbench.errors import LoadError
 from workbench.spec import OpSpec
-
-ABI_VERSION = 2
-
 
 # The records here are plain classes, not dataclasses: creating a dataclass costs about 0.5 ms
 # at import, and import is part of every warm start.
@@ -57,7 +52,7 @@ class _OpDef:
             self.python = None
         self.spec = spec
         if spec is not None:
-            self.python = _register_python(ns, spec, self.schema)
+            self.python = runtime.register_python(ns, spec, self.schema)
 
     def destroy(self) -> None:
         if self.python is not None:
@@ -91,11 +86,9 @@ class Handle:
         if first:  # pinned before the call: a registration that fails half-way counts too
             self.pinned = True
             state.signed |= first
-        err = ctypes.create_string_buffer(8192)
-        if self.cdll.wb_register(ns.encode(), err, len(err)) != 0:
-            raise LoadError(
-                f"registering the kernels of {self.built.family} failed: {err.value.decode()}"
-            )
+        error = runtime.register_kernels(self.cdll, ns)
+        if error is not None:
+            raise LoadError(f"registering the kernels of {self.built.family} failed: {error}")
         self.namespace = ns
 
     def unregister(self) -> None:
@@ -137,28 +130,14 @@ class _Namespace:
 _namespaces: dict[str, _Namespace] = {}
 
 
-def _op_name(schema: str) -> str:
-    return schema.split("(", 1)[0].split(".", 1)[0].strip()
-
-
 def open_library(built: Built) -> Handle:
     assert built.library is not None
     try:
-        cdll = ctypes.CDLL(str(built.library), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        cdll, schemas = runtime.open_library(built.library)
     except OSError as e:
         raise LoadError(_open_error(built, str(e))) from e
-    version = cdll.wb_abi_version()
-    if version != ABI_VERSION:
-        _ctypes.dlclose(cdll._handle)
-        raise LoadError(f"{built.library} has entry-point version {version}, want {ABI_VERSION}")
-    cdll.wb_schema.restype = ctypes.c_char_p
-    cdll.wb_schema.argtypes = [ctypes.c_int]
-    cdll.wb_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-    cdll.wb_unregister.argtypes = [ctypes.c_char_p]
-    schemas = {}
-    for i in range(cdll.wb_schema_count()):
-        schema = cdll.wb_schema(i).decode()
-        schemas[_op_name(schema)] = schema
+    except runtime.VersionError as e:
+        raise LoadError(str(e)) from e
     return Handle(built, cdll, schemas)
 
 
@@ -212,78 +191,6 @@ def specs_of(module: types.ModuleType | None) -> dict[str, OpSpec]:
     return {s.name: s for s in getattr(module, "OPS", [])}
 
 
-def _register_python(ns: str, spec: OpSpec, schema: str) -> torch.library.Library:
-    lib = torch.library.Library(ns, "FRAGMENT")
-    qualname = f"{ns}::{spec.name}"
-    _register_fake(lib, qualname, spec.fake)
-    if spec.backward is not None:
-        ops = getattr(torch.ops, ns)
-        user_setup = spec.setup_context
-
-        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-            ctx.ops = ops
-            if user_setup is not None:
-                user_setup(ctx, inputs, output)
-
-        _register_autograd(lib, qualname, schema, spec.backward, setup_context)
-    return lib
-
-
-def _register_fake(lib: torch.library.Library, qualname: str, fake: Any) -> None:
-    """``torch.library.register_fake(qualname, fake, lib=lib)``, without its caller lookup.
-
-    torch looks up its caller's source line and module with ``inspect`` (a third of the cost of
-    loading an op) to name them in error messages; the fake function's own location is named
-    here instead. Where torch's internals differ, torch's function is called.
-    """
-    code = getattr(fake, "__code__", None)
-    source = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(fake)
-    try:
-        holder = torch._library.simple_registry.singleton.find(qualname).fake_impl
-        handle = holder.register(fake, source, lib=lib)
-    except (AttributeError, TypeError):
-        torch.library.register_fake(qualname, fake, lib=lib)
-        return
-    lib._registration_handles.append(handle)
-
-
-def _register_autograd(
-    lib: torch.library.Library, qualname: str, schema: str, backward: Any, setup_context: Any
-) -> None:
-    """``torch.library.register_autograd``, with torch's autograd kernel made on first call.
-
-    Making it (an ``autograd.Function`` subclass and a dataclass per op) is most of the cost of
-    loading an op, and most ops of a registry are never differentiated in a given process. The
-    kernel registered here makes torch's own (``make_autograd_impl``, what register_autograd
-    registers) the first time it runs and then calls it, so autograd behaves exactly as torch's.
-    Where torch's internals differ, or the op is one torch refuses, torch's function is called.
-    """
-    try:
-        from torch._library import autograd as torch_autograd
-        from torch._library import utils
-
-        # The checks register_autograd makes, on the schema alone: looking the op up costs as
-        # much as the rest. (Its out= check needs tags, which WB_DEF never gives.)
-        parsed = torch._C.parse_schema(schema)
-        kwarg_only_tensors = getattr(utils, "has_kwarg_only_tensors", lambda schema: False)
-        refused = not utils.is_functional_schema(parsed) or kwarg_only_tensors(parsed)
-        make, info = torch_autograd.make_autograd_impl, torch_autograd.Info(backward, setup_context)
-    except (ImportError, AttributeError, TypeError):
-        refused = True
-    if refused:  # torch raises its own error for an op it refuses
-        torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)
-        return
-    impl: Any = None
-
-    def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal impl
-        if impl is None:
-            impl = make(utils.lookup_op(qualname), info)
-        return impl(keyset, *args, **kwargs)
-
-    lib.impl(qualname.split("::", 1)[1], autograd_kernel, "Autograd", with_keyset=True)
-
-
 def _sync_defs(
     ns: str,
     state: _Namespace,
@@ -313,9 +220,7 @@ def _define(ns: str, state: _Namespace, name: str, schema: str, spec: OpSpec | N
     if name in state.defs:
         state.defs.pop(name).destroy()
     state.signed.discard(name)  # a new definition: its first kernel pins its library again
-    definition = torch.library.Library(ns, "FRAGMENT")
-    definition.define(schema)
-    op_def = _OpDef(schema, definition)
+    op_def = _OpDef(schema, runtime.define(ns, schema))
     state.defs[name] = op_def
     op_def.register_python(ns, spec)
 

@@ -20,8 +20,23 @@ from typing import Any, NamedTuple
 from workbench import knobs
 from workbench.errors import WorkbenchError
 
+
+def _data_root() -> Path:
+    """The folder holding the workbench's C++ trees (``kernels/``, ``bindings/``).
+
+    Installed from a wheel or an sdist, they travel inside the package as ``workbench/_data``
+    (setup.py copies them there); in a checkout (and an editable install) they sit beside the
+    package. One ``stat`` at import.
+    """
+    package = Path(__file__).resolve().parent
+    shipped = package / "_data"
+    return shipped if shipped.is_dir() else package.parent
+
+
 # The workbench's own tree: its registry headers and library entry points serve every project.
-WB_ROOT = Path(__file__).resolve().parent.parent
+WB_ROOT = _data_root()
+# True when the workbench runs from an installed package, whose bundled kernels are read-only.
+INSTALLED = WB_ROOT.name == "_data"
 WB_KERNEL_INCLUDE = WB_ROOT / "kernels" / "include"
 WB_BINDING_INCLUDE = WB_ROOT / "bindings" / "include"
 WB_REGISTRY_SOURCE = WB_ROOT / "bindings" / "registry.cpp"
@@ -125,8 +140,8 @@ def discover(path: str | Path | None = None, namespace: str | None = None) -> Pr
     """The registry under ``path`` (a kernels/ folder; default: the bundled kernels)."""
     if not WB_KERNEL_INCLUDE.is_dir() or not WB_REGISTRY_SOURCE.is_file():
         raise WorkbenchError(
-            f"the workbench's own headers are missing under {WB_ROOT}; install the workbench "
-            "from a checkout with `pip install -e .`"
+            f"the workbench's own headers are missing under {WB_ROOT}; reinstall the workbench "
+            "(`pip install workbench-*.whl`, `pip install .` or `pip install -e .` in a checkout)"
         )
     kernels_dir = Path(path).resolve() if path is not None else BUNDLED_KERNELS
     if not kernels_dir.is_dir():

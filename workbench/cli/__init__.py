@@ -17,6 +17,7 @@ from workbench.cli import (
     smoke,
     status,
     watch,
+    wheel,
     why,
 )
 from workbench.errors import WorkbenchError
@@ -34,6 +35,7 @@ COMMANDS = {
     "watch": watch,
     "compile-commands": compile_commands,
     "smoke": smoke,
+    "wheel": wheel,
 }
 
 

@@ -4,7 +4,8 @@ Each op is checked in this process. A CUDA error that breaks the process's CUDA 
 that op (with the error and a hint) and every remaining op is then checked in a child process of
 its own; ``--isolate`` does that for every op from the start, so even a kernel that kills its
 process (a segfault) fails only its own op. ``--sanitize`` reruns the check under
-compute-sanitizer's memcheck.
+compute-sanitizer's memcheck. ``--package NAME`` checks the ops of an installed ahead-of-time
+package (``wb wheel``) against the specs it ships, with no compiler needed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         help="where to run (default: every device the build and the spec support)",
     )
     p.add_argument("--json", metavar="PATH", type=Path, help="also write every row as JSON")
+    p.add_argument(
+        "--package",
+        metavar="NAME",
+        help="check the ops of the installed package NAME (made by `wb wheel`), not a registry",
+    )
     p.add_argument("--all-rows", action="store_true", help="one row per sample, not per check")
     p.add_argument("--trials", type=int, default=3, help="seeds per dtype (default 3)")
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
@@ -66,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> Any:
+    import importlib
+
     import torch
 
     import workbench
@@ -74,11 +82,17 @@ def _check(args: argparse.Namespace) -> Any:
     from workbench.verify.report import Report
     from workbench.verify.runner import Options, check_op
 
-    lib = workbench.load(args.kernels, namespace=args.namespace)
+    if args.package:
+        lib = importlib.import_module(args.package)
+        with_cuda = "cuda" in lib.build_info["devices"]
+        cpu_reason = f"{args.package} was built for the CPU only"
+    else:
+        lib = workbench.load(args.kernels, namespace=args.namespace)
+        with_cuda, cpu_reason = lib.config.with_cuda, lib.config.cpu_reason
     unknown = [op for op in args.ops if op not in lib.specs]
     if unknown:
         raise SystemExit(f"wb check: no spec for {unknown}; ops with specs: {sorted(lib.specs)}")
-    devices = _devices(args.device, lib, torch.cuda.is_available())
+    devices = _devices(args.device, with_cuda, cpu_reason, torch.cuda.is_available())
     options = Options(trials=args.trials, seed=args.seed, contract=not args.no_contract)
     report = Report()
     isolated = args.isolate
@@ -98,11 +112,11 @@ def _check(args: argparse.Namespace) -> Any:
     return report
 
 
-def _devices(choice: str, lib: Any, has_gpu: bool) -> list[str]:
+def _devices(choice: str, with_cuda: bool, cpu_reason: str, has_gpu: bool) -> list[str]:
     devices = ["cpu", "cuda"] if choice == "all" else [choice]
-    if "cuda" in devices and not (lib.config.with_cuda and has_gpu):
+    if "cuda" in devices and not (with_cuda and has_gpu):
         if choice == "cuda":
-            why = lib.config.cpu_reason if not lib.config.with_cuda else "torch sees no CUDA GPU"
+            why = cpu_reason if not with_cuda else "torch sees no CUDA GPU"
             raise SystemExit(f"wb check: no CUDA build to check ({why})")
         devices.remove("cuda")
     return devices
@@ -119,6 +133,8 @@ def _globals(args: argparse.Namespace) -> list[str]:
 
 def _extra(args: argparse.Namespace, sanitize: bool = False) -> list[str]:
     out = ["--trials", str(1 if sanitize else args.trials), "--seed", str(args.seed)]
+    if args.package:
+        out += ["--package", args.package]
     if args.no_contract or sanitize:
         out.append("--no-contract")
     return out

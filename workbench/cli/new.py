@@ -14,8 +14,13 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench import scaffold
-    from workbench.project import BUNDLED_KERNELS
+    from workbench.project import BUNDLED_KERNELS, INSTALLED
 
+    if INSTALLED and not args.kernels:
+        raise WorkbenchError(
+            "the bundled kernels belong to the installed workbench package; write the family "
+            f"into your own registry: wb --kernels DIR new {args.name}"
+        )
     kernels = Path(args.kernels) if args.kernels else BUNDLED_KERNELS
     try:
         scaffold.check_name(args.name)

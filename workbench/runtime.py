@@ -1,0 +1,234 @@
+"""Registering built libraries with torch: open one, define its ops, add its kernels and the
+spec's Python (fake function, autograd formula); and importing an ahead-of-time package.
+
+Self-contained on purpose (torch, ctypes and the standard library only): the JIT loader
+(:mod:`workbench.loader`) uses it for every build it swaps in, and a wheel made by ``wb wheel``
+(:mod:`workbench.ship`) carries a copy of this file as ``<package>/_runtime.py``. An installed
+wheel thus registers its ops with the same code as the JIT, and imports nothing of the
+workbench: no compiler, no ninja, no cache.
+"""
+
+from __future__ import annotations
+
+import _ctypes
+import ctypes
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# The meaning of the libraries' C entry points (bindings/registry.cpp, wb_abi_version).
+ABI_VERSION = 2
+# What an ahead-of-time package records about its build, beside its __init__.py.
+BUILD_INFO = "_build.json"
+
+
+class VersionError(RuntimeError):
+    """A library whose entry points are of another version than this runtime's."""
+
+
+def op_name(schema: str) -> str:
+    return schema.split("(", 1)[0].split(".", 1)[0].strip()
+
+
+def open_library(path: str | os.PathLike[str]) -> tuple[ctypes.CDLL, dict[str, str]]:
+    """Open a built library (RTLD_LOCAL: it binds to nobody) and read its schemas by op name.
+
+    Opening registers nothing. Raises OSError when the loader refuses the file.
+    """
+    cdll = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    version = cdll.wb_abi_version()
+    if version != ABI_VERSION:
+        _ctypes.dlclose(cdll._handle)
+        raise VersionError(f"{path} has entry-point version {version}, want {ABI_VERSION}")
+    cdll.wb_schema.restype = ctypes.c_char_p
+    cdll.wb_schema.argtypes = [ctypes.c_int]
+    cdll.wb_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    cdll.wb_unregister.argtypes = [ctypes.c_char_p]
+    schemas = {}
+    for i in range(cdll.wb_schema_count()):
+        schema = cdll.wb_schema(i).decode()
+        schemas[op_name(schema)] = schema
+    return cdll, schemas
+
+
+def register_kernels(cdll: ctypes.CDLL, ns: str) -> str | None:
+    """Add the library's kernels under ``ns`` (``wb_register``): None, or the library's error."""
+    err = ctypes.create_string_buffer(8192)
+    if cdll.wb_register(ns.encode(), err, len(err)) != 0:
+        return err.value.decode()
+    return None
+
+
+def define(ns: str, schema: str) -> torch.library.Library:
+    """Define one op from Python; the op lives as long as the returned object."""
+    definition = torch.library.Library(ns, "FRAGMENT")
+    definition.define(schema)
+    return definition
+
+
+def register_python(ns: str, spec: Any, schema: str) -> torch.library.Library:
+    """Register an OpSpec's fake function and, when it has one, its autograd formula."""
+    lib = torch.library.Library(ns, "FRAGMENT")
+    qualname = f"{ns}::{spec.name}"
+    _register_fake(lib, qualname, spec.fake)
+    if spec.backward is not None:
+        ops = getattr(torch.ops, ns)
+        user_setup = spec.setup_context
+
+        def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+            ctx.ops = ops
+            if user_setup is not None:
+                user_setup(ctx, inputs, output)
+
+        _register_autograd(lib, qualname, schema, spec.backward, setup_context)
+    return lib
+
+
+def _register_fake(lib: torch.library.Library, qualname: str, fake: Any) -> None:
+    """``torch.library.register_fake(qualname, fake, lib=lib)``, without its caller lookup.
+
+    torch looks up its caller's source line and module with ``inspect`` (a third of the cost of
+    loading an op) to name them in error messages; the fake function's own location is named
+    here instead. Where torch's internals differ, torch's function is called.
+    """
+    code = getattr(fake, "__code__", None)
+    source = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(fake)
+    try:
+        holder = torch._library.simple_registry.singleton.find(qualname).fake_impl
+        handle = holder.register(fake, source, lib=lib)
+    except (AttributeError, TypeError):
+        torch.library.register_fake(qualname, fake, lib=lib)
+        return
+    lib._registration_handles.append(handle)
+
+
+def _register_autograd(
+    lib: torch.library.Library, qualname: str, schema: str, backward: Any, setup_context: Any
+) -> None:
+    """``torch.library.register_autograd``, with torch's autograd kernel made on first call.
+
+    Making it (an ``autograd.Function`` subclass and a dataclass per op) is most of the cost of
+    loading an op, and most ops of a registry are never differentiated in a given process. The
+    kernel registered here makes torch's own (``make_autograd_impl``, what register_autograd
+    registers) the first time it runs and then calls it, so autograd behaves exactly as torch's.
+    Where torch's internals differ, or the op is one torch refuses, torch's function is called.
+    """
+    try:
+        from torch._library import autograd as torch_autograd
+        from torch._library import utils
+
+        # The checks register_autograd makes, on the schema alone: looking the op up costs as
+        # much as the rest. (Its out= check needs tags, which WB_DEF never gives.)
+        parsed = torch._C.parse_schema(schema)
+        kwarg_only_tensors = getattr(utils, "has_kwarg_only_tensors", lambda schema: False)
+        refused = not utils.is_functional_schema(parsed) or kwarg_only_tensors(parsed)
+        make, info = torch_autograd.make_autograd_impl, torch_autograd.Info(backward, setup_context)
+    except (ImportError, AttributeError, TypeError):
+        refused = True
+    if refused:  # torch raises its own error for an op it refuses
+        torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)
+        return
+    impl: Any = None
+
+    def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal impl
+        if impl is None:
+            impl = make(utils.lookup_op(qualname), info)
+        return impl(keyset, *args, **kwargs)
+
+    lib.impl(qualname.split("::", 1)[1], autograd_kernel, "Autograd", with_keyset=True)
+
+
+# An ahead-of-time package (what ``wb wheel`` ships):
+#   <package>/__init__.py        calls load_package(__name__, its folder)
+#   <package>/_runtime.py        this file
+#   <package>/_spec.py           workbench/spec.py (OpSpec and the sample helpers)
+#   <package>/_specs/<family>.py each family's spec.py, importing from ``.._spec``
+#   <package>/_lib/*.so          the libraries, as the workbench's cache holds them
+#   <package>/_build.json        BUILD_INFO: namespace, torch, CUDA, archs, families
+
+
+class Package:
+    """An imported ahead-of-time package: its ops live under ``torch.ops.<namespace>``."""
+
+    def __init__(self, name: str, info: dict[str, Any]) -> None:
+        self.name = name
+        self.info = info
+        self.namespace: str = info["namespace"]
+        self.specs: dict[str, Any] = {}  # op name -> OpSpec
+        self.ops: list[str] = []
+        # The libraries and the torch.library.Library objects that hold the registrations: an
+        # op is removed when its Library object is collected, so they live with the package.
+        self._keep: list[Any] = []
+
+    def op(self, name: str) -> Any:
+        if name not in self.ops:
+            raise AttributeError(f"module {self.name!r} has no op {name!r}; ops: {self.ops}")
+        return getattr(getattr(torch.ops, self.namespace), name)
+
+
+def load_package(package: str, folder: str | os.PathLike[str]) -> Package:
+    """Check the torch in this process against the recorded one, then register every family."""
+    root = Path(folder)
+    info = json.loads((root / BUILD_INFO).read_text())
+    check_torch(package, info)
+    loaded = Package(package, info)
+    ns = loaded.namespace
+    for family in info["families"]:
+        specs: dict[str, Any] = {}
+        if family["spec"]:
+            module = importlib.import_module(f"{package}._specs.{family['name']}")
+            specs = {s.name: s for s in getattr(module, "OPS", [])}
+        try:
+            cdll, schemas = open_library(root / family["library"])
+        except (OSError, VersionError) as e:
+            raise ImportError(f"{package}: cannot open the library of {family['name']}: {e}") from e
+        loaded._keep.append(cdll)
+        for name, schema in schemas.items():
+            loaded._keep.append(define(ns, schema))
+            if name in specs:
+                loaded._keep.append(register_python(ns, specs[name], schema))
+        error = register_kernels(cdll, ns)
+        if error is not None:
+            raise ImportError(f"{package}: registering the kernels of {family['name']}: {error}")
+        loaded.specs.update(specs)
+        loaded.ops += schemas
+    return loaded
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def check_torch(package: str, info: dict[str, Any]) -> None:
+    """Raise ImportError unless this torch is the one the package was built against.
+
+    The libraries call torch's C++ API, which has no stable ABI: the torch release must be the
+    same (a local tag such as ``+cpu`` or ``+cu130`` may differ), and so must the C++11 ABI
+    flag; a package with CUDA kernels also needs the same CUDA version (its libraries link the
+    CUDA runtime torch loads).
+    """
+    built = info["torch"]
+    cuda = "cuda" in info["devices"]
+    version, cuda_version = torch.__version__, torch.version.cuda
+    cxx11_abi = bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    if (
+        _public(built["version"]) == _public(version)
+        and built["cxx11_abi"] == cxx11_abi
+        and (not cuda or built["cuda"] == cuda_version)
+    ):
+        return
+    archs = ", ".join(info["archs"]) or "none"
+    raise ImportError(
+        f"{package} was built for torch {built['version']} (CUDA {built['cuda'] or 'none'}, "
+        f"archs {archs}, C++11 ABI {int(built['cxx11_abi'])}), but this environment has torch "
+        f"{version} (CUDA {cuda_version or 'none'}, C++11 ABI {int(cxx11_abi)}). "
+        "Its libraries use torch's C++ ABI, which changes between releases: install "
+        f"torch=={_public(built['version'])}"
+        + (f" built for CUDA {built['cuda']}" if cuda else "")
+        + ", or build the wheel again against this torch with `wb wheel`"
+    )
