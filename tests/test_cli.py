@@ -221,3 +221,13 @@ def test_watch_rebuilds_and_rechecks_on_save(tmp_path: Path) -> None:
     assert re.search(r"checks: \d+ passed, [1-9]\d* failed", second), second
     assert "FAIL add_offset cpu float32" in out
     assert cache.root().exists()
+
+
+def test_every_subcommand_parses_its_help() -> None:
+    """A subcommand that adds an option the global ones already give breaks the whole parser."""
+    from workbench.cli import COMMANDS, parser
+
+    for name in COMMANDS:
+        with pytest.raises(SystemExit) as done:
+            parser().parse_args([name, "--help"])
+        assert done.value.code == 0, name

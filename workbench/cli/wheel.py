@@ -7,8 +7,7 @@ import sys
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    # Also after the subcommand (`wb wheel --kernels DIR`); SUPPRESS keeps the global one if absent.
-    p.add_argument("--kernels", metavar="DIR", default=argparse.SUPPRESS, help="kernels/ folder")
+    # --kernels and --namespace come from the global options, accepted after the subcommand too.
     p.add_argument("--name", help="the package's import name (default: the namespace)")
     p.add_argument(
         "--arch",
