@@ -21,6 +21,7 @@ How a build becomes ``torch.ops.<ns>.<op>``, and how an edited build replaces it
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import importlib.util
 import sys
