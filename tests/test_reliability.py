@@ -393,11 +393,11 @@ def test_7_one_base_name_in_two_folders_never_collides(tmp_path: Path) -> None:
 DISK_FULL = """
 import errno, json, os, resource, signal, sys, torch, workbench
 from pathlib import Path
-from workbench import build, cache
+from workbench import build, cache, pch
 from workbench.config import make_config
 from workbench.errors import WorkbenchError
 kernels, mode = sys.argv[1], sys.argv[2]
-build._ensure_pch(make_config(), None)  # a toolchain artifact, made before the disk fills
+pch.ensure(make_config(), None)  # a toolchain artifact, made before the disk fills
 root = cache.root()
 filler = root.parent / "filler"
 if mode == "tmpfs":  # fill the little filesystem, then give back 64 KiB
