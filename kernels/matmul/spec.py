@@ -160,6 +160,11 @@ def matmul_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return grad_a, grad_b
 
 
+# What both ops share: the FLOP count, matmul's bfloat16 floor, the special values they get.
+_COMMON: dict[str, Any] = dict(
+    flops=matmul_flops, tolerances=_TOLERANCES, specials_exclude=("max",), why=_WHY_NO_MAX
+)
+
 OPS = [
     OpSpec(
         name="matmul",
@@ -168,21 +173,15 @@ OPS = [
         fake=matmul_fake,
         backward=matmul_backward,
         setup_context=matmul_setup_context,
-        flops=matmul_flops,
         bench_sizes=matmul_bench_sizes,
-        tolerances=_TOLERANCES,
-        specials_exclude=("max",),
-        why=_WHY_NO_MAX,
+        **_COMMON,
     ),
     OpSpec(
         name="matmul_path",
         reference=matmul_path_reference,
         samples=matmul_path_samples,
         fake=matmul_path_fake,
-        flops=matmul_flops,
         bench_sizes=matmul_path_bench_sizes,
-        tolerances=_TOLERANCES,
-        specials_exclude=("max",),
-        why=_WHY_NO_MAX,
+        **_COMMON,
     ),
 ]
