@@ -1,0 +1,379 @@
+// layer_norm_backward.cu: CUDA kernels of layer_norm_backward.
+//
+//   xhat = (x - mean) * rstd;  u = grad * weight                              (per row r)
+//   dx[r, i] = rstd[r] * (u[r, i] - sum_j u[r, j] / hidden - xhat[r, i] * sum_j u * xhat / hidden)
+//   dweight[i] = sum_r grad[r, i] * xhat[r, i];   dbias[i] = sum_r grad[r, i]
+//   grad, x, dx: [rows, hidden] contiguous; mean, rstd: [rows] of acc_t<T>; weight, dweight,
+//   dbias: [hidden]; accumulated in float (double for float64).
+//
+// dweight and dbias are summed deterministically, with no atomics, in two stages: the first
+// kernel leaves one partial sum per partition of the rows in workspace[2][partials][hidden]
+// (layer_norm.h), and column_sum_kernel adds the partials of each column in order. The
+// partitions depend only on the sizes and the device, so a second run is bit for bit the same.
+//
+// Paths (plan_backward_cuda), by the row's length in loads nvec (as in layer_norm.cu):
+//   register path (nvec <= 4096 and 2 * hidden accumulators fit in 128 KiB of shared memory:
+//   hidden up to 16384, 8192 for float64): backward_regs_kernel holds a row of grad, x and
+//   weight in registers (the layout of layer_norm.cuh) and computes dx from one read. Each
+//   group also adds grad * xhat and grad of its rows into its own [2][hidden] accumulators in
+//   shared memory (a thread touches only its own columns, so no barrier or atomic); at the end
+//   the block adds its groups in order into workspace row blockIdx.x. The grid is the number of
+//   blocks resident at once (occupancy), each looping over rows, so partials = grid size and
+//   grad and x are read from memory once in all.
+//   two-read path (longer rows): backward_dx_long_kernel, a block of 1024 threads per row,
+//   reads the row twice (sums, then dx); backward_partials_kernel reads grad and x once more by
+//   columns: block (32, 8) sums 32 columns over one chunk of rows_per_partial rows.
+// Check and time:  wb check layer_norm_backward --device cuda;  wb bench layer_norm_backward
+#include "layer_norm/layer_norm.cuh"
+#include "layer_norm/layer_norm.h"
+#include "wb/dtypes.h"
+
+namespace wb::layer_norm {
+namespace {
+
+enum Path : int { kRegs = 1, kLong = 2 };
+
+constexpr int kSmemTarget = 48 * 1024;      // accumulators of the groups of one block, aimed for
+constexpr int kMaxSmem = 128 * 1024;        // accumulators of a block, at most (one row, G = 1)
+constexpr int kPartRows = 8;                // backward_partials_kernel: threads down the rows
+constexpr int kSumRows = 16;                // column_sum_kernel: threads down the partials
+constexpr int64_t kMaxPartials = 1024;      // two-read path: row chunks, at most
+constexpr int64_t kMinChunkRows = 32;       // two-read path: rows per chunk, at least
+constexpr int64_t kPartialElems = 1 << 22;  // two-read path: partials * hidden, at most
+
+template <int N, int K, typename T>
+__global__ void __launch_bounds__(kMaxGroup)
+    backward_regs_kernel(const T* __restrict__ grad,         // [rows, hidden]
+                         const T* __restrict__ x,            // [rows, hidden]
+                         const acc_t<T>* __restrict__ mean,  // [rows]
+                         const acc_t<T>* __restrict__ rstd,  // [rows]
+                         const T* __restrict__ weight,       // [hidden]
+                         T* __restrict__ dx,                 // [rows, hidden]
+                         acc_t<T>* __restrict__ workspace,   // [2][gridDim.x][hidden]
+                         int64_t rows, int hidden, int group) {
+  using A = acc_t<T>;
+  using V = Vec<T, N>;
+  using VA = Vec<A, N>;
+  extern __shared__ __align__(32) unsigned char smem[];  // A [groups][2][hidden]
+  __shared__ A buf[2 * 32];
+  const int groups = blockDim.x / group;
+  const int gi = threadIdx.x / group, lane = threadIdx.x % group;
+  const int nvec = hidden / N;
+  const A inv_n = A(1) / static_cast<A>(hidden);
+  A* acc = reinterpret_cast<A*>(smem);
+  VA* acc_w = reinterpret_cast<VA*>(acc + int64_t{gi} * 2 * hidden);        // [nvec]: grad * xhat
+  VA* acc_b = reinterpret_cast<VA*>(acc + (int64_t{gi} * 2 + 1) * hidden);  // [nvec]: grad
+  const V* w = reinterpret_cast<const V*>(weight);                          // [nvec]
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = lane + k * group;
+    if (i < nvec) {
+      VA zero;
+#pragma unroll
+      for (int j = 0; j < N; ++j) zero.v[j] = A(0);
+      acc_w[i] = zero;
+      acc_b[i] = zero;
+    }
+  }
+  for (int64_t first = int64_t{blockIdx.x} * groups; first < rows;
+       first += int64_t{gridDim.x} * groups) {
+    const int64_t row = first + gi;
+    const bool active = row < rows;
+    const int64_t offset = (active ? row : 0) * hidden;
+    const V* gr = reinterpret_cast<const V*>(grad + offset);  // [nvec]
+    const V* xr = reinterpret_cast<const V*>(x + offset);     // [nvec]
+    // grad and x stay in registers until dx is written; weight (the same for every row, so
+    // served by L1 or L2) is read again where it is used, which keeps K = 8 within 128
+    // registers.
+    V gv[K], xv[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * group;
+      if (active && i < nvec) {
+        gv[k] = gr[i];
+        xv[k] = xr[i];
+      }
+    }
+    const A m = active ? mean[row] : A(0);
+    const A r = active ? rstd[row] : A(0);
+    A sums[2] = {A(0), A(0)};  // sum of u, sum of u * xhat
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * group;
+      if (active && i < nvec) {
+        const V wv = w[i];
+        VA aw = acc_w[i], ab = acc_b[i];
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          const A g = to_acc(gv[k].v[j]);
+          const A xh = (to_acc(xv[k].v[j]) - m) * r;
+          const A u = g * to_acc(wv.v[j]);
+          sums[0] += u;
+          sums[1] += u * xh;
+          aw.v[j] += g * xh;
+          ab.v[j] += g;
+        }
+        acc_w[i] = aw;
+        acc_b[i] = ab;
+      }
+    }
+    group_sum(sums, group, buf);
+    const A c1 = sums[0] * inv_n, c2 = sums[1] * inv_n;
+    if (!active) continue;
+    V* dxr = reinterpret_cast<V*>(dx + offset);  // [nvec]
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = lane + k * group;
+      if (i < nvec) {
+        const V wv = w[i];
+        V o;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          const A xh = (to_acc(xv[k].v[j]) - m) * r;
+          const A u = to_acc(gv[k].v[j]) * to_acc(wv.v[j]);
+          o.v[j] = from_acc<T>(r * (u - c1 - xh * c2));
+        }
+        dxr[i] = o;
+      }
+    }
+  }
+  __syncthreads();
+  // This block's partition: its groups' accumulators added in group order.
+  const int64_t partials = gridDim.x;
+  for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+    A sw = 0, sb = 0;
+    for (int h = 0; h < groups; ++h) {
+      sw += acc[int64_t{h} * 2 * hidden + c];
+      sb += acc[(int64_t{h} * 2 + 1) * hidden + c];
+    }
+    workspace[int64_t{blockIdx.x} * hidden + c] = sw;
+    workspace[(partials + blockIdx.x) * hidden + c] = sb;
+  }
+}
+
+// dx of rows too long for registers: one block per row (rows past the grid loop), thread t on
+// vectors t, t + blockDim.x, ...; the row is read once for its two sums and again for dx.
+template <int N, typename T>
+__global__ void __launch_bounds__(kLongThreads)
+    backward_dx_long_kernel(const T* __restrict__ grad,         // [rows, hidden]
+                            const T* __restrict__ x,            // [rows, hidden]
+                            const acc_t<T>* __restrict__ mean,  // [rows]
+                            const acc_t<T>* __restrict__ rstd,  // [rows]
+                            const T* __restrict__ weight,       // [hidden]
+                            T* __restrict__ dx,                 // [rows, hidden]
+                            int64_t rows, int64_t hidden) {
+  using A = acc_t<T>;
+  using V = Vec<T, N>;
+  __shared__ A buf[2 * 32];
+  const int64_t nvec = hidden / N;
+  const A inv_n = A(1) / static_cast<A>(hidden);
+  const V* w = reinterpret_cast<const V*>(weight);  // [nvec]
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const V* gr = reinterpret_cast<const V*>(grad + row * hidden);  // [nvec]
+    const V* xr = reinterpret_cast<const V*>(x + row * hidden);     // [nvec]
+    const A m = mean[row], r = rstd[row];
+    A sums[2] = {A(0), A(0)};
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+      const V gv = gr[i], xv = xr[i], wv = w[i];
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const A u = to_acc(gv.v[j]) * to_acc(wv.v[j]);
+        sums[0] += u;
+        sums[1] += u * ((to_acc(xv.v[j]) - m) * r);
+      }
+    }
+    group_sum(sums, static_cast<int>(blockDim.x), buf);
+    const A c1 = sums[0] * inv_n, c2 = sums[1] * inv_n;
+    V* dxr = reinterpret_cast<V*>(dx + row * hidden);  // [nvec]
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+      const V gv = gr[i], xv = xr[i], wv = w[i];
+      V o;
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const A xh = (to_acc(xv.v[j]) - m) * r;
+        const A u = to_acc(gv.v[j]) * to_acc(wv.v[j]);
+        o.v[j] = from_acc<T>(r * (u - c1 - xh * c2));
+      }
+      dxr[i] = o;
+    }
+  }
+}
+
+// The two-read path's partials: block (32, kPartRows); column c = blockIdx.x * 32 + threadIdx.x,
+// partition p = blockIdx.y = rows [p * chunk, (p + 1) * chunk); thread row threadIdx.y sums
+// rows p * chunk + threadIdx.y + kPartRows * t in order, then thread row 0 adds the kPartRows
+// sums in order into workspace[0][p][c] and workspace[1][p][c]. A warp reads 32 consecutive
+// elements of a row.
+template <typename T>
+__global__ void __launch_bounds__(32 * kPartRows)
+    backward_partials_kernel(const T* __restrict__ grad,         // [rows, hidden]
+                             const T* __restrict__ x,            // [rows, hidden]
+                             const acc_t<T>* __restrict__ mean,  // [rows]
+                             const acc_t<T>* __restrict__ rstd,  // [rows]
+                             acc_t<T>* __restrict__ workspace,   // [2][gridDim.y][hidden]
+                             int64_t rows, int64_t hidden, int64_t chunk) {
+  using A = acc_t<T>;
+  __shared__ A sw[kPartRows][33], sb[kPartRows][33];
+  const int64_t c = int64_t{blockIdx.x} * 32 + threadIdx.x;
+  const int64_t begin = int64_t{blockIdx.y} * chunk;
+  const int64_t end = rows < begin + chunk ? rows : begin + chunk;
+  A aw = 0, ab = 0;
+  if (c < hidden) {
+    for (int64_t row = begin + threadIdx.y; row < end; row += kPartRows) {
+      const A g = to_acc(grad[row * hidden + c]);
+      aw += g * ((to_acc(x[row * hidden + c]) - mean[row]) * rstd[row]);
+      ab += g;
+    }
+  }
+  sw[threadIdx.y][threadIdx.x] = aw;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < hidden) {
+    A tw = 0, tb = 0;
+#pragma unroll
+    for (int t = 0; t < kPartRows; ++t) {
+      tw += sw[t][threadIdx.x];
+      tb += sb[t][threadIdx.x];
+    }
+    workspace[int64_t{blockIdx.y} * hidden + c] = tw;
+    workspace[(int64_t{gridDim.y} + blockIdx.y) * hidden + c] = tb;
+  }
+}
+
+// dweight (blockIdx.y = 0) and dbias (1) from the workspace: block (32, kSumRows); column
+// c = blockIdx.x * 32 + threadIdx.x; thread row t sums partials t, t + kSumRows, ... in order,
+// then thread row 0 adds the kSumRows sums in order and rounds once to T.
+template <typename T>
+__global__ void __launch_bounds__(32 * kSumRows)
+    column_sum_kernel(const acc_t<T>* __restrict__ workspace,     // [2][partials][hidden]
+                      int64_t partials, T* __restrict__ dweight,  // [hidden]
+                      T* __restrict__ dbias,                      // [hidden]
+                      int64_t hidden) {
+  using A = acc_t<T>;
+  __shared__ A buf[kSumRows][33];
+  const int64_t c = int64_t{blockIdx.x} * 32 + threadIdx.x;
+  const A* src = workspace + int64_t{blockIdx.y} * partials * hidden;  // [partials][hidden]
+  A s = 0;
+  if (c < hidden) {
+#pragma unroll 4
+    for (int64_t p = threadIdx.y; p < partials; p += kSumRows) s += src[p * hidden + c];
+  }
+  buf[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < hidden) {
+    A t = 0;
+#pragma unroll
+    for (int j = 0; j < kSumRows; ++j) t += buf[j][threadIdx.x];
+    (blockIdx.y == 0 ? dweight : dbias)[c] = from_acc<T>(t);
+  }
+}
+
+template <typename T>
+using RegsKernel = void (*)(const T*, const T*, const acc_t<T>*, const acc_t<T>*, const T*, T*,
+                            acc_t<T>*, int64_t, int, int);
+
+template <typename T>
+RegsKernel<T> regs_kernel(int vec, int k) {
+  constexpr int kN = kVec16<T>;
+  return with_k(k, [&](auto kk) -> RegsKernel<T> {
+    constexpr int K = decltype(kk)::value;
+    return vec == kN ? backward_regs_kernel<kN, K, T> : backward_regs_kernel<1, K, T>;
+  });
+}
+
+int smem_bytes(const BackwardPlan& plan, int64_t hidden, int acc_size) {
+  return static_cast<int>(plan.groups * 2 * hidden * acc_size);
+}
+
+template <int N, typename T>
+void launch_dx_long(const T* grad, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
+                    const T* weight, T* dx, int64_t rows, int64_t hidden, int blocks,
+                    cudaStream_t s) {
+  backward_dx_long_kernel<N>
+      <<<blocks, kLongThreads, 0, s>>>(grad, x, mean, rstd, weight, dx, rows, hidden);
+}
+
+}  // namespace
+
+template <typename T>
+BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, const T* dx,
+                                int64_t rows, int64_t hidden) {
+  using A = acc_t<T>;
+  constexpr int kN = kVec16<T>;
+  BackwardPlan plan;
+  if (rows == 0 || hidden == 0) return plan;
+  plan.vec = hidden % kN == 0 && aligned16(grad, x, weight, dx) ? kN : 1;
+  const int64_t nvec = hidden / plan.vec;
+  const int64_t row_smem = 2 * hidden * static_cast<int64_t>(sizeof(A));
+  const DeviceInfo device = device_info();
+  const int64_t smem_limit = min_of<int64_t>(kMaxSmem, device.smem_optin - 1024);
+  if (nvec <= kRegVectors && row_smem <= smem_limit) {
+    const RegShape shape = reg_shape(nvec);
+    plan.path = kRegs;
+    plan.k = shape.k;
+    plan.group = shape.group;
+    int groups = shape.group < kBlockThreads ? kBlockThreads / shape.group : 1;
+    groups = static_cast<int>(min_of<int64_t>(groups, kSmemTarget / row_smem));
+    if (groups < 1 || ceil_div(rows, groups) < device.sms) groups = 1;
+    plan.groups = groups;
+    const int threads = groups * shape.group;
+    const int smem = smem_bytes(plan, hidden, sizeof(A));
+    const void* kernel = reinterpret_cast<const void*>(regs_kernel<T>(plan.vec, plan.k));
+    if (smem > 48 * 1024) {
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+    }
+    const int64_t resident = int64_t{device.sms} * blocks_per_sm(kernel, threads, smem);
+    plan.blocks = static_cast<int>(min_of(ceil_div(rows, groups), resident));
+    plan.partials = plan.blocks;
+  } else {
+    plan.path = kLong;
+    plan.blocks = static_cast<int>(min_of<int64_t>(rows, INT32_MAX));
+    const int64_t most = min_of(kMaxPartials, kPartialElems / hidden + 1);
+    plan.rows_per_partial = ceil_div(rows, most);
+    if (plan.rows_per_partial < kMinChunkRows) plan.rows_per_partial = kMinChunkRows;
+    plan.partials = ceil_div(rows, plan.rows_per_partial);
+  }
+  return plan;
+}
+
+template <typename T>
+Status layer_norm_backward_cuda(const BackwardPlan& plan, const T* grad, const T* x,
+                                const acc_t<T>* mean, const acc_t<T>* rstd, const T* weight, T* dx,
+                                T* dweight, T* dbias, acc_t<T>* workspace, int64_t rows,
+                                int64_t hidden, Stream stream) {
+  using A = acc_t<T>;
+  if (rows == 0 || hidden == 0) return nullptr;  // the binding writes zeros for dweight, dbias
+  auto s = static_cast<cudaStream_t>(stream);
+  constexpr int kN = kVec16<T>;
+  if (plan.path == kRegs) {
+    const int smem = smem_bytes(plan, hidden, sizeof(A));
+    RegsKernel<T> kernel = regs_kernel<T>(plan.vec, plan.k);
+    if (smem > 48 * 1024) {
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+    }
+    kernel<<<plan.blocks, plan.groups * plan.group, smem, s>>>(
+        grad, x, mean, rstd, weight, dx, workspace, rows, static_cast<int>(hidden), plan.group);
+  } else {
+    if (plan.vec == kN) {
+      launch_dx_long<kN>(grad, x, mean, rstd, weight, dx, rows, hidden, plan.blocks, s);
+    } else {
+      launch_dx_long<1>(grad, x, mean, rstd, weight, dx, rows, hidden, plan.blocks, s);
+    }
+    if (const Status err = launch_status()) return err;
+    const dim3 grid(static_cast<unsigned>(ceil_div(hidden, 32)),
+                    static_cast<unsigned>(plan.partials));
+    backward_partials_kernel<T><<<grid, dim3(32, kPartRows), 0, s>>>(
+        grad, x, mean, rstd, workspace, rows, hidden, plan.rows_per_partial);
+  }
+  if (const Status err = launch_status()) return err;
+  const dim3 grid(static_cast<unsigned>(ceil_div(hidden, 32)), 2);
+  column_sum_kernel<T>
+      <<<grid, dim3(32, kSumRows), 0, s>>>(workspace, plan.partials, dweight, dbias, hidden);
+  return launch_status();
+}
+
+WB_INSTANTIATE(WB_FLOATING, plan_backward_cuda)
+WB_INSTANTIATE(WB_FLOATING, layer_norm_backward_cuda)
+
+}  // namespace wb::layer_norm

@@ -1,0 +1,234 @@
+"""layer_norm and layer_norm_backward: against the reference, the op contract, bad input, and a
+dweight/dbias reduction that is bit for bit the same for any thread count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import DEVICES
+from tests.op_contract import (
+    assert_contract,
+    assert_gradcheck,
+    assert_matches_reference,
+    assert_opcheck,
+)
+from workbench.verify import contract
+from workbench.verify.oracle import compare, references, tolerance
+from workbench.verify.runner import is_small, samples, value_samples
+
+OPS = ["layer_norm", "layer_norm_backward"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_matches_reference(lib: Any, name: str, device: str) -> None:
+    assert_matches_reference(lib, name, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_each_output_matches_reference(lib: Any, name: str, device: str) -> None:
+    """Each of the three outputs against the reference's, by the checker's oracle with the
+    output's own dtype (float32 statistics of a bfloat16 input are held to float32), on every
+    sample and the special-values one, under poisoned allocation, with a bitwise second run."""
+    op, spec = getattr(lib, name), lib.specs[name]
+    failures = []
+    for dtype in spec.dtypes:
+        for seed in range(2):
+            for s in value_samples(spec, dtype, device, seed):
+                ref64, ref_dtype = references(spec, s.args)
+                with contract.poisoned():
+                    out, again = op(*s.args), op(*s.args)
+                for i, (got, want, theirs) in enumerate(zip(out, ref64, ref_dtype, strict=True)):
+                    v = compare(got, want, theirs.dtype, tolerance(spec, theirs.dtype), theirs)
+                    if not v.passed:
+                        failures.append(f"{dtype} {s.label} output {i}: {v.reason} {v.detail}")
+                    if not contract.bitwise_equal(got, again[i]):
+                        failures.append(f"{dtype} {s.label} output {i}: a second run differs")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_opcheck(lib: Any, name: str, device: str) -> None:
+    assert_opcheck(lib, name, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_gradcheck(lib: Any, name: str, device: str) -> None:
+    """layer_norm through layer_norm_backward's kernels; layer_norm_backward through its own
+    formula (a double backward), each against finite differences of the kernels."""
+    assert_gradcheck(lib, name, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_compiles_with_no_graph_break(lib: Any, name: str, device: str) -> None:
+    assert_contract(lib, name, device, "compile")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_compiled_outputs_equal_eager(lib: Any, name: str, device: str) -> None:
+    """torch.compile(fullgraph=True) of each op gives every output bit for bit as eager does."""
+    op, spec = getattr(lib, name), lib.specs[name]
+    for dtype in spec.dtypes:
+        for s in [s for s in samples(spec, dtype, device, 0) if is_small(s)][:3]:
+            eager = op(*s.args)
+            got = contract.run_compiled(op, s.args, eager, "aot_eager")
+            assert isinstance(got, tuple), got
+            for a, b in zip(eager, got, strict=True):
+                assert contract.bitwise_equal(a, b), f"{dtype} {s.label}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_double_backward(lib: Any, device: str) -> None:
+    """Differentiating layer_norm's backward sees mean and rstd depend on x."""
+    x = torch.randn(3, 24, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(24, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(24, dtype=torch.float64, device=device, requires_grad=True)
+    torch.autograd.gradgradcheck(lambda *a: lib.layer_norm(*a, 1e-5)[0], (x, w, b))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_traces_forward_and_backward_under_torch_compile(lib: Any, device: str) -> None:
+    """The fakes and the autograd formula (which calls layer_norm_backward) trace as one graph."""
+
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        y, mean, rstd = lib.layer_norm(x, w, b, 1e-5)
+        return lib.muladd(y, x, 0.5) * rstd.unsqueeze(-1) + mean.unsqueeze(-1)
+
+    x = torch.randn(6, 40, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(40, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(40, dtype=torch.float64, device=device, requires_grad=True)
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    expected, got = f(x, w, b), compiled(x, w, b)
+    torch.testing.assert_close(got, expected)
+    grads = torch.autograd.grad(got.sum(), (x, w, b))
+    want = torch.autograd.grad(expected.sum(), (x, w, b))
+    for g, e in zip(grads, want, strict=True):
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("shape", [(1000, 64), (40, 4099), (3, 2, 700)])
+def test_backward_is_bitwise_the_same_for_any_thread_count(
+    lib: Any, shape: tuple[int, ...]
+) -> None:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen)
+    w, b = torch.randn(shape[-1], generator=gen), torch.randn(shape[-1], generator=gen)
+    g = torch.randn(shape, generator=gen)
+    _, mean, rstd = lib.layer_norm(x, w, b, 1e-5)
+    threads = torch.get_num_threads()
+    try:
+        runs = []
+        for n in (1, 2, 1):
+            torch.set_num_threads(n)
+            runs.append(lib.layer_norm_backward(g, x, mean, rstd, w))
+    finally:
+        torch.set_num_threads(threads)
+    for run in runs[1:]:
+        for a, c in zip(runs[0], run, strict=True):
+            assert contract.bitwise_equal(a, c)
+
+
+_X, _W = torch.randn(4, 8), torch.randn(8)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        (
+            (_X, torch.randn(7), _W, 1e-5),
+            RuntimeError,
+            r"layer_norm: expected weight.size\(0\) \(7\) to equal x.size\(-1\) \(8\)",
+        ),
+        (
+            (_X, _W, torch.randn(8, 1), 1e-5),
+            RuntimeError,
+            r"layer_norm: expected bias to be 1-d \[hidden\], got shape \[8, 1\]",
+        ),
+        (
+            (_X, _W.double(), _W, 1e-5),
+            TypeError,
+            r"layer_norm: expected weight to have the same dtype as x \(Float\), got Double",
+        ),
+        (
+            (_X, _W, _W.half(), 1e-5),
+            TypeError,
+            r"layer_norm: expected bias to have the same dtype as x \(Float\), got Half",
+        ),
+        ((_X, _W, _W, -1.0), RuntimeError, r"layer_norm: expected eps >= 0, got -1"),
+        (
+            (torch.tensor(1.0), torch.randn(1), torch.randn(1), 1e-5),
+            RuntimeError,
+            r"layer_norm: expected x to have at least 1 dimension",
+        ),
+        (
+            (torch.randn(3, 0), torch.randn(0), torch.randn(0), 1e-5),
+            RuntimeError,
+            r"layer_norm: expected x.size\(-1\) >= 1",
+        ),
+        (
+            (_X.int(), _W.int(), _W.int(), 1e-5),
+            TypeError,
+            r"layer_norm: x has dtype Int, which is not supported",
+        ),
+    ],
+)
+def test_bad_input_is_named(lib: Any, args: tuple, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        lib.layer_norm(*args)
+
+
+_M = torch.randn(4)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        (
+            (torch.randn(4, 7), _X, _M, _M, _W),
+            RuntimeError,
+            r"layer_norm_backward: expected grad to have the same shape as x \[4, 8\], "
+            r"got \[4, 7\]",
+        ),
+        (
+            (_X, _X, _M.double(), _M, _W),
+            TypeError,
+            r"layer_norm_backward: expected mean to have dtype Float \(the accumulation type of "
+            r"x's Float\), got Double",
+        ),
+        (
+            (_X.half(), _X.half(), _M, _M.half(), _W.half()),
+            TypeError,
+            r"layer_norm_backward: expected rstd to have dtype Float",
+        ),
+        (
+            (_X, _X, _M, torch.randn(4, 1), _W),
+            RuntimeError,
+            r"layer_norm_backward: expected rstd to have shape x.shape\[:-1\] \[4\], got \[4, 1\]",
+        ),
+        (
+            (_X, _X, _M, _M, torch.randn(9)),
+            RuntimeError,
+            r"layer_norm_backward: expected weight.size\(0\) \(9\) to equal x.size\(-1\) \(8\)",
+        ),
+    ],
+)
+def test_backward_bad_input_is_named(lib: Any, args: tuple, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        lib.layer_norm_backward(*args)
+
+
+@pytest.mark.cuda
+def test_device_mismatch_is_named(lib: Any) -> None:
+    x = torch.randn(4, 8, device="cuda")
+    with pytest.raises(RuntimeError, match=r"layer_norm: expected weight on cuda:0, got weight on"):
+        lib.layer_norm(x, _W, _W.cuda(), 1e-5)
+    with pytest.raises(RuntimeError, match=r"layer_norm_backward: expected mean on cuda:0, got"):
+        lib.layer_norm_backward(x, x, _M, _M.cuda(), _W.cuda())
