@@ -64,8 +64,8 @@ class SizeResult:
 
     def roofline(self, cal: Calibration | None) -> float | None:
         """Fraction of the roofline: the time the ceilings allow over the measured time."""
-        if cal is None or self.kernel <= 0:
-            return None
+        if cal is None or self.kernel <= 0 or not (self.bytes or self.flops):
+            return None  # nothing counted (e.g. a forward + backward step)
         floor = max(self.bytes / cal.copy_bytes_per_s, self.flops / cal.matmul_flops_per_s)
         return floor / self.kernel
 
@@ -214,7 +214,7 @@ class BenchResult:
                         s.label,
                         _us(s.kernel),
                         f"{k.stats.rel_iqr:.1%}",
-                        f"{gbs:.1f}",
+                        f"{gbs:.1f}" if s.bytes else "-",
                         f"{s.flops / s.kernel / 1e12:.1f}" if s.flops and s.kernel > 0 else "-",
                         _pct(s.roofline(r.calibration)),
                         _vs(s, EAGER),
