@@ -85,6 +85,10 @@ class OpSpec:
     bytes_moved: CostFn = tensor_bytes
     flops: CostFn = no_flops
     bench_sizes: SampleFn | None = None
+    # The PyTorch function a user would call instead, where ``reference`` is not it (e.g.
+    # torch.histc for a histogram whose reference is an exact float64 formulation): the bench
+    # times it as one more candidate, "vs anchor". Same signature as the op.
+    anchor: Callable[..., Any] | None = None
     # True when two runs on the same inputs may differ (atomics, split reductions): the check
     # then skips the bitwise determinism check and compares replays with the oracle instead.
     nondeterministic: bool = False

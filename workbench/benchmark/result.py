@@ -16,6 +16,8 @@ from workbench.benchmark.calibrate import Calibration
 from workbench.benchmark.stats import Measurement, noise_band, rel_diff, round_spread, verdict
 
 KERNEL, KERNEL_AA, EAGER, COMPILED = "kernel", "kernel (A/A)", "eager", "compiled"
+# The PyTorch op a user would call instead, where the spec's reference is not it (OpSpec.anchor).
+ANCHOR = "anchor"
 
 
 @dataclass
@@ -219,12 +221,16 @@ class BenchResult:
                         _pct(s.roofline(r.calibration)),
                         _vs(s, EAGER),
                         _vs(s, COMPILED),
+                        *([_vs(s, ANCHOR)] if self._anchored() else []),
                         f"{s.aa_spread:.1%}",
                         f"{s.noise:.1%}",
                         k.method,
                     ]
                 )
         return out
+
+    def _anchored(self) -> bool:
+        return any(ANCHOR in s.times for r in self.ops for s in r.sizes)
 
     def vs_lines(self) -> list[str]:
         lines = []
@@ -246,7 +252,8 @@ class BenchResult:
 
         heads = {(r.device, r.dtype) for r in self.ops}
         top = [f"{dev}, {dt}" for dev, dt in sorted(heads)]
-        parts = [*top, render(HEADERS, self.rows())]
+        columns = HEADERS if not self._anchored() else [*HEADERS[:9], "vs anchor", *HEADERS[9:]]
+        parts = [*top, render(columns, self.rows())]
         parts += self.vs_lines()
         parts += [f"warning: {w}" for r in self.ops for w in r.warnings()]
         return "\n".join(parts)

@@ -26,6 +26,7 @@ import torch
 from workbench.benchmark import calibrate, store, training
 from workbench.benchmark.check import verify_sample
 from workbench.benchmark.result import (
+    ANCHOR,
     COMPILED,
     EAGER,
     KERNEL,
@@ -185,6 +186,8 @@ def bench_op(
         candidates[EAGER] = partial(_by_schema, sig, spec.reference)
         if compile:
             candidates[COMPILED] = partial(_by_schema, sig, torch.compile(spec.reference))
+        if spec.anchor is not None and not backward:
+            candidates[ANCHOR] = partial(_by_schema, sig, spec.anchor)
         if backward:  # each candidate becomes forward + backward (workbench.benchmark.training)
             samples = training.samples(spec, samples, seed)
             candidates = {c: training.step(fn) for c, fn in candidates.items()}
