@@ -49,9 +49,10 @@ def add_out_samples(
 
 
 def add_out_fake(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> None:
-    for name, t in (("b", b), ("out", out)):
-        torch._check(t.shape == a.shape, lambda: f"add_out: {name} must have a's shape")
-        torch._check(t.dtype == a.dtype, lambda: f"add_out: {name} must have a's dtype")
+    torch._check(b.shape == a.shape, lambda: "add_out: b must have a's shape")
+    torch._check(out.shape == a.shape, lambda: "add_out: out must have a's shape")
+    torch._check(b.dtype == a.dtype, lambda: "add_out: b must have a's dtype")
+    torch._check(out.dtype == a.dtype, lambda: "add_out: out must have a's dtype")
 
 
 def add_out_bytes(args: tuple[Any, ...], out: Any) -> int:
