@@ -46,9 +46,7 @@ def _scale_ref(x: torch.Tensor, s: float) -> torch.Tensor:
     return x.mul_(s)
 
 
-def _scale_samples(
-    dtype: torch.dtype, device: torch.device, gen: torch.Generator
-) -> list[Sample]:
+def _scale_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
     return [
         Sample((randn((5, 9), dtype, device, gen), 0.3), "odd"),
         Sample((randn((8, 30), dtype, device, gen)[:, 2:11], -0.3), "sliced"),
@@ -63,9 +61,7 @@ def _minmax_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.new_empty(x.shape[:-1]), x.new_empty(x.shape[:-1])
 
 
-def _rows_samples(
-    dtype: torch.dtype, device: torch.device, gen: torch.Generator
-) -> list[Sample]:
+def _rows_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
     return [Sample((randn((rows, 33), dtype, device, gen),), f"{rows}x33") for rows in (1, 6)]
 
 
@@ -78,9 +74,7 @@ def _signs_fake(x: torch.Tensor) -> torch.Tensor:
     return x.new_empty((3,), dtype=torch.int64)
 
 
-def _signs_samples(
-    dtype: torch.dtype, device: torch.device, gen: torch.Generator
-) -> list[Sample]:
+def _signs_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
     x = randn((40,), torch.float32, device, gen)
     x[::7] = 0
     return [Sample((x.to(dtype),), "40")]

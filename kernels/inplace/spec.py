@@ -29,9 +29,7 @@ def add_out_reference(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) ->
     torch.add(a, b, out=out)
 
 
-def add_out_samples(
-    dtype: torch.dtype, device: torch.device, gen: torch.Generator
-) -> list[Sample]:
+def add_out_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list[Sample]:
     samples = []
     for label, shape, strided in elementwise_shapes():
         a = randn(shape, dtype, device, gen, strided=strided)
