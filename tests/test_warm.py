@@ -192,3 +192,30 @@ def test_the_gpu_answer_kept_across_processes_is_torchs(tmp_path: Path) -> None:
     assert json.loads(kept.read_text()) == first
     kept.write_text("[[1, 0]]")  # the next process answers from the file, not from NVML
     assert run()[1] == [[1, 0]]
+
+
+def test_the_warm_start_bench_reports_every_phase_and_its_spread(tmp_path: Path) -> None:
+    """scripts/bench_warm_start.py in new processes: per phase min <= median <= max, the phases
+    inside load() no more than the total, and the registry really loaded (it asserts its ops)."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(root / "scripts" / "bench_warm_start.py"), "--families", "1",
+         "--processes", "2", "--json", "--work", str(tmp_path)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    runs = [json.loads(line) for line in lines[:2]]
+    summary = json.loads(lines[2])["summary"]
+    phases = ("import", "index", "spec", "open", "define", "python", "kernels", "other", "call")
+    for run in runs:
+        assert set(phases) <= set(run) and run["open"] > 0 and run["kernels"] > 0
+        assert sum(run[p] for p in phases) <= run["total"] * 1.001
+    for phase in (*phases, "total"):
+        s = summary[phase]
+        assert s["min"] <= s["median"] <= s["max"]
+    assert "| total |" in proc.stdout.splitlines()[-1]

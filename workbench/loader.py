@@ -52,7 +52,7 @@ class _OpDef:
             self.python._destroy()
             self.python = None
         self.spec = spec
-        if spec is not None:
+        if spec is not None or runtime.returns_alias(self.schema):
             self.python = runtime.register_python(ns, spec, self.schema)
 
     def destroy(self) -> None:
