@@ -73,13 +73,6 @@ def _stats(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, torch.rsqrt((xf - mean.unsqueeze(-1)).square().mean(-1) + eps)
 
 
-def _cost_bytes(args: tuple[Any, ...], out: Any) -> int:
-    """Every tensor argument read once and every output written once (all three outputs)."""
-    outs = out if isinstance(out, tuple | list) else (out,)
-    tensors = [t for t in (*args, *outs) if isinstance(t, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
 # ---- layer_norm ----------------------------------------------------------------------------
 
 
@@ -345,7 +338,6 @@ OPS = [
         fake=layer_norm_fake,
         backward=layer_norm_vjp,
         setup_context=layer_norm_setup_context,
-        bytes_moved=_cost_bytes,
         flops=layer_norm_flops,
         bench_sizes=layer_norm_bench_sizes,
     ),
@@ -356,7 +348,6 @@ OPS = [
         fake=layer_norm_backward_fake,
         backward=layer_norm_backward_vjp,
         setup_context=layer_norm_backward_setup_context,
-        bytes_moved=_cost_bytes,
         flops=layer_norm_backward_flops,
         bench_sizes=layer_norm_backward_bench_sizes,
     ),
