@@ -36,7 +36,7 @@ enum Path : int { kRegs = 1, kLong = 2 };
 constexpr int kSmemTarget = 48 * 1024;      // accumulators of the groups of one block, aimed for
 constexpr int kMaxSmem = 128 * 1024;        // accumulators of a block, at most (one row, G = 1)
 constexpr int kPartRows = 8;                // backward_partials_kernel: threads down the rows
-constexpr int kSumRows = 16;                // column_sum_kernel: threads down the partials
+constexpr int kSumRows = 32;                // column_sum_kernel: threads down the partials
 constexpr int64_t kMaxPartials = 1024;      // two-read path: row chunks, at most
 constexpr int64_t kMinChunkRows = 32;       // two-read path: rows per chunk, at least
 constexpr int64_t kPartialElems = 1 << 22;  // two-read path: partials * hidden, at most
@@ -205,13 +205,13 @@ __global__ void __launch_bounds__(kLongThreads)
 // sums in order into workspace[0][p][c] and workspace[1][p][c]. A warp reads 32 consecutive
 // elements of a row.
 template <typename T>
-__global__ void __launch_bounds__(32 * kPartRows)
-    backward_partials_kernel(const T* __restrict__ grad,         // [rows, hidden]
-                             const T* __restrict__ x,            // [rows, hidden]
-                             const acc_t<T>* __restrict__ mean,  // [rows]
-                             const acc_t<T>* __restrict__ rstd,  // [rows]
-                             acc_t<T>* __restrict__ workspace,   // [2][gridDim.y][hidden]
-                             int64_t rows, int64_t hidden, int64_t chunk) {
+__global__ void backward_partials_kernel(
+    const T* __restrict__ grad,         // [rows, hidden]
+    const T* __restrict__ x,            // [rows, hidden]
+    const acc_t<T>* __restrict__ mean,  // [rows]
+    const acc_t<T>* __restrict__ rstd,  // [rows]
+    acc_t<T>* __restrict__ workspace,   // [2][gridDim.y][hidden]
+    int64_t rows, int64_t hidden, int64_t chunk) {
   using A = acc_t<T>;
   __shared__ A sw[kPartRows][33], sb[kPartRows][33];
   const int64_t c = int64_t{blockIdx.x} * 32 + threadIdx.x;
@@ -285,6 +285,19 @@ int smem_bytes(const BackwardPlan& plan, int64_t hidden, int acc_size) {
   return static_cast<int>(plan.groups * 2 * hidden * acc_size);
 }
 
+// The accumulators a block of the register path may hold on this device: kMaxSmem, less where
+// the device lets a block opt in to less (1 KiB is left for the kernel's static shared memory).
+int64_t smem_limit() { return min_of<int64_t>(kMaxSmem, device_info().smem_optin - 1024); }
+
+// Lets `kernel` launch with more than the default 48 KiB of dynamic shared memory: up to
+// smem_limit(), whatever this call needs, so that any plan on this device may launch it later.
+void allow_smem(const void* kernel, int smem) {
+  if (smem > 48 * 1024) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smem_limit()));
+  }
+}
+
 template <int N, typename T>
 void launch_dx_long(const T* grad, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
                     const T* weight, T* dx, int64_t rows, int64_t hidden, int blocks,
@@ -306,8 +319,7 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
   const int64_t nvec = hidden / plan.vec;
   const int64_t row_smem = 2 * hidden * static_cast<int64_t>(sizeof(A));
   const DeviceInfo device = device_info();
-  const int64_t smem_limit = min_of<int64_t>(kMaxSmem, device.smem_optin - 1024);
-  if (nvec <= kRegVectors && row_smem <= smem_limit) {
+  if (nvec <= kRegVectors && row_smem <= smem_limit()) {
     const RegShape shape = reg_shape(nvec);
     plan.path = kRegs;
     plan.k = shape.k;
@@ -319,9 +331,7 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
     const int threads = groups * shape.group;
     const int smem = smem_bytes(plan, hidden, sizeof(A));
     const void* kernel = reinterpret_cast<const void*>(regs_kernel<T>(plan.vec, plan.k));
-    if (smem > 48 * 1024) {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
-    }
+    allow_smem(kernel, smem);  // before the occupancy query, which assumes the launch is allowed
     const int64_t resident = int64_t{device.sms} * blocks_per_sm(kernel, threads, smem);
     plan.blocks = static_cast<int>(min_of(ceil_div(rows, groups), resident));
     plan.partials = plan.blocks;
@@ -348,10 +358,7 @@ Status layer_norm_backward_cuda(const BackwardPlan& plan, const T* grad, const T
   if (plan.path == kRegs) {
     const int smem = smem_bytes(plan, hidden, sizeof(A));
     RegsKernel<T> kernel = regs_kernel<T>(plan.vec, plan.k);
-    if (smem > 48 * 1024) {
-      cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
-    }
+    allow_smem(reinterpret_cast<const void*>(kernel), smem);
     kernel<<<plan.blocks, plan.groups * plan.group, smem, s>>>(
         grad, x, mean, rstd, weight, dx, workspace, rows, static_cast<int>(hidden), plan.group);
   } else {
