@@ -8,14 +8,17 @@
 //
 // Paths, by the row's length in loads (nvec = hidden / 8 for 2-byte types, / 4 for float32,
 // / 2 for float64 when the row is 16-byte aligned; nvec = hidden otherwise):
-//   nvec <= 256    register path, one warp per row, several rows per block (layer_norm.cuh)
+//   nvec <= 256    register path, one warp per row, 8 rows per block of 256 threads
+//                  (hidden up to 1024 float32, 2048 bfloat16, 256 unaligned)
 //   nvec <= 4096   register path, 64 to 512 threads per row: hidden up to 16384 float32,
 //                  32768 bfloat16 (4096 elements when unaligned)
 //   longer         one block of 1024 threads per row, reading x twice (Welford, then y)
-// The register path reads x from memory once: the mean is summed from registers, then the
-// squared deviations from the mean (two passes over registers, exact where E[x^2] - E[x]^2
-// cancels), then y is written. Both sums are of terms already divided by hidden, so a row of
-// large finite values does not overflow a float accumulator on the way to a finite mean.
+// The register path (layer_norm.cuh) reads x from memory once: the mean is summed from
+// registers, then the squared deviations from that mean (two passes over registers, accurate
+// where E[x^2] - E[x]^2 would cancel), then y is written, with weight and bias read from L1/L2.
+// Both sums add terms already divided by hidden, so a row of large finite values does not
+// overflow a float accumulator on the way to a finite mean. Fewer rows than SMs: one row per
+// block, so that they spread over the GPU.
 // Check and time:  wb check layer_norm --device cuda;  wb bench layer_norm
 #include "layer_norm/layer_norm.cuh"
 #include "layer_norm/layer_norm.h"

@@ -12,17 +12,21 @@
 // partitions depend only on the sizes and the device, so a second run is bit for bit the same.
 //
 // Paths (plan_backward_cuda), by the row's length in loads nvec (as in layer_norm.cu):
-//   register path (nvec <= 4096 and 2 * hidden accumulators fit in 128 KiB of shared memory:
-//   hidden up to 16384, 8192 for float64): backward_regs_kernel holds a row of grad, x and
-//   weight in registers (the layout of layer_norm.cuh) and computes dx from one read. Each
-//   group also adds grad * xhat and grad of its rows into its own [2][hidden] accumulators in
-//   shared memory (a thread touches only its own columns, so no barrier or atomic); at the end
-//   the block adds its groups in order into workspace row blockIdx.x. The grid is the number of
-//   blocks resident at once (occupancy), each looping over rows, so partials = grid size and
-//   grad and x are read from memory once in all.
+//   register path (nvec <= 4096 and 2 * hidden accumulators fit in 128 KiB of shared memory,
+//   or what the device allows: hidden up to 16384, 8192 for float64): backward_regs_kernel
+//   holds a row of grad and x in registers (the layout of layer_norm.cuh; weight is read from
+//   L1/L2 where used) and computes dx from one read. Each group also adds grad * xhat and grad
+//   of its rows into its own [2][hidden] accumulators in shared memory (a thread touches only
+//   its own columns, so no barrier or atomic); at the end the block adds its groups in order
+//   into workspace row blockIdx.x. The grid is the number of blocks resident at once
+//   (occupancy), each looping over rows, so partials = grid size and grad and x are read from
+//   memory once in all. Groups per block: up to 256 threads' worth, within 48 KiB of
+//   accumulators; one group per block (up to 128 KiB) for long rows or few rows.
 //   two-read path (longer rows): backward_dx_long_kernel, a block of 1024 threads per row,
 //   reads the row twice (sums, then dx); backward_partials_kernel reads grad and x once more by
-//   columns: block (32, 8) sums 32 columns over one chunk of rows_per_partial rows.
+//   columns: block (32, 8) sums 32 columns over one chunk of rows_per_partial rows. Rows this
+//   long are rare, and shared memory cannot hold their accumulators.
+// Then column_sum_kernel, block (32, 32): 32 columns, 32 threads down the partials.
 // Check and time:  wb check layer_norm_backward --device cuda;  wb bench layer_norm_backward
 #include "layer_norm/layer_norm.cuh"
 #include "layer_norm/layer_norm.h"
