@@ -41,13 +41,15 @@ _LARGE: list[tuple[str, tuple[int, ...], bool]] = [
     ("rows", (16384, 24), False),
     # The CUDA paths by row length (float32 loads of 4): a warp per row (odd, 250 loads); 128
     # threads of 8 loads (block, the largest sample the special values are scattered over);
-    # 512 threads (wide); then too long for registers, by vectors (long; long_half for 2-byte
-    # types) and by elements (long_odd). layer_norm_backward's register path stops at 16384.
+    # 256 threads of 8 single elements (mid); 512 threads (wide); then too long for registers,
+    # by vectors (long; long_half for 2-byte types) and by elements (long_odd).
+    # layer_norm_backward's register path stops at 16384 (8192 for float64); long's 40 rows are
+    # two chunks of its two-read path's partial sums.
     ("block", (4, 4096), False),
-    ("mid", (4, 2000), False),
+    ("mid", (4, 2001), False),
     ("large", (64, 8192), False),
     ("wide", (2, 16384), False),
-    ("long", (2, 16388), False),
+    ("long", (40, 16388), False),
     ("long_odd", (2, 8193), False),
     ("long_half", (1, 32776), False),
 ]
