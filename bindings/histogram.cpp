@@ -66,7 +66,7 @@ Range check_range(int64_t bins, double lo, double hi) {
   const double width = hi - lo;
   TORCH_CHECK(std::isfinite(width), "histogram: expected hi - lo to be finite, got lo = ", lo,
               " and hi = ", hi, " (hi - lo overflows a double)");
-  return Range{lo, hi, width, static_cast<double>(bins), bins};
+  return Range{lo, hi, width, 1.0 / width, static_cast<double>(bins), bins};
 }
 
 // Elements per CPU chunk, at least: below this the threading overhead outweighs the work.

@@ -84,6 +84,37 @@ def test_the_reference_follows_the_documented_rule(lib: Any, dtype: torch.dtype)
         assert _spec(lib).reference(*s.args).tolist() == want, s.label
 
 
+@pytest.mark.parametrize(
+    ("bins", "lo", "hi"),
+    [
+        (7, -3.0, 3.0),
+        (256, -4.0, 4.0),
+        (1000, 0.1, 0.7),
+        (3, -1e-300, 1e-300),
+        (5, -8e307, 8e307),  # width > 2^1022: 1 / width is subnormal
+        (10, 0.0, 1.5e-323),  # width subnormal: 1 / width overflows
+        (100000, -50000.0, 50000.0),
+    ],
+)
+def test_values_a_few_ulps_from_every_edge(lib: Any, bins: int, lo: float, hi: float) -> None:
+    """The kernels skip the division where the bin is certain without it: float64 values up to
+    64 ulps either side of every edge land where the plain double arithmetic puts them."""
+    step = max(1, bins // 50)
+    ks = range(0, bins + 1, step)
+    edges = torch.tensor([lo + k * (hi - lo) / bins for k in ks], dtype=torch.float64)
+    up, down, parts = edges, edges, [edges]
+    for _ in range(64):
+        up, down = _next(up, 1), _next(down, -1)
+        parts += [up, down]
+    x = torch.cat(parts)
+    values = [float(v) for v in x.tolist()]
+    assert lib.histogram(x, bins, lo, hi).tolist() == _python_histogram(values, bins, lo, hi)
+
+
+def _next(x: torch.Tensor, direction: int) -> torch.Tensor:
+    return torch.nextafter(x, torch.full_like(x, direction * math.inf))
+
+
 def test_the_edges_fall_where_the_rule_says(lib: Any) -> None:
     """lo and every edge open their bin, hi closes the last; the values just outside are lost."""
     lo, hi, bins = -3.0, 3.0, 6  # edges -3, -2, ..., 3: exact
