@@ -15,6 +15,7 @@ import ctypes
 import importlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +72,20 @@ def define(ns: str, schema: str) -> torch.library.Library:
 
 
 def register_python(ns: str, spec: Any, schema: str) -> torch.library.Library:
-    """Register an OpSpec's fake function and, when it has one, its autograd formula."""
+    """Register an OpSpec's fake function and, when it has one, its autograd formula.
+
+    An op that returns one of the arguments it writes (``scale_(Tensor(a!) x, float s) ->
+    Tensor(a!)``) gets a functional twin instead of a fake function (see :func:`returns_alias`);
+    ``spec`` may then be None.
+    """
     lib = torch.library.Library(ns, "FRAGMENT")
-    qualname = f"{ns}::{spec.name}"
-    _register_fake(lib, qualname, spec.fake)
-    if spec.backward is not None:
+    name = op_name(schema)
+    qualname = f"{ns}::{name}"
+    if returns_alias(schema):
+        _register_functional_twin(lib, ns, name, schema, getattr(spec, "fake", None))
+    else:
+        _register_fake(lib, qualname, spec.fake)
+    if spec is not None and spec.backward is not None:
         ops = getattr(torch.ops, ns)
         user_setup = spec.setup_context
 
@@ -86,6 +96,110 @@ def register_python(ns: str, spec: Any, schema: str) -> torch.library.Library:
 
         _register_autograd(lib, qualname, schema, spec.backward, setup_context)
     return lib
+
+
+def returns_alias(schema: str) -> bool:
+    """Whether the op returns an argument it writes into (a return with an alias annotation).
+
+    torch.compile cannot functionalize such a custom op by itself (it refuses returns with alias
+    annotations); :func:`_register_functional_twin` gives it the way.
+    """
+    if "Tensor(" not in schema.rsplit("->", 1)[-1]:
+        return False
+    return any(r.alias_info is not None for r in torch._C.parse_schema(schema).returns)
+
+
+def _strip_aliases(text: str) -> str:
+    return re.sub(r"Tensor\([a-z0-9.]+!?\)", "Tensor", text)
+
+
+def _register_functional_twin(
+    lib: torch.library.Library, ns: str, name: str, schema: str, fake: Any
+) -> None:
+    """Make an op that returns an argument it writes traceable by torch.compile and opcheck.
+
+    The twin ``<name>_functional`` takes the same arguments, none of them written, and returns
+    the new values of the written ones (then the op's other returns): it calls the op on copies.
+    The op itself gets a CompositeImplicitAutograd kernel, "call the twin, copy its results into
+    the written arguments, return them", which is what torch.compile and opcheck trace (and
+    functionalize: the twin is functional, ``copy_`` is ATen's), and which the CPU and CUDA
+    kernels of the op take precedence over when it runs eagerly. The op's fake function (the
+    spec's ``fake``; torch allows none on an op with a composite kernel) runs inside the twin's,
+    for its checks and its other returns.
+    """
+    parsed = torch._C.parse_schema(schema)
+    args = list(parsed.arguments)
+    written = [i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
+    by_set = {tuple(args[i].alias_info.before_set): i for i in written}  # type: ignore[union-attr]
+    returns = [by_set.get(tuple(r.alias_info.before_set)) if r.alias_info else None
+               for r in parsed.returns]  # fmt: skip
+    others = [str(r.type) for r, i in zip(parsed.returns, returns, strict=True) if i is None]
+    head = schema.rsplit("->", 1)[0].strip()
+    twin = f"{name}_functional"
+    twin_head = _strip_aliases(twin + head[len(name) :])
+    outs = ["Tensor"] * len(written) + others
+    lib.define(
+        f"{twin_head} -> ({', '.join(outs)})" if len(outs) != 1 else f"{twin_head} -> Tensor"
+    )
+    op = getattr(getattr(torch.ops, ns), name)
+    twin_op = getattr(getattr(torch.ops, ns), twin)
+
+    def bind(a: tuple[Any, ...], kw: dict[str, Any]) -> list[Any]:
+        """Every argument in schema order (defaults filled in)."""
+        it = iter(a)
+        return [
+            kw.get(arg.name, arg.default_value) if arg.kwarg_only else next(it, arg.default_value)
+            for arg in args
+        ]
+
+    def split(values: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+        pos = [v for v, arg in zip(values, args, strict=True) if not arg.kwarg_only]
+        return pos, {arg.name: v for v, arg in zip(values, args, strict=True) if arg.kwarg_only}
+
+    def twin_kernel(*a: Any, **kw: Any) -> Any:
+        values = bind(a, kw)
+        for i in written:
+            values[i] = _layout_copy(values[i])
+        pa, pk = split(values)
+        result = op(*pa, **pk)
+        extra = [r for r, i in zip(_as_list(result), returns, strict=False) if i is None]
+        outs = [values[i] for i in written] + extra
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def twin_fake(*a: Any, **kw: Any) -> Any:
+        values = bind(a, kw)
+        result = fake(*a, **kw) if fake is not None else None
+        extra = [r for r, i in zip(_as_list(result), returns, strict=False) if i is None]
+        outs = [_like(values[i]) for i in written] + extra
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def composite(*a: Any, **kw: Any) -> Any:
+        values = bind(a, kw)
+        new = _as_list(twin_op(*a, **kw))
+        for k, i in enumerate(written):
+            values[i].copy_(new[k])
+        extra = iter(new[len(written) :])
+        rets = [values[i] if i is not None else next(extra) for i in returns]
+        return None if not rets else rets[0] if len(rets) == 1 else tuple(rets)
+
+    lib.impl(twin, twin_kernel, "CompositeExplicitAutograd")
+    _register_fake(lib, f"{ns}::{twin}", twin_fake)
+    lib.impl(name, composite, "CompositeImplicitAutograd")
+
+
+def _as_list(x: Any) -> list[Any]:
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _layout_copy(t: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+    return out.copy_(t)
+
+
+def _like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
 
 
 def _register_fake(lib: torch.library.Library, qualname: str, fake: Any) -> None:
@@ -190,8 +304,8 @@ def load_package(package: str, folder: str | os.PathLike[str]) -> Package:
         loaded._keep.append(cdll)
         for name, schema in schemas.items():
             loaded._keep.append(define(ns, schema))
-            if name in specs:
-                loaded._keep.append(register_python(ns, specs[name], schema))
+            if name in specs or returns_alias(schema):
+                loaded._keep.append(register_python(ns, specs.get(name), schema))
         error = register_kernels(cdll, ns)
         if error is not None:
             raise ImportError(f"{package}: registering the kernels of {family['name']}: {error}")

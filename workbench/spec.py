@@ -31,7 +31,8 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 
 @dataclass(frozen=True)
 class Sample:
-    """One call of an op: positional arguments, and the shape class it exercises."""
+    """One call of an op: its arguments in schema order (keyword-only ones too: the check passes
+    those by name), and the shape class it exercises."""
 
     args: tuple[Any, ...]
     label: str
@@ -45,9 +46,11 @@ CostFn = Callable[[tuple[Any, ...], Any], int]
 def tensor_bytes(args: tuple[Any, ...], out: Any) -> int:
     """The fewest bytes a call must move: every tensor argument read once, the output written once.
 
-    A tensor counts as ``numel * element_size`` (an expanded view counts what it shows).
+    A tensor counts as ``numel * element_size`` (an expanded view counts what it shows); an op
+    with several outputs writes each once.
     """
-    tensors = [a for a in (*args, out) if isinstance(a, torch.Tensor)]
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    tensors = [a for a in (*args, *outs) if isinstance(a, torch.Tensor)]
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -82,6 +85,10 @@ class OpSpec:
     bytes_moved: CostFn = tensor_bytes
     flops: CostFn = no_flops
     bench_sizes: SampleFn | None = None
+    # The PyTorch function a user would call instead, where ``reference`` is not it (e.g.
+    # torch.histc for a histogram whose reference is an exact float64 formulation): the bench
+    # times it as one more candidate, "vs anchor". Same signature as the op.
+    anchor: Callable[..., Any] | None = None
     # True when two runs on the same inputs may differ (atomics, split reductions): the check
     # then skips the bitwise determinism check and compares replays with the oracle instead.
     nondeterministic: bool = False

@@ -1,8 +1,8 @@
 """Verify, then time: the kernel is checked on the exact inputs that will be timed.
 
-``verify_sample`` is the one place the benchmark asks the correctness oracle; it runs the spec's
-reference in float64 on float64 copies of the sample and compares with
-:func:`workbench.verify.compare` at the spec's tolerance for the dtype.
+``verify_sample`` is the one place the benchmark asks the correctness oracle; it is the check's
+own :func:`workbench.verify.check_call` on the sample (the reference in float64 and in the dtype,
+the spec's tolerance, every output).
 """
 
 from __future__ import annotations
@@ -20,19 +20,17 @@ class VerificationError(WorkbenchError):
 
 
 def verify_sample(op: Any, spec: OpSpec, sample: Sample, dtype: torch.dtype) -> None:
-    """Raise VerificationError unless ``op(*sample.args)`` matches the reference."""
-    from workbench.verify import compare
+    """Raise VerificationError unless ``op`` on ``sample`` passes the check's oracle
+    (:func:`workbench.verify.check_call`: poisoned outputs, untouched inputs, every output)."""
+    from workbench.verify import check_call
 
     where = f"{spec.name} [{sample.label}, {str(dtype).removeprefix('torch.')}]"
-    try:
-        out = op(*sample.args)
-    except Exception as e:
-        raise VerificationError(f"{where} raised before timing: {type(e).__name__}: {e}") from e
-    args64 = tuple(a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in sample.args)
-    ref = spec.reference(*args64)
-    passed, ratio, detail = compare(out, ref, dtype, spec.tolerances[dtype])
-    if not passed:
-        raise VerificationError(
-            f"{where} does not match its reference (err/tol {ratio:.3g}, {detail}); "
-            "not timed: fix the kernel (wb check shows every sample)"
-        )
+    verdict = check_call(op, spec, sample.args, dtype)
+    if verdict.passed:
+        return
+    if verdict.reason == "error":
+        raise VerificationError(f"{where} raised before timing: {verdict.detail}")
+    raise VerificationError(
+        f"{where} does not match its reference ({verdict.reason}, err/tol {verdict.ratio:.3g}, "
+        f"{verdict.detail}); not timed: fix the kernel (wb check shows every sample)"
+    )

@@ -16,6 +16,8 @@ from workbench.benchmark.calibrate import Calibration
 from workbench.benchmark.stats import Measurement, noise_band, rel_diff, round_spread, verdict
 
 KERNEL, KERNEL_AA, EAGER, COMPILED = "kernel", "kernel (A/A)", "eager", "compiled"
+# The PyTorch op a user would call instead, where the spec's reference is not it (OpSpec.anchor).
+ANCHOR = "anchor"
 
 
 @dataclass
@@ -64,8 +66,8 @@ class SizeResult:
 
     def roofline(self, cal: Calibration | None) -> float | None:
         """Fraction of the roofline: the time the ceilings allow over the measured time."""
-        if cal is None or self.kernel <= 0:
-            return None
+        if cal is None or self.kernel <= 0 or not (self.bytes or self.flops):
+            return None  # nothing counted (e.g. a forward + backward step)
         floor = max(self.bytes / cal.copy_bytes_per_s, self.flops / cal.matmul_flops_per_s)
         return floor / self.kernel
 
@@ -214,17 +216,21 @@ class BenchResult:
                         s.label,
                         _us(s.kernel),
                         f"{k.stats.rel_iqr:.1%}",
-                        f"{gbs:.1f}",
+                        f"{gbs:.1f}" if s.bytes else "-",
                         f"{s.flops / s.kernel / 1e12:.1f}" if s.flops and s.kernel > 0 else "-",
                         _pct(s.roofline(r.calibration)),
                         _vs(s, EAGER),
                         _vs(s, COMPILED),
+                        *([_vs(s, ANCHOR)] if self._anchored() else []),
                         f"{s.aa_spread:.1%}",
                         f"{s.noise:.1%}",
                         k.method,
                     ]
                 )
         return out
+
+    def _anchored(self) -> bool:
+        return any(ANCHOR in s.times for r in self.ops for s in r.sizes)
 
     def vs_lines(self) -> list[str]:
         lines = []
@@ -246,7 +252,8 @@ class BenchResult:
 
         heads = {(r.device, r.dtype) for r in self.ops}
         top = [f"{dev}, {dt}" for dev, dt in sorted(heads)]
-        parts = [*top, render(HEADERS, self.rows())]
+        columns = HEADERS if not self._anchored() else [*HEADERS[:9], "vs anchor", *HEADERS[9:]]
+        parts = [*top, render(columns, self.rows())]
         parts += self.vs_lines()
         parts += [f"warning: {w}" for r in self.ops for w in r.warnings()]
         return "\n".join(parts)

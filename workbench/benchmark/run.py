@@ -18,13 +18,15 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench.benchmark import calibrate, store
+from workbench.benchmark import calibrate, store, training
 from workbench.benchmark.check import verify_sample
 from workbench.benchmark.result import (
+    ANCHOR,
     COMPILED,
     EAGER,
     KERNEL,
@@ -37,6 +39,8 @@ from workbench.benchmark.stats import Measurement, median_round
 from workbench.errors import WorkbenchError
 from workbench.spec import OpSpec, Sample
 from workbench.verify.oracle import float32_precision
+from workbench.verify.runner import invoker
+from workbench.verify.schema import Signature, signature
 
 if TYPE_CHECKING:
     from workbench.api import Library
@@ -162,40 +166,52 @@ def bench_op(
     min_time: float,
     calibration: calibrate.Calibration | None,
     rounds: int | None = None,
+    backward: bool = False,
 ) -> OpResult:
-    """Verify, then time one op over its sweep (see the module docstring); ``rounds`` as in
-    ``bench``, which checks it."""
+    """Verify, then time one op over its sweep (see the module docstring); ``rounds`` and
+    ``backward`` as in ``bench``, which checks them."""
     spec = _spec(lib, name, device, dtype)
     # float32 matmuls at the precision the spec allows (OpSpec.allow_tf32), for all candidates.
     with float32_precision(spec.allow_tf32):
         n_rounds = DEFAULT_ROUNDS[device.type] if rounds is None else rounds
-        kernel = getattr(lib, name)
+        op = getattr(lib, name)
+        sig = signature(op)
+        kernel = invoker(op)  # kernel(*sample.args), keyword-only arguments passed by name
         samples = _pick(sweep(spec, dtype, device, seed), sizes, name)
         if not samples:
             raise WorkbenchError(f"{name} has no sizes to time on {device.type} for {dtype}")
         for s in samples:
-            verify_sample(kernel, spec, s, dtype)
+            verify_sample(op, spec, s, dtype)
         candidates: dict[str, Callable[..., Any]] = {KERNEL: kernel, KERNEL_AA: kernel}
-        candidates[EAGER] = spec.reference
+        candidates[EAGER] = partial(_by_schema, sig, spec.reference)
         if compile:
-            candidates[COMPILED] = torch.compile(spec.reference)
+            candidates[COMPILED] = partial(_by_schema, sig, torch.compile(spec.reference))
+        if spec.anchor is not None and not backward:
+            candidates[ANCHOR] = partial(_by_schema, sig, spec.anchor)
+        if backward:  # each candidate becomes forward + backward (workbench.benchmark.training)
+            samples = training.samples(spec, samples, seed)
+            candidates = {c: training.step(fn) for c, fn in candidates.items()}
+            for s in samples:
+                training.verify(candidates[KERNEL], spec, s, dtype)
         for s in samples:
             for fn in candidates.values():
                 fn(*s.args)
-        methods = _methods(kernel, samples, device)
+        methods = _methods(candidates[KERNEL], samples, device)
         timer = _timer(device, min_time)
         times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
         for _, i, c in round_plans(len(samples), list(candidates), seed, n_rounds):
             times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
         results = []
         for s, t in zip(samples, times, strict=True):
-            out = kernel(*s.args)
             chosen = {c: median_round(t[c]) for c in candidates}
             medians = {c: [m.stats.median for m in t[c]] for c in candidates}
-            bytes_moved, flops = spec.bytes_moved(s.args, out), spec.flops(s.args, out)
+            bytes_moved, flops = 0, 0  # a training step has no roofline count in the spec
+            if not backward:
+                out = kernel(*s.args)
+                bytes_moved, flops = spec.bytes_moved(s.args, out), spec.flops(s.args, out)
             results.append(SizeResult(s.label, bytes_moved, flops, chosen, rounds=medians))
         return OpResult(
-            op=name,
+            op=f"{name}+backward" if backward else name,
             device=calibrate.device_name(device),
             device_type=device.type,
             dtype=str(dtype).removeprefix("torch."),
@@ -204,6 +220,10 @@ def bench_op(
             calibration=calibration,
             created=time.time(),
         )
+
+
+def _by_schema(sig: Signature, fn: Callable[..., Any], *args: Any) -> Any:
+    return sig.call(fn, args)
 
 
 def _spec(lib: Library, name: str, device: torch.device, dtype: torch.dtype) -> OpSpec:
@@ -236,6 +256,7 @@ def bench(
     rounds: int | None = None,
     roofline: bool = True,
     save: bool = True,
+    backward: bool = False,
 ) -> BenchResult:
     """Verify, then time ``ops`` (names; default: every op with a spec) against eager and compiled.
 
@@ -248,7 +269,9 @@ def bench(
     of a candidate's round medians widens its noise band (default: 3 on cuda, where a timing can
     move between rounds by more than its IQR; 1 on cpu, where each timing is already a long
     blocked_autorange run). ``roofline``: attach this device's ceilings (measured once per device
-    and cached). ``save``: store the result under the build key.
+    and cached). ``save``: store the result under the build key. ``backward``: time forward and
+    backward together (each candidate a training step; ops whose spec has a backward), reported
+    as ``<op>+backward``, with no roofline.
     """
     if min_time <= 0:
         raise WorkbenchError(f"min_time must be positive, got {min_time}")
@@ -273,6 +296,7 @@ def bench(
             min_time=min_time,
             calibration=cal,
             rounds=rounds,
+            backward=backward,
         )
         if vs is not None:
             r.previous = store.previous(r.op, r.device, r.dtype, r.build_key, vs)

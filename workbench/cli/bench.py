@@ -23,6 +23,11 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         help="timings of every candidate per size, interleaved; their spread widens the noise "
         "band (default: 3 on cuda, 1 on cpu)",
     )
+    p.add_argument(
+        "--backward",
+        action="store_true",
+        help="time forward and backward together (ops whose spec has a backward)",
+    )
     p.add_argument("--seed", type=int, default=0, help="inputs and timing order")
     p.add_argument("--no-save", action="store_true", help="do not store results for --vs")
     p.add_argument(
@@ -64,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         min_time=args.min_time,
         rounds=args.rounds,
         save=not args.no_save,
+        backward=args.backward,
     )
     if result.ops and result.ops[0].calibration is not None:
         print("\n".join(result.ops[0].calibration.lines()))

@@ -25,6 +25,8 @@ from workbench.verify.oracle import (
     Verdict,
     fail,
 )
+from workbench.verify.schema import Signature, same_layout_copy
+from workbench.verify.schema import raw as _raw
 
 # Contract check names (the ``check`` column of a report).
 OPCHECK = "opcheck"
@@ -64,11 +66,36 @@ def snapshot(args: tuple[Any, ...]) -> list[torch.Tensor | None]:
     return [storage_copy(a) if isinstance(a, torch.Tensor) else None for a in args]
 
 
-def mutated(args: tuple[Any, ...], before: list[torch.Tensor | None]) -> Verdict | None:
-    """A failure naming the first argument whose storage changed."""
+def mutated(
+    args: tuple[Any, ...], before: list[torch.Tensor | None], written: tuple[int, ...] = ()
+) -> Verdict | None:
+    """A failure naming the first argument changed against its schema.
+
+    An argument the schema does not mark as written must keep every byte of its storage. One it
+    marks (``Tensor(a!)``) may change only the elements of its view: the bytes of its storage
+    outside the view (the rest of a larger buffer it is a slice of) must stay as they were.
+    """
     for i, (a, saved) in enumerate(zip(args, before, strict=True)):
-        if saved is not None and not torch.equal(storage_copy(a), saved):
-            return fail(MUTATED, f"argument {i} changed: the op wrote into an input")
+        if saved is None:
+            continue
+        if i not in written:
+            if not torch.equal(storage_copy(a), saved):
+                return fail(
+                    MUTATED,
+                    f"argument {i} changed: the op wrote into an input its schema does not "
+                    "mark as written (Tensor(a!))",
+                )
+            continue
+        expected = saved.clone()
+        typed = torch.empty(0, dtype=a.dtype, device=a.device)
+        view = typed.set_(expected.untyped_storage(), a.storage_offset(), a.size(), a.stride())
+        view.copy_(a)
+        if not torch.equal(storage_copy(a), expected):
+            return fail(
+                MUTATED,
+                f"argument {i} (written) changed outside its view: the op wrote past the "
+                "elements of the tensor it was given",
+            )
     return None
 
 
@@ -85,14 +112,21 @@ def bitwise_mismatch(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def bitwise_equal(a: Any, b: Any) -> bool:
+    """Same type of result, and every tensor in it equal in every bit (tuples element by element;
+    non-tensor outputs by ==)."""
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        if not (isinstance(a, (tuple, list)) and isinstance(b, (tuple, list))):
+            return False
+        return len(a) == len(b) and all(bitwise_equal(x, y) for x, y in zip(a, b, strict=True))
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        return False
+        either = isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)
+        return not either and bool(a == b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     return bool(torch.equal(_bits(a).cpu(), _bits(b).cpu()))
 
 
-def same_again(first: torch.Tensor, second: Any, what: str) -> Verdict | None:
+def same_again(first: Any, second: Any, what: str) -> Verdict | None:
     """A ``nondeterministic`` failure when two runs on the same inputs differ in any bit."""
     if bitwise_equal(first, second):
         return None
@@ -103,11 +137,15 @@ def same_again(first: torch.Tensor, second: Any, what: str) -> Verdict | None:
     )
 
 
-def run_opcheck(op: Any, args: tuple[Any, ...]) -> Verdict | None:
-    """torch.library.opcheck with its default tests."""
+def run_opcheck(op: Any, args: tuple[Any, ...], sig: Signature | None = None) -> Verdict | None:
+    """torch.library.opcheck with its default tests (on copies of the written arguments)."""
     target = getattr(op, "default", op)
+    sig = sig or Signature()
+    fresh = sig.fresh(args)
+    positional = tuple(a for a, kw in zip(fresh, sig._names(fresh), strict=True) if kw is None)
+    named = {kw: a for a, kw in zip(fresh, sig._names(fresh), strict=True) if kw is not None}
     try:
-        torch.library.opcheck(target, args)
+        torch.library.opcheck(target, positional, named)
     except Exception as e:
         return fail(OPCHECK, _first_line(e))
     return None
@@ -142,10 +180,9 @@ def run_gradcheck(
     return None if ok else fail(GRADCHECK, "gradcheck returned False")
 
 
-def run_compiled(
-    op: Callable[..., Any], args: tuple[Any, ...], eager: torch.Tensor, backend: str
-) -> Any:
-    """The op under torch.compile(fullgraph=True); returns its output (or a failed Verdict)."""
+def run_compiled(op: Callable[..., Any], args: tuple[Any, ...], backend: str) -> Any:
+    """``op(*args)`` under torch.compile(fullgraph=True); returns its output (or a failed
+    Verdict). ``op`` returns the call's outputs (:meth:`Signature.outputs`), ``args`` are fresh."""
     import torch._dynamo
 
     def call(*xs: Any) -> Any:
@@ -160,19 +197,6 @@ def run_compiled(
         )
     finally:
         torch._dynamo.reset()
-
-
-def same_layout_copy(t: torch.Tensor) -> torch.Tensor:
-    """A new tensor with ``t``'s values, sizes, strides and offset (expanded views included)."""
-    buf = storage_copy(t)
-    typed = torch.empty(0, dtype=t.dtype, device=t.device)
-    return typed.set_(buf.untyped_storage(), t.storage_offset(), t.size(), t.stride())
-
-
-def _raw(t: torch.Tensor) -> torch.Tensor:
-    """The bytes of ``t``'s storage as a uint8 tensor (a view: writes go to ``t``)."""
-    raw = torch.empty(0, dtype=torch.uint8, device=t.device)
-    return raw.set_(t.untyped_storage())
 
 
 def run_on_side_stream(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -201,7 +225,11 @@ def run_on_side_stream(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 
 
 def run_graph(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """The op captured into a CUDA graph (after a warm-up on a side stream) and replayed."""
+    """The op captured into a CUDA graph (after a warm-up on a side stream) and replayed.
+
+    Every input is restored to its values before the replay, so an op that writes into its
+    arguments replays on the same values as the eager call it is compared with.
+    """
     static = tuple(same_layout_copy(a) if isinstance(a, torch.Tensor) else a for a in args)
     side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     side.wait_stream(torch.cuda.current_stream())
@@ -211,6 +239,9 @@ def run_graph(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = op(*static)
+    for a, t in zip(args, static, strict=True):
+        if isinstance(t, torch.Tensor):
+            _raw(t).copy_(_raw(a))
     graph.replay()
     torch.cuda.synchronize()
     return out

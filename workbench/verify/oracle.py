@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from workbench.spec import DEFAULT_TOLERANCES, OpSpec
+from workbench.verify.schema import Signature
 
 # Why a check failed; tests assert on these.
 VALUES = "values"  # finite elements off by more than the tolerance
@@ -87,6 +88,8 @@ def compare(
         return fail(DTYPE, f"dtype {out.dtype}, expected {dtype}")
     if out.numel() == 0:
         return Verdict(True, 0.0, "", "", 0.0)
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return _exact(out, ref64)
     got = out.detach().to(torch.float64).cpu()
     ref = ref64.detach().to(torch.float64).cpu()
     theirs = _as64(ref_dtype, ref.shape)
@@ -101,6 +104,77 @@ def compare(
         if bad is not None and mismatch_theirs:
             return _nonfinite_verdict(bad, got, rounded)
     return _within(got, ref, theirs, tol)
+
+
+def compare_outputs(
+    out: Any,
+    ref64: Any,
+    dtype: torch.dtype,
+    spec: OpSpec,
+    ref_dtype: Any = None,
+    names: list[str] | None = None,
+) -> Verdict:
+    """Every output of a call against the reference's, worst first (see :func:`compare`).
+
+    ``out`` and ``ref64`` are a tensor each, or tuples of the same length (an op with several
+    outputs, or one that writes into its arguments). Each output is held to the dtype the
+    reference gives it in the tested dtype (``ref_dtype``; e.g. float32 statistics of a float16
+    layer norm, int64 counts of a float histogram), else to ``dtype`` when floating, else to the
+    truth's own dtype, with the spec's floor for that dtype; integer outputs compare exactly.
+    """
+    if not isinstance(ref64, (tuple, list)):
+        want = _expected_dtype(ref64, ref_dtype, dtype)
+        return compare(out, ref64, want, tolerance(spec, want), _tensor_or_none(ref_dtype))
+    if not isinstance(out, (tuple, list)) or len(out) != len(ref64):
+        got = f"{len(out)} outputs" if isinstance(out, (tuple, list)) else type(out).__name__
+        return fail(SHAPE, f"returned {got}, expected {len(ref64)} outputs")
+    theirs = list(ref_dtype) if isinstance(ref_dtype, (tuple, list)) else [None] * len(ref64)
+    theirs = (theirs + [None] * len(ref64))[: len(ref64)]
+    labels = names or [f"output {i}" for i in range(len(ref64))]
+    worst: Verdict | None = None
+    for label, o, r, t in zip(labels, out, ref64, theirs, strict=True):
+        if not isinstance(r, torch.Tensor):
+            continue  # a non-tensor return (an int, None) is not compared
+        want = _expected_dtype(r, t, dtype)
+        v = compare(o, r, want, tolerance(spec, want), _tensor_or_none(t))
+        v = Verdict(v.passed, v.ratio, f"{label}: {v.detail}", v.reason, v.torch_ratio)
+        if not v.passed:
+            return v
+        if worst is None or not v.ratio <= worst.ratio:
+            worst = v
+    return worst or Verdict(True, 0.0, "", "", 0.0)
+
+
+def _tensor_or_none(t: Any) -> torch.Tensor | None:
+    return t if isinstance(t, torch.Tensor) else None
+
+
+def _expected_dtype(ref64: torch.Tensor, theirs: Any, dtype: torch.dtype) -> torch.dtype:
+    if isinstance(theirs, torch.Tensor):
+        return theirs.dtype
+    return dtype if ref64.is_floating_point() else ref64.dtype
+
+
+def _exact(out: torch.Tensor, ref: torch.Tensor) -> Verdict:
+    """An integer (or bool) output: every element equal. The poison of integer outputs is the
+    dtype's largest value, so such an element where the truth differs is reported unwritten."""
+    got, want = out.detach().cpu(), ref.detach().cpu().to(out.dtype)
+    diff = (got != want).flatten()
+    if not bool(diff.any()):
+        return Verdict(True, 0.0, "", "", 0.0)
+    i = int(diff.nonzero()[0])
+    count = int(diff.sum())
+    index = [int(x) for x in torch.unravel_index(torch.tensor(i), got.shape)]
+    g, w = int(got.flatten()[i]), int(want.flatten()[i])
+    poison = torch.iinfo(out.dtype).max if out.dtype != torch.bool else None
+    where = f"at {index}: got {g}, expected {w} ({count} elements differ; compared exactly)"
+    if g == poison:
+        return fail(
+            UNWRITTEN,
+            f"{where}: {g} is the poison integer outputs are filled with before the call, so "
+            "these elements were likely never written",
+        )
+    return fail(VALUES, where)
 
 
 def _as64(t: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
@@ -207,12 +281,21 @@ def float32_precision(allow_tf32: bool) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = before[1]
 
 
-def references(spec: OpSpec, args: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(float64 truth, PyTorch's result in the tested dtype or None when the dtype fails)."""
+def references(
+    spec: OpSpec, args: tuple[Any, ...], sig: Signature | None = None
+) -> tuple[Any, Any]:
+    """(float64 truth, PyTorch's result in the tested dtype or None when the dtype fails).
+
+    Both are the call's outputs as ``sig`` defines them (:mod:`~workbench.verify.schema`): for
+    an op that writes into arguments, the reference writes into its own copies of them.
+    """
+    sig = sig or Signature()
     with float32_precision(spec.allow_tf32):
-        ref64 = spec.reference(*upcast(args))
+        args64 = upcast(sig.fresh(args))
+        ref64 = sig.outputs(args64, sig.call(spec.reference, args64))
         try:
-            ref_dtype = spec.reference(*args)
+            mine = sig.fresh(args)
+            ref_dtype = sig.outputs(mine, sig.call(spec.reference, mine))
         except (RuntimeError, TypeError, NotImplementedError):  # e.g. an op with no half kernel
             ref_dtype = None
     return ref64, ref_dtype

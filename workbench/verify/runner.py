@@ -23,14 +23,15 @@ from workbench.verify import contract, isolate, specials
 from workbench.verify.oracle import (
     CRASH,
     ERROR,
+    MUTATED,
     Verdict,
-    compare,
+    compare_outputs,
     dtype_of,
     fail,
     references,
-    tolerance,
 )
 from workbench.verify.report import VALUES, Report, Row
+from workbench.verify.schema import flat_outputs, signature
 
 # What a contract check returns when the values already fail on its sample: no row.
 _SKIPPED = Verdict(True, float("nan"), "skipped: the values row reports this sample")
@@ -71,17 +72,41 @@ def check_call(
 def _call(
     op: Callable[..., Any], spec: OpSpec, args: tuple[Any, ...], dtype: torch.dtype, name: str
 ) -> tuple[Verdict, Any]:
+    """One checked call on ``args``: (verdict, the call's outputs). Written arguments get fresh
+    copies (:mod:`~workbench.verify.schema`), so ``args`` are never changed by a right op."""
+    sig = signature(op)
     try:
-        ref64, ref_dtype = references(spec, args)
-        before = contract.snapshot(args)
+        ref64, ref_dtype = references(spec, args, sig)
+        fresh = sig.fresh(args)
+        before = contract.snapshot(fresh)
         with contract.poisoned():
-            out = op(*args)
-        verdict = contract.mutated(args, before) or compare(
-            out, ref64, dtype, tolerance(spec, dtype), ref_dtype
-        )
+            returned = sig.call(op, fresh)
+        out = sig.outputs(fresh, returned)
+        alias = sig.wrong_alias(fresh, returned)
+        verdict = (
+            (fail(MUTATED, alias) if alias else None)
+            or contract.mutated(fresh, before, sig.written)
+            or compare_outputs(
+                out, ref64, dtype, spec, ref_dtype, sig.output_names(len(flat_outputs(out)))
+                if sig.mutates else None,
+            )
+        )  # fmt: skip
     except Exception as e:  # a kernel error is a failed check, not a crash of the checker
         return _error(name, e), None
     return verdict, out
+
+
+def invoker(op: Callable[..., Any]) -> Callable[..., Any]:
+    """``op`` as a function of the sample's arguments (schema order) returning the call's
+    outputs (:meth:`Signature.outputs`): what compile, stream and graph checks run."""
+    sig = signature(op)
+    if not sig.mutates and not any(sig.kwarg_only):
+        return op
+
+    def call(*args: Any) -> Any:
+        return sig.outputs(args, sig.call(op, args))
+
+    return call
 
 
 def _error(name: str, e: BaseException) -> Verdict:
@@ -104,8 +129,10 @@ def _sample_row(
     verdict, out = _call(op, spec, s.args, dtype, spec.name)
     if verdict.passed and not spec.nondeterministic:
         try:
+            sig = signature(op)
+            fresh = sig.fresh(s.args)
             with contract.poisoned():
-                again = op(*s.args)
+                again = sig.outputs(fresh, sig.call(op, fresh))
             verdict = contract.same_again(out, again, "a second run") or verdict
         except Exception as e:
             verdict = _error(spec.name, e)
@@ -178,7 +205,7 @@ def _contract_rows(
     rows = []
     for s in chosen:
         checks: list[tuple[str, Callable[[], Verdict | None]]] = [
-            (contract.OPCHECK, partial(contract.run_opcheck, op, s.args)),
+            (contract.OPCHECK, partial(contract.run_opcheck, op, s.args, signature(op))),
             (contract.COMPILE, partial(_compiled, op, spec, s, dtype, opts.compile_backend)),
         ]
         if device == "cuda":
@@ -214,14 +241,21 @@ def _contract_row(
 
 
 def _agrees(
-    spec: OpSpec, s: Sample, dtype: torch.dtype, eager: Any, got: Any, check: str, what: str
+    op: Any,
+    spec: OpSpec,
+    s: Sample,
+    dtype: torch.dtype,
+    eager: Any,
+    got: Any,
+    check: str,
+    what: str,
 ) -> Verdict | None:
     """``got`` must equal the eager output bit for bit (a nondeterministic op: pass the oracle)."""
     if isinstance(got, Verdict):
         return got if got.passed else fail(check, got.detail)
     if spec.nondeterministic:
-        ref64, ref_dtype = references(spec, s.args)
-        v = compare(got, ref64, dtype, tolerance(spec, dtype), ref_dtype)
+        ref64, ref_dtype = references(spec, s.args, signature(op))
+        v = compare_outputs(got, ref64, dtype, spec, ref_dtype)
         return None if v.passed else fail(check, f"{what}: {v.reason}: {v.detail}")
     if contract.bitwise_equal(eager, got):
         return None
@@ -229,7 +263,14 @@ def _agrees(
 
 
 def _first_diff(eager: Any, got: Any) -> str:
-    if not isinstance(got, torch.Tensor) or got.shape != eager.shape:
+    if isinstance(eager, (tuple, list)) and isinstance(got, (tuple, list)):
+        for k, (e, g) in enumerate(zip(eager, got, strict=False)):
+            if not contract.bitwise_equal(e, g):
+                return f" in output {k}{_first_diff(e, g)}"
+        return f": {len(got)} outputs, expected {len(eager)}"
+    if not isinstance(got, torch.Tensor) or not isinstance(eager, torch.Tensor):
+        return f": got {type(got).__name__}"
+    if got.shape != eager.shape:
         return f": got {type(got).__name__} {getattr(got, 'shape', '')}"
     mismatch = (contract.bitwise_mismatch(eager, got)).flatten().nonzero()
     if not len(mismatch):
@@ -241,11 +282,23 @@ def _first_diff(eager: Any, got: Any) -> str:
 
 
 def _compiled(op: Any, spec: OpSpec, s: Sample, dtype: torch.dtype, backend: str) -> Verdict | None:
+    if _noncontiguous_out(op, s.args):
+        return _SKIPPED  # torch.compile refuses it (a graph break), whatever the kernel
     verdict, eager = _call(op, spec, s.args, dtype, spec.name)
     if not verdict.passed:
         return _SKIPPED
-    got = contract.run_compiled(op, s.args, eager, backend)
-    return _agrees(spec, s, dtype, eager, got, contract.COMPILE, "the compiled output")
+    got = contract.run_compiled(invoker(op), signature(op).fresh(s.args), backend)
+    return _agrees(op, spec, s, dtype, eager, got, contract.COMPILE, "the compiled output")
+
+
+def _noncontiguous_out(op: Any, args: tuple[Any, ...]) -> bool:
+    """Whether ``args`` pass a non-contiguous tensor as keyword ``out``, which Dynamo will not
+    trace (PyTorch's rule for ``out=`` arguments, not this op's)."""
+    names = signature(op).kwarg_only
+    return any(
+        name == "out" and isinstance(a, torch.Tensor) and not a.is_contiguous()
+        for a, name in zip(args, names, strict=False)
+    )
 
 
 def _replayed(op: Any, spec: OpSpec, s: Sample, dtype: torch.dtype, check: str) -> Verdict | None:
@@ -253,15 +306,17 @@ def _replayed(op: Any, spec: OpSpec, s: Sample, dtype: torch.dtype, check: str) 
     if not verdict.passed:
         return _SKIPPED
     if check == contract.STREAM:
-        got = contract.run_on_side_stream(op, s.args)
+        got = contract.run_on_side_stream(invoker(op), s.args)
         what = "the output on a side stream (is the kernel launched on the current stream?)"
     else:
-        got = contract.run_graph(op, s.args)
+        got = contract.run_graph(invoker(op), s.args)
         what = "the output of a CUDA graph replay"
-    return _agrees(spec, s, dtype, eager, got, check, what)
+    return _agrees(op, spec, s, dtype, eager, got, check, what)
 
 
 def _gradcheck_rows(op: Any, spec: OpSpec, device: str, opts: Options) -> list[Row]:
+    if signature(op).mutates:
+        return []  # an op that writes into its arguments has no autograd formula to check
     chosen = [s for s in samples(spec, torch.float64, device, opts.seed) if is_small(s)]
     rows = []
     for s in chosen:

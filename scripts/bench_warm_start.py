@@ -1,0 +1,173 @@
+"""Warm start of a registry in new processes: the spread, and where the time goes.
+
+Builds a registry of ``--families`` template families (what ``wb new`` writes) once, then starts
+``--processes`` new Python processes one after another. Each imports torch and initialises CUDA
+when a GPU is present (outside the timing: every user of a GPU op pays that anyway), then times
+``import workbench``, ``workbench.load()`` of the registry and one call of an op on the device.
+The workbench imports from cached bytecode, as an installed package does, even where
+PYTHONDONTWRITEBYTECODE is set (the families' spec.py files are compiled through the
+workbench's own cache either way).
+Inside ``load()`` the phases are timed by wrapping the functions that do them:
+
+- ``index``: the warm-start index (``workbench.warm``: identity, reading the index, the stat
+  stamps of every input per family);
+- ``spec``: importing each family's ``spec.py``;
+- ``open``: ``dlopen`` of each family's library and reading its schemas;
+- ``define``: defining each op from Python (``torch.library``);
+- ``python``: registering each op's fake function and autograd formula;
+- ``kernels``: the library registering its CPU/CUDA kernels with the dispatcher;
+- ``other``: the rest of ``load()`` (discovery of the registry, configuration, the summary line).
+
+Prints a JSON line per process with ``--json``, and a markdown table last: min, median and max
+over the processes of each phase and of the total.
+
+Usage: python scripts/bench_warm_start.py [--families 30] [--processes 10] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from workbench import scaffold  # noqa: E402
+
+PHASES = ("import", "index", "spec", "open", "define", "python", "kernels", "other", "call")
+
+CHILD = r"""
+import json, sys, time
+from collections import defaultdict
+import torch
+device = "cuda" if torch.cuda.is_available() else "cpu"
+if device == "cuda":
+    torch.zeros(1, device=device)
+    torch.cuda.synchronize()
+spent = defaultdict(float)
+t0 = time.perf_counter()
+import workbench
+from workbench import build, loader, runtime, warm
+spent["import"] = time.perf_counter() - t0
+
+def timed(module, name, phase):
+    inner = getattr(module, name)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[phase] += time.perf_counter() - start
+    setattr(module, name, wrapper)
+
+for module, name, phase in [
+    (warm, "identity", "index"), (warm, "Index", "index"), (build, "from_index", "index"),
+    (loader, "load_spec_module", "spec"), (runtime, "open_library", "open"),
+    (runtime, "define", "define"), (runtime, "register_python", "python"),
+    (runtime, "register_kernels", "kernels"),
+]:
+    timed(module, name, phase)
+
+profile = {profile}
+if profile:
+    import cProfile, io, pstats
+    prof = cProfile.Profile()
+    prof.enable()
+t1 = time.perf_counter()
+lib = workbench.load({kernels!r}, namespace="warmstart")
+loaded = time.perf_counter() - t1
+if profile:
+    prof.disable()
+inside = sum(spent[p] for p in ("index", "spec", "open", "define", "python", "kernels"))
+spent["other"] = loaded - inside
+t2 = time.perf_counter()
+out = getattr(lib, {family!r})(torch.ones(4, device=device), 1.0)
+if device == "cuda":
+    torch.cuda.synchronize()
+spent["call"] = time.perf_counter() - t2
+spent["total"] = time.perf_counter() - t0
+assert len(lib.ops) == {count}, lib.ops
+if profile:
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(25)
+    sys.stderr.write(text.getvalue())
+print(json.dumps(dict(spent)))
+"""
+
+
+def child(kernels: Path, family: str, count: int, profile: bool, env: dict[str, str]) -> dict:
+    code = CHILD.format(kernels=str(kernels), family=family, count=count, profile=profile)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"warm-start process failed:\n{proc.stderr[-4000:]}")
+    if profile:
+        print(proc.stderr, file=sys.stderr)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summarize(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """Per phase and for the total: min, median and max over the runs, in milliseconds."""
+    out = {}
+    for phase in (*PHASES, "total"):
+        values = [r.get(phase, 0.0) * 1e3 for r in runs]
+        out[phase] = {
+            "min": min(values),
+            "median": statistics.median(values),
+            "max": max(values),
+        }
+    return out
+
+
+def table(summary: dict[str, dict[str, float]], runs: int) -> str:
+    lines = [
+        f"| phase (ms, {runs} new processes) | min | median | max |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for phase, s in summary.items():
+        lines.append(f"| {phase} | {s['min']:.1f} | {s['median']:.1f} | {s['max']:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", type=int, default=30)
+    parser.add_argument("--processes", type=int, default=10)
+    parser.add_argument("--profile", action="store_true", help="cProfile the last process")
+    parser.add_argument("--json", action="store_true", help="print each process's phases")
+    parser.add_argument("--work", type=Path, help="registry and cache folder (default: temp)")
+    args = parser.parse_args()
+    if args.families < 1 or args.processes < 1:
+        raise SystemExit("--families and --processes must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="wb-warm-") as tmp:
+        work = args.work or Path(tmp)
+        kernels = scaffold.write_registry(work / "registry", args.families)
+        env = {**os.environ, "WB_CACHE_DIR": str(work / "cache"), "WB_QUIET": "1"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: the package from bytecode
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+        family = f"op{args.families // 2:02d}"
+        start = time.perf_counter()
+        child(kernels, family, args.families, False, env)  # the cold build
+        cold = time.perf_counter() - start
+        runs = [
+            child(kernels, family, args.families, args.profile and i == args.processes - 1, env)
+            for i in range(args.processes)
+        ]
+    if args.json:
+        for r in runs:
+            print(json.dumps(r))
+    summary = summarize(runs)
+    print(json.dumps({"families": args.families, "cold_s": cold, "summary": summary}))
+    print(table(summary, len(runs)))
+
+
+if __name__ == "__main__":
+    main()

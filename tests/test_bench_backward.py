@@ -1,0 +1,58 @@
+"""``wb bench --backward``: forward and backward timed together, gradients verified first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import workbench
+from workbench.benchmark import training
+from workbench.errors import WorkbenchError
+
+FAST = dict(compile=False, min_time=0.01, roofline=False, save=False)
+
+
+def test_backward_times_the_training_step_of_every_candidate(lib: Any) -> None:
+    result = workbench.bench(
+        "rms_norm", lib=lib, device="cpu", sizes=["1x4096"], backward=True, **FAST
+    )
+    (r,) = result.ops
+    assert r.op == "rms_norm+backward"
+    (s,) = r.sizes
+    assert set(s.times) == {"kernel", "kernel (A/A)", "eager"}
+    assert s.bytes == 0 and s.roofline(r.calibration) is None
+    assert "rms_norm+backward" in result.table()
+
+
+def test_the_step_returns_the_input_gradients_of_the_op(lib: Any) -> None:
+    spec = lib.specs["rms_norm"]
+    found = spec.bench_sizes(torch.float64, torch.device("cpu"), torch.Generator())[:1]
+    (sample,) = training.samples(spec, found, seed=0)
+    x, w, eps, grad = sample.args
+    got = training.step(lib.rms_norm)(*sample.args)
+    want = torch.autograd.grad(spec.reference(x, w, eps), (x, w), grad)
+    assert len(got) == 2
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e)
+    training.verify(training.step(lib.rms_norm), spec, sample, torch.float64)
+
+
+def test_a_wrong_gradient_is_not_timed(lib: Any) -> None:
+    from workbench.benchmark.check import VerificationError
+
+    spec = lib.specs["rms_norm"]
+    found = spec.bench_sizes(torch.float32, torch.device("cpu"), torch.Generator())[:1]
+    (sample,) = training.samples(spec, found, seed=0)
+
+    def doubled(*args: Any) -> tuple[torch.Tensor, ...]:
+        return tuple(2 * g for g in training.step(lib.rms_norm)(*args))
+
+    with pytest.raises(VerificationError, match=r"rms_norm backward .* gradients"):
+        training.verify(doubled, spec, sample, torch.float32)
+
+
+def test_an_op_without_backward_is_refused_with_the_reason(lib: Any) -> None:
+    with pytest.raises(WorkbenchError, match=r"add_out has no backward in its spec"):
+        workbench.bench("add_out", lib=lib, device="cpu", backward=True, **FAST)

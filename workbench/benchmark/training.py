@@ -1,0 +1,94 @@
+"""Forward and backward timed together (``wb bench OP --backward``).
+
+A kernel engineer who writes a backward kernel wants the training step timed, not the forward
+alone: for layer_norm, what counts is ``F.layer_norm`` forward plus its backward against the
+op's forward plus the backward its spec registers. Each candidate (the op through its autograd
+formula, the spec's reference in eager PyTorch, ``torch.compile`` of the reference) becomes one
+step: the forward on inputs that require grad, then ``torch.autograd.grad`` of its first output
+with a fixed upstream gradient (random, drawn once per size). The step returns the input
+gradients, which are checked against the reference's in float64 before anything is timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from workbench.errors import WorkbenchError
+from workbench.spec import OpSpec, Sample
+
+Step = Callable[..., Any]
+
+
+def _first(out: Any) -> torch.Tensor:
+    first: torch.Tensor = out[0] if isinstance(out, (tuple, list)) else out
+    return first
+
+
+def _leaves(args: tuple[Any, ...]) -> list[torch.Tensor]:
+    return [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+
+
+def step(fn: Callable[..., Any]) -> Step:
+    """``fn`` as a training step: ``step(*args, grad)`` returns the gradients of its inputs."""
+
+    def run(*args_and_grad: Any) -> tuple[torch.Tensor, ...]:
+        *args, grad = args_and_grad
+        out = _first(fn(*args))
+        return torch.autograd.grad(out, _leaves(tuple(args)), grad)
+
+    return run
+
+
+def samples(spec: OpSpec, found: list[Sample], seed: int) -> list[Sample]:
+    """The sweep's samples with floating inputs that require grad and the upstream gradient
+    appended (the shape of the reference's first output)."""
+    if spec.backward is None:
+        raise WorkbenchError(
+            f"{spec.name} has no backward in its spec: --backward times forward and backward "
+            "together, so the op needs a backward formula (OpSpec.backward)"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for s in found:
+        args = tuple(
+            a.detach().clone().requires_grad_(True)
+            if isinstance(a, torch.Tensor) and a.is_floating_point()
+            else a
+            for a in s.args
+        )
+        with torch.no_grad():
+            first = _first(spec.reference(*args))
+        grad = torch.randn(first.shape, generator=gen, dtype=torch.float32)
+        out.append(Sample((*args, grad.to(first.dtype).to(first.device)), s.label))
+    return out
+
+
+def verify(kernel: Step, spec: OpSpec, sample: Sample, dtype: torch.dtype) -> None:
+    """Raise unless the kernel's input gradients match the float64 reference's (the check's
+    oracle, allowing twice PyTorch's own error in ``dtype``)."""
+    from workbench.benchmark.check import VerificationError
+    from workbench.verify.oracle import compare_outputs
+
+    where = f"{spec.name} backward [{sample.label}, {str(dtype).removeprefix('torch.')}]"
+    try:
+        got = kernel(*sample.args)
+    except Exception as e:
+        raise VerificationError(f"{where} raised before timing: {type(e).__name__}: {e}") from e
+    args64 = tuple(
+        a.detach().to(torch.float64).requires_grad_(a.requires_grad)
+        if isinstance(a, torch.Tensor) and a.is_floating_point()
+        else a
+        for a in sample.args
+    )
+    want = step(spec.reference)(*args64)
+    theirs = step(spec.reference)(*sample.args)
+    names = [f"gradient {i}" for i in range(len(want))]
+    verdict = compare_outputs(tuple(got), tuple(want), dtype, spec, tuple(theirs), names)
+    if not verdict.passed:
+        raise VerificationError(
+            f"{where} does not match the reference's gradients ({verdict.reason}, err/tol "
+            f"{verdict.ratio:.3g}, {verdict.detail}); not timed"
+        )
