@@ -63,16 +63,19 @@ Shape check_args(const at::Tensor& x, int64_t dim, const at::Tensor& index,
 // The index as the kernels take it: int64, contiguous.
 at::Tensor index_of(const at::Tensor& index) { return index.to(at::kLong).contiguous(); }
 
-// Every index value in [0, size), with one min/max reduction. On CUDA reading its result waits
-// for the stream (a sync per call); the kernels skip an index out of range in any case, so a
-// call whose check cannot run (CUDA graph capture) never writes out of bounds.
-void check_bounds(const at::Tensor& index, int64_t size) {
-  if (index.numel() == 0) return;
-  const auto [lo, hi] = at::aminmax(index);
-  const at::Tensor both = at::stack({lo, hi}).cpu();  // [2]
-  const int64_t min = both.data_ptr<int64_t>()[0], max = both.data_ptr<int64_t>()[1];
+// Every index value in [0, size), from the index's least and largest values. The kernels skip
+// an index out of range in any case, so a call whose check cannot run never writes out of bounds.
+void check_bounds(int64_t min, int64_t max, int64_t size) {
   TORCH_CHECK(min >= 0 && max < size, "index_add: expected every index in [0, ", size,
               ") (x.size(dim)), got values from ", min, " to ", max);
+}
+
+// index: [count] int64 contiguous on the CPU, read in place.
+void check_bounds_cpu(const at::Tensor& index, int64_t size) {
+  if (index.numel() == 0) return;
+  const int64_t* v = index.data_ptr<int64_t>();
+  const auto [min, max] = std::minmax_element(v, v + index.numel());
+  check_bounds(*min, *max, size);
 }
 
 // x in the accumulator type, contiguous: the output itself where that is x's dtype.
@@ -98,7 +101,7 @@ at::Tensor index_add_cpu_op(const at::Tensor& x, int64_t dim, const at::Tensor& 
                             const at::Tensor& source_in) {
   const Shape s = check_args(x, dim, index_in, source_in);
   const at::Tensor index = index_of(index_in), source = source_in.contiguous();
-  check_bounds(index, s.size);
+  check_bounds_cpu(index, s.size);
   at::Tensor acc;
   WB_DISPATCH(WB_FLOATING, x.scalar_type(), "index_add", "x", [&] {
     acc = accumulator<scalar_t>(x);
@@ -118,6 +121,15 @@ WB_IMPL(CPU, m) { m.impl("index_add", &index_add_cpu_op); }
 #ifdef WB_WITH_CUDA
 namespace {
 
+// index: [count] int64 on the GPU, reduced there; reading the result waits for the stream (a
+// sync per call). During CUDA graph capture nothing can be read, so no check runs.
+void check_bounds_cuda(const at::Tensor& index, int64_t size) {
+  if (index.numel() == 0) return;
+  const auto [lo, hi] = at::aminmax(index);
+  const at::Tensor both = at::stack({lo, hi}).cpu();  // [2]: one copy, one wait
+  check_bounds(both.data_ptr<int64_t>()[0], both.data_ptr<int64_t>()[1], size);
+}
+
 bool capturing(wb::Stream stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaError_t err = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
@@ -132,7 +144,7 @@ at::Tensor index_add_cuda_op(const at::Tensor& x, int64_t dim, const at::Tensor&
   const c10::cuda::CUDAGuard guard(x.device());
   const wb::Stream stream = wb::current_stream(x);
   const at::Tensor index = index_of(index_in), source = source_in.contiguous();
-  if (!capturing(stream)) check_bounds(index, s.size);
+  if (!capturing(stream)) check_bounds_cuda(index, s.size);
   at::Tensor acc;
   WB_DISPATCH(WB_FLOATING, x.scalar_type(), "index_add", "x", [&] {
     acc = accumulator<scalar_t>(x);

@@ -13,25 +13,13 @@ import torch
 import workbench
 from tests.conftest import DEVICES
 from tests.op_contract import assert_contract, assert_matches_reference, assert_opcheck
-from workbench.verify import check_call, specials
+from workbench.verify import specials
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
 
 
 def _spec(lib: Any) -> Any:
     return lib.specs["histogram"]
-
-
-def _checker_compares_integer_outputs(lib: Any) -> bool:
-    """Whether this checker holds int64 outputs to the reference (rather than to x's dtype)."""
-    x = torch.tensor([0.0, 0.5, 1.0])
-    return check_call(lib.histogram, _spec(lib), (x, 2, 0.0, 1.0)).reason != "dtype"
-
-
-@pytest.fixture
-def needs_integer_checker(lib: Any) -> None:
-    if not _checker_compares_integer_outputs(lib):
-        pytest.xfail("the checker on this branch does not compare integer outputs yet")
 
 
 def _samples(lib: Any, dtype: torch.dtype, device: str, seed: int) -> list[Any]:
@@ -143,7 +131,7 @@ def test_many_threads_count_like_one(lib: Any) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_matches_reference(lib: Any, device: str, needs_integer_checker: None) -> None:
+def test_matches_reference(lib: Any, device: str) -> None:
     assert_matches_reference(lib, "histogram", device)
 
 
@@ -153,7 +141,7 @@ def test_opcheck(lib: Any, device: str) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_compile(lib: Any, device: str, needs_integer_checker: None) -> None:
+def test_compile(lib: Any, device: str) -> None:
     assert_contract(lib, "histogram", device, "compile")
 
 
@@ -224,9 +212,7 @@ def test_an_impostor_that_drops_the_last_edge_differs_on_the_edge_samples(
         assert torch.equal(lib.histogram(*s.args), _spec(lib).reference(*s.args)), s.label
 
 
-def test_the_check_fails_the_impostor_and_passes_the_op(
-    lib: Any, needs_integer_checker: None
-) -> None:
+def test_the_check_fails_the_impostor_and_passes_the_op(lib: Any) -> None:
     spec = _spec(lib)
     report = workbench.check(_drops_hi(lib), spec, device="cpu", trials=1, contract=False)
     assert not report.passed, str(report)
