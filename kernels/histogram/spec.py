@@ -123,6 +123,8 @@ def histogram_samples(
         # A narrow range: most values outside, on both sides.
         _sample(spread((2000,)), device, 5, hi - 1.0, hi, "outside"),
         _sample(spread((1001,)), device, 1, lo, hi, "bins1"),
+        # A histogram of 80 KB: shared memory beyond the 48 KiB a CUDA kernel gets unasked.
+        _sample(spread(((1 << 17) + 1,)), device, 20000, lo, hi, "bins_mid"),
         # More bins than fit in shared memory: the CUDA kernel's global-atomics path.
         _sample(
             _spread(((1 << 18) + 5,), dtype, gen, -50000, 50000),
@@ -135,9 +137,10 @@ def histogram_samples(
         _sample(spread(((1 << 20) + 3,)), device, 256, lo, hi, "large"),
     ]
     if dtype.is_floating_point:
-        # (v - lo) * bins overflows to +Inf for float64 values: the last bin.
+        # (v - lo) * bins overflows to +Inf for float64 values: the last bin. Larger than the
+        # check's special-values sample takes (16 Ki), which then derives from edges256.
         top = torch.finfo(torch.float64).max / 2
-        x = torch.rand((4099,), generator=gen, dtype=torch.float64) * torch.finfo(dtype).max
+        x = torch.rand((20001,), generator=gen, dtype=torch.float64) * torch.finfo(dtype).max
         out.append(_sample(x.to(dtype), device, 1000, 0.0, top, "overflow"))
     return out
 
