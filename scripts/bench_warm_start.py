@@ -4,6 +4,9 @@ Builds a registry of ``--families`` template families (what ``wb new`` writes) o
 ``--processes`` new Python processes one after another. Each imports torch and initialises CUDA
 when a GPU is present (outside the timing: every user of a GPU op pays that anyway), then times
 ``import workbench``, ``workbench.load()`` of the registry and one call of an op on the device.
+The workbench imports from cached bytecode, as an installed package does, even where
+PYTHONDONTWRITEBYTECODE is set (the families' spec.py files are compiled through the
+workbench's own cache either way).
 Inside ``load()`` the phases are timed by wrapping the functions that do them:
 
 - ``index``: the warm-start index (``workbench.warm``: identity, reading the index, the stat
@@ -148,6 +151,7 @@ def main() -> None:
         work = args.work or Path(tmp)
         kernels = scaffold.write_registry(work / "registry", args.families)
         env = {**os.environ, "WB_CACHE_DIR": str(work / "cache"), "WB_QUIET": "1"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: the package from bytecode
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
         family = f"op{args.families // 2:02d}"
         start = time.perf_counter()

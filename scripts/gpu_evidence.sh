@@ -5,6 +5,9 @@
 #   bash scripts/gpu_evidence.sh bench                # wb check on every device, benchmarks
 #   bash scripts/gpu_evidence.sh notebooks            # the notebooks and the IPython extension
 #   bash scripts/gpu_evidence.sh matmul               # matmul's tests, check, and bench per path
+#   bash scripts/gpu_evidence.sh reductions           # softmax, layer_norm, inplace, histogram,
+#                                                     # index_add: tests, check, bench
+#   bash scripts/gpu_evidence.sh warm                 # the warm start of 30 families, per phase
 #
 # `notebooks` takes IPython, ipykernel and nbclient from .nbdeps/ at the repository root, made
 # where there is network by `bash scripts/vendor_notebook_deps.sh` and copied here.
@@ -52,6 +55,33 @@ case "${1:-}" in
     step matmul_float32 "$PY" -m workbench bench matmul --dtype float32 --sizes 4096x4096x4096
     tail -n 8 "$OUT/matmul_tests.log" "$OUT/matmul_check.log"
     for f in "$OUT"/paths_*.log "$OUT"/matmul_*.log; do echo "== $f"; cat "$f"; done
+    ;;
+  reductions)
+    ops="softmax softmax_backward layer_norm layer_norm_backward add_out scale_ histogram index_add"
+    step red_tests "$PY" -m pytest -p no:cacheprovider -q -rfEs tests/test_softmax.py \
+      tests/test_layer_norm.py tests/test_inplace.py tests/test_histogram.py \
+      tests/test_index_add.py tests/test_check_outputs.py tests/test_bench_backward.py
+    # shellcheck disable=SC2086
+    step red_check "$PY" -m workbench check $ops --device cuda
+    for dtype in float32 bfloat16; do
+      for op in softmax softmax_backward layer_norm layer_norm_backward; do
+        step "bench_${op}_$dtype" "$PY" -m workbench bench "$op" --dtype "$dtype" \
+          --json "$OUT/${op}_$dtype.json"
+      done
+      for op in softmax layer_norm; do
+        step "bench_${op}_backward_$dtype" "$PY" -m workbench bench "$op" --backward \
+          --dtype "$dtype" --json "$OUT/${op}_step_$dtype.json"
+      done
+    done
+    for op in histogram index_add add_out scale_; do
+      step "bench_$op" "$PY" -m workbench bench "$op" --json "$OUT/$op.json"
+    done
+    tail -n 8 "$OUT/red_tests.log" "$OUT/red_check.log"
+    for f in "$OUT"/bench_*.log; do echo "== $f"; cat "$f"; done
+    ;;
+  warm)
+    step warm "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --profile
+    tail -n 14 "$OUT/warm.log"
     ;;
   notebooks)
     if [ ! -d .nbdeps ]; then

@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -219,3 +220,40 @@ def test_the_warm_start_bench_reports_every_phase_and_its_spread(tmp_path: Path)
         s = summary[phase]
         assert s["min"] <= s["median"] <= s["max"]
     assert "| total |" in proc.stdout.splitlines()[-1]
+
+
+def test_a_spec_is_compiled_once_and_then_taken_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where Python keeps no bytecode (PYTHONDONTWRITEBYTECODE, a read-only checkout), a new
+    process would compile every family's spec.py again; the loader keeps the code by content."""
+    import builtins
+
+    from workbench import knobs, loader
+
+    compiled: list[str] = []
+    real = builtins.compile
+
+    def counting(source: Any, filename: Any, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(str(filename))
+        return real(source, filename, *args, **kwargs)
+
+    spec = tmp_path / "spec.py"
+    text = b"from __future__ import annotations\nOPS: list[int] = []\nVALUE = 1\n"
+    spec.write_bytes(text)
+    with knobs.override(WB_CACHE_DIR=str(tmp_path / "cache")):
+        monkeypatch.setattr(builtins, "compile", counting)
+        first = loader._spec_code(spec, text)
+        again = loader._spec_code(spec, text)
+        edited = loader._spec_code(spec, text.replace(b"VALUE = 1", b"VALUE = 2"))
+        for stored in (tmp_path / "cache").rglob("*.code"):
+            stored.write_bytes(b"not code")  # a damaged entry is compiled again, not trusted
+        damaged = loader._spec_code(spec, text)
+    assert compiled == [str(spec), str(spec), str(spec)]
+    namespace: dict[str, Any] = {}
+    exec(again, namespace)
+    assert namespace["VALUE"] == 1 and first.co_filename == str(spec)
+    exec(edited, namespace)
+    assert namespace["VALUE"] == 2
+    exec(damaged, namespace)
+    assert namespace["VALUE"] == 1

@@ -196,7 +196,7 @@ def bench_op(
         for s in samples:
             for fn in candidates.values():
                 fn(*s.args)
-        methods = _methods(kernel, samples, device)
+        methods = _methods(candidates[KERNEL], samples, device)
         timer = _timer(device, min_time)
         times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
         for _, i, c in round_plans(len(samples), list(candidates), seed, n_rounds):

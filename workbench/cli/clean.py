@@ -69,7 +69,7 @@ def _clean_all() -> int:
     with cache.lock("objects"):
         for obj in inventory.objects():
             freed += inventory.remove_object(obj)
-        for name in ("deps", "pch", "toolchain", "failed"):
+        for name in ("deps", "pch", "toolchain", "failed", "specs"):
             freed += inventory.tree_size(root / name)
             shutil.rmtree(root / name, ignore_errors=True)
         for d in inventory.dead_tmp_dirs():

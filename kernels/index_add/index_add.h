@@ -1,0 +1,30 @@
+// index_add family: launchers for index_add (out = x.clone(); out.index_add_(dim, index, source)).
+// Torch-free: included by index_add.cu, index_add.cpp and bindings/index_add.cpp.
+#pragma once
+
+#include "wb/types.h"
+
+namespace wb::index_add {
+
+// x (and out) viewed as [outer, size, inner] around dim, source as [outer, count, inner]:
+//   out[o, index[k], i] += source[o, k, i]   for every o < outer, k < count, i < inner.
+struct Shape {
+  int64_t outer;  // product of the sizes before dim
+  int64_t size;   // x.size(dim)
+  int64_t inner;  // product of the sizes after dim
+  int64_t count;  // index.numel() == source.size(dim)
+};
+
+// acc [outer, size, inner] holds x in the accumulator type (out itself for float32 / float64, a
+// float32 copy for float16 / bfloat16) and receives the sums; source [outer, count, inner] and
+// index [count] are contiguous. An index outside [0, size) is skipped (the binding rejects those
+// before the launch wherever it can check; see bindings/index_add.cpp).
+template <typename T>
+Status index_add_cuda(const int64_t* index, const T* source, acc_t<T>* acc, Shape s, Stream stream);
+// The CPU chunk: the columns (o, i) of [outer, inner] with o * inner + i in [begin, end), each
+// summed in index order by one thread.
+template <typename T>
+void index_add_cpu(const int64_t* index, const T* source, acc_t<T>* acc, Shape s, int64_t begin,
+                   int64_t end);
+
+}  // namespace wb::index_add

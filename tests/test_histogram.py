@@ -1,0 +1,222 @@
+"""histogram(x, bins, lo, hi): bit for bit against the reference (and the reference against plain
+Python floats), the op contract, errors, and an impostor that drops the right edge of the last bin.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+import workbench
+from tests.conftest import DEVICES
+from tests.op_contract import assert_contract, assert_matches_reference, assert_opcheck
+from workbench.verify import specials
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+
+
+def _spec(lib: Any) -> Any:
+    return lib.specs["histogram"]
+
+
+def _samples(lib: Any, dtype: torch.dtype, device: str, seed: int) -> list[Any]:
+    """The spec's samples and, for a floating dtype, the check's special-values sample."""
+    found = _spec(lib).samples(dtype, torch.device(device), torch.Generator().manual_seed(seed))
+    special = specials.special_sample(_spec(lib), dtype, found, torch.Generator().manual_seed(seed))
+    return [*found, special] if special is not None else found
+
+
+def _first_diff(got: torch.Tensor, want: torch.Tensor) -> str:
+    if got.shape != want.shape:
+        return f"shape {list(got.shape)}, expected {list(want.shape)}"
+    i = int((got != want).nonzero()[0])
+    return f"bin {i}: got {int(got[i])}, expected {int(want[i])}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_equals_the_reference_bit_for_bit(lib: Any, device: str, dtype: torch.dtype) -> None:
+    """Every sample (edges, outside, bins=1, many bins, large, specials), two seeds."""
+    for seed in (0, 1):
+        for s in _samples(lib, dtype, device, seed):
+            got = lib.histogram(*s.args)
+            want = _spec(lib).reference(*s.args)
+            assert got.dtype == torch.int64 and got.device == s.args[0].device, s.label
+            assert torch.equal(got.cpu(), want.cpu()), f"{s.label}: {_first_diff(got, want)}"
+
+
+def _python_histogram(values: list[float], bins: int, lo: float, hi: float) -> list[int]:
+    """The documented rule on Python floats (IEEE doubles, rounded to nearest per operation)."""
+    counts = [0] * bins
+    width = hi - lo
+    for v in values:
+        if lo <= v <= hi:
+            t = (v - lo) * bins / width
+            b = bins - 1 if t >= bins else math.floor(t)
+            counts[b] += 1
+    return counts
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_reference_follows_the_documented_rule(lib: Any, dtype: torch.dtype) -> None:
+    """The reference's tensor arithmetic bins as plain double arithmetic does, edges included."""
+    for s in _samples(lib, dtype, "cpu", 0):
+        x, bins, lo, hi = s.args
+        if x.numel() > 5000:
+            continue
+        values = [float(v) for v in x.reshape(-1).to(torch.float64).tolist()]
+        want = _python_histogram(values, bins, lo, hi)
+        assert _spec(lib).reference(*s.args).tolist() == want, s.label
+
+
+@pytest.mark.parametrize(
+    ("bins", "lo", "hi"),
+    [
+        (7, -3.0, 3.0),
+        (256, -4.0, 4.0),
+        (1000, 0.1, 0.7),
+        (3, -1e-300, 1e-300),
+        (5, -8e307, 8e307),  # width > 2^1022: 1 / width is subnormal
+        (10, 0.0, 1.5e-323),  # width subnormal: 1 / width overflows
+        (100000, -50000.0, 50000.0),
+    ],
+)
+def test_values_a_few_ulps_from_every_edge(lib: Any, bins: int, lo: float, hi: float) -> None:
+    """The kernels skip the division where the bin is certain without it: float64 values up to
+    64 ulps either side of every edge land where the plain double arithmetic puts them."""
+    step = max(1, bins // 50)
+    ks = range(0, bins + 1, step)
+    edges = torch.tensor([lo + k * (hi - lo) / bins for k in ks], dtype=torch.float64)
+    up, down, parts = edges, edges, [edges]
+    for _ in range(64):
+        up, down = _next(up, 1), _next(down, -1)
+        parts += [up, down]
+    x = torch.cat(parts)
+    values = [float(v) for v in x.tolist()]
+    assert lib.histogram(x, bins, lo, hi).tolist() == _python_histogram(values, bins, lo, hi)
+
+
+def _next(x: torch.Tensor, direction: int) -> torch.Tensor:
+    return torch.nextafter(x, torch.full_like(x, direction * math.inf))
+
+
+def test_the_edges_fall_where_the_rule_says(lib: Any) -> None:
+    """lo and every edge open their bin, hi closes the last; the values just outside are lost."""
+    lo, hi, bins = -3.0, 3.0, 6  # edges -3, -2, ..., 3: exact
+    x = torch.tensor([lo, -2.0, -1.0, 0.0, 1.0, 2.0, hi], dtype=torch.float32)
+    assert lib.histogram(x, bins, lo, hi).tolist() == [1, 1, 1, 1, 1, 2]
+    outside = torch.tensor([lo, hi], dtype=torch.float32)
+    outside = torch.nextafter(outside, torch.tensor([-math.inf, math.inf]))
+    nonfinite = torch.tensor([math.nan, math.inf, -math.inf])
+    assert lib.histogram(torch.cat([outside, nonfinite]), bins, lo, hi).tolist() == [0] * bins
+    big = torch.tensor([2**62 - 1, 2**62, 2**62 + 1, 2**62 + 2**10], dtype=torch.int64)
+    # Converted to double first: 2^62 - 1 and 2^62 + 1 round to 2^62 == hi; 2^62 + 2^10 does not.
+    assert lib.histogram(big, 2, 0.0, float(2**62)).tolist() == [0, 3]
+
+
+def test_many_threads_count_like_one(lib: Any) -> None:
+    """The private histograms of the CPU threads add up to the single-thread counts."""
+    x = torch.randn(3_000_001, generator=torch.Generator().manual_seed(3))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = lib.histogram(x, 100, -2.0, 2.0)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(lib.histogram(x, 100, -2.0, 2.0), one)
+    assert int(one.sum()) == int(((x >= -2) & (x <= 2)).sum())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matches_reference(lib: Any, device: str) -> None:
+    assert_matches_reference(lib, "histogram", device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(lib: Any, device: str) -> None:
+    assert_opcheck(lib, "histogram", device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile(lib: Any, device: str) -> None:
+    assert_contract(lib, "histogram", device, "compile")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_equals_eager(lib: Any, device: str) -> None:
+    """torch.compile(fullgraph=True) traces the op (its fake) and gives the eager counts."""
+    x = torch.randn(4099, generator=torch.Generator().manual_seed(0)).to(device)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return lib.histogram(x * 2, 33, -4.0, 4.0)
+
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(x), f(x))
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((torch.randn(8), 0, 0.0, 1.0), RuntimeError, r"histogram: expected bins in \[1, "),
+        ((torch.randn(8), -3, 0.0, 1.0), RuntimeError, r"got -3"),
+        ((torch.randn(8), 4, math.nan, 1.0), RuntimeError, r"expected lo to be finite, got nan"),
+        ((torch.randn(8), 4, 0.0, math.inf), RuntimeError, r"expected hi to be finite, got inf"),
+        ((torch.randn(8), 4, 1.0, 1.0), RuntimeError, r"expected lo < hi, got lo = 1 and hi = 1"),
+        ((torch.randn(8), 4, 2.0, 1.0), RuntimeError, r"expected lo < hi"),
+        ((torch.randn(8), 4, -1e308, 1e308), RuntimeError, r"expected hi - lo to be finite"),
+        (
+            (torch.zeros(8, dtype=torch.uint8), 4, 0.0, 1.0),
+            TypeError,
+            r"histogram: x has dtype Byte, which is not supported; expected one of Float, "
+            r"Double, Half, BFloat16, Int, Long",
+        ),
+    ],
+)
+def test_bad_input_is_named(lib: Any, args: tuple[Any, ...], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        lib.histogram(*args)
+
+
+# An impostor: right but for v == hi, which it leaves out (a half-open last bin).
+_IMPOSTOR: list[Any] = []
+
+
+def _drops_hi(lib: Any) -> Any:
+    if not _IMPOSTOR:
+
+        @torch.library.custom_op("wbimp_histogram::drops_hi", mutates_args=())
+        def drops_hi(x: torch.Tensor, bins: int, lo: float, hi: float) -> torch.Tensor:
+            kept = x[x.to(torch.float64) != hi]
+            return _spec(lib).reference(kept, bins, lo, hi)
+
+        drops_hi.register_fake(lambda x, bins, lo, hi: x.new_empty((bins,), dtype=torch.int64))
+        _IMPOSTOR.append(drops_hi)
+    return _IMPOSTOR[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_an_impostor_that_drops_the_last_edge_differs_on_the_edge_samples(
+    lib: Any, dtype: torch.dtype
+) -> None:
+    """Two edge samples hold values at hi (edges_frac's hi, 0.7, is no float of any dtype), so
+    the impostor gives other counts than the op there."""
+    impostor = _drops_hi(lib)
+    edges = [s for s in _samples(lib, dtype, "cpu", 0) if s.label.startswith("edges")]
+    at_hi = [s for s in edges if bool((s.args[0].to(torch.float64) == s.args[3]).any())]
+    assert len(at_hi) >= 2, [s.label for s in at_hi]
+    for s in at_hi:
+        assert not torch.equal(impostor(*s.args), lib.histogram(*s.args)), s.label
+        assert torch.equal(lib.histogram(*s.args), _spec(lib).reference(*s.args)), s.label
+
+
+def test_the_check_fails_the_impostor_and_passes_the_op(lib: Any) -> None:
+    spec = _spec(lib)
+    report = workbench.check(_drops_hi(lib), spec, device="cpu", trials=1, contract=False)
+    assert not report.passed, str(report)
+    failing = {r.label for r in report.failures}
+    assert {"edges7", "edges256", "edges20", "edges_big"} <= failing, str(report)
+    assert "empty" not in failing, str(report)
+    assert workbench.check("histogram", lib=lib, device="cpu", trials=1).passed

@@ -1,0 +1,123 @@
+"""index_add(x, dim, index, source): against the reference, the op contract, errors, and the
+oracle's bound on colliding indices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import DEVICES
+from tests.op_contract import (
+    assert_contract,
+    assert_gradcheck,
+    assert_matches_reference,
+    assert_opcheck,
+)
+from workbench.verify import check_call
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matches_reference(lib: Any, device: str) -> None:
+    assert_matches_reference(lib, "index_add", device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(lib: Any, device: str) -> None:
+    assert_opcheck(lib, "index_add", device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile(lib: Any, device: str) -> None:
+    assert_contract(lib, "index_add", device, "compile")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(lib: Any, device: str) -> None:
+    assert_gradcheck(lib, "index_add", device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_colliding_indices_stay_within_the_oracle_bound(
+    lib: Any, device: str, dtype: torch.dtype
+) -> None:
+    """100000 rows into 3, so that each element of x sums about 33000 terms: well within the
+    bound of the float64 truth (float16 and bfloat16 sum in float32 and round once)."""
+    gen = torch.Generator().manual_seed(5)
+    index = torch.randint(0, 3, (100_000,), generator=gen)
+    x = torch.randn(3, 16, generator=gen).to(device, dtype)
+    source = torch.randn(100_000, 16, generator=gen).to(device, dtype)
+    verdict = check_call(lib.index_add, lib.specs["index_add"], (x, 0, index.to(device), source))
+    assert verdict.passed and verdict.ratio < 0.5, verdict
+
+
+def test_cpu_adds_in_index_order_like_pytorch(lib: Any) -> None:
+    """On the CPU the terms are added in index order: float32 gives PyTorch's bits."""
+    gen = torch.Generator().manual_seed(6)
+    index = torch.randint(0, 5, (3000,), generator=gen)
+    for dim, shape in ((0, (5, 33)), (-1, (7, 5))):
+        x = torch.randn(shape, generator=gen)
+        s_shape = list(shape)
+        s_shape[dim] = 3000
+        source = torch.randn(s_shape, generator=gen)
+        assert torch.equal(lib.index_add(x, dim, index, source), x.index_add(dim, index, source))
+
+
+def test_many_threads_add_like_one(lib: Any) -> None:
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(300, 1000, generator=gen)
+    index = torch.randint(0, 300, (600,), generator=gen)
+    source = torch.randn(600, 1000, generator=gen)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = lib.index_add(x, 0, index, source)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(lib.index_add(x, 0, index, source), one)
+
+
+def test_the_inputs_are_left_alone(lib: Any) -> None:
+    x = torch.randn(4, 3)
+    before = x.clone()
+    out = lib.index_add(x, 0, torch.tensor([1, 1]), torch.ones(2, 3))
+    assert torch.equal(x, before)
+    assert torch.equal(out[1], before[1] + 2)
+
+
+_X = torch.randn(4, 6)
+_I = torch.tensor([0, 3, 3])
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((_X, 0, torch.tensor([0, 4, 1]), torch.randn(3, 6)), RuntimeError,
+         r"index_add: expected every index in \[0, 4\) \(x.size\(dim\)\), got values from 0 to 4"),
+        ((_X, 1, torch.tensor([-1]), torch.randn(4, 1)), RuntimeError,
+         r"index_add: expected every index in \[0, 6\) .*got values from -1 to -1"),
+        ((_X, 2, _I, torch.randn(4, 3)), RuntimeError,
+         r"index_add: expected dim in \[-2, 1\] for x of shape \[4, 6\], got 2"),
+        ((_X, 0, _I.view(3, 1), torch.randn(3, 6)), RuntimeError,
+         r"index_add: expected index to be 1-d, got shape \[3, 1\]"),
+        ((_X, 0, _I.float(), torch.randn(3, 6)), TypeError,
+         r"index_add: expected index to have dtype int64 or int32, got Float"),
+        ((_X, 0, _I, torch.randn(3, 6, dtype=torch.float64)), TypeError,
+         r"index_add: expected source to have the same dtype as x \(Float\), got Double"),
+        ((_X, 0, _I, torch.randn(3, 5)), RuntimeError,
+         r"index_add: expected source.size\(1\) == 6 \(x's size\), got 5"),
+        ((_X, 0, _I, torch.randn(2, 6)), RuntimeError,
+         r"index_add: expected source.size\(0\) == 3 \(index.numel\(\)\), got 2"),
+        ((_X, 0, _I, torch.randn(3, 6, 1)), RuntimeError,
+         r"index_add: expected source to have x's 2 dimensions, got shape \[3, 6, 1\]"),
+        ((torch.tensor(1.0), 0, _I, torch.randn(3)), RuntimeError,
+         r"index_add: expected x to have at least 1 dimension"),
+        ((torch.zeros(4, dtype=torch.int32), 0, _I, torch.zeros(3, dtype=torch.int32)), TypeError,
+         r"index_add: x has dtype Int, which is not supported"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_named(lib: Any, args: tuple[Any, ...], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        lib.index_add(*args)
