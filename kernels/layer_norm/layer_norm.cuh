@@ -29,18 +29,22 @@ struct RegShape {
   int group;  // threads per row
 };
 
-// Up to 256 loads a row (1 KiB of float32, 2 KiB of bfloat16): one warp per row, K the smallest
-// power of two that covers the row, so no barrier is needed for a row's sums and a block works on
-// several rows at once. Longer rows: K = 8 and as many whole warps as cover the row (up to 512
-// threads for 4096 loads), since fewer, fuller threads leave registers for more rows per SM.
-inline RegShape reg_shape(int64_t nvec) {
-  if (nvec <= 32 * kMaxK) {
+// Up to 32 * kmax loads a row (with kmax = 8: 1 KiB of float32, 2 KiB of bfloat16): one warp per
+// row, K the smallest power of two that covers the row, so no barrier is needed for a row's sums
+// and a block works on several rows at once. Longer rows: K = kmax and as many whole warps as
+// cover the row, up to kMaxGroup (K = 8 beyond that, up to 4096 loads). The forward takes
+// kmax = 8: fewer, fuller threads leave registers for more rows per SM. The backward's grid is
+// persistent and sized by the bytes in flight, so it takes kmax = 4: twice the warps for the
+// same bytes, to hide the latency of its reductions and shared-memory updates.
+inline RegShape reg_shape(int64_t nvec, int kmax = kMaxK) {
+  if (nvec <= 32 * kmax) {
     int k = 1;
     while (32 * k < nvec) k *= 2;
     return {k, 32};
   }
-  const int64_t threads = (nvec + kMaxK - 1) / kMaxK;
-  return {kMaxK, static_cast<int>((threads + 31) / 32 * 32)};
+  const int k = nvec <= int64_t{kmax} * kMaxGroup ? kmax : kMaxK;
+  const int64_t threads = (nvec + k - 1) / k;
+  return {k, static_cast<int>((threads + 31) / 32 * 32)};
 }
 
 // Calls f(Int<K>{}) with K = k, for k in 1, 2, 4, 8 (reg_shape's values).

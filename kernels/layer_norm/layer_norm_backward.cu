@@ -18,10 +18,11 @@
 //   L1/L2 where used) and computes dx from one read. Each group also adds grad * xhat and grad
 //   of its rows into its own [2][hidden] accumulators in shared memory (a thread touches only
 //   its own columns, so no barrier or atomic); at the end the block adds its groups in order
-//   into workspace row blockIdx.x. The grid is the number of blocks resident at once
-//   (occupancy), each looping over rows, so partials = grid size and grad and x are read from
-//   memory once in all. Groups per block: up to 256 threads' worth, within 48 KiB of
-//   accumulators; one group per block (up to 128 KiB) for long rows or few rows.
+//   into workspace row blockIdx.x. The grid is persistent (each block loops over rows, so
+//   partials = grid size and grad and x are read from memory once in all): per SM, enough
+//   blocks for kInflightBytes of rows in flight, at most as many as fit (occupancy). Groups per
+//   block: up to 256 threads' worth, within 48 KiB of accumulators; one group per block (up to
+//   128 KiB) for long rows or few rows.
 //   two-read path (longer rows): backward_dx_long_kernel, a block of 1024 threads per row,
 //   reads the row twice (sums, then dx); backward_partials_kernel reads grad and x once more by
 //   columns: block (32, 8) sums 32 columns over one chunk of rows_per_partial rows. Rows this
@@ -37,6 +38,7 @@ namespace {
 
 enum Path : int { kRegs = 1, kLong = 2 };
 
+constexpr int kBackwardK = 4;               // vectors per thread up to 2048 loads a row
 constexpr int kSmemTarget = 48 * 1024;      // accumulators of the groups of one block, aimed for
 constexpr int kMaxSmem = 128 * 1024;        // accumulators of a block, at most (one row, G = 1)
 constexpr int kPartRows = 8;                // backward_partials_kernel: threads down the rows
@@ -44,6 +46,11 @@ constexpr int kSumRows = 32;                // column_sum_kernel: threads down t
 constexpr int64_t kMaxPartials = 1024;      // two-read path: row chunks, at most
 constexpr int64_t kMinChunkRows = 32;       // two-read path: rows per chunk, at least
 constexpr int64_t kPartialElems = 1 << 22;  // two-read path: partials * hidden, at most
+// Register path: bytes of grad and x per SM that the grid aims to have in flight (each group
+// issues all of a row's loads at once). Memory needs bandwidth x latency / SMs, about 18 KiB
+// on an H100 and 25 KiB on an H200 at 0.7 us; more blocks than that buy little and cost a
+// workspace row each (2 * hidden floats written, then read by column_sum_kernel).
+constexpr int64_t kInflightBytes = 48 * 1024;
 
 template <int N, int K, typename T>
 __global__ void __launch_bounds__(kMaxGroup)
@@ -324,7 +331,7 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
   const int64_t row_smem = 2 * hidden * static_cast<int64_t>(sizeof(A));
   const DeviceInfo device = device_info();
   if (nvec <= kRegVectors && row_smem <= smem_limit()) {
-    const RegShape shape = reg_shape(nvec);
+    const RegShape shape = reg_shape(nvec, kBackwardK);
     plan.path = kRegs;
     plan.k = shape.k;
     plan.group = shape.group;
@@ -336,8 +343,10 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
     const int smem = smem_bytes(plan, hidden, sizeof(A));
     const void* kernel = reinterpret_cast<const void*>(regs_kernel<T>(plan.vec, plan.k));
     allow_smem(kernel, smem);  // before the occupancy query, which assumes the launch is allowed
-    const int64_t resident = int64_t{device.sms} * blocks_per_sm(kernel, threads, smem);
-    plan.blocks = static_cast<int>(min_of(ceil_div(rows, groups), resident));
+    const int64_t row_bytes = 2 * hidden * static_cast<int64_t>(sizeof(T));
+    const int64_t wanted = ceil_div(ceil_div(kInflightBytes, row_bytes), groups);  // per SM
+    const int64_t per_sm = min_of<int64_t>(wanted, blocks_per_sm(kernel, threads, smem));
+    plan.blocks = static_cast<int>(min_of(ceil_div(rows, groups), device.sms * per_sm));
     plan.partials = plan.blocks;
   } else {
     plan.path = kLong;

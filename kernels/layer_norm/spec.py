@@ -32,19 +32,20 @@ _AWKWARD: list[tuple[str, tuple[int, ...], bool]] = [
     ("empty", (0, 64), False),
     ("one", (1, 1), False),  # hidden 1: var 0, y = bias
     ("odd", (5, 1000), False),
-    ("unaligned", (3, 4099), False),  # hidden not a multiple of any vector width
+    ("unaligned", (3, 4095), False),  # hidden not a multiple of any vector width
     ("strided", (8, 96), True),
 ]
 _LARGE: list[tuple[str, tuple[int, ...], bool]] = [
     ("3d", (2, 3, 256), False),
     # Many short rows: several rows per block, several rows per group on a GPU (partials).
     ("rows", (16384, 24), False),
-    # The CUDA paths by row length (float32 loads of 4): a warp per row (odd, 250 loads); 128
-    # threads of 8 loads (block, the largest sample the special values are scattered over);
-    # 256 threads of 8 single elements (mid); 512 threads (wide); then too long for registers,
-    # by vectors (long; long_half for 2-byte types) and by elements (long_odd).
-    # layer_norm_backward's register path stops at 16384 (8192 for float64); long's 40 rows are
-    # two chunks of its two-read path's partial sums.
+    # The CUDA forward's paths by row length (float32 loads of 4): a warp per row (odd, 250
+    # loads); 128 threads of 8 loads (block, the largest sample the special values are
+    # scattered over); 256 and 512 threads of 8 single elements (mid, unaligned); 512 threads
+    # (wide); then too long for registers, by vectors (long; long_half for 2-byte types) and by
+    # elements (long_odd). The backward holds 4 loads a thread up to 2048 loads, 8 beyond, and
+    # its register path stops at 16384 (8192 for float64); long's 40 rows are two chunks of
+    # its two-read path's partial sums.
     ("block", (4, 4096), False),
     ("mid", (4, 2001), False),
     ("large", (64, 8192), False),
