@@ -36,6 +36,12 @@
 namespace wb::layer_norm {
 namespace {
 
+// u = grad * weight, rounded once, wherever it appears: were it contracted into an FMA in one
+// place (u - c1 -> fma(g, w, -c1)) and rounded in another, u - mean(u) would not cancel (a row
+// of one element gives rstd * (g*w - round(g*w)), ~1e-5 in float32, instead of 0).
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
 enum Path : int { kRegs = 1, kLong = 2 };
 
 constexpr int kBackwardK = 4;               // vectors per thread up to 2048 loads a row
@@ -118,7 +124,7 @@ __global__ void __launch_bounds__(kMaxGroup)
         for (int j = 0; j < N; ++j) {
           const A g = to_acc(gv[k].v[j]);
           const A xh = (to_acc(xv[k].v[j]) - m) * r;
-          const A u = g * to_acc(wv.v[j]);
+          const A u = mul_rn(g, to_acc(wv.v[j]));
           sums[0] += u;
           sums[1] += u * xh;
           aw.v[j] += g * xh;
@@ -141,7 +147,7 @@ __global__ void __launch_bounds__(kMaxGroup)
 #pragma unroll
         for (int j = 0; j < N; ++j) {
           const A xh = (to_acc(xv[k].v[j]) - m) * r;
-          const A u = to_acc(gv[k].v[j]) * to_acc(wv.v[j]);
+          const A u = mul_rn(to_acc(gv[k].v[j]), to_acc(wv.v[j]));
           o.v[j] = from_acc<T>(r * (u - c1 - xh * c2));
         }
         dxr[i] = o;
@@ -188,7 +194,7 @@ __global__ void __launch_bounds__(kLongThreads)
       const V gv = gr[i], xv = xr[i], wv = w[i];
 #pragma unroll
       for (int j = 0; j < N; ++j) {
-        const A u = to_acc(gv.v[j]) * to_acc(wv.v[j]);
+        const A u = mul_rn(to_acc(gv.v[j]), to_acc(wv.v[j]));
         sums[0] += u;
         sums[1] += u * ((to_acc(xv.v[j]) - m) * r);
       }
@@ -202,7 +208,7 @@ __global__ void __launch_bounds__(kLongThreads)
 #pragma unroll
       for (int j = 0; j < N; ++j) {
         const A xh = (to_acc(xv.v[j]) - m) * r;
-        const A u = to_acc(gv.v[j]) * to_acc(wv.v[j]);
+        const A u = mul_rn(to_acc(gv.v[j]), to_acc(wv.v[j]));
         o.v[j] = from_acc<T>(r * (u - c1 - xh * c2));
       }
       dxr[i] = o;
@@ -303,7 +309,9 @@ int64_t smem_limit() { return min_of<int64_t>(kMaxSmem, device_info().smem_optin
 // Lets `kernel` launch with more than the default 48 KiB of dynamic shared memory: up to
 // smem_limit(), whatever this call needs, so that any plan on this device may launch it later.
 void allow_smem(const void* kernel, int smem) {
-  if (smem > 48 * 1024) {
+  // The default limit counts static shared memory too (the kernel's few hundred bytes): opt in
+  // from 47 KiB of dynamic memory on, so that 48 KiB of accumulators plus those bytes launch.
+  if (smem > 47 * 1024) {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem_limit()));
   }
