@@ -50,9 +50,10 @@ def test_compiles_with_no_graph_break(lib: Any, name: str, device: str) -> None:
 
 
 # Row lengths that take each launch path for some dtype (kernels/softmax/softmax_rows.cuh): a
-# warp per row, by 4, 16 or 32 lanes, with 16-byte vectors or single elements; a block; a
-# cluster of 2, 9 and 16 blocks on sm_90 (a block or the stream path elsewhere); the stream path.
-_PATH_COLS = [1, 3, 16, 60, 131, 1024, 4096, 16388, 65537, 262144, 600000]
+# warp per row, by 4, 16 or 32 lanes, with 16-byte vectors or single elements, 2 or up to 8
+# slots a lane; a block; a cluster of 2, 9 and 16 blocks on sm_90 (a block or the stream path
+# elsewhere); the stream path.
+_PATH_COLS = [1, 3, 16, 60, 128, 131, 256, 1024, 4096, 16388, 65537, 262144, 600000]
 
 
 def _special_rows(cols: int, dtype: torch.dtype, device: str) -> torch.Tensor:

@@ -13,7 +13,8 @@
 // threads hold at most K vectors each in registers (kElems acc values a tensor it reads, see
 // slots_per_thread):
 //   warp     nvec <= 32 * K: a group of G lanes of a warp per row (G = 4, 16 or 32), 128-thread
-//            blocks holding 128 / G rows; the row is read once into registers; shuffles reduce.
+//            blocks holding 128 / G rows; the row is read once into registers (at least two
+//            slots a lane); shuffles reduce.
 //   block    nvec <= 512 * K: one block of 32..512 threads per row; registers; the block reduces
 //            through shared memory. Blocks of at most 512 threads let an SM hold two or more
 //            rows, so one block's reduction overlaps another's loads.
@@ -345,34 +346,28 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
   return true;
 }
 
+template <typename Op, int N, int G, int K>
+void launch_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream) {
+  constexpr int kRows = kWarpBlock / G;
+  warp_kernel<Op, N, G, K>
+      <<<grid_for((rows + kRows - 1) / kRows), kWarpBlock, 0, stream>>>(op, rows, nvec);
+}
+
 template <typename Op, int N>
 void launch_rows_n(const Op& op, int64_t rows, cudaStream_t stream) {
   constexpr int K = slots_per_thread<Op, N>();
-  static_assert(K >= 1, "a thread holds at least one vector");
+  static_assert(K >= 2, "a thread holds at least two vectors (the warp path's narrow groups)");
   const int64_t nvec = op.cols / N;
   if (nvec <= 32 * K) {
-    // Groups narrower than a warp for rows of a few 16-byte vectors (rows of single elements
-    // are rarely that short); rows of one or a few slots a lane need fewer registers.
+    // Two slots a lane at least, so that a thread has two loads in flight (bytes in flight are
+    // what a short row's bandwidth runs out of), and groups of 4 or 16 lanes for rows of up to
+    // 8 or 32 vectors, so that few lanes idle.
     if constexpr (N > 1) {
-      if (nvec <= 4) {
-        warp_kernel<Op, N, 4, 1>
-            <<<grid_for((rows + 31) / 32), kWarpBlock, 0, stream>>>(op, rows, nvec);
-        return;
-      }
-      if (nvec <= 16) {
-        warp_kernel<Op, N, 16, 1>
-            <<<grid_for((rows + 7) / 8), kWarpBlock, 0, stream>>>(op, rows, nvec);
-        return;
-      }
+      if (nvec <= 8) return launch_warp<Op, N, 4, 2>(op, rows, nvec, stream);
+      if (nvec <= 32) return launch_warp<Op, N, 16, 2>(op, rows, nvec, stream);
     }
-    if (nvec <= 32) {
-      warp_kernel<Op, N, 32, 1>
-          <<<grid_for((rows + 3) / 4), kWarpBlock, 0, stream>>>(op, rows, nvec);
-    } else {
-      warp_kernel<Op, N, 32, K>
-          <<<grid_for((rows + 3) / 4), kWarpBlock, 0, stream>>>(op, rows, nvec);
-    }
-    return;
+    if (nvec <= 64) return launch_warp<Op, N, 32, 2>(op, rows, nvec, stream);
+    return launch_warp<Op, N, 32, K>(op, rows, nvec, stream);
   }
   const int threads = threads_for(nvec, K);
   if (threads <= kBlockThreads) {
