@@ -19,10 +19,11 @@
 //            through shared memory. Blocks of at most 512 threads let an SM hold two or more
 //            rows, so one block's reduction overlaps another's loads.
 //   cluster  (an sm_90 image on an sm_90+ device, where a cluster of that shape can be resident)
-//            nvec <= 16 * 1024 * K: a thread-block cluster of C = 2..16 blocks per row, block
-//            `rank` holding vectors [rank * per, (rank + 1) * per) in registers; blocks reduce
-//            as above, then exchange their partials through distributed shared memory. The row
-//            is read from memory once however long it is.
+//            nvec <= 16 * 1024 * K: a thread-block cluster of C = 2..16 blocks per row (blocks
+//            of up to 512 threads, of up to 1024 past 16 * 512 * K), block `rank` holding the
+//            vectors [rank * per, (rank + 1) * per) in registers; blocks reduce as above, then
+//            exchange their partials through distributed shared memory. The row is read from
+//            memory once, and no block waits on another that may not be resident.
 //   block    (without clusters) nvec <= 1024 * K: one block of up to 1024 threads per row.
 //   stream   any length: one block of 512 threads per row reads its row twice, once for the
 //            partial results (softmax: a running max with a rescaled sum), once to write.
@@ -48,8 +49,8 @@ constexpr int kMaxCluster = 16;     // blocks in a cluster (more than 8 is "non-
 constexpr int kStreamThreads = 512;
 
 // acc values a thread holds per tensor it reads: 128 bytes (32 float or 16 double registers)
-// for one tensor, half as many each for two, so a block of 1024 threads needs at most 64
-// registers a thread (ptxas -v: see the family's README line in softmax.cu).
+// for one tensor, half as many each for two, so that the kernels a block of 1024 threads may
+// run fit the 64 registers a thread that allows (ptxas -v, sm_90a: 32-64, no spills).
 template <typename A>
 constexpr int kElems = 128 / static_cast<int>(sizeof(A));
 
@@ -58,7 +59,9 @@ __device__ __forceinline__ A neg_inf() {
   return static_cast<A>(-__builtin_huge_val());
 }
 
-__device__ __forceinline__ float exp_acc(float x) { return __expf(x); }  // ex2.approx, ~2 ulp
+// ex2.approx of x * log2(e): within 2 + 1.2 |x| ulp, so ~1e-6 relative where exp(x) is far
+// from 0, well inside float32's check floor.
+__device__ __forceinline__ float exp_acc(float x) { return __expf(x); }
 // exp(-Inf) is 0 either way; with the test in front, ptxas keeps the double kernels' rows in
 // registers (without it, 8-184 bytes of spills a thread, sm_90a).
 __device__ __forceinline__ double exp_acc(double x) {
