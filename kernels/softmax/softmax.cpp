@@ -3,7 +3,8 @@
 //   softmax:           y[r, i]  = exp(x[r, i] - m) / sum_j exp(x[r, j] - m),  m = max_j x[r, j]
 //   softmax_backward:  dx[r, i] = y[r, i] * (grad[r, i] - sum_j grad[r, j] * y[r, j])
 //   x, y, grad, dx: [rows, cols] contiguous; accumulated in float (double for float64). The
-//   binding splits the rows into chunks [begin, end) across threads (at::parallel_for).
+//   binding splits the rows into chunks [begin, end) across threads (at::parallel_for). The
+//   backward is computed as y * (grad - D), the form of PyTorch's CPU kernel (see softmax.h).
 //
 // The loops are written so that GCC vectorises them at -O3 without -ffast-math: float maxima
 // are taken over integers that order like the floats (ordered_bits), sums keep kLanes

@@ -6,7 +6,9 @@
 //
 // Every buffer is a contiguous [rows, cols] row-major array of one dtype (float32, float64,
 // float16, bfloat16); sums run in float (double for float64). A row that holds +Inf or NaN, or
-// only -Inf, comes out all NaN, as torch.softmax gives.
+// only -Inf, comes out all NaN, as torch.softmax gives. The backward is computed as PyTorch's
+// kernel on the same device computes it (CPU: y * (grad - D), CUDA: grad * y - y * D), so that
+// NaN and Inf land where PyTorch puts them when y holds an Inf.
 #pragma once
 
 #include "wb/types.h"

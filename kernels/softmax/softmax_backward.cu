@@ -5,8 +5,11 @@
 //   float (double for float64). The same paths as softmax (softmax_rows.cuh) with two tensors
 //   read: a thread holds up to 16 float (8 double) values of each of grad and y, so a row is
 //   read once up to 8192 float32 elements a block, 262144 a cluster of 16 blocks of 1024
-//   threads (sm_90), and twice beyond. dx is y * (grad - D) as written, so NaN and Inf land
-//   where PyTorch's CPU kernel puts them.
+//   threads (sm_90), and twice beyond.
+//   dx is computed as grad * y - y * D, the form PyTorch's CUDA kernel computes (the CPU
+//   kernels, PyTorch's and softmax.cpp, compute y * (grad - D)). The two differ only in where
+//   NaN and Inf land when y holds an Inf: +Inf * (g - +Inf) is -Inf, g * +Inf - +Inf * +Inf is
+//   NaN. Each device follows PyTorch's kernel on that device, which is its check's reference.
 //   Check and time:  wb check softmax_backward --device cuda;  wb bench softmax_backward
 #include "softmax/softmax.h"
 #include "softmax/softmax_rows.cuh"
@@ -65,7 +68,7 @@ struct Backward {
       if (s.has(k)) {
         V o;
 #pragma unroll
-        for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(p[k][j] * (g[k][j] - total));
+        for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(g[k][j] * p[k][j] - p[k][j] * total);
         dxr[s.at(k)] = o;
       }
     }
@@ -113,7 +116,8 @@ struct Backward {
           V o;
 #pragma unroll
           for (int j = 0; j < N; ++j) {
-            o.v[j] = from_acc<T>(to_acc(yv[u].v[j]) * (to_acc(gv[u].v[j]) - total));
+            const A a = to_acc(gv[u].v[j]), b = to_acc(yv[u].v[j]);
+            o.v[j] = from_acc<T>(a * b - b * total);
           }
           dxr[i + u * s.stride] = o;
         }

@@ -8,7 +8,9 @@ kernels work on the last dimension; for another ``dim`` the input is copied with
 last and the output is that layout moved back (the fake functions give the same strides). A row
 holding NaN or +Inf, or only -Inf, comes out all NaN, as torch.softmax gives. The references are
 PyTorch's own kernels (``torch.softmax``, ``torch._softmax_backward_data``), so ``wb bench``
-times these ops against PyTorch's softmax and its backward.
+times these ops against PyTorch's softmax and its backward; dx is computed in the form PyTorch's
+kernel on the same device uses (CPU ``y * (grad - D)``, CUDA ``grad * y - y * D``), which decides
+where NaN and Inf land when y holds an Inf.
 """
 
 from __future__ import annotations
