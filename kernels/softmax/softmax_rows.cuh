@@ -319,9 +319,11 @@ bool cluster_fits(Kernel kernel, int size, int threads) {
   return answer == 1;
 }
 
-// The cluster path for rows of nvec vectors, K a thread: false when it does not apply here.
+// The cluster path for rows of nvec vectors, K a thread: launches it and returns true with the
+// launch's result in `err`, or returns false (nothing launched) where it does not apply here.
 template <typename Op, int N, int K>
-bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream) {
+bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream,
+                    cudaError_t& err) {
   // As few blocks of up to 512 threads as hold the row, else of up to 1024, split evenly.
   int64_t size = (nvec + kBlockThreads * K - 1) / (kBlockThreads * K);
   int width = kBlockThreads;
@@ -345,19 +347,23 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  cudaLaunchKernelEx(&config, kernel, op, rows, nvec, per);
+  err = cudaLaunchKernelEx(&config, kernel, op, rows, nvec, per);
   return true;
 }
 
 template <typename Op, int N, int G, int K>
-void launch_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream) {
+cudaError_t launch_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream) {
   constexpr int kRows = kWarpBlock / G;
   warp_kernel<Op, N, G, K>
       <<<grid_for((rows + kRows - 1) / kRows), kWarpBlock, 0, stream>>>(op, rows, nvec);
+  return cudaSuccess;
 }
 
+// The launch for rows of nvec = cols / N vectors (see the header comment); returns the result
+// of a launch made through the runtime API (the cluster path's), cudaSuccess for the others,
+// whose errors cudaGetLastError reports.
 template <typename Op, int N>
-void launch_rows_n(const Op& op, int64_t rows, cudaStream_t stream) {
+cudaError_t launch_rows_n(const Op& op, int64_t rows, cudaStream_t stream) {
   constexpr int K = slots_per_thread<Op, N>();
   static_assert(K >= 2, "a thread holds at least two vectors (the warp path's narrow groups)");
   const int64_t nvec = op.cols / N;
@@ -373,14 +379,14 @@ void launch_rows_n(const Op& op, int64_t rows, cudaStream_t stream) {
     return launch_warp<Op, N, 32, K>(op, rows, nvec, stream);
   }
   const int threads = threads_for(nvec, K);
-  if (threads <= kBlockThreads) {
-    block_kernel<Op, N, K><<<grid_for(rows), threads, 0, stream>>>(op, rows, nvec);
-  } else if (launch_cluster<Op, N, K>(op, rows, nvec, stream)) {
-  } else if (threads <= kMaxThreads) {
+  cudaError_t err = cudaSuccess;
+  if (threads > kBlockThreads && launch_cluster<Op, N, K>(op, rows, nvec, stream, err)) return err;
+  if (threads <= kMaxThreads) {
     block_kernel<Op, N, K><<<grid_for(rows), threads, 0, stream>>>(op, rows, nvec);
   } else {
     stream_kernel<Op, N><<<grid_for(rows), kStreamThreads, 0, stream>>>(op, rows, nvec);
   }
+  return cudaSuccess;
 }
 
 // Runs Op over every row on `stream`: 16-byte vectors where cols and every pointer allow them.
@@ -389,10 +395,11 @@ Status launch_rows(const Op& op, int64_t rows, Stream stream) {
   if (rows == 0 || op.cols == 0) return nullptr;
   constexpr int kN = kVec16<typename Op::T>;
   auto s = static_cast<cudaStream_t>(stream);
-  if (op.cols % kN == 0 && op.aligned()) {
-    launch_rows_n<Op, kN>(op, rows, s);
-  } else {
-    launch_rows_n<Op, 1>(op, rows, s);
+  const cudaError_t err = op.cols % kN == 0 && op.aligned() ? launch_rows_n<Op, kN>(op, rows, s)
+                                                            : launch_rows_n<Op, 1>(op, rows, s);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // the same error, if the runtime also recorded it
+    return cudaGetErrorString(err);
   }
   return launch_status();
 }
