@@ -1,0 +1,158 @@
+// softmax.cu: CUDA kernels of softmax over the last dimension.
+//
+//   y[r, i] = exp(x[r, i] - M) / S,  M = max_j x[r, j],  S = sum_j exp(x[r, j] - M)
+//   x, y: [rows, cols] contiguous; float32 / float64 / float16 / bfloat16, computed in float
+//   (double for float64) with __expf (ex2.approx) for float. Rows of any length: the paths and
+//   the index map are in softmax_rows.cuh; a thread holds up to 32 float (16 double) values of
+//   x in registers, so a row is read once up to 16384 float32 elements a block, 262144 a cluster
+//   of 16 (sm_90), and twice beyond (the stream path).
+//
+// Each thread takes the max m of its own elements and keeps e = exp(x - m) and their sum s; the
+// row's threads combine their (m, s) pairs into (M, S) in one reduction (each pair rescaled by
+// exp(m - M)), and each thread writes e * exp(m - M) / S. One reduction instead of a max and
+// then a sum halves the barriers of the block path and the cluster exchanges of the cluster
+// path. Special values come out as torch.softmax gives them: an element -Inf gives 0 (also when
+// all of a thread's elements are -Inf, see exp_origin); a NaN, an +Inf (exp(+Inf - +Inf)) or a
+// row of only -Inf (S = 0, and 0 * (1 / 0)) gives a row of NaN.
+//   Check and time:  wb check softmax --device cuda;  wb bench softmax
+#include "softmax/softmax.h"
+#include "softmax/softmax_rows.cuh"
+#include "wb/dtypes.h"
+
+namespace wb::softmax {
+namespace {
+
+// The m to subtract before exp: the max itself, or 0 when it is -Inf (the elements are all -Inf
+// or NaN), so that -Inf elements give exp(-Inf) = 0 rather than exp(-Inf - -Inf) = NaN while a
+// NaN still gives NaN. The pair (m, s) keeps m = -Inf: (-Inf, 0) is an empty sum.
+template <typename A>
+__device__ __forceinline__ A exp_origin(A m) {
+  return m == neg_inf<A>() ? A(0) : m;
+}
+
+template <typename T_>
+struct Forward {
+  using T = T_;
+  using A = acc_t<T>;
+  using Partial = Stats<A>;
+  static constexpr int kTensors = 1;  // x
+
+  const T* __restrict__ x;  // [rows, cols]
+  T* __restrict__ y;        // [rows, cols]
+  int64_t cols;
+
+  bool aligned() const { return aligned16(x, y); }
+
+  // The register paths: the thread's slots of row r (see Slots) held as acc values.
+  template <int N, int K, typename Reduce>
+  __device__ __forceinline__ void row(int64_t r, Slots s, Reduce reduce) const {
+    using V = Vec<T, N>;
+    const V* xr = reinterpret_cast<const V*>(x + r * cols);  // [cols / N]
+    V* yr = reinterpret_cast<V*>(y + r * cols);              // [cols / N]
+    A v[K][N];
+    // Every load is issued before any value is used (the tests between are uniform branches).
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!s.any(k)) break;
+      if (s.has(k)) {
+        const V t = xr[s.at(k)];
+#pragma unroll
+        for (int j = 0; j < N; ++j) v[k][j] = to_acc(t.v[j]);
+      }
+    }
+    A m = neg_inf<A>();
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!s.any(k)) break;
+      if (s.has(k)) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) m = fmax(m, v[k][j]);
+      }
+    }
+    const A ref = exp_origin(m);
+    A sum = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!s.any(k)) break;
+      if (s.has(k)) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          v[k][j] = exp_acc(v[k][j] - ref);
+          sum += v[k][j];
+        }
+      }
+    }
+    const Partial total = reduce(Partial{m, sum});
+    const A f = rescale(m, total.m) / total.s;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!s.any(k)) break;
+      if (s.has(k)) {
+        V o;
+#pragma unroll
+        for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(v[k][j] * f);
+        yr[s.at(k)] = o;
+      }
+    }
+  }
+
+  // The stream path: a running (max, rescaled sum) over the thread's vectors, kInFlight loads
+  // at a time; then the row's (M, S); then x again to write exp(x - M) / S.
+  template <int N, typename Reduce>
+  __device__ __forceinline__ void stream_row(int64_t r, Slots s, Reduce reduce) const {
+    using V = Vec<T, N>;
+    constexpr int kInFlight = 4;
+    const V* xr = reinterpret_cast<const V*>(x + r * cols);  // [cols / N]
+    V* yr = reinterpret_cast<V*>(y + r * cols);              // [cols / N]
+    Partial run = Partial::identity();
+    for (int64_t i = s.base + s.lane; i < s.end; i += kInFlight * s.stride) {
+      V t[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * s.stride < s.end) t[u] = xr[i + u * s.stride];
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * s.stride >= s.end) break;
+        A big = run.m;
+#pragma unroll
+        for (int j = 0; j < N; ++j) big = fmax(big, to_acc(t[u].v[j]));
+        const A ref = exp_origin(big);
+        A add = 0;
+#pragma unroll
+        for (int j = 0; j < N; ++j) add += exp_acc(to_acc(t[u].v[j]) - ref);
+        run = Partial{big, run.s * rescale(run.m, big) + add};
+      }
+    }
+    const Partial total = reduce(run);
+    const A inv = A(1) / total.s;
+    for (int64_t i = s.base + s.lane; i < s.end; i += kInFlight * s.stride) {
+      V t[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * s.stride < s.end) t[u] = xr[i + u * s.stride];
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * s.stride < s.end) {
+          V o;
+#pragma unroll
+          for (int j = 0; j < N; ++j) {
+            o.v[j] = from_acc<T>(exp_acc(to_acc(t[u].v[j]) - total.m) * inv);
+          }
+          yr[i + u * s.stride] = o;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+template <typename T>
+Status softmax_cuda(const T* x, T* y, int64_t rows, int64_t cols, Stream stream) {
+  return launch_rows(Forward<T>{x, y, cols}, rows, stream);
+}
+WB_INSTANTIATE(WB_FLOATING, softmax_cuda)
+
+}  // namespace wb::softmax

@@ -1,0 +1,138 @@
+// softmax_backward.cu: CUDA kernels of softmax's backward over the last dimension.
+//
+//   dx[r, i] = y[r, i] * (grad[r, i] - D),  D = sum_j grad[r, j] * y[r, j]
+//   grad, y, dx: [rows, cols] contiguous; float32 / float64 / float16 / bfloat16, computed in
+//   float (double for float64). The same paths as softmax (softmax_rows.cuh) with two tensors
+//   read: a thread holds up to 16 float (8 double) values of each of grad and y, so a row is
+//   read once up to 8192 float32 elements a block, 262144 a cluster of 16 blocks of 1024
+//   threads (sm_90), and twice beyond.
+//   dx is computed as grad * y - y * D, the form PyTorch's CUDA kernel computes (the CPU
+//   kernels, PyTorch's and softmax.cpp, compute y * (grad - D)). The two differ only in where
+//   NaN and Inf land when y holds an Inf: +Inf * (g - +Inf) is -Inf, g * +Inf - +Inf * +Inf is
+//   NaN. Each device follows PyTorch's kernel on that device, which is its check's reference.
+//   Check and time:  wb check softmax_backward --device cuda;  wb bench softmax_backward
+#include "softmax/softmax.h"
+#include "softmax/softmax_rows.cuh"
+#include "wb/dtypes.h"
+
+namespace wb::softmax {
+namespace {
+
+template <typename T_>
+struct Backward {
+  using T = T_;
+  using A = acc_t<T>;
+  using Partial = Sum<A>;
+  static constexpr int kTensors = 2;  // grad and y
+
+  const T* __restrict__ grad;  // [rows, cols]
+  const T* __restrict__ y;     // [rows, cols]
+  T* __restrict__ dx;          // [rows, cols]
+  int64_t cols;
+
+  bool aligned() const { return aligned16(grad, y, dx); }
+
+  // The register paths: the thread's slots of grad and y in row r (see Slots).
+  template <int N, int K, typename Reduce>
+  __device__ __forceinline__ void row(int64_t r, Slots s, Reduce reduce) const {
+    using V = Vec<T, N>;
+    const V* gr = reinterpret_cast<const V*>(grad + r * cols);  // [cols / N]
+    const V* yr = reinterpret_cast<const V*>(y + r * cols);     // [cols / N]
+    V* dxr = reinterpret_cast<V*>(dx + r * cols);               // [cols / N]
+    A g[K][N], p[K][N];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!s.any(k)) break;
+      if (s.has(k)) {
+        const V gv = gr[s.at(k)], yv = yr[s.at(k)];
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          g[k][j] = to_acc(gv.v[j]);
+          p[k][j] = to_acc(yv.v[j]);
+        }
+      }
+    }
+    A dot = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!s.any(k)) break;
+      if (s.has(k)) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) dot += g[k][j] * p[k][j];
+      }
+    }
+    const A total = reduce(Partial{dot}).s;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!s.any(k)) break;
+      if (s.has(k)) {
+        V o;
+#pragma unroll
+        for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(g[k][j] * p[k][j] - p[k][j] * total);
+        dxr[s.at(k)] = o;
+      }
+    }
+  }
+
+  // The stream path: the dot product over the thread's vectors, kInFlight of each tensor at a
+  // time; the row's sum; then grad and y again to write.
+  template <int N, typename Reduce>
+  __device__ __forceinline__ void stream_row(int64_t r, Slots s, Reduce reduce) const {
+    using V = Vec<T, N>;
+    constexpr int kInFlight = 4;
+    const V* gr = reinterpret_cast<const V*>(grad + r * cols);  // [cols / N]
+    const V* yr = reinterpret_cast<const V*>(y + r * cols);     // [cols / N]
+    V* dxr = reinterpret_cast<V*>(dx + r * cols);               // [cols / N]
+    A dot = 0;
+    for (int64_t i = s.base + s.lane; i < s.end; i += kInFlight * s.stride) {
+      V gv[kInFlight], yv[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * s.stride < s.end) {
+          gv[u] = gr[i + u * s.stride];
+          yv[u] = yr[i + u * s.stride];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * s.stride >= s.end) break;
+#pragma unroll
+        for (int j = 0; j < N; ++j) dot += to_acc(gv[u].v[j]) * to_acc(yv[u].v[j]);
+      }
+    }
+    const A total = reduce(Partial{dot}).s;
+    for (int64_t i = s.base + s.lane; i < s.end; i += kInFlight * s.stride) {
+      V gv[kInFlight], yv[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * s.stride < s.end) {
+          gv[u] = gr[i + u * s.stride];
+          yv[u] = yr[i + u * s.stride];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (i + u * s.stride < s.end) {
+          V o;
+#pragma unroll
+          for (int j = 0; j < N; ++j) {
+            const A a = to_acc(gv[u].v[j]), b = to_acc(yv[u].v[j]);
+            o.v[j] = from_acc<T>(a * b - b * total);
+          }
+          dxr[i + u * s.stride] = o;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+template <typename T>
+Status softmax_backward_cuda(const T* grad, const T* y, T* dx, int64_t rows, int64_t cols,
+                             Stream stream) {
+  return launch_rows(Backward<T>{grad, y, dx, cols}, rows, stream);
+}
+WB_INSTANTIATE(WB_FLOATING, softmax_backward_cuda)
+
+}  // namespace wb::softmax

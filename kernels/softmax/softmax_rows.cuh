@@ -1,0 +1,407 @@
+// softmax/softmax_rows.cuh: the row machinery shared by softmax.cu and softmax_backward.cu.
+//
+// Both ops reduce each row of a contiguous [rows, cols] buffer (softmax: its max and its sum of
+// exponentials; backward: the dot product of grad and y) and then write the row. An Op
+// (Forward in softmax.cu, Backward in softmax_backward.cu) says what one thread does with its
+// share of a row; this header says which threads share a row, how they combine their partial
+// results, and which launch serves which row length (launch_rows, at the end).
+//
+// A row is read in vectors of N elements: N = 16 bytes / sizeof(T) when cols is a multiple of it
+// and every pointer is 16-byte aligned, else N = 1. Each thread owns the vectors
+//   base + lane + k * stride,  k = 0, 1, ..., K - 1,  those below end   (struct Slots)
+// of its row. The paths, by the row's length in vectors (nvec = cols / N), for an Op whose
+// threads hold at most K vectors each in registers (kElems acc values a tensor it reads, see
+// slots_per_thread):
+//   warp     nvec <= 32 * K: a group of G lanes of a warp per row (G = 4, 16 or 32), 128-thread
+//            blocks holding 128 / G rows; the row is read once into registers (at least two
+//            slots a lane); shuffles reduce.
+//   block    nvec <= 512 * K: one block of 32..512 threads per row; registers; the block reduces
+//            through shared memory. Blocks of at most 512 threads let an SM hold two or more
+//            rows, so one block's reduction overlaps another's loads.
+//   cluster  (an sm_90 image on an sm_90+ device, where a cluster of that shape can be resident)
+//            nvec <= 16 * 1024 * K: a thread-block cluster of C = 2..16 blocks per row (blocks
+//            of up to 512 threads, of up to 1024 past 16 * 512 * K), block `rank` holding the
+//            vectors [rank * per, (rank + 1) * per) in registers; blocks reduce as above, then
+//            exchange their partials through distributed shared memory. The row is read from
+//            memory once, and no block waits on another that may not be resident.
+//   block    (without clusters) nvec <= 1024 * K: one block of up to 1024 threads per row.
+//   stream   any length: one block of 512 threads per row reads its row twice, once for the
+//            partial results (softmax: a running max with a rescaled sum), once to write.
+#pragma once
+
+#include "wb/cuda.cuh"
+#include "wb/types.h"
+
+// The cluster kernels exist only where the instructions do (sm_90 and later). Other archs
+// compile a stub declared __launch_bounds__(1), and the host asks the loaded image which it got.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define WB_SOFTMAX_CLUSTERS 0
+#else
+#define WB_SOFTMAX_CLUSTERS 1
+#endif
+
+namespace wb::softmax {
+
+constexpr int kWarpBlock = 128;     // threads of a warp-path block
+constexpr int kBlockThreads = 512;  // the widest block of the block and cluster paths, mostly
+constexpr int kMaxThreads = 1024;   // the widest block any path launches
+constexpr int kMaxCluster = 16;     // blocks in a cluster (more than 8 is "non-portable", sm_90)
+constexpr int kStreamThreads = 512;
+
+// acc values a thread holds per tensor it reads: 128 bytes (32 float or 16 double registers)
+// for one tensor, half as many each for two, so that the kernels a block of 1024 threads may
+// run fit the 64 registers a thread that allows (ptxas -v, sm_90a: 32-64, no spills).
+template <typename A>
+constexpr int kElems = 128 / static_cast<int>(sizeof(A));
+
+template <typename A>
+__device__ __forceinline__ A neg_inf() {
+  return static_cast<A>(-__builtin_huge_val());
+}
+
+// ex2.approx of x * log2(e): within 2 + 1.2 |x| ulp, so ~1e-6 relative where exp(x) is far
+// from 0, well inside float32's check floor.
+__device__ __forceinline__ float exp_acc(float x) { return __expf(x); }
+// exp(-Inf) is 0 either way; with the test in front, ptxas keeps the double kernels' rows in
+// registers (without it, 8-184 bytes of spills a thread, sm_90a).
+__device__ __forceinline__ double exp_acc(double x) {
+  return x == -__builtin_huge_val() ? 0.0 : exp(x);
+}
+
+// exp(m - M) for m <= M, and 1 where m == M (also when both are -Inf or +Inf, where m - M is
+// NaN): the factor that moves a sum of exp(x - m) to one of exp(x - M).
+template <typename A>
+__device__ __forceinline__ A rescale(A m, A big_m) {
+  return m == big_m ? A(1) : exp_acc(m - big_m);
+}
+
+// Softmax statistics of a set of elements: m = their max (NaN never wins; -Inf for none) and
+// s = sum exp(x - m). A NaN, or an +Inf (exp(+Inf - +Inf)), makes s NaN, and with it the row.
+template <typename A>
+struct Stats {
+  A m, s;
+  __device__ static Stats identity() { return {neg_inf<A>(), A(0)}; }
+  __device__ static Stats combine(Stats a, Stats b) {
+    const Stats& hi = a.m >= b.m ? a : b;
+    const Stats& lo = a.m >= b.m ? b : a;
+    return {hi.m, hi.s + lo.s * rescale(lo.m, hi.m)};
+  }
+  __device__ Stats shfl_xor(int offset) const {
+    return {__shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset)};
+  }
+};
+
+// A plain sum (the backward's dot product).
+template <typename A>
+struct Sum {
+  A s;
+  __device__ static Sum identity() { return {A(0)}; }
+  __device__ static Sum combine(Sum a, Sum b) { return {a.s + b.s}; }
+  __device__ Sum shfl_xor(int offset) const { return {__shfl_xor_sync(0xffffffffu, s, offset)}; }
+};
+
+// The vectors of one row a thread owns: base + lane + k * stride for k = 0, 1, ..., those below
+// end. base is the same for every thread of the row within one block, so any(k) is uniform.
+struct Slots {
+  int64_t base;
+  int lane, stride;
+  int64_t end;
+  __device__ bool any(int k) const { return base + k * stride < end; }  // some thread has slot k
+  __device__ int64_t at(int k) const { return base + lane + int64_t{k} * stride; }
+  __device__ bool has(int k) const { return at(k) < end; }
+};
+
+// --- reductions over the threads of a row; every thread gets the result -----------------------
+
+// Lanes in groups of G (a power of two up to 32): xor offsets below G stay inside the group.
+template <int G>
+struct WarpReduce {
+  template <typename P>
+  __device__ P operator()(P p) const {
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset /= 2) p = P::combine(p, p.shfl_xor(offset));
+    return p;
+  }
+};
+
+// The whole block (a multiple of 32 threads); buf holds 32 partials in shared memory.
+template <typename P>
+struct BlockReduce {
+  P* buf;
+  __device__ P operator()(P p) const {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    p = WarpReduce<32>{}(p);
+    if (lane == 0) buf[warp] = p;
+    __syncthreads();
+    p = lane < static_cast<int>(blockDim.x / 32) ? buf[lane] : P::identity();
+    p = WarpReduce<32>{}(p);
+    __syncthreads();  // buf is rewritten by the next row
+    return p;
+  }
+};
+
+#if WB_SOFTMAX_CLUSTERS
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__)
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return static_cast<int>(r);
+}
+__device__ __forceinline__ int cluster_size() {
+  uint32_t n = 1;
+#if defined(__CUDA_ARCH__)
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+#endif
+  return static_cast<int>(n);
+}
+// Every thread of every block of the cluster arrives; shared-memory writes before it are seen
+// by the cluster's reads after it.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__)
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n\t"
+      "barrier.cluster.wait.acquire.aligned;" ::
+          : "memory");
+#endif
+}
+// *p as it is in the shared memory of the cluster's block `rank` (distributed shared memory).
+template <typename P>
+__device__ __forceinline__ P load_from_rank(const P* p, int rank) {
+  static_assert(sizeof(P) % 4 == 0, "read as 32-bit words");
+  uint32_t words[sizeof(P) / 4];
+#pragma unroll
+  for (int w = 0; w < static_cast<int>(sizeof(P) / 4); ++w) {
+    uint32_t remote = 0;
+#if defined(__CUDA_ARCH__)
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote)
+                 : "r"(smem_addr(p) + 4 * w), "r"(rank));
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(words[w]) : "r"(remote) : "memory");
+#endif
+  }
+  P out;
+  __builtin_memcpy(&out, words, sizeof(P));
+  return out;
+}
+
+// The whole cluster: each block reduces, publishes its partial in `slot`, and every thread
+// combines the `size` slots (size <= 32) read through distributed shared memory.
+template <typename P>
+struct ClusterReduce {
+  P* buf;   // 32 partials, for BlockReduce
+  P* slot;  // this block's partial, read by the others
+  int size;
+  __device__ P operator()(P p) const {
+    p = BlockReduce<P>{buf}(p);
+    if (threadIdx.x == 0) *slot = p;
+    cluster_sync();
+    const int lane = threadIdx.x % 32;
+    p = lane < size ? load_from_rank(slot, lane) : P::identity();
+    p = WarpReduce<32>{}(p);
+    cluster_sync();  // every block has read every slot: they may be rewritten, or blocks exit
+    return p;
+  }
+};
+#endif  // WB_SOFTMAX_CLUSTERS
+
+// --- kernels: which threads share a row --------------------------------------------------------
+
+// Rows in groups of G lanes, 128 / G rows a block; a group past the last row has no slots (its
+// lanes still take part in the warp's shuffles).
+template <typename Op, int N, int G, int K>
+__global__ void __launch_bounds__(kWarpBlock) warp_kernel(Op op, int64_t rows, int64_t nvec) {
+  constexpr int kRows = kWarpBlock / G;
+  const int lane = static_cast<int>(threadIdx.x) % G;
+  for (int64_t first = int64_t{blockIdx.x} * kRows; first < rows;
+       first += int64_t{gridDim.x} * kRows) {
+    const int64_t row = first + threadIdx.x / G;
+    const bool valid = row < rows;
+    op.template row<N, K>(valid ? row : first, Slots{0, lane, G, valid ? nvec : 0},
+                          WarpReduce<G>{});
+  }
+}
+
+// One block per row.
+template <typename Op, int N, int K>
+__global__ void __launch_bounds__(kMaxThreads) block_kernel(Op op, int64_t rows, int64_t nvec) {
+  __shared__ typename Op::Partial buf[32];
+  const int lane = static_cast<int>(threadIdx.x), width = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    op.template row<N, K>(row, Slots{0, lane, width, nvec}, BlockReduce<typename Op::Partial>{buf});
+  }
+}
+
+// One cluster per row: gridDim.x = clusters * C, block blockIdx.x is rank blockIdx.x % C of the
+// cluster that serves rows blockIdx.x / C, + gridDim.x / C, ...; rank r holds the vectors
+// [r * per, min((r + 1) * per, nvec)).
+template <typename Op, int N, int K>
+__global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kMaxThreads : 1)
+    cluster_kernel(Op op, int64_t rows, int64_t nvec, int64_t per) {
+#if WB_SOFTMAX_CLUSTERS
+  using P = typename Op::Partial;
+  __shared__ P buf[32];
+  __shared__ P slot;
+  const int size = cluster_size(), rank = cluster_rank();
+  const int64_t base = rank * per;
+  const int64_t end = base + per < nvec ? base + per : nvec;
+  const ClusterReduce<P> reduce{buf, &slot, size};
+  const int lane = static_cast<int>(threadIdx.x), width = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
+    op.template row<N, K>(row, Slots{base, lane, width, end}, reduce);
+  }
+#endif
+}
+
+// One block per row, the row read twice (Op::stream_row).
+template <typename Op, int N>
+__global__ void __launch_bounds__(kStreamThreads) stream_kernel(Op op, int64_t rows, int64_t nvec) {
+  __shared__ typename Op::Partial buf[32];
+  const int lane = static_cast<int>(threadIdx.x), width = static_cast<int>(blockDim.x);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    op.template stream_row<N>(row, Slots{0, lane, width, nvec},
+                              BlockReduce<typename Op::Partial>{buf});
+  }
+}
+
+// --- host: the path for a row length ------------------------------------------------------------
+
+// Vectors a thread of Op holds in registers when reading N at a time. Single elements (N = 1)
+// each need their own address and bounds test, so a thread holds half as many of them: with 32
+// a cluster kernel needed more than the 64 registers a block of 1024 threads allows.
+template <typename Op, int N>
+constexpr int slots_per_thread() {
+  constexpr int per_tensor = kElems<typename Op::A> / Op::kTensors;
+  return N == 1 ? per_tensor / 2 : per_tensor / N;
+}
+
+// Whole warps covering `vectors` at k a thread.
+inline int threads_for(int64_t vectors, int k) {
+  return static_cast<int>((vectors + 32 * k - 1) / (32 * k) * 32);
+}
+
+inline int grid_for(int64_t blocks) { return static_cast<int>(min_of<int64_t>(blocks, INT32_MAX)); }
+
+// Whether clusters of `size` blocks of `threads` threads of `kernel` can be resident on the
+// current device: the device loaded the real (sm_90+) image, accepts the size (above 8 once
+// allowed) and has room for one such cluster. Asked once per device, size and width.
+template <typename Kernel>
+bool cluster_fits(Kernel kernel, int size, int threads) {
+  static signed char known[64][kMaxCluster + 1][2];  // 0 unknown, 1 yes, -1 no
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  signed char& answer = known[device][size][threads > kBlockThreads];
+  if (answer == 0) {
+    bool fits = false;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, kernel) == cudaSuccess &&
+        attr.maxThreadsPerBlock >= threads) {  // the stub says 1
+      if (size > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      cudaLaunchConfig_t config{};
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = static_cast<unsigned>(size);
+      attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+      config.gridDim = dim3(static_cast<unsigned>(size));
+      config.blockDim = dim3(static_cast<unsigned>(threads));
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      fits =
+          cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    }
+    cudaGetLastError();  // a refusal above is an answer, not an error of the caller's
+    answer = fits ? 1 : -1;
+  }
+  return answer == 1;
+}
+
+// The cluster path for rows of nvec vectors, K a thread: launches it and returns true with the
+// launch's result in `err`, or returns false (nothing launched) where it does not apply here.
+template <typename Op, int N, int K>
+bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream,
+                    cudaError_t& err) {
+  // As few blocks of up to 512 threads as hold the row, else of up to 1024, split evenly.
+  int64_t size = (nvec + kBlockThreads * K - 1) / (kBlockThreads * K);
+  int width = kBlockThreads;
+  if (size > kMaxCluster) {
+    size = (nvec + kMaxThreads * K - 1) / (kMaxThreads * K);
+    width = kMaxThreads;
+  }
+  if (size > kMaxCluster) return false;
+  const int64_t per = (nvec + size - 1) / size;
+  const int threads = threads_for(per, K);
+  auto kernel = cluster_kernel<Op, N, K>;
+  if (!cluster_fits(kernel, static_cast<int>(size), width)) return false;
+  const int64_t clusters = min_of<int64_t>(rows, INT32_MAX / kMaxCluster);
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(size);
+  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  config.gridDim = dim3(static_cast<unsigned>(clusters * size));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  err = cudaLaunchKernelEx(&config, kernel, op, rows, nvec, per);
+  return true;
+}
+
+template <typename Op, int N, int G, int K>
+cudaError_t launch_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream) {
+  constexpr int kRows = kWarpBlock / G;
+  warp_kernel<Op, N, G, K>
+      <<<grid_for((rows + kRows - 1) / kRows), kWarpBlock, 0, stream>>>(op, rows, nvec);
+  return cudaSuccess;
+}
+
+// The launch for rows of nvec = cols / N vectors (see the header comment); returns the result
+// of a launch made through the runtime API (the cluster path's), cudaSuccess for the others,
+// whose errors cudaGetLastError reports.
+template <typename Op, int N>
+cudaError_t launch_rows_n(const Op& op, int64_t rows, cudaStream_t stream) {
+  constexpr int K = slots_per_thread<Op, N>();
+  static_assert(K >= 2, "a thread holds at least two vectors (the warp path's narrow groups)");
+  const int64_t nvec = op.cols / N;
+  if (nvec <= 32 * K) {
+    // Two slots a lane at least, so that a thread has two loads in flight (bytes in flight are
+    // what a short row's bandwidth runs out of), and groups of 4 or 16 lanes for rows of up to
+    // 8 or 32 vectors, so that few lanes idle.
+    if constexpr (N > 1) {
+      if (nvec <= 8) return launch_warp<Op, N, 4, 2>(op, rows, nvec, stream);
+      if (nvec <= 32) return launch_warp<Op, N, 16, 2>(op, rows, nvec, stream);
+    }
+    if (nvec <= 64) return launch_warp<Op, N, 32, 2>(op, rows, nvec, stream);
+    return launch_warp<Op, N, 32, K>(op, rows, nvec, stream);
+  }
+  const int threads = threads_for(nvec, K);
+  cudaError_t err = cudaSuccess;
+  if (threads > kBlockThreads && launch_cluster<Op, N, K>(op, rows, nvec, stream, err)) return err;
+  if (threads <= kMaxThreads) {
+    block_kernel<Op, N, K><<<grid_for(rows), threads, 0, stream>>>(op, rows, nvec);
+  } else {
+    stream_kernel<Op, N><<<grid_for(rows), kStreamThreads, 0, stream>>>(op, rows, nvec);
+  }
+  return cudaSuccess;
+}
+
+// Runs Op over every row on `stream`: 16-byte vectors where cols and every pointer allow them.
+template <typename Op>
+Status launch_rows(const Op& op, int64_t rows, Stream stream) {
+  if (rows == 0 || op.cols == 0) return nullptr;
+  constexpr int kN = kVec16<typename Op::T>;
+  auto s = static_cast<cudaStream_t>(stream);
+  const cudaError_t err = op.cols % kN == 0 && op.aligned() ? launch_rows_n<Op, kN>(op, rows, s)
+                                                            : launch_rows_n<Op, 1>(op, rows, s);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // the same error, if the runtime also recorded it
+    return cudaGetErrorString(err);
+  }
+  return launch_status();
+}
+
+}  // namespace wb::softmax

@@ -1,0 +1,245 @@
+"""softmax(x, dim) and softmax_backward(grad, y, dim): against the reference, the op contract,
+special rows on every launch path, bad input, and a check that catches a softmax without the
+max subtraction."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+
+import workbench
+from tests.conftest import DEVICES
+from tests.op_contract import (
+    assert_contract,
+    assert_gradcheck,
+    assert_matches_reference,
+    assert_opcheck,
+)
+from workbench.verify import check_call
+
+OPS = ["softmax", "softmax_backward"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_matches_reference(lib: Any, name: str, device: str) -> None:
+    assert_matches_reference(lib, name, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_opcheck(lib: Any, name: str, device: str) -> None:
+    assert_opcheck(lib, name, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_gradcheck(lib: Any, name: str, device: str) -> None:
+    """softmax's backward runs the softmax_backward kernel; softmax_backward's own backward is
+    softmax_backward again (for grad) and a formula (for y)."""
+    assert_gradcheck(lib, name, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_compiles_with_no_graph_break(lib: Any, name: str, device: str) -> None:
+    assert_contract(lib, name, device, "compile")
+
+
+# Row lengths that take each launch path for some dtype (kernels/softmax/softmax_rows.cuh): a
+# warp per row, by 4, 16 or 32 lanes, with 16-byte vectors or single elements, 2 or up to 8
+# slots a lane; a block; a cluster of 2, 9 and 16 blocks on sm_90 (a block or the stream path
+# elsewhere); the stream path.
+_PATH_COLS = [1, 3, 16, 60, 128, 131, 256, 1024, 4096, 16388, 65537, 262144, 600000]
+
+
+def _special_rows(cols: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """Nine rows: normal; all -Inf; one +Inf; one NaN; the first half -Inf; the last half -Inf;
+    -Inf but one element; the dtype's largest and smallest finite values; values of +-1000."""
+    gen = torch.Generator().manual_seed(cols)
+    x = torch.randn(9, cols, generator=gen, dtype=torch.float64)
+    inf, mid, info = float("inf"), cols // 2, torch.finfo(dtype)
+    x[1] = -inf
+    x[2, mid] = inf
+    x[3, cols - 1 - mid] = float("nan")
+    x[4, : max(mid, 1)] = -inf
+    x[5, mid:] = -inf
+    x[6] = -inf
+    x[6, cols // 3] = 0.5
+    x[7, cols // 4] = info.max
+    x[7, cols - 1] = info.min
+    x[8] *= 1000
+    return x.to(dtype).to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("cols", _PATH_COLS)
+def test_special_rows_give_what_torch_gives(
+    lib: Any, device: str, dtype: torch.dtype, cols: int
+) -> None:
+    """+Inf, NaN, masked (-Inf) rows and halves, extreme values: the oracle's verdict against
+    torch.softmax in float64, on every path; softmax_backward on the same rows' softmax."""
+    x = _special_rows(cols, dtype, device)
+    verdict = check_call(lib.softmax, lib.specs["softmax"], (x, -1))
+    assert verdict.passed, f"softmax, cols={cols}: {verdict.reason}: {verdict.detail}"
+    y = torch.softmax(x.to(torch.float32), -1).to(dtype)
+    grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(1)).to(dtype).to(device)
+    verdict = check_call(lib.softmax_backward, lib.specs["softmax_backward"], (grad, y, -1))
+    assert verdict.passed, f"softmax_backward, cols={cols}: {verdict.reason}: {verdict.detail}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_fully_masked_row_is_nan_as_in_torch(lib: Any, device: str) -> None:
+    x = torch.tensor([[float("-inf")] * 5, [0.0, float("-inf"), 1.0, 2.0, float("-inf")]])
+    x = x.to(device)
+    got, want = lib.softmax(x, -1), torch.softmax(x, -1)
+    assert torch.isnan(got[0]).all()
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(5, 1), (2, 262144), (3, 262147)])
+def test_rows_of_one_and_of_262144(lib: Any, device: str, shape: tuple[int, int]) -> None:
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(device)
+    want = torch.softmax(x.double(), -1).float()
+    torch.testing.assert_close(lib.softmax(x, -1), want, rtol=1e-5, atol=1e-7)
+    if shape[1] == 1:
+        assert bool((lib.softmax(x, -1) == 1).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, -3])
+def test_any_dim_matches_torch_and_the_fake_layout(lib: Any, device: str, dim: int) -> None:
+    """dim is moved last and back: values as torch.softmax, strides as the fake function's."""
+    x = torch.randn(6, 7, 9, dtype=torch.float64, device=device)
+    got = lib.softmax(x, dim)
+    torch.testing.assert_close(got, torch.softmax(x, dim))
+    fake = lib.specs["softmax"].fake(x, dim)
+    assert got.shape == fake.shape and got.stride() == fake.stride()
+    g = torch.randn_like(x)
+    torch.testing.assert_close(
+        lib.softmax_backward(g, got, dim), torch._softmax_backward_data(g, got, dim, x.dtype)
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autograd_matches_torch_to_second_order(lib: Any, device: str) -> None:
+    x = torch.randn(4, 33, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(4, 33, dtype=torch.float64, device=device)
+    (gx,) = torch.autograd.grad((lib.softmax(x, 1) * w).sum(), x, create_graph=True)
+    (ex,) = torch.autograd.grad((torch.softmax(x, 1) * w).sum(), x, create_graph=True)
+    torch.testing.assert_close(gx, ex)
+    (ggx,) = torch.autograd.grad(gx.pow(2).sum(), x)
+    (egx,) = torch.autograd.grad(ex.pow(2).sum(), x)
+    torch.testing.assert_close(ggx, egx)
+
+
+def test_traces_with_backward_under_torch_compile(lib: Any) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return lib.softmax(x * 2, 0) * x
+
+    x = torch.randn(12, 40, dtype=torch.float64, requires_grad=True)
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    expected, got = f(x), compiled(x)
+    torch.testing.assert_close(got, expected)
+    (gx,) = torch.autograd.grad(got.sum(), x)
+    (ex,) = torch.autograd.grad(expected.sum(), x)
+    torch.testing.assert_close(gx, ex)
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "error", "message"),
+    [
+        (
+            "softmax",
+            (torch.randn(4, 8), 2),
+            RuntimeError,
+            r"softmax: expected dim in \[-2, 1\] for x of 2 dimension\(s\), got 2",
+        ),
+        (
+            "softmax",
+            (torch.tensor(1.0), -2),
+            RuntimeError,
+            r"softmax: expected dim in \[-1, 0\] for x of 0 dimension\(s\), got -2",
+        ),
+        (
+            "softmax",
+            (torch.arange(6).reshape(2, 3), -1),
+            TypeError,
+            r"softmax: x has dtype Long, which is not supported; expected one of Float, Double, "
+            r"Half, BFloat16",
+        ),
+        (
+            "softmax_backward",
+            (torch.randn(4, 7), torch.rand(4, 8), -1),
+            RuntimeError,
+            r"softmax_backward: expected grad to have the same shape as y \[4, 8\], got \[4, 7\]",
+        ),
+        (
+            "softmax_backward",
+            (torch.randn(4, 8, dtype=torch.float64), torch.rand(4, 8), -1),
+            TypeError,
+            r"softmax_backward: expected grad to have the same dtype as y \(Float\), got Double",
+        ),
+        (
+            "softmax_backward",
+            (torch.randn(4, 8), torch.rand(4, 8), -3),
+            RuntimeError,
+            r"softmax_backward: expected dim in \[-2, 1\] for y of 2 dimension\(s\), got -3",
+        ),
+        (
+            "softmax_backward",
+            (torch.ones(2, 3, dtype=torch.int32), torch.ones(2, 3, dtype=torch.int32), -1),
+            TypeError,
+            r"softmax_backward: y has dtype Int, which is not supported",
+        ),
+    ],
+)
+def test_bad_input_is_named(
+    lib: Any, op: str, args: tuple[Any, ...], error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        getattr(lib, op)(*args)
+
+
+# --- the check catches a softmax that skips the max subtraction --------------------------------
+
+_NAIVE: dict[str, Any] = {}
+
+
+def naive_softmax() -> Any:
+    """exp(x) / sum(exp(x)) in float32, without subtracting the row's max: right while every
+    exp(x) and their sum are finite. A torch.library op can be defined once per process."""
+    if not _NAIVE:
+
+        @torch.library.custom_op("wbimp_softmax::naive", mutates_args=())
+        def naive(x: torch.Tensor, dim: int) -> torch.Tensor:
+            e = torch.exp(x.to(torch.float32))
+            return (e / e.sum(dim, keepdim=True)).to(x.dtype).contiguous()
+
+        naive.register_fake(lambda x, dim: torch.empty_like(x))
+        _NAIVE["op"] = naive
+    return _NAIVE["op"]
+
+
+def test_a_softmax_without_the_max_subtraction_fails_on_large_logits(lib: Any) -> None:
+    """Finite normal logits pass; the large ones fail. Near 86 every exp(x) is finite but their
+    sum overflows, so the impostor writes zeros ("values"); at +-300 exp(x) itself overflows and
+    Inf / Inf puts NaN where the truth is finite (the oracle names that "unwritten": outputs
+    are poisoned with NaN)."""
+    spec = dataclasses.replace(
+        lib.specs["softmax"], name="naive_softmax", dtypes=(torch.float32,), backward=None
+    )
+    report = workbench.check(naive_softmax(), spec, device="cpu", trials=1, contract=False)
+    failed = {r.label: r.reason for r in report.failures}
+    assert failed.get("shifted") in ("values", "nonfinite"), str(report)
+    assert failed.get("wide_range") in ("values", "nonfinite", "unwritten"), str(report)
+    assert set(failed) <= {"shifted", "wide_range", "specials"}, str(report)
+    real = workbench.check(lib.softmax, lib.specs["softmax"], device="cpu", dtypes=[torch.float32],
+                           trials=1, contract=False)  # fmt: skip
+    assert real.passed, str(real)
+    assert {"shifted", "wide_range"} <= {r.label for r in real.rows}
