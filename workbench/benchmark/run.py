@@ -196,8 +196,13 @@ def bench_op(
         for s in samples:
             for fn in candidates.values():
                 fn(*s.args)
-        methods = _methods(candidates[KERNEL], samples, device)
-        timer = _timer(device, min_time)
+        methods = ["steps"] * len(samples)
+        timer: Callable[[Callable[..., Any], tuple[Any, ...], str], Measurement]
+        timer = partial(_time_steps, device=device, min_time=min_time)
+        if not backward:
+            methods = _methods(candidates[KERNEL], samples, device)
+            timer = _timer(device, min_time)
+
         times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
         for _, i, c in round_plans(len(samples), list(candidates), seed, n_rounds):
             times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
@@ -220,6 +225,17 @@ def bench_op(
             calibration=calibration,
             created=time.time(),
         )
+
+
+def _time_steps(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    method: str,
+    *,
+    device: torch.device,
+    min_time: float,
+) -> Measurement:
+    return training.time_steps(fn, args, device, min_time)
 
 
 def _by_schema(sig: Signature, fn: Callable[..., Any], *args: Any) -> Any:

@@ -7,15 +7,24 @@ formula, the spec's reference in eager PyTorch, ``torch.compile`` of the referen
 step: the forward on inputs that require grad, then ``torch.autograd.grad`` of its first output
 with a fixed upstream gradient (random, drawn once per size). The step returns the input
 gradients, which are checked against the reference's in float64 before anything is timed.
+
+A step is timed as a user's eager training loop runs it: back to back, by wall clock over blocks
+of steps (``blocked_autorange``, the GPU synchronized at each block's ends). The host's work
+(Python autograd, dispatch) overlaps the GPU's as it does in a real loop, and counts where it is
+the longer of the two; CUDA events around one step, or a graph replay, would count only one side
+of that.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils import benchmark
 
+from workbench.benchmark.stats import Measurement, summarize
 from workbench.errors import WorkbenchError
 from workbench.spec import OpSpec, Sample
 
@@ -92,3 +101,26 @@ def verify(kernel: Step, spec: OpSpec, sample: Sample, dtype: torch.dtype) -> No
             f"{where} does not match the reference's gradients ({verdict.reason}, err/tol "
             f"{verdict.ratio:.3g}, {verdict.detail}); not timed"
         )
+
+
+def time_steps(
+    fn: Step, args: tuple[Any, ...], device: torch.device, min_time: float
+) -> Measurement:
+    """Median and IQR of one step's wall time over blocks of back-to-back steps."""
+
+    def synchronized() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.2:  # warm-up: caches, allocator, compiled graphs
+        fn(*args)
+    timer = benchmark.Timer(
+        stmt="fn(*args)", globals={"fn": fn, "args": args}, timer=synchronized,
+        num_threads=torch.get_num_threads(),
+    )  # fmt: skip
+    m = timer.blocked_autorange(min_run_time=max(min_time, 0.2))
+    where = "GPU synchronized per block" if device.type == "cuda" else "CPU"
+    method = f"wall clock, {len(m.times)} blocks x {m.number_per_run} steps back to back, {where}"
+    return Measurement(summarize(list(m.times)), method)
