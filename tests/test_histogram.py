@@ -220,3 +220,15 @@ def test_the_check_fails_the_impostor_and_passes_the_op(lib: Any) -> None:
     assert {"edges7", "edges256", "edges20", "edges_big"} <= failing, str(report)
     assert "empty" not in failing, str(report)
     assert workbench.check("histogram", lib=lib, device="cpu", trials=1).passed
+
+
+def test_the_bench_times_torch_histc_as_the_anchor(lib: Any) -> None:
+    """The spec's anchor is timed as one more candidate, in a 'vs anchor' column after compiled."""
+    result = workbench.bench(
+        "histogram", lib=lib, device="cpu", sizes=["16Ki"], compile=False, min_time=0.01,
+        roofline=False, save=False,
+    )  # fmt: skip
+    (size,) = result.ops[0].sizes
+    assert "anchor" in size.times
+    header = result.table().splitlines()[1].split()
+    assert header.index("anchor") == header.index("compiled") + 2  # "vs anchor" follows

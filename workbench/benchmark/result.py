@@ -252,7 +252,10 @@ class BenchResult:
 
         heads = {(r.device, r.dtype) for r in self.ops}
         top = [f"{dev}, {dt}" for dev, dt in sorted(heads)]
-        columns = HEADERS if not self._anchored() else [*HEADERS[:9], "vs anchor", *HEADERS[9:]]
+        after = HEADERS.index("vs compiled") + 1  # where rows() puts the anchor's column
+        columns = (
+            HEADERS if not self._anchored() else [*HEADERS[:after], "vs anchor", *HEADERS[after:]]
+        )
         parts = [*top, render(columns, self.rows())]
         parts += self.vs_lines()
         parts += [f"warning: {w}" for r in self.ops for w in r.warnings()]

@@ -141,9 +141,7 @@ def run_opcheck(op: Any, args: tuple[Any, ...], sig: Signature | None = None) ->
     """torch.library.opcheck with its default tests (on copies of the written arguments)."""
     target = getattr(op, "default", op)
     sig = sig or Signature()
-    fresh = sig.fresh(args)
-    positional = tuple(a for a, kw in zip(fresh, sig._names(fresh), strict=True) if kw is None)
-    named = {kw: a for a, kw in zip(fresh, sig._names(fresh), strict=True) if kw is not None}
+    positional, named = sig.split(sig.fresh(args))
     try:
         torch.library.opcheck(target, positional, named)
     except Exception as e:

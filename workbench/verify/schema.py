@@ -39,12 +39,15 @@ class Signature:
         """``op`` on ``args`` in schema order, keyword-only arguments passed by name."""
         if not any(self.kwarg_only):
             return op(*args)
-        positional = [a for a, kw in zip(args, self._names(args), strict=True) if kw is None]
-        named = {kw: a for a, kw in zip(args, self._names(args), strict=True) if kw is not None}
+        positional, named = self.split(args)
         return op(*positional, **named)
 
-    def _names(self, args: tuple[Any, ...]) -> tuple[str | None, ...]:
-        return (self.kwarg_only + (None,) * len(args))[: len(args)]
+    def split(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``args`` in schema order as (positional arguments, keyword-only ones by name)."""
+        names = (self.kwarg_only + (None,) * len(args))[: len(args)]
+        positional = tuple(a for a, kw in zip(args, names, strict=True) if kw is None)
+        named = {kw: a for a, kw in zip(args, names, strict=True) if kw is not None}
+        return positional, named
 
     def fresh(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """``args`` with each written argument replaced by a copy of the same layout."""
