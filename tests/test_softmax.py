@@ -92,6 +92,67 @@ def test_special_rows_give_what_torch_gives(
     assert verdict.passed, f"softmax_backward, cols={cols}: {verdict.reason}: {verdict.detail}"
 
 
+# Long rows through the cluster path (sm_90: one thread-block cluster a row, the row in
+# registers, partials exchanged through distributed shared memory): more rows than an H100 or
+# H200 holds clusters at once, and fewer; lengths a multiple of the vector width (16-byte loads)
+# and odd ones (single elements, each block's share starting anywhere in its 16-byte unit). Paths
+# as float32 takes them: clusters of 2 (16388), 9 (65537), 13 (200001, 1024 threads a block) and
+# 16 (262144); the other dtypes cross over at other lengths.
+_LONG_SHAPES = [(1, 65537), (5, 131075), (600, 16388), (160, 65537), (48, 200001), (48, 262144)]
+
+
+def _rows_with_specials(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+    """Normal rows with the nine special rows of _special_rows spread among them (so that they
+    fall in later waves of clusters), or the first `rows` of them."""
+    special = _special_rows(cols, dtype, "cpu")
+    if rows <= special.shape[0]:
+        return special[:rows].contiguous()
+    x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows)).to(dtype)
+    x[torch.arange(9) * (rows - 1) // 8] = special
+    return x
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "cols"), _LONG_SHAPES)
+def test_long_rows_through_the_cluster_path(
+    lib: Any, dtype: torch.dtype, rows: int, cols: int
+) -> None:
+    """Each row against the reference (special rows included), forward and backward."""
+    x = _rows_with_specials(rows, cols, dtype).to("cuda")
+    verdict = check_call(lib.softmax, lib.specs["softmax"], (x, -1))
+    assert verdict.passed, f"softmax, {rows}x{cols}: {verdict.reason}: {verdict.detail}"
+    y = torch.softmax(x.to(torch.float32), -1).to(dtype)
+    grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(1)).to(dtype).to("cuda")
+    verdict = check_call(lib.softmax_backward, lib.specs["softmax_backward"], (grad, y, -1))
+    assert verdict.passed, f"softmax_backward, {rows}x{cols}: {verdict.reason}: {verdict.detail}"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cols", [65536, 65537])
+def test_long_rows_match_torch_and_replay_in_a_cuda_graph(lib: Any, cols: int) -> None:
+    """The cluster path against torch.softmax and its backward, also when captured in a CUDA
+    graph and replayed on new inputs (no host sync or allocation in the launch)."""
+    gen = torch.Generator().manual_seed(cols)
+    x = torch.randn(300, cols, generator=gen).cuda()
+    grad = torch.randn(300, cols, generator=gen).cuda()
+    y = lib.softmax(x, -1)  # first calls outside the capture (the launch's one-time queries)
+    dx = lib.softmax_backward(grad, y, -1)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    torch.testing.assert_close(dx, torch._softmax_backward_data(grad, y, -1, x.dtype))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_graph = lib.softmax(x, -1)
+        dx_graph = lib.softmax_backward(grad, y_graph, -1)
+    x.copy_(torch.randn(300, cols, generator=gen))
+    grad.copy_(torch.randn(300, cols, generator=gen))
+    graph.replay()
+    torch.cuda.synchronize()
+    y = lib.softmax(x, -1)
+    assert torch.equal(y_graph, y)
+    assert torch.equal(dx_graph, lib.softmax_backward(grad, y, -1))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_fully_masked_row_is_nan_as_in_torch(lib: Any, device: str) -> None:
     x = torch.tensor([[float("-inf")] * 5, [0.0, float("-inf"), 1.0, 2.0, float("-inf")]])
