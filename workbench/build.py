@@ -145,7 +145,7 @@ def _object_path(key: str) -> Path:
 def _plan(project: Project, family: Family, config: Config) -> list[_TU]:
     tus = []
     for src in _sources(family, config):
-        cmd = config.compile_command(project, src, Path("@OUT@"))
+        cmd = config.compile_command(project, src, Path("@OUT@"), family.defines)
         headers = cache.read_json(_deps_file(src.path, cmd))
         tu = _TU(src, cmd, headers if isinstance(headers, list) else None)
         tu.compute_key(config)
@@ -199,7 +199,8 @@ def _fingerprint(tus: list[_TU], config: Config) -> str:
 
 def failure_path(project: Project, family: Family) -> Path:
     """Where the last failed build of this project's family is recorded."""
-    return cache.root() / "failed" / f"{family.name}-{digest(str(project.kernels_dir))[:8]}.json"
+    where = digest(str(project.kernels_dir))[:8]
+    return cache.root() / "failed" / f"{family.build_name}-{where}.json"
 
 
 def ensure(
@@ -265,7 +266,7 @@ def _ensure(
             progress.note(family.name, text)
 
     before = time.monotonic()
-    with cache.lock(family.name, on_wait=waiting):
+    with cache.lock(family.build_name, on_wait=waiting):
         locked_at = time.monotonic()
         tus = _plan(project, family, config)  # look again: the other process may have built it
         built = find_cached(family, _library_key(tus, config))
@@ -331,7 +332,7 @@ def _build_locked(
             ninja.Job(
                 outputs[id(tu)],
                 tu.source.path,
-                config.compile_command(project, tu.source, outputs[id(tu)]),
+                config.compile_command(project, tu.source, outputs[id(tu)], family.defines),
             )
             for tu in stale
         ]

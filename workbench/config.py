@@ -125,8 +125,14 @@ class Config:
             roots += [self.cuda_home, self.cuda_home.resolve()]
         return tuple(os.path.join(r, "") for r in roots)  # a trailing "/": /t must not match /tmp
 
-    def compile_command(self, project: Project, src: Source, out: Path) -> tuple[str, ...]:
-        """The compiler command for one TU, writing ``out`` and its depfile ``out.d``."""
+    def compile_command(
+        self, project: Project, src: Source, out: Path, defines: tuple[str, ...] = ()
+    ) -> tuple[str, ...]:
+        """The compiler command for one TU, writing ``out`` and its depfile ``out.d``.
+
+        ``defines`` (a tuning variant's -D options) go to kernel TUs only: the binding and the
+        registry stay the same across variants.
+        """
         inc = [f"-I{d}" for d in project.include_dirs]
         head: list[str]
         if src.kind == "cuda":
@@ -150,7 +156,8 @@ class Config:
             # First: the folder of the precompiled header (empty until it is built, lazily).
             inc = [f"-I{self.pch_dir}", *inc] if self.use_pch else inc
         tail = ["-MMD", "-MF", f"{out}.d", "-c", str(src.path), "-o", str(out)]
-        return (*head, *inc, *tail)
+        own = defines if src.kind in ("cuda", "cpu") else ()
+        return (*head, *own, *inc, *tail)
 
     @functools.cached_property
     def torch_flags(self) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ A registry is a ``kernels/`` folder beside a ``bindings/`` folder::
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
@@ -58,6 +59,16 @@ class Family(NamedTuple):
     dir: Path
     sources: tuple[Source, ...]
     spec_path: Path | None
+    # A tuning variant's -D options for its kernel TUs (workbench.tune); () for the plain build.
+    defines: tuple[str, ...] = ()
+
+    @property
+    def build_name(self) -> str:
+        """The name of this build's lock and failure record: a variant's own, so that variants
+        build in parallel and a failing one does not stand for the family."""
+        if not self.defines:
+            return self.name
+        return f"{self.name}-v{hashlib.sha256(' '.join(self.defines).encode()).hexdigest()[:10]}"
 
 
 class Project(NamedTuple):
