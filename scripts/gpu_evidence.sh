@@ -12,12 +12,16 @@
 # `notebooks` takes IPython, ipykernel and nbclient from .nbdeps/ at the repository root, made
 # where there is network by `bash scripts/vendor_notebook_deps.sh` and copied here.
 #
-# Logs and result tables go under $OUT (default: a new temporary folder); a summary prints
-# last. The steps share one cache ($WB_CACHE_DIR, default: a new temporary folder).
+# Logs and result tables are packed into $OUT/logs.tar.gz (default $OUT: a new temporary
+# folder), with summary.txt beside it: one archive, since a GPU host may hand back only a few
+# files of a run. A summary prints last. The steps share one cache ($WB_CACHE_DIR, default: a
+# new temporary folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
-export OUT
+LOGS=$(mktemp -d)
+mkdir -p "$OUT"
+export OUT LOGS
 export WB_CACHE_DIR=${WB_CACHE_DIR:-$(mktemp -d)}
 PY=${PYTHON:-python3}
 
@@ -25,9 +29,9 @@ step() {
   local name=$1
   shift
   local start=$SECONDS
-  "$@" >"$OUT/$name.log" 2>&1
+  "$@" >"$LOGS/$name.log" 2>&1
   local rc=$?
-  printf '%-18s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" >>"$OUT/summary.txt"
+  printf '%-18s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" >>"$LOGS/summary.txt"
   return "$rc"
 }
 
@@ -35,14 +39,14 @@ case "${1:-}" in
   tests)
     shift
     step pytest "$PY" -m pytest -p no:cacheprovider -q -rfEs --durations=15 "$@"
-    tail -n 45 "$OUT/pytest.log"
+    tail -n 45 "$LOGS/pytest.log"
     ;;
   bench)
-    step check "$PY" -m workbench check --device all --json "$OUT/check.json"
-    step bench_reload "$PY" scripts/bench_reload.py --out "$OUT/reload.md"
+    step check "$PY" -m workbench check --device all --json "$LOGS/check.json"
+    step bench_reload "$PY" scripts/bench_reload.py --out "$LOGS/reload.md"
     step bench_calibration "$PY" scripts/bench_calibration.py
-    tail -n 12 "$OUT/check.log"
-    cat "$OUT/reload.md" 2>/dev/null
+    tail -n 12 "$LOGS/check.log"
+    cat "$LOGS/reload.md" 2>/dev/null
     ;;
   matmul)
     step matmul_tests "$PY" -m pytest -p no:cacheprovider -q -rfEs tests/test_matmul.py \
@@ -50,11 +54,11 @@ case "${1:-}" in
     step matmul_check "$PY" -m workbench check matmul matmul_path --device cuda
     for dtype in bfloat16 float16; do
       step "paths_$dtype" "$PY" -m workbench bench matmul_path --dtype "$dtype" --no-compile
-      step "matmul_$dtype" "$PY" -m workbench bench matmul --dtype "$dtype" --json "$OUT/matmul_$dtype.json"
+      step "matmul_$dtype" "$PY" -m workbench bench matmul --dtype "$dtype" --json "$LOGS/matmul_$dtype.json"
     done
     step matmul_float32 "$PY" -m workbench bench matmul --dtype float32 --sizes 4096x4096x4096
-    tail -n 8 "$OUT/matmul_tests.log" "$OUT/matmul_check.log"
-    for f in "$OUT"/paths_*.log "$OUT"/matmul_*.log; do echo "== $f"; cat "$f"; done
+    tail -n 8 "$LOGS/matmul_tests.log" "$LOGS/matmul_check.log"
+    for f in "$LOGS"/paths_*.log "$LOGS"/matmul_*.log; do echo "== $f"; cat "$f"; done
     ;;
   reductions)
     ops="softmax softmax_backward layer_norm layer_norm_backward add_out scale_ histogram index_add"
@@ -66,22 +70,22 @@ case "${1:-}" in
     for dtype in float32 bfloat16; do
       for op in softmax softmax_backward layer_norm layer_norm_backward; do
         step "bench_${op}_$dtype" "$PY" -m workbench bench "$op" --dtype "$dtype" \
-          --json "$OUT/${op}_$dtype.json"
+          --json "$LOGS/${op}_$dtype.json"
       done
       for op in softmax layer_norm; do
         step "bench_${op}_backward_$dtype" "$PY" -m workbench bench "$op" --backward \
-          --dtype "$dtype" --json "$OUT/${op}_step_$dtype.json"
+          --dtype "$dtype" --json "$LOGS/${op}_step_$dtype.json"
       done
     done
     for op in histogram index_add add_out scale_; do
-      step "bench_$op" "$PY" -m workbench bench "$op" --json "$OUT/$op.json"
+      step "bench_$op" "$PY" -m workbench bench "$op" --json "$LOGS/$op.json"
     done
-    tail -n 8 "$OUT/red_tests.log" "$OUT/red_check.log"
-    for f in "$OUT"/bench_*.log; do echo "== $f"; cat "$f"; done
+    tail -n 8 "$LOGS/red_tests.log" "$LOGS/red_check.log"
+    for f in "$LOGS"/bench_*.log; do echo "== $f"; cat "$f"; done
     ;;
   warm)
     step warm "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --profile
-    tail -n 14 "$OUT/warm.log"
+    tail -n 14 "$LOGS/warm.log"
     ;;
   notebooks)
     if [ ! -d .nbdeps ]; then
@@ -101,19 +105,21 @@ case "${1:-}" in
     probe="import IPython, ipykernel, nbclient, nbformat, torch
 print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'IPython', IPython.__version__)"
     if ! step imports "$PY" -c "$probe"; then
-      tail -n 5 "$OUT/imports.log"
+      tail -n 5 "$LOGS/imports.log"
       echo "gpu_evidence: .nbdeps/ does not import with $PY; make it for this Python" >&2
       exit 1
     fi
-    cat "$OUT/imports.log"
+    cat "$LOGS/imports.log"
     step notebooks "$PY" -m pytest -p no:cacheprovider -q -rfEs --durations=10 \
       tests/test_notebooks.py tests/test_ipython.py
-    tail -n 25 "$OUT/notebooks.log"
+    tail -n 25 "$LOGS/notebooks.log"
     ;;
   *)
-    echo "usage: bash scripts/gpu_evidence.sh tests|bench|notebooks" >&2
+    echo "usage: bash scripts/gpu_evidence.sh tests|bench|notebooks|matmul|reductions|warm" >&2
     exit 2
     ;;
 esac
+tar czf "$OUT/logs.tar.gz" -C "$LOGS" .
+cp "$LOGS/summary.txt" "$OUT/summary.txt"
 echo
-cat "$OUT/summary.txt"
+cat "$LOGS/summary.txt"
