@@ -79,14 +79,15 @@ class TuneSpace:
                 raise TuneError(f"tuning parameter {name} lists a value twice: {list(values)}")
             self.params[name] = tuple(values)
         self.where = where
-        valid = self.points()
+        self._valid = self._prune()  # `where` runs once per combination, here
+        valid = self._valid
         if not valid:
             raise TuneError(
                 f"the tuning space {self.params} has no valid point: `where` rejects all "
                 f"{self.size} combinations"
             )
         if default is None:
-            self.default = valid[0]
+            self.default = dict(valid[0])
         else:
             point = dict(default)
             if point not in valid:
@@ -107,7 +108,10 @@ class TuneSpace:
             yield dict(zip(names, combo, strict=True))
 
     def points(self) -> list[Point]:
-        """The valid points, in declaration order."""
+        """The valid points, in declaration order (copies: a caller may change them)."""
+        return [dict(p) for p in self._valid]
+
+    def _prune(self) -> list[Point]:
         out = []
         for point in self._all():
             if self.where is None:
@@ -123,7 +127,7 @@ class TuneSpace:
         return out
 
     def __repr__(self) -> str:
-        return f"TuneSpace({self.params}, {len(self.points())} of {self.size} points valid)"
+        return f"TuneSpace({self.params}, {len(self._valid)} of {self.size} points valid)"
 
 
 def _check_value(name: str, v: object) -> None:
