@@ -4,13 +4,28 @@
 // calls wb_register(ns). Errors are returned as text instead of escaping as C++ exceptions, so a
 // bad build is reported and never aborts the process. wb_unregister(ns) removes this library's
 // kernels under ns from the dispatcher; the driver calls it before dlclose on reload.
+//
+// wb_route(ns, op, key, ...) registers a router for a tuned op (workbench/tuning/route.py): the
+// family's builds are registered under private namespaces, and ns::op sends each call to the
+// variant chosen for its first tensor argument's (device, dtype, numel bucket) by redispatching
+// straight to that namespace's kernel for the same dispatch key. No Python runs in the call.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "wb/binding.h"
+
+#ifdef WB_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #define WB_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -45,6 +60,112 @@ void write_error(const std::string& message, char* buf, size_t size) {
   buf[size - 1] = '\0';
 }
 
+// --- routing tuned ops ------------------------------------------------------------------------
+
+// The name of a CUDA device ("NVIDIA H100 80GB HBM3"), read once per device; "" on a CPU.
+const std::string& device_name(const at::Tensor& t) {
+  static const std::string none;
+#ifdef WB_WITH_CUDA
+  if (t.is_cuda()) {
+    static std::mutex mutex;
+    static std::map<int, std::string> names;  // node addresses are stable: references stay good
+    std::lock_guard<std::mutex> lock(mutex);
+    const int index = t.device().index();
+    auto found = names.find(index);
+    if (found != names.end()) return found->second;
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+      (void)cudaGetLastError();  // no table matches: the call takes the default build
+      return none;
+    }
+    return names.emplace(index, prop.name).first->second;
+  }
+#endif
+  (void)t;
+  return none;
+}
+
+// The winners of one (device, dtype): bucket i holds numel in [bounds[i-1], bounds[i]).
+struct Table {
+  std::string device;  // a CUDA device name; "" matches any device (CPU tables)
+  int dtype;           // c10::ScalarType of the first tensor argument
+  std::vector<int64_t> bounds;
+  std::vector<c10::OperatorHandle> targets;  // bounds.size() + 1
+};
+
+class Router final : public c10::OperatorKernel {
+ public:
+  Router(c10::DispatchKey key, size_t arg, c10::OperatorHandle fallback, std::vector<Table> tables)
+      : key_(key),
+        arg_(arg),
+        fallback_(std::move(fallback)),
+        tables_(std::move(tables)),
+        trace_(std::getenv("WB_ROUTE_TRACE") != nullptr) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t nargs = op.schema().arguments().size();
+    const c10::IValue& first = (*stack)[stack->size() - nargs + arg_];
+    const c10::OperatorHandle* target = &fallback_;
+    if (first.isTensor()) {
+      const at::Tensor& t = first.toTensor();
+      const int dtype = static_cast<int>(t.scalar_type());
+      for (const Table& table : tables_) {
+        if (table.dtype != dtype) continue;
+        if (!table.device.empty() && table.device != device_name(t)) continue;
+        const auto bucket = std::upper_bound(table.bounds.begin(), table.bounds.end(), t.numel());
+        target = &table.targets[bucket - table.bounds.begin()];
+        break;
+      }
+      if (trace_) {  // WB_ROUTE_TRACE: which build serves each call (for debugging and tests)
+        std::fprintf(stderr, "wb route: %s numel=%lld %s -> %s\n", op.operator_name().name.c_str(),
+                     static_cast<long long>(t.numel()), c10::toString(t.scalar_type()),
+                     target->operator_name().name.c_str());
+      }
+    }
+    target->redispatchBoxed(c10::DispatchKeySet(key_), stack);
+  }
+
+ private:
+  c10::DispatchKey key_;
+  size_t arg_;  // the index of the first tensor argument in the schema
+  c10::OperatorHandle fallback_;
+  std::vector<Table> tables_;
+  bool trace_;
+};
+
+c10::OperatorHandle find_op(const std::string& ns, const std::string& op) {
+  auto handle = c10::Dispatcher::singleton().findOp({ns + "::" + op, ""});
+  TORCH_CHECK(handle.has_value(), "routing: no op ", ns, "::", op, " is defined");
+  return *handle;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, sep)) out.push_back(item);
+  return out;
+}
+
+// One table per line: device \t dtype \t bounds (comma-separated) \t target namespaces.
+std::vector<Table> parse_tables(const std::string& text, const std::string& op) {
+  std::vector<Table> tables;
+  for (const std::string& line : split(text, '\n')) {
+    if (line.empty()) continue;
+    const auto fields = split(line + "\t", '\t');
+    TORCH_CHECK(fields.size() == 4, "routing ", op, ": a table line needs 4 fields: ", line);
+    Table table{fields[0], std::stoi(fields[1]), {}, {}};
+    for (const auto& b : split(fields[2], ',')) table.bounds.push_back(std::stoll(b));
+    for (const auto& ns : split(fields[3], ',')) table.targets.push_back(find_op(ns, op));
+    TORCH_CHECK(std::is_sorted(table.bounds.begin(), table.bounds.end()), "routing ", op,
+                ": bucket bounds must ascend");
+    TORCH_CHECK(table.targets.size() == table.bounds.size() + 1, "routing ", op, ": ",
+                table.bounds.size(), " bounds need ", table.bounds.size() + 1, " targets");
+    tables.push_back(std::move(table));
+  }
+  return tables;
+}
+
 }  // namespace
 
 namespace wb::detail {
@@ -55,7 +176,7 @@ void add_impl(c10::DispatchKey key, ImplFn fn, const char* file, uint32_t line) 
 }  // namespace wb::detail
 
 // Bumped when the meaning of these entry points changes; the driver refuses other versions.
-WB_EXPORT int wb_abi_version() { return 2; }
+WB_EXPORT int wb_abi_version() { return 3; }
 
 WB_EXPORT int wb_schema_count() { return static_cast<int>(schemas().size()); }
 
@@ -84,3 +205,26 @@ WB_EXPORT int wb_register(const char* ns, char* err, size_t err_size) {
 }
 
 WB_EXPORT void wb_unregister(const char* ns) { live().erase(ns); }
+
+// Registers a router as ns::op's kernel for dispatch key `key`: each call goes to the variant
+// its first tensor argument (schema index `arg`) selects in `tables` (see parse_tables), or to
+// fallback_ns::op when no table matches. Removed by wb_unregister(ns). Returns 0, or 1 with
+// the error in err.
+WB_EXPORT int wb_route(const char* ns, const char* op, const char* key, int arg,
+                       const char* fallback_ns, const char* tables, char* err, size_t err_size) {
+  try {
+    TORCH_CHECK(arg >= 0, "routing ", op, ": no tensor argument to bucket by");
+    auto router = std::make_unique<Router>(c10::parseDispatchKey(key), static_cast<size_t>(arg),
+                                           find_op(fallback_ns, op), parse_tables(tables, op));
+    auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns,
+                                                c10::parseDispatchKey(key), __FILE__, __LINE__);
+    lib->impl(op, torch::CppFunction::makeFromBoxedFunctor(std::move(router)));
+    live()[ns].push_back(std::move(lib));
+    return 0;
+  } catch (const c10::Error& e) {
+    write_error(e.what_without_backtrace(), err, err_size);
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_size);
+  }
+  return 1;
+}

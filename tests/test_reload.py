@@ -22,7 +22,10 @@ from workbench.errors import BuildError, LoadError
 from workbench.project import WB_KERNEL_INCLUDE
 
 NS = f"wbreload{os.getpid()}"
-ENTRY_POINTS = {"wb_abi_version", "wb_schema_count", "wb_schema", "wb_register", "wb_unregister"}
+ENTRY_POINTS = {
+    *("wb_abi_version", "wb_schema_count", "wb_schema"),
+    *("wb_register", "wb_unregister", "wb_route"),
+}
 
 
 @pytest.fixture(scope="module")

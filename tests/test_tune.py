@@ -15,7 +15,7 @@ import torch
 from tests.registry_fixture import write_registry
 from workbench import build, loader, project, runtime
 from workbench.config import make_config
-from workbench.tune import TuneError, TuneSpace, defines, label, space_of, variant
+from workbench.tuning.space import TuneError, TuneSpace, defines, label, space_of, variant
 
 # --- the space -----------------------------------------------------------------------------
 
@@ -74,7 +74,7 @@ def test_space_of_reads_TUNE_and_rejects_anything_else() -> None:
     class Wrong:
         TUNE = ("BLOCK", 1, 2)
 
-    with pytest.raises(TuneError, match=r"must be a workbench\.tune\.TuneSpace"):
+    with pytest.raises(TuneError, match=r"must be a workbench\.TuneSpace"):
         space_of(Wrong)
 
 
@@ -99,7 +99,7 @@ WB_INSTANTIATE(WB_FLOAT32_64, add_offset_cpu)
 """
 
 SPEC = """\
-from workbench.tune import TuneSpace
+from workbench import TuneSpace
 
 TUNE = TuneSpace({"STEP": [2, 3, 5]}, where=lambda p: p["STEP"] != 3)
 """

@@ -6,7 +6,8 @@ created. Everything happens in :func:`load` and the ``wb`` command.
 ``workbench.load(path, namespace=..., ...)`` loads a kernel registry;
 ``workbench.load(name, sources, ...)`` and ``workbench.load_inline(...)`` are drop-ins for
 ``torch.utils.cpp_extension.load`` / ``load_inline`` (the rule: ``workbench.compat.dispatch``).
-``%load_ext workbench`` in IPython adds the notebook magics (``workbench.ipython``).
+``workbench.tune(op)`` times the variants of a family's declared ``TuneSpace`` and keeps the
+winners. ``%load_ext workbench`` in IPython adds the notebook magics (``workbench.ipython``).
 """
 
 from __future__ import annotations
@@ -21,16 +22,20 @@ if TYPE_CHECKING:
     from workbench.compat.dispatch import load
     from workbench.compat.dropin import load_inline
     from workbench.ipython import load_ipython_extension, unload_ipython_extension
+    from workbench.tuning.run import tune
+    from workbench.tuning.space import TuneSpace
     from workbench.verify import check
 
 __all__ = [
     "Library",
+    "TuneSpace",
     "__version__",
     "bench",
     "check",
     "load",
     "load_inline",
     "load_ipython_extension",
+    "tune",
     "unload_ipython_extension",
 ]
 
@@ -42,6 +47,8 @@ _LAZY = {
     "load_inline": "workbench.compat.dropin",
     "load_ipython_extension": "workbench.ipython",
     "unload_ipython_extension": "workbench.ipython",
+    "TuneSpace": "workbench.tuning.space",
+    "tune": "workbench.tuning.run",
 }
 
 

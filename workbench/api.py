@@ -17,6 +17,7 @@ from workbench.config import Config, make_config
 from workbench.errors import BuildError, LoadError, WorkbenchError
 from workbench.project import Family, Project, discover
 from workbench.spec import OpSpec
+from workbench.tuning import store as tune_store
 
 # Called with the builds a load is about to open, under its use locks: tests use it to hold a
 # load between finding its libraries and opening them while another process runs gc or clean.
@@ -39,6 +40,7 @@ class LoadReport:
         self.redefined: list[str] = []  # ops with a new or changed schema
         self.swap_seconds = 0.0  # opening, registering and closing libraries
         self.failed: dict[str, WorkbenchError] = {}  # families whose build or load failed
+        self.tuned: list[str] = []  # families whose ops route to tuned variants (wb tune)
 
     def __repr__(self) -> str:
         return (
@@ -91,6 +93,7 @@ class Library:
         self._specs: dict[str, dict[str, OpSpec]] = {}  # family -> op -> spec
         self.families: dict[str, build.Built] = {}
         self.failed: dict[str, WorkbenchError] = {}
+        self._tune_records: frozenset[str] | None = None  # the stored tune records, per reload
         self.last = self.reload(_first=True)
 
     @property
@@ -138,6 +141,7 @@ class Library:
             for hook in before_open_hooks:
                 hook(built)
             report = LoadReport(built)
+            self._tune_records = tune_store.listing()  # one directory read for every family
             for result in built:
                 try:
                     self._activate(project.family(result.family), result, report)
@@ -205,6 +209,20 @@ class Library:
             report.swapped.append(family.name)
         self._specs[family.name] = specs
         self.families[family.name] = result
+        self.route(family.name, report)
+
+    def route(self, family: str, report: LoadReport | None = None) -> None:
+        """Send the family's ops to their tuned winners, as stored for its live build (or back
+        to the plain build when nothing is stored): see :mod:`workbench.tuning.route`."""
+        handle = loader.live_handles(self.namespace)[family]
+        record = tune_store.lookup(family, handle.built.key, self._tune_records)
+        if record is None and handle.routes is None:
+            return  # the common case, without importing the router
+        from workbench.tuning import route
+
+        route.apply_quietly(self.namespace, handle, record)
+        if report is not None and handle.routes is not None:
+            report.tuned.append(family)
 
     def _deactivate(self, name: str, report: LoadReport) -> None:
         swap = loader.deactivate(self.namespace, name)

@@ -15,6 +15,7 @@ cache directory and WB_CACHE_DIR.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -124,10 +125,12 @@ class _TU:
         source: Source,
         command: tuple[str, ...],  # with placeholder output paths, identical across builds
         headers: list[str] | None,  # None: never compiled in this cache
+        defines: tuple[str, ...] = (),  # a tuning variant's -D options, when the TU reads them
     ) -> None:
         self.source = source
         self.command = command
         self.headers = headers
+        self.defines = defines
         self.key: str | None = None
 
     def compute_key(self, config: Config) -> str | None:
@@ -142,12 +145,50 @@ def _object_path(key: str) -> Path:
     return cache.root() / "obj" / key[:2] / f"{key}.o"
 
 
+def _tu_defines(project: Project, family: Family, src: Source, config: Config) -> tuple[str, ...]:
+    """The variant's -D options for ``src``: only for a TU that can read them.
+
+    A kernel TU gets them when its text, or that of a header its plain build included (the
+    compiler's own list, from its depfile), mentions ``WB_TUNE_``: the other TUs of a variant
+    keep the plain build's command, key and object, so a variant compiles only the TUs its
+    parameters reach. A TU whose plain build never ran here gets them (it cannot be told).
+    """
+    if not family.defines or src.kind not in ("cuda", "cpu"):
+        return ()
+    plain = config.compile_command(project, src, Path("@OUT@"))
+    headers = cache.read_json(_deps_file(src.path, plain))
+    if not isinstance(headers, list):
+        return family.defines
+    for path in [str(src.path), *headers]:
+        if _mentions_tune(path):
+            return family.defines
+    return ()
+
+
+def _mentions_tune(path: str) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True  # a header that is gone: the build will say so; assume it matters
+    return _mentions_tune_at(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _mentions_tune_at(path: str, mtime_ns: int, size: int) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return b"WB_TUNE_" in f.read()
+    except OSError:
+        return True
+
+
 def _plan(project: Project, family: Family, config: Config) -> list[_TU]:
     tus = []
     for src in _sources(family, config):
-        cmd = config.compile_command(project, src, Path("@OUT@"), family.defines)
+        own = _tu_defines(project, family, src, config)
+        cmd = config.compile_command(project, src, Path("@OUT@"), own)
         headers = cache.read_json(_deps_file(src.path, cmd))
-        tu = _TU(src, cmd, headers if isinstance(headers, list) else None)
+        tu = _TU(src, cmd, headers if isinstance(headers, list) else None, own)
         tu.compute_key(config)
         tus.append(tu)
     return tus
@@ -332,7 +373,7 @@ def _build_locked(
             ninja.Job(
                 outputs[id(tu)],
                 tu.source.path,
-                config.compile_command(project, tu.source, outputs[id(tu)], family.defines),
+                config.compile_command(project, tu.source, outputs[id(tu)], tu.defines),
             )
             for tu in stale
         ]

@@ -83,6 +83,9 @@ class Handle:
         self.schemas = schemas  # op name -> schema
         self.namespace: str | None = None  # where its kernels are registered
         self.pinned = False  # gave some op its first kernel: never unmapped (see _retired)
+        # Tuned (workbench.tuning.route): the namespace whose ops it routes, and the record.
+        self.routed: str | None = None
+        self.routes: str | None = None
 
     def register(self, ns: str) -> None:
         state = _namespaces.setdefault(ns, _Namespace())
@@ -96,6 +99,9 @@ class Handle:
         self.namespace = ns
 
     def unregister(self) -> None:
+        if self.routed is not None:  # its routers, registered under the public namespace
+            self.cdll.wb_unregister(self.routed.encode())
+            self.routed = self.routes = None
         if self.namespace is not None:
             self.cdll.wb_unregister(self.namespace.encode())
             self.namespace = None

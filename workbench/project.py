@@ -59,7 +59,7 @@ class Family(NamedTuple):
     dir: Path
     sources: tuple[Source, ...]
     spec_path: Path | None
-    # A tuning variant's -D options for its kernel TUs (workbench.tune); () for the plain build.
+    # A tuning variant's -D options for its kernel TUs (workbench.tuning); () for the plain build.
     defines: tuple[str, ...] = ()
 
     @property

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 # The meaning of the libraries' C entry points (bindings/registry.cpp, wb_abi_version).
-ABI_VERSION = 2
+ABI_VERSION = 3
 # What an ahead-of-time package records about its build, beside its __init__.py.
 BUILD_INFO = "_build.json"
 
@@ -49,6 +49,10 @@ def open_library(path: str | os.PathLike[str]) -> tuple[ctypes.CDLL, dict[str, s
     cdll.wb_schema.argtypes = [ctypes.c_int]
     cdll.wb_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     cdll.wb_unregister.argtypes = [ctypes.c_char_p]
+    cdll.wb_route.argtypes = [
+        *(ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int),
+        *(ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t),
+    ]
     schemas = {}
     for i in range(cdll.wb_schema_count()):
         schema = cdll.wb_schema(i).decode()
@@ -60,6 +64,23 @@ def register_kernels(cdll: ctypes.CDLL, ns: str) -> str | None:
     """Add the library's kernels under ``ns`` (``wb_register``): None, or the library's error."""
     err = ctypes.create_string_buffer(8192)
     if cdll.wb_register(ns.encode(), err, len(err)) != 0:
+        return err.value.decode()
+    return None
+
+
+def route(
+    cdll: ctypes.CDLL, ns: str, op: str, key: str, arg: int, fallback: str, tables: str
+) -> str | None:
+    """Register a router as ``ns::op``'s kernel for dispatch key ``key`` (``wb_route``).
+
+    ``tables``: one line per (device, dtype), ``device \\t dtype \\t bounds \\t namespaces``
+    (bounds and namespaces comma-separated, one more namespace than bounds); ``fallback``: the
+    namespace that serves calls no table matches. None, or the library's error.
+    """
+    err = ctypes.create_string_buffer(8192)
+    args = (ns, op, key)
+    if cdll.wb_route(*(a.encode() for a in args), arg, fallback.encode(), tables.encode(),
+                     err, len(err)) != 0:  # fmt: skip
         return err.value.decode()
     return None
 

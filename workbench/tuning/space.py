@@ -2,7 +2,7 @@
 
 A family's ``spec.py`` declares its space at module level::
 
-    from workbench.tune import TuneSpace
+    from workbench import TuneSpace
 
     TUNE = TuneSpace(
         {"BLOCK": [128, 256, 512], "VEC": [1, 2, 4]},
@@ -51,7 +51,13 @@ class TuneSpace:
     Points are enumerated in declaration order (the last parameter varies fastest); ``where``
     takes a point (a dict of parameter name to value) and returns whether it is valid. The
     ``default`` point, when given, must be one of the valid points; it is what ``wb tune``
-    measures the others against (the first valid point otherwise).
+    measures the others against (the first valid point otherwise), and it should be what the
+    kernel's own ``#ifndef`` fallbacks give, so that an untuned load runs the default.
+
+    ``buckets``: ascending numel bounds of the op's first tensor argument that split calls into
+    buckets, each with its own winner (bucket i holds numel in [buckets[i-1], buckets[i])).
+    Default: one bucket per size of the sweep that ``wb tune`` times, split at the geometric
+    middle between neighbouring sizes.
     """
 
     def __init__(
@@ -59,6 +65,7 @@ class TuneSpace:
         params: Mapping[str, Sequence[Value]],
         where: Callable[[Point], bool] | None = None,
         default: Mapping[str, Value] | None = None,
+        buckets: Sequence[int] | None = None,
     ) -> None:
         if not isinstance(params, Mapping) or not params:
             raise TuneError("TuneSpace needs at least one parameter, e.g. {'BLOCK': [128, 256]}")
@@ -93,6 +100,7 @@ class TuneSpace:
             if point not in valid:
                 raise TuneError(f"the default point {point} is not a valid point of the space")
             self.default = point
+        self.buckets = _check_buckets(buckets)
 
     @property
     def size(self) -> int:
@@ -130,6 +138,19 @@ class TuneSpace:
         return f"TuneSpace({self.params}, {len(self._valid)} of {self.size} points valid)"
 
 
+def _check_buckets(buckets: Sequence[int] | None) -> tuple[int, ...] | None:
+    if buckets is None:
+        return None
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence):
+        raise TuneError(f"buckets: give a list of numel bounds, got {buckets!r}")
+    bounds = tuple(buckets)
+    if not bounds or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bounds):
+        raise TuneError(f"buckets: give positive whole numel bounds, got {list(bounds)}")
+    if list(bounds) != sorted(set(bounds)):
+        raise TuneError(f"buckets must ascend, each bound once: got {list(bounds)}")
+    return bounds
+
+
 def _check_value(name: str, v: object) -> None:
     if isinstance(v, bool):
         raise TuneError(f"tuning parameter {name}: write 0 and 1 rather than {v!r}")
@@ -157,7 +178,7 @@ def space_of(module: object) -> TuneSpace | None:
     if space is None:
         return None
     if not isinstance(space, TuneSpace):
-        raise TuneError(f"TUNE in a spec must be a workbench.tune.TuneSpace, got {space!r}")
+        raise TuneError(f"TUNE in a spec must be a workbench.TuneSpace, got {space!r}")
     return space
 
 

@@ -1,0 +1,386 @@
+"""``workbench.tune()``: build, check and time every variant of an op's family; keep the winners.
+
+Lifecycle of one run (one op, one device, one dtype):
+
+1. **Space**: the ``TUNE`` of the family's spec.py; its valid points, less the variants an
+   earlier run saw crash the process (remembered by build key).
+2. **Build** every variant at once: a pool of builds sharing the job limit, each variant's own
+   cached library (a variant compiles only the TUs its parameters reach). A variant that fails
+   to compile is reported with its first error and skipped.
+3. **Check** each built variant, registered under a private namespace: the checker's value rows
+   for every dtype of the spec on this device (special values included, one trial). A wrong
+   variant is disqualified with its worst element and never timed; one that raises or crashes
+   is reported too. A crash that breaks the CUDA context is remembered, and the run stops with a
+   message to run again (``wb tune`` does that itself, in a new process).
+4. **Time** the survivors over the spec's size sweep with the bench harness: each round is the
+   whole (size, variant) plan in its own shuffled order, plus an A/A pair of the default for the
+   noise band; rounds after the first stop at the budget.
+5. **Choose** per bucket of the first tensor argument's numel: the variant with the lowest mean
+   log time relative to the best of each size; the default when it is within the noise band of
+   that winner at every size of the bucket (no change without a measured reason).
+6. **Remember** the table under (op, device, dtype) in the record of the family's plain build
+   key and torch version, append the run to the op's history, and route the live library's op
+   to the winners at once (:mod:`workbench.tuning.route`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from workbench import build, cache, knobs, loader
+from workbench.benchmark.run import (
+    DEFAULT_ROUNDS,
+    _check_rounds,
+    _device,
+    _dtype,
+    _pick,
+    _spec,
+    _timer,
+    round_plans,
+    sweep,
+)
+from workbench.benchmark.stats import Measurement, median_round
+from workbench.errors import WorkbenchError
+from workbench.tuning import store
+from workbench.tuning.report import AA_SUFFIX, TuneResult, TuneSize, VariantResult
+from workbench.tuning.space import TuneError, TuneSpace, label, space_of, variant
+from workbench.verify import isolate
+from workbench.verify.oracle import CRASH, float32_precision
+from workbench.verify.report import summarise
+from workbench.verify.runner import Options, check_op, invoker
+
+if TYPE_CHECKING:
+    from workbench.api import Library
+
+
+def _say(line: str) -> None:
+    if not knobs.quiet():
+        print(f"wb tune: {line}", file=sys.stderr, flush=True)
+
+
+def tune(
+    op: str,
+    *,
+    lib: Library | None = None,
+    device: str | None = None,
+    dtype: torch.dtype | str = torch.float32,
+    sizes: Sequence[str] | None = None,
+    budget: float | None = None,
+    jobs: int | None = None,
+    rounds: int | None = None,
+    seed: int = 0,
+    min_time: float = 0.2,
+    save: bool = True,
+    vs: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Tune ``op`` over its family's declared space; see the module docstring.
+
+    ``lib``: a loaded library (default: ``workbench.load()``). ``device``: 'cpu' or 'cuda'
+    (default: cuda where built and present). ``dtype``: what is timed (default float32); every
+    dtype is checked. ``sizes``: labels of the spec's bench sweep (default: all). ``budget``:
+    seconds for the whole run; timing rounds after the first stop when it is spent. ``jobs``:
+    parallel compiles across all variants (default: from cores and memory). ``rounds``: timings
+    per (size, variant), each round a shuffled plan (default: 3 on cuda, 1 on cpu).
+    ``save``: remember the winners and route the op to them (default). ``vs="last"``: compare
+    with the previous run of this op on this device and dtype.
+    """
+    say = say or _say
+    if budget is not None and not budget > 0:
+        raise WorkbenchError(f"budget must be a positive number of seconds, got {budget!r}")
+    if jobs is not None and jobs < 1:
+        raise WorkbenchError(f"jobs must be >= 1, got {jobs}")
+    if min_time <= 0:
+        raise WorkbenchError(f"min_time must be positive, got {min_time}")
+    if vs not in (None, "last"):
+        raise WorkbenchError(f"vs must be 'last' or left out, got {vs!r}")
+    _check_rounds(rounds)
+    start = time.perf_counter()
+    if lib is None:
+        import workbench
+
+        lib = workbench.load()
+    dev, dt = _device(lib, device), _dtype(dtype)
+    spec = _spec(lib, op, dev, dt)
+    family_name = family_of(lib, op)
+    space = _space(lib, family_name)
+    base = lib.families[family_name]
+    samples = _pick(sweep(spec, dt, dev, seed), sizes, op)
+    if not samples:
+        raise WorkbenchError(f"{op} has no sizes to time on {dev.type} for {dt}")
+
+    result = TuneResult(
+        op=op,
+        family=family_name,
+        device=_device_name(dev),
+        device_type=dev.type,
+        arch=_arch(dev),
+        dtype=str(dt).removeprefix("torch."),
+        build_key=base.key,
+        default=label(space.default),
+    )
+    family = lib.project.family(family_name)
+    crashed = _crashed()
+    variants = [VariantResult(label(p), dict(p)) for p in space.points()]
+    say(f"{op}: {len(variants)} variants of {family_name} ({space!r})")
+
+    t = time.perf_counter()
+    built = _build_all(lib, family, variants, jobs, crashed, say)
+    result.phases["build"] = time.perf_counter() - t
+    t = time.perf_counter()
+    ops = _check_all(lib, spec, dev, variants, built, say)
+    result.phases["check"] = time.perf_counter() - t
+    result.variants = variants
+    if not ops:
+        raise TuneError(f"{op}: no variant built and passed the check\n{result.variant_table()}")
+    t = time.perf_counter()
+    deadline = None if budget is None else start + budget
+    n_rounds = DEFAULT_ROUNDS[dev.type] if rounds is None else rounds
+    result.sizes, result.rounds_done = _time_all(
+        spec, dev, dt, ops, result.default, samples, seed, min_time, n_rounds, deadline, say
+    )
+    result.rounds_asked = n_rounds
+    result.phases["time"] = time.perf_counter() - t
+    result.choose(space.buckets)
+    if vs == "last":
+        result.compared = True
+        result.previous = store.last_run(op, result.device, result.dtype)
+    if save:
+        record_variants = {
+            v.label: {
+                "point": v.point,
+                "key": built[v.label].key,
+                "library": str(built[v.label].library),
+            }
+            for v in variants
+            if v.label in result.winners
+        }
+        store.save_table(family_name, base.key, op, result.table_record(), record_variants)
+        store.append_history(op, result.to_dict())
+        lib._tune_records = None  # read the new record itself, not the listing of the last load
+        lib.route(family_name)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def family_of(lib: Library, op: str) -> str:
+    for family, handle in loader.live_handles(lib.namespace).items():
+        if op in handle.schemas:
+            return family
+    raise WorkbenchError(f"op {op!r} belongs to no loaded family; ops: {', '.join(lib.ops)}")
+
+
+def _space(lib: Library, family: str) -> TuneSpace:
+    spec_path = lib.project.family(family).spec_path
+    module = loader.load_spec_module(family, lib.namespace, spec_path)
+    space = space_of(module)
+    if space is None:
+        where = spec_path or f"kernels/{family}/spec.py"
+        raise TuneError(
+            f"family {family} declares no tuning space: add TUNE = TuneSpace({{...}}) to {where} "
+            "and read the parameters in its kernels as WB_TUNE_<NAME> macros (docs/reference.md, "
+            "'Tuning')"
+        )
+    return space
+
+
+def _device_name(dev: torch.device) -> str:
+    """The name the router matches: the CUDA device's own name; the CPU as calibration names it."""
+    if dev.type == "cuda":
+        return str(torch.cuda.get_device_properties(dev).name)
+    from workbench.benchmark.calibrate import device_name
+
+    return device_name(dev)
+
+
+def _arch(dev: torch.device) -> str:
+    if dev.type != "cuda":
+        return ""
+    major, minor = torch.cuda.get_device_capability(dev)
+    return f"sm_{major}{minor}"
+
+
+# --- build --------------------------------------------------------------------------------------
+
+
+def _build_all(
+    lib: Library,
+    family: Any,
+    variants: list[VariantResult],
+    jobs: int | None,
+    crashed: dict[str, str],
+    say: Callable[[str], None],
+) -> dict[str, build.Built]:
+    """Build every variant at once; each gets its share of the job limit."""
+    from workbench import ninja
+    from workbench.ninja import first_error
+
+    total = jobs or ninja.default_jobs()
+    workers = max(1, min(len(variants), total))
+    per = max(1, total // workers)
+    fams = {v.label: variant(family, v.point) for v in variants}
+    built: dict[str, build.Built] = {}
+    done = 0
+
+    def one(name: str) -> build.Built:
+        return build.ensure(lib.project, fams[name], lib.config, per)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(one, v.label): v for v in variants}
+        for future in as_completed(futures):
+            v = futures[future]
+            done += 1
+            try:
+                b = future.result()
+            except WorkbenchError as e:
+                lines = str(e).strip().splitlines()
+                v.status, v.detail = "build failed", first_error(str(e)) or (lines or [""])[0]
+                say(f"[{done}/{len(variants)}] {v.label}: build failed: {v.detail}")
+                continue
+            v.compile_seconds, v.compiled = b.seconds if b.compiled else 0.0, len(b.compiled)
+            if b.key in crashed:
+                v.status, v.detail = "crashed", f"crashed in an earlier run: {crashed[b.key]}"
+                say(f"[{done}/{len(variants)}] {v.label}: skipped, {v.detail}")
+                continue
+            built[v.label] = b
+            v.status = "built"
+            what = f"{len(b.compiled)} compiled in {b.seconds:.1f} s" if b.compiled else "cached"
+            say(f"[{done}/{len(variants)}] {v.label}: {what}")
+    return built
+
+
+# --- check --------------------------------------------------------------------------------------
+
+
+def _check_all(
+    lib: Library,
+    spec: Any,
+    dev: torch.device,
+    variants: list[VariantResult],
+    built: dict[str, build.Built],
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Check each built variant; the ops of those that pass, by label."""
+    from workbench.tuning import route
+
+    ops: dict[str, Any] = {}
+    options = Options(trials=1, contract=False)
+    dtypes = [d for d in spec.dtypes]
+    for v in variants:
+        if v.label not in built:
+            continue
+        try:
+            pns = route.open_variant(lib.namespace, built[v.label])
+        except WorkbenchError as e:
+            v.status, v.detail = "load failed", str(e).splitlines()[0]
+            say(f"{v.label}: {v.detail}")
+            continue
+        op = getattr(getattr(torch.ops, pns), spec.name)
+        try:
+            rows = check_op(op, spec, dev.type, dtypes, options=options)
+        except isolate.ContextLost as lost:
+            bad = next((r for r in reversed(lost.report.rows) if r.reason == CRASH), None)
+            detail = bad.detail if bad is not None else "the CUDA context was lost"
+            _remember_crash(built[v.label].key, detail)
+            raise TuneError(
+                f"variant {v.label} of {spec.name} crashed and broke this process's CUDA context "
+                f"({detail}). It is remembered and will be skipped: run the tune again in a new "
+                "process (`wb tune` does so itself)"
+            ) from None
+        failed = [r for r in summarise(rows) if not r.passed]
+        if failed:
+            worst = max(failed, key=lambda r: r.ratio if math.isfinite(r.ratio) else math.inf)
+            crash = worst.reason == CRASH
+            v.status = "crashed" if crash else "wrong"
+            v.detail = (
+                f"{worst.dtype} [{worst.label}] {worst.reason}: err/tol {worst.ratio:.3g}, "
+                f"{worst.detail}"
+            )
+            if crash:
+                _remember_crash(built[v.label].key, worst.detail)
+            say(f"{v.label}: disqualified, {v.detail}")
+            continue
+        v.status = "checked"
+        ops[v.label] = op
+    return ops
+
+
+def _crash_file() -> Any:
+    return store.folder() / "crashed.json"
+
+
+def _crashed() -> dict[str, str]:
+    found = cache.read_json(_crash_file())
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def _remember_crash(key: str, detail: str) -> None:
+    import json
+
+    found = _crashed()
+    found[key] = detail
+    path = _crash_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_atomic(path, json.dumps(found, indent=1, sort_keys=True))
+
+
+# --- time ---------------------------------------------------------------------------------------
+
+
+def _time_all(
+    spec: Any,
+    dev: torch.device,
+    dt: torch.dtype,
+    ops: dict[str, Any],
+    default: str,
+    samples: list[Any],
+    seed: int,
+    min_time: float,
+    n_rounds: int,
+    deadline: float | None,
+    say: Callable[[str], None],
+) -> tuple[list[TuneSize], int]:
+    """Time every (size, survivor) pair in rounds of shuffled plans; (sizes, rounds done)."""
+    from workbench.benchmark.check import verify_sample
+    from workbench.benchmark.run import _methods
+
+    ref = default if default in ops else next(iter(ops))
+    candidates = {name: invoker(op) for name, op in ops.items()}
+    candidates[ref + AA_SUFFIX] = candidates[ref]
+    with float32_precision(spec.allow_tf32):
+        for s in samples:  # the exact inputs that will be timed, checked once more
+            for op in ops.values():
+                verify_sample(op, spec, s, dt)
+            for fn in candidates.values():
+                fn(*s.args)
+        methods = _methods(candidates[ref], samples, dev)
+        timer = _timer(dev, min_time)
+        times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
+        plan = round_plans(len(samples), list(candidates), seed, n_rounds)
+        done = 0
+        per_round = len(samples) * len(candidates)
+        for k, (r, i, c) in enumerate(plan):
+            if r > done:
+                done = r
+                if deadline is not None and time.perf_counter() > deadline:
+                    say(f"budget spent after {done} of {n_rounds} rounds")
+                    break
+            times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
+            if (k + 1) % per_round == 0:
+                say(f"round {r + 1}/{n_rounds} timed ({per_round} timings)")
+        else:
+            done = n_rounds
+    sizes = []
+    for s, t in zip(samples, times, strict=True):
+        first = next(a for a in s.args if isinstance(a, torch.Tensor))
+        chosen = {c: median_round(t[c]) for c in candidates if t[c]}
+        medians = {c: [m.stats.median for m in t[c]] for c in candidates if t[c]}
+        sizes.append(TuneSize(s.label, int(first.numel()), chosen, medians, ref))
+    return sizes, done
