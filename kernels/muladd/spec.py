@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
+from workbench.tune import TuneSpace
 
 
 def muladd_reference(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:
@@ -88,6 +89,16 @@ def muladd_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 def mul_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     grad_a, grad_b, _ = muladd_backward(ctx, grad)
     return grad_a, grad_b
+
+
+# The elementwise launcher's tuning space, as kernels/scale/spec.py declares it (the same
+# launcher; the reasons for its bounds are there), tuned on its own: muladd and mul read two
+# inputs, and so have twice scale's loads in flight per thread.
+TUNE = TuneSpace(
+    {"THREADS": [128, 256, 512], "VECS": [1, 2, 4], "L1": [0, 1, 2]},
+    where=lambda p: p["THREADS"] * p["VECS"] <= 512,
+    default={"THREADS": 128, "VECS": 2, "L1": 0},
+)
 
 
 OPS = [

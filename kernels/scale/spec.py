@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
+from workbench.tune import TuneSpace
 
 # Not exactly representable in any dtype, so the rounding of s to the compute type is exercised.
 _S = 0.3
@@ -52,6 +53,23 @@ def scale_setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor)
 def scale_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     grad_x = ctx.ops.scale(grad, ctx.s) if ctx.needs_input_grad[0] else None
     return grad_x, None
+
+
+# The elementwise launcher's tuning space (kernels/include/wb/elementwise.cuh reads each parameter
+# as WB_TUNE_<NAME>; kernels/muladd declares the same): THREADS per block, VECS 16-byte vectors
+# per thread and input, and L1, the L1 policy of the vector loads (0: skip L1 while a launch
+# moves at most 1.5x the L2's size, 1: always skip it, 2: never). It holds the shapes tried by
+# hand (bench/results/elementwise-variants.md: k1_t128, k2_t128, the default, k4_t128, k1_t256,
+# k2_t256) and k1_t512, one step on from k1_t256, the best of them there, each under the three
+# policies (the fixed ones were l1_always and no_l1_always in bench/results/kernels.md): 18
+# points. A block moves at most 512 vectors of each input, as k4_t128 and k2_t256 did (k4_t128
+# was the slowest shape). Blocks of 64 threads are left out: they fill an SM of sm_80 or sm_90
+# (2048 threads) only at its limit of 32 resident blocks.
+TUNE = TuneSpace(
+    {"THREADS": [128, 256, 512], "VECS": [1, 2, 4], "L1": [0, 1, 2]},
+    where=lambda p: p["THREADS"] * p["VECS"] <= 512,
+    default={"THREADS": 128, "VECS": 2, "L1": 0},
+)
 
 
 OPS = [

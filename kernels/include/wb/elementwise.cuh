@@ -2,18 +2,24 @@
 //
 //   out[i] = f(in0[i], in1[i], ...) for i in [0, n), computed in acc_t<T>.
 //
-// Fixed work per thread and no grid-stride loop: each thread of a 128-thread block reads
-// 2 vectors of kVec16<T> elements (16 bytes each) from every input before it stores any, when
-// every pointer is 16-byte aligned, and 2 elements otherwise. The last block, which may be
-// partial, goes element by element; it is tested for first, as in PyTorch's kernel, so that
-// the compiler lays out the whole-block path straight after the test (its first load at the
-// 14th instruction instead of after a jump over the partial block's code). Indices are 32-bit:
-// n is split into launches of at most 2^30 elements.
+// Fixed work per thread and no grid-stride loop: each thread of a block of kThreads (128)
+// reads kVecs (2) vectors of kVec16<T> elements (16 bytes each) from every input before it
+// stores any, when every pointer is 16-byte aligned, and kVecs elements otherwise. The last
+// block, which may be partial, goes element by element; it is tested for first, as in PyTorch's
+// kernel, so that the compiler lays out the whole-block path straight after the test (its first
+// load at the 14th instruction instead of after a jump over the partial block's code). Indices
+// are 32-bit: n is split into launches of at most 2^30 elements.
 //
 // A launch that moves at most 1.5x the L2's size reads its vectors without allocating them in
 // L1 (ld.global.nc.L1::no_allocate): 2.5-16% faster from 4 Ki to 8 Mi float32 elements on an
 // H200 and an H100, while the same loads are 1-6% slower on launches of 128 MB and more, which
 // keep plain ld.global.nc (bench/results/kernels.md, version 5).
+//
+// Tuning: kThreads, kVecs and the L1 policy are the tuning parameters THREADS, VECS and L1,
+// read from the macros WB_TUNE_THREADS, WB_TUNE_VECS and WB_TUNE_L1 (below). Without them the
+// launcher is the one measured above. kernels/scale and kernels/muladd declare them as their
+// tuning space (`wb tune scale`); any family that includes this header and declares a
+// parameter of one of these names tunes this launcher with it.
 //
 // Usage, in a kernel TU:
 //   struct Op { float c; __device__ float operator()(float a, float b) const { return a * b + c; }
@@ -22,11 +28,33 @@
 
 #include "wb/cuda.cuh"
 
+// The tuning parameters; the defaults are the measured launcher.
+#ifndef WB_TUNE_THREADS
+#define WB_TUNE_THREADS 128  // threads per block
+#endif
+#ifndef WB_TUNE_VECS
+#define WB_TUNE_VECS 2  // vectors (elements on the scalar path) per thread and input
+#endif
+#ifndef WB_TUNE_L1
+#define WB_TUNE_L1 0  // the L1 policy of vector loads: kL1BySize (the values are below)
+#endif
+
 namespace wb {
 namespace detail {
 
-constexpr int kThreads = 128;
-constexpr int kVecs = 2;  // vectors per thread and input
+constexpr int kThreads = WB_TUNE_THREADS;
+constexpr int kVecs = WB_TUNE_VECS;
+static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024,
+              "WB_TUNE_THREADS: a multiple of 32 from 32 to 1024");
+static_assert(kVecs >= 1 && kVecs <= 8, "WB_TUNE_VECS: 1 to 8");
+
+// The values of WB_TUNE_L1: how the 16-byte vector loads treat L1 (scalar loads never skip it).
+constexpr int kL1BySize = 0;  // skip L1 when the launch moves at most 1.5x the L2 (skip_l1)
+constexpr int kL1Skip = 1;    // skip L1 at any size: ld.global.nc.L1::no_allocate
+constexpr int kL1Keep = 2;    // never skip L1: plain ld.global.nc at any size (version 4)
+constexpr int kL1 = WB_TUNE_L1;
+static_assert(kL1 == kL1BySize || kL1 == kL1Skip || kL1 == kL1Keep,
+              "WB_TUNE_L1: 0 (by size), 1 (always skip L1) or 2 (never skip L1)");
 
 // The kVecs vectors one thread reads from one input.
 template <typename In, int N>
@@ -98,15 +126,16 @@ __global__ void __launch_bounds__(kThreads)
   compute_store<N>(f, out, v0, load<N, NoL1>(in, v0)...);  // every load is issued before a store
 }
 
-// One block per kThreads * kVecs * N elements (at most 2^23 blocks for a launch).
+// One block per kThreads * kVecs * N elements (at most 2^30 / 32 = 2^25 blocks for a launch).
 template <int N>
 inline int grid(int n) {
   return (n + kThreads * kVecs * N - 1) / (kThreads * kVecs * N);
 }
 
 // Elements per launch: indices in a launch fit in 32 bits with room to spare, and the count is
-// a multiple of every block's work, so each launch but the last covers whole blocks and the
-// pointers of the next one keep their 16-byte alignment.
+// a multiple of every vector's length, so the pointers of the next launch keep their 16-byte
+// alignment (and of every block's work where kThreads and kVecs are powers of two, so each
+// launch but the last then covers whole blocks).
 constexpr int64_t kLaunchItems = int64_t{1} << 30;
 
 // Bytes of L2 on the current device (0 when it cannot be read), cached per thread.
@@ -133,24 +162,35 @@ void launch(int m, cudaStream_t s, F f, T* out, const In*... in) {
   elementwise_kernel<N, NoL1><<<grid<N>(m), kThreads, 0, s>>>(m, f, out, in...);
 }
 
+// One launch over m elements in 16-byte vectors of N, its loads as kL1 says; a fixed policy
+// instantiates one vector kernel only.
+template <int N, typename T, typename F, typename... In>
+void launch_vec(int m, cudaStream_t s, F f, T* out, const In*... in) {
+  if constexpr (kL1 == kL1BySize) {
+    const int64_t bytes = int64_t{m} * static_cast<int64_t>(sizeof(T)) * (sizeof...(In) + 1);
+    if (skip_l1(bytes, l2_bytes())) {
+      launch<N, true>(m, s, f, out, in...);
+    } else {
+      launch<N, false>(m, s, f, out, in...);
+    }
+  } else {
+    launch<N, kL1 == kL1Skip>(m, s, f, out, in...);
+  }
+}
+
 }  // namespace detail
 
 template <typename T, typename F, typename... In>
 Status elementwise(int64_t n, Stream stream, F f, T* out, const In*... in) {
   static_assert(((sizeof(In) == sizeof(T)) && ...), "inputs must have the output's element size");
-  constexpr int kN = kVec16<T>;
   const bool vec = aligned16(out, in...);
-  const int64_t l2 = vec ? detail::l2_bytes() : 0;
   auto s = static_cast<cudaStream_t>(stream);
   for (int64_t start = 0; start < n; start += detail::kLaunchItems) {
     const int m = static_cast<int>(min_of(n - start, detail::kLaunchItems));
-    const int64_t bytes = int64_t{m} * static_cast<int64_t>(sizeof(T)) * (sizeof...(In) + 1);
     if (!vec) {
       detail::launch<1, false>(m, s, f, out + start, (in + start)...);
-    } else if (detail::skip_l1(bytes, l2)) {
-      detail::launch<kN, true>(m, s, f, out + start, (in + start)...);
     } else {
-      detail::launch<kN, false>(m, s, f, out + start, (in + start)...);
+      detail::launch_vec<kVec16<T>>(m, s, f, out + start, (in + start)...);
     }
     if (const Status err = launch_status()) return err;
   }
