@@ -117,6 +117,8 @@ struct WgmmaTile {
                 "STAGES * (BM + BN) * 128 bytes + 1 KiB of alignment exceed a block's 227 KiB");
   static_assert(BLOCKS * (kSmemBytes + kBarrierBytes + kSmemReserved) <= kSmemPerSm,
                 "BLOCKS blocks of this tile's shared memory do not fit an SM's 228 KiB");
+  static_assert(kProducerRegs >= 24 && kPoolShare % 8 == 0 && kConsumerRegs <= 256,
+                "setmaxnreg takes a multiple of 8 from 24 to 256");
   // ptxas needs BN / 2 + 26 (it says "Insufficient registers" below that); 32 leaves a margin.
   static_assert(kEntryRegs >= BN / 2 + 32,
                 "the registers a thread starts with cannot hold the consumer's BN / 2 "
