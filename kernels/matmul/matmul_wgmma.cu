@@ -5,8 +5,8 @@
 //   aligned, any m, n, k below 2^31; c: [m, n] contiguous. float16 / bfloat16 in, float32
 //   accumulation, rounded once. sm_90a only (other archs compile a stub, see tensor_core.cuh).
 //
-// One persistent block per SM walks tiles of c (BM x BN, BM = 64 * CONSUMERS) with 1 + CONSUMERS
-// warpgroups:
+// BLOCKS persistent blocks an SM (one by default) walk tiles of c (BM x BN, BM = 64 * CONSUMERS)
+// with 1 + CONSUMERS warpgroups each:
 //   - warpgroup 0, the producer: one thread issues TMA copies (cp.async.bulk.tensor) of a's
 //     BM x 64 and b's 64 x BN tiles into a ring of STAGES shared-memory stages. Each copy
 //     completes on the stage's `full` mbarrier (expect_tx counts the bytes; parts of a box past
@@ -16,7 +16,14 @@
 //     accumulate into BN / 2 float registers per thread; one batch stays in flight while the
 //     next stage is awaited, and a stage is released (arrive on `empty`) once its batch is done.
 //     Then they store the tile from registers while the producer fills stages for the next.
-// Registers move from producer to consumers with setmaxnreg (the block starts at 168 a thread).
+// Registers: a block starts with what its launch bounds allow (168 a thread for 384 threads and
+// one block an SM); setmaxnreg drops the producer to 40 (24 with two blocks an SM) and gives the
+// consumers the rest (232 by default). ptxas compiles the consumers' code within the starting
+// count all the same, so their BN / 2 accumulators must fit in it (see WgmmaTile).
+//
+// The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
+// WB_TUNE_CONSUMERS, WB_TUNE_STAGES and WB_TUNE_BLOCKS (blocks an SM) below; the plain build is
+// 128 x 256, 2 consumers, 4 stages, one block an SM.
 //
 // Layout facts this relies on (PTX ISA, "Matrix Descriptor" and "Shared Memory Matrix Layout"):
 //   - TMA with CU_TENSOR_MAP_SWIZZLE_128B writes a box whose inner extent is 128 bytes (64
@@ -54,22 +61,75 @@ namespace {
 constexpr int kBK = 64;             // k per stage: one 128-byte swizzle row of 16-bit elements
 constexpr int kRowBytes = kBK * 2;  // 128
 
-template <int BN_, int CONSUMERS_, int STAGES_, bool B_KMAJOR_>
+// sm_90 limits the tile must fit (CUDA C++ Programming Guide, compute capability 9.0).
+constexpr int kSmemPerBlock = 227 * 1024;  // a block's shared memory, with the opt-in attribute
+constexpr int kSmemPerSm = 228 * 1024;     // an SM's, of which each resident block reserves:
+constexpr int kSmemReserved = 1024;
+constexpr int kRegsPerSm = 65536;
+
+// The point of the tuning space this TU is built at (kernels/matmul/spec.py declares the space
+// and repeats kSmemBytes and the register split below in its `where`; tests/test_tune_matmul.py
+// checks that the defaults here are the space's default).
+#ifndef WB_TUNE_BN
+#define WB_TUNE_BN 256  // columns of c a tile: the N of wgmma.m64nNk16
+#endif
+#ifndef WB_TUNE_CONSUMERS
+#define WB_TUNE_CONSUMERS 2  // consumer warpgroups, 64 rows of the tile each
+#endif
+#ifndef WB_TUNE_STAGES
+#define WB_TUNE_STAGES 4  // shared-memory stages in the ring
+#endif
+#ifndef WB_TUNE_BLOCKS
+#define WB_TUNE_BLOCKS 1  // resident blocks an SM: two overlap one's epilogue with the other's MMAs
+#endif
+
+template <int BN_, int CONSUMERS_, int STAGES_, int BLOCKS_, bool B_KMAJOR_>
 struct WgmmaTile {
-  static constexpr int BN = BN_, CONSUMERS = CONSUMERS_, STAGES = STAGES_;
+  static constexpr int BN = BN_, CONSUMERS = CONSUMERS_, STAGES = STAGES_, BLOCKS = BLOCKS_;
   static constexpr bool B_KMAJOR = B_KMAJOR_;
   static constexpr int BM = 64 * CONSUMERS;
   static constexpr int kThreads = 128 * (1 + CONSUMERS);
   static constexpr int kBytesA = BM * kRowBytes, kBytesB = BN * kRowBytes;  // per stage
   static constexpr int kAtomBytes = 8 * kRowBytes;  // one swizzle atom: 8 rows of 128 bytes
   static constexpr int kSmemBytes = STAGES * (kBytesA + kBytesB) + kAtomBytes;  // + alignment
+  static constexpr int kBarrierBytes = 2 * STAGES * 8;  // full[] and empty[]: static shared
+  // Registers. __launch_bounds__(kThreads, BLOCKS) caps a thread at kRegsPerSm / (kThreads *
+  // BLOCKS), in units of 8, at most 255. A kernel with setmaxnreg starts at that cap (ptxas
+  // reports it as the kernel's count; launch() checks) and the block's pool is kThreads of them.
+  // ptxas compiles the producer's code within kProducerRegs (one thread issues copies) and the
+  // consumers' within kEntryRegs: it raises no limit past the entry count, so the consumers'
+  // BN / 2 accumulators must fit in it (below). setmaxnreg.inc waits until the pool has what it
+  // asks for, so the consumers ask for no more than the producer gave back (at most 240).
+  static constexpr int kEntryRegs = min_of(kRegsPerSm / (kThreads * BLOCKS) / 8 * 8, 255);
+  static constexpr int kProducerRegs = BLOCKS == 1 ? 40 : 24;
+  static constexpr int kPoolShare =
+      min_of((kThreads * kEntryRegs - 128 * kProducerRegs) / (128 * CONSUMERS) / 8 * 8, 240);
+  static constexpr int kConsumerRegs = kPoolShare > kEntryRegs ? kPoolShare : kEntryRegs;
+
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma.m64nNk16 with N in {64, 128, 256}");
+  static_assert(CONSUMERS >= 1 && CONSUMERS <= 4,
+                "CONSUMERS: 1 to 4 warpgroups (a's TMA box is 64 * CONSUMERS rows, at most 256)");
+  static_assert(STAGES >= 2,
+                "STAGES: at least 2 (a stage is handed back only once the next one's MMAs are "
+                "issued, so one stage would wait on itself)");
+  static_assert(BLOCKS >= 1, "BLOCKS: at least one block an SM");
+  static_assert(kSmemBytes + kBarrierBytes <= kSmemPerBlock,
+                "STAGES * (BM + BN) * 128 bytes + 1 KiB of alignment exceed a block's 227 KiB");
+  static_assert(BLOCKS * (kSmemBytes + kBarrierBytes + kSmemReserved) <= kSmemPerSm,
+                "BLOCKS blocks of this tile's shared memory do not fit an SM's 228 KiB");
+  static_assert(kProducerRegs >= 24 && kPoolShare % 8 == 0 && kConsumerRegs <= 256,
+                "setmaxnreg takes a multiple of 8 from 24 to 256");
+  // ptxas needs BN / 2 + 26 (it says "Insufficient registers" below that); 32 leaves a margin.
+  static_assert(kEntryRegs >= BN / 2 + 32,
+                "the registers a thread starts with cannot hold the consumer's BN / 2 "
+                "accumulators and its addresses: fewer CONSUMERS or BLOCKS, or a smaller BN");
 };
 
 // --- the kernel ---------------------------------------------------------------------------------
 
 template <typename T, typename Tl>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? Tl::kThreads : 1, 1)
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? Tl::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? Tl::BLOCKS : 1)
     wgmma_kernel(const __grid_constant__ CUtensorMap map_a,  // a: [m, k], boxes of 64 x BM
                  const __grid_constant__ CUtensorMap map_b,  // b: boxes of 64 x BN or 64 x 64
                  T* __restrict__ c,                          // [m, n]
@@ -101,7 +161,9 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? Tl::kThreads : 1, 1)
   // Both roles walk the same tiles (blockIdx.x, + gridDim.x, ...) and count the same steps `it`
   // across them: stage it % STAGES, its use number it / STAGES giving the mbarrier parity.
   if (warpgroup == 0) {  // producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if constexpr (Tl::kProducerRegs < Tl::kEntryRegs) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tl::kProducerRegs));
+    }
     if (threadIdx.x != 0) return;
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -127,7 +189,9 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? Tl::kThreads : 1, 1)
   }
 
   // Consumers. While they store a tile, the producer is already filling stages for the next.
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  if constexpr (Tl::kConsumerRegs > Tl::kEntryRegs) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Tl::kConsumerRegs));
+  }
   const int consumer = warpgroup - 1, t = threadIdx.x % 128;
   const bool leader = t == 0;  // arrives on `empty` for its warpgroup
   int it = 0;
@@ -218,19 +282,35 @@ Status launch(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, cudaS
   const int64_t tiles = ((m + Tl::BM - 1) / Tl::BM) * ((n + Tl::BN - 1) / Tl::BN);
   if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
   auto kernel = wgmma_kernel<T, Tl>;
+  // With fewer registers at entry than kEntryRegs the pool would be short of what the consumers'
+  // setmaxnreg.inc asks for, and they would wait for ever: an error instead of a hang.
+  static const bool regs_ok = [&] {
+    cudaFuncAttributes attr{};
+    const bool ok = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess;
+    if (!ok) cudaGetLastError();
+    return ok && attr.numRegs >= Tl::kEntryRegs;
+  }();
+  if (!regs_ok) return "matmul: the wgmma kernel starts with fewer registers than it splits";
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes);
+  if constexpr (Tl::BLOCKS > 1) {  // all of the SM's shared memory, so that BLOCKS blocks fit
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
+  }
   int device = 0, sms = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int64_t blocks = min_of<int64_t>(tiles, sms > 0 ? sms : 1);  // one block per SM, persistent
+  // Persistent: BLOCKS blocks an SM (one by default), each walking tiles.
+  const int64_t blocks = min_of<int64_t>(tiles, (sms > 0 ? sms : 1) * int64_t{Tl::BLOCKS});
   kernel<<<static_cast<unsigned>(blocks), Tl::kThreads, Tl::kSmemBytes, s>>>(
       map_a, map_b, c, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k));
   return launch_status();
 }
 
-// 128 x 256 tiles (two consumer warpgroups of 64 x 256), 4 stages of 48 KiB.
+// The point this TU is built at; the plain build: 128 x 256 tiles (two consumer warpgroups of
+// 64 x 256), 4 stages of 48 KiB, one block an SM.
 template <bool BKMajor>
-using DefaultTile = WgmmaTile<256, 2, 4, BKMajor>;
+using DefaultTile =
+    WgmmaTile<WB_TUNE_BN, WB_TUNE_CONSUMERS, WB_TUNE_STAGES, WB_TUNE_BLOCKS, BKMajor>;
 
 }  // namespace
 

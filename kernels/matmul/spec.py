@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from workbench.spec import DEFAULT_TOLERANCES, OpSpec, Sample, randn
+from workbench.tune import TuneSpace
 
 # A right kernel accumulates in float32 and rounds once, so its error is within one ulp of the
 # dtype (bfloat16: 2^-8 relative) plus the float32 sum's, which is far smaller. bfloat16's
@@ -185,3 +186,66 @@ OPS = [
         **_COMMON,
     ),
 ]
+
+
+# --- the tuning space (`wb tune matmul`) ---------------------------------------------------------
+# The Hopper path's tile: matmul_wgmma.cu reads each parameter as WB_TUNE_<NAME>, and its #ifndef
+# defaults are the default point (tests/test_tune_matmul.py keeps the two equal). The simt and mma
+# paths read none of them: float32 and float64 are the same kernel in every variant.
+#   BN         columns of c a tile (the N of wgmma.m64nNk16). 256 spreads each read of a over the
+#              most columns; 128 and 64 make more tiles where there are few (16 x 4096 x 4096 is
+#              16 tiles of 128 x 256 for 132 SMs).
+#   CONSUMERS  consumer warpgroups, 64 rows of the tile each (BM = 64 * CONSUMERS): 2 share each
+#              stage of b; 1 wastes less of a tile on an a of few rows.
+#   STAGES     shared-memory stages in the ring: copies in flight to hide the latency of memory.
+#   BLOCKS     resident blocks an SM: with 2, one block stores its tile from registers while the
+#              other's MMAs run (the epilogue is not overlapped within a block; a short k makes it
+#              a large share of the time).
+# `_fits` prunes what the kernel's static_asserts would reject (the same arithmetic):
+#   - shared memory: STAGES * (BM + BN) * 128 bytes + 1 KiB of alignment + 16 bytes a stage of
+#     mbarriers within a block's 227 KiB, and BLOCKS such blocks plus 1 KiB reserved each within an
+#     SM's 228 KiB (BN 256 with 2 consumers: 4 stages at most);
+#   - registers: a thread starts at 65536 / (threads * BLOCKS), in 8s, at most 255, and ptxas
+#     compiles the consumers' code within that (setmaxnreg raises no compile-time limit), so it
+#     must hold the BN / 2 accumulators and 32 more (ptxas fails below BN / 2 + 26). This leaves
+#     BLOCKS = 2 only to one consumer with BN <= 128, or two with BN = 64;
+# and two rules that keep the space to points worth a compile (each variant rebuilds the family):
+#   - at least 4 stages in flight an SM (STAGES * BLOCKS >= 4, the plain build's depth): fewer
+#     only leave the tensor cores waiting on memory;
+#   - BN = 64 only with one consumer and one block, for an a of few rows; a wider a fills 128-row
+#     or 128-column tiles, where each wgmma does more work per read of shared memory.
+# Every valid point compiles for sm_90a without spills (ptxas -v: 168, 255 or 128 registers at
+# entry for 2 consumers, 1, and 1 with 2 blocks; 0 bytes spilled).
+_SMEM_PER_BLOCK, _SMEM_PER_SM, _SMEM_RESERVED = 227 * 1024, 228 * 1024, 1024
+
+
+def wgmma_smem_bytes(p: dict[str, Any]) -> int:
+    """WgmmaTile::kSmemBytes: the ring of stages of a (BM x 64) and b (64 x BN), 128-byte rows,
+    and 1 KiB to align the first stage to a swizzle atom."""
+    return p["STAGES"] * (64 * p["CONSUMERS"] + p["BN"]) * 128 + 1024
+
+
+def wgmma_entry_regs(p: dict[str, Any]) -> int:
+    """WgmmaTile::kEntryRegs: the registers a thread starts with under its launch bounds."""
+    threads = 128 * (1 + p["CONSUMERS"])
+    return min(65536 // (threads * p["BLOCKS"]) // 8 * 8, 255)
+
+
+def _fits(p: dict[str, Any]) -> bool:
+    barriers = 16 * p["STAGES"]
+    block = wgmma_smem_bytes(p) + barriers
+    fits = (
+        block <= _SMEM_PER_BLOCK
+        and p["BLOCKS"] * (block + _SMEM_RESERVED) <= _SMEM_PER_SM
+        and wgmma_entry_regs(p) >= p["BN"] // 2 + 32
+    )
+    deep = p["STAGES"] * p["BLOCKS"] >= 4
+    narrow_ok = p["BN"] > 64 or (p["CONSUMERS"] == 1 and p["BLOCKS"] == 1)
+    return fits and deep and narrow_ok
+
+
+TUNE = TuneSpace(
+    {"BN": [64, 128, 256], "CONSUMERS": [1, 2], "STAGES": [2, 3, 4, 5, 6], "BLOCKS": [1, 2]},
+    where=_fits,
+    default={"BN": 256, "CONSUMERS": 2, "STAGES": 4, "BLOCKS": 1},
+)
