@@ -18,7 +18,7 @@ import pytest
 from workbench import loader
 from workbench.config import make_config
 from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE, discover
-from workbench.tune import TuneSpace, Value, defines, label
+from workbench.tuning.space import TuneSpace, Value, defines, label
 
 HEADER = WB_KERNEL_INCLUDE / "wb" / "elementwise.cuh"
 FAMILIES = ("scale", "muladd")

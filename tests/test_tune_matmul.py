@@ -18,7 +18,7 @@ import pytest
 from workbench import toolchain
 from workbench.config import cuda_flags
 from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
-from workbench.tune import MACRO_PREFIX, TuneSpace, defines, space_of
+from workbench.tuning.space import MACRO_PREFIX, TuneSpace, defines, space_of
 
 FAMILY = BUNDLED_KERNELS / "matmul"
 WGMMA = FAMILY / "matmul_wgmma.cu"

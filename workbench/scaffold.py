@@ -208,7 +208,7 @@ def {name}_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 
 
 # The CUDA kernel's launcher (wb/elementwise.cuh) can be tuned: declare its space here, e.g.
-#   from workbench.tune import TuneSpace
+#   from workbench import TuneSpace
 #   TUNE = TuneSpace({{"THREADS": [128, 256], "VECS": [1, 2]}},
 #                    default={{"THREADS": 128, "VECS": 2}})  # the launcher's own defaults
 # and run `wb tune {name}` (the bundled scale family's spec.py declares the whole space).

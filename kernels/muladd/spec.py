@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
-from workbench.tune import TuneSpace
+from workbench import TuneSpace
 
 
 def muladd_reference(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
-from workbench.tune import TuneSpace
+from workbench import TuneSpace
 
 # Not exactly representable in any dtype, so the rounding of s to the compute type is exercised.
 _S = 0.3
