@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from workbench.spec import DEFAULT_TOLERANCES, OpSpec, Sample, randn
 from workbench import TuneSpace
+from workbench.spec import DEFAULT_TOLERANCES, OpSpec, Sample, randn
 
 # A right kernel accumulates in float32 and rounds once, so its error is within one ulp of the
 # dtype (bfloat16: 2^-8 relative) plus the float32 sum's, which is far smaller. bfloat16's

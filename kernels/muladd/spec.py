@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
 from workbench import TuneSpace
+from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
 
 
 def muladd_reference(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:

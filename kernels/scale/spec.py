@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
 from workbench import TuneSpace
+from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
 
 # Not exactly representable in any dtype, so the rounding of s to the compute type is exercised.
 _S = 0.3
