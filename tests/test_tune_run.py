@@ -200,3 +200,10 @@ def test_bad_arguments_are_named(tuned: tuple, kwargs: dict, message: str) -> No
 def test_an_op_without_a_space_says_how_to_declare_one(lib: workbench.Library) -> None:
     with pytest.raises(TuneError, match="declares no tuning space: add TUNE = TuneSpace"):
         workbench.tune("rms_norm", lib=lib, device="cpu")
+
+
+def test_a_space_that_reaches_no_tu_here_says_so(lib: workbench.Library) -> None:
+    # scale's space tunes the CUDA launcher; its CPU kernel reads none of it, so on a CPU build
+    # every point is the plain library: checked once, and nothing to tune.
+    with pytest.raises(TuneError, match="every point of the space builds the same library here"):
+        workbench.tune("scale", lib=lib, device="cpu", min_time=0.05)

@@ -10,8 +10,10 @@ Lifecycle of one run (one op, one device, one dtype):
 3. **Check** each built variant, registered under a private namespace: the checker's value rows
    for every dtype of the spec on this device (special values included, one trial). A wrong
    variant is disqualified with its worst element and never timed; one that raises or crashes
-   is reported too. A crash that breaks the CUDA context is remembered, and the run stops with a
-   message to run again (``wb tune`` does that itself, in a new process).
+   is reported too. Variants that build to the same library (their parameters reach no TU of
+   this build: a CUDA launcher's space on a CPU build) are checked and timed once. A crash
+   that breaks the CUDA context is remembered, and the run stops with a message to run again
+   (``wb tune`` does that itself, in a new process).
 4. **Time** the survivors over the spec's size sweep with the bench harness: each round is the
    whole (size, variant) plan in its own shuffled order, plus an A/A pair of the default for the
    noise band; rounds after the first stop at the budget.
@@ -140,6 +142,12 @@ def tune(
     result.variants = variants
     if not ops:
         raise TuneError(f"{op}: no variant built and passed the check\n{result.variant_table()}")
+    if len(ops) == 1 and any(v.status == "same build" for v in variants):
+        raise TuneError(
+            f"{op}: every point of the space builds the same library here: no TU that runs on "
+            f"{dev.type} reads the WB_TUNE_ macros (a CUDA launcher's space tunes nothing on a "
+            "CPU), so there is nothing to tune"
+        )
     t = time.perf_counter()
     deadline = None if budget is None else start + budget
     n_rounds = DEFAULT_ROUNDS[dev.type] if rounds is None else rounds
@@ -272,10 +280,16 @@ def _check_all(
 
     ops: dict[str, Any] = {}
     options = Options(trials=1, contract=False)
-    dtypes = [d for d in spec.dtypes]
+    dtypes = list(spec.dtypes)
+    seen: dict[str, str] = {}  # build key -> the first variant built to it
     for v in variants:
         if v.label not in built:
             continue
+        key = built[v.label].key
+        if key in seen:  # the same library: its parameters reach no TU of this build
+            v.status, v.detail = "same build", f"the same library as {seen[key]}"
+            continue
+        seen[key] = v.label
         try:
             pns = route.open_variant(lib.namespace, built[v.label])
         except WorkbenchError as e:
