@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import workbench
-from workbench import loader
+from workbench import knobs, loader
 from workbench.benchmark.run import sweep
 from workbench.tuning import route, store
 
@@ -24,17 +24,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def tuned(lib: workbench.Library) -> Iterator[tuple[workbench.Library, object, list[int]]]:
+def tuned(
+    lib: workbench.Library, cache_dir: Path
+) -> Iterator[tuple[workbench.Library, object, list[int]]]:
     spec = lib.specs["scale"]
     samples = sweep(spec, torch.float32, torch.device("cuda"), 0)
     picked = [samples[0], samples[-1]]
-    result = workbench.tune(
-        "scale", lib=lib, device="cuda", sizes=[s.label for s in picked], rounds=1
-    )
+    # A module fixture runs before the per-test cache override: the session cache, named here.
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        result = workbench.tune(
+            "scale", lib=lib, device="cuda", sizes=[s.label for s in picked], rounds=1
+        )
     numels = [s.args[0].numel() for s in picked]
     yield lib, result, numels
-    store.forget("scale", lib.families["scale"].key)  # other tests see the plain build again
-    lib.route("scale")
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        store.forget("scale", lib.families["scale"].key)  # other tests get the plain build
+        lib.route("scale")
 
 
 def test_every_variant_builds_passes_and_is_timed(tuned: tuple) -> None:
