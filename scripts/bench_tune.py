@@ -60,6 +60,47 @@ def _load_times(families: list[str], n: int, env: dict[str, str]) -> list[dict]:
     return out
 
 
+def _compare_loads(families: list[str], n: int) -> tuple[list[dict], list[dict]]:
+    """New-process loads with the stored winners, then with the tune folder moved aside."""
+    from workbench.tuning import store
+
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
+    with_w = _load_times(families, n, env)
+    tune_dir = store.folder()
+    aside = tune_dir.with_name("tune.aside")
+    tune_dir.rename(aside)
+    try:
+        without = _load_times(families, n, env)
+    finally:
+        aside.rename(tune_dir)
+    return with_w, without
+
+
+def _load_line(families: list[str], n: int, with_w: list[dict], without: list[dict]) -> str:
+    ms = [[x["seconds"] * 1e3 for x in runs] for runs in (with_w, without)]
+    med = [statistics.median(m) for m in ms]
+    return (
+        f"New-process `workbench.load()` of {', '.join(families)} after import torch and CUDA "
+        f"start, {n} processes each: with the winners median {med[0]:.1f} ms (min "
+        f"{min(ms[0]):.1f}, max {max(ms[0]):.1f}; tuned {with_w[0]['tuned']}); without "
+        f"{med[1]:.1f} ms (min {min(ms[1]):.1f}, max {max(ms[1]):.1f}); extra "
+        f"{med[0] - med[1]:.1f} ms."
+    )
+
+
+def _load_only(args: argparse.Namespace) -> None:
+    if not args.cache:
+        raise SystemExit("--load-only needs the --cache of an earlier run")
+    os.environ["WB_CACHE_DIR"] = args.cache
+    families = sorted({x.split(":")[0] for x in args.ops.split(",")})
+    with_w, without = _compare_loads(families, args.processes)
+    line = _load_line(families, args.processes, with_w, without)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "tune_load.md").write_text(line + "\n")
+    print(line)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="matmul:bfloat16,scale:float32,muladd:float32")
@@ -67,7 +108,12 @@ def main() -> None:
     ap.add_argument("--cache")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--rounds", type=int)
+    ap.add_argument(
+        "--load-only", action="store_true", help="only step 5, on a --cache tuned before"
+    )
     args = ap.parse_args()
+    if args.load_only:
+        return _load_only(args)
     cache = args.cache or tempfile.mkdtemp(prefix="wb-tune-")
     os.environ["WB_CACHE_DIR"] = cache
     os.environ.setdefault("WB_QUIET", "1")
@@ -118,21 +164,9 @@ def main() -> None:
     )
 
     # 5. new processes: with the winners, and with the tune folder moved aside
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    )
-    with_w = _load_times(sorted(set(families)), args.processes, env)
-    from workbench.tuning import store
-
-    tune_dir = store.folder()
-    aside = tune_dir.with_name("tune.aside")
-    tune_dir.rename(aside)
-    try:
-        without = _load_times(sorted(set(families)), args.processes, env)
-    finally:
-        aside.rename(tune_dir)
-    med_w = statistics.median(x["seconds"] for x in with_w) * 1e3
-    med_wo = statistics.median(x["seconds"] for x in without) * 1e3
+    fams = sorted(set(families))
+    with_w, without = _compare_loads(fams, args.processes)
+    load_line = _load_line(fams, args.processes, with_w, without)
 
     lines = [
         f"# wb tune on {gpu} ({cores} cores, {jobs} jobs), torch {torch.__version__}",
@@ -160,12 +194,7 @@ def main() -> None:
         f"Second tune of {first_op} with nothing changed: {again.compiled} objects compiled, "
         f"build phase {again.phases['build']:.2f} s.",
         "",
-        f"New-process `workbench.load()` of {', '.join(sorted(set(families)))} after import "
-        f"torch and CUDA start, {args.processes} processes each: with the winners median "
-        f"{med_w:.1f} ms (min {min(x['seconds'] for x in with_w) * 1e3:.1f}, max "
-        f"{max(x['seconds'] for x in with_w) * 1e3:.1f}; tuned {with_w[0]['tuned']}); without "
-        f"{med_wo:.1f} ms (min {min(x['seconds'] for x in without) * 1e3:.1f}, max "
-        f"{max(x['seconds'] for x in without) * 1e3:.1f}); extra {med_w - med_wo:.1f} ms.",
+        load_line,
         "",
     ]
     for r in results:

@@ -18,8 +18,8 @@ from tests.tune_fixture import LARGE, SMALL, traced, write_tuned_registry
 from workbench import knobs
 from workbench.errors import WorkbenchError
 from workbench.tuning import store
-from workbench.tuning.report import PLAIN
 from workbench.tuning.space import TuneError
+from workbench.tuning.store import PLAIN
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = f"wbtunerun{os.getpid()}"

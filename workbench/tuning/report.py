@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.benchmark.stats import Measurement, noise_band, round_spread, verdict
+from workbench.tuning.store import PLAIN
 
 AA_SUFFIX = " (A/A)"
-# A bucket no timed size fell in (declared buckets only) stays with the plain build.
-PLAIN = "(plain build)"
 
 
 @dataclass

@@ -148,7 +148,7 @@ def _route(ns: str, handle: Any, record: dict[str, Any]) -> None:
     handle.register(home)
     handle.pinned = True
     handle.routed = ns
-    from workbench.tuning.report import PLAIN
+    from workbench.tuning.store import PLAIN  # not .report: it imports the bench (300 ms)
 
     namespaces: dict[str, str] = {PLAIN: home}
     for label, v in record["variants"].items():

@@ -25,6 +25,8 @@ from workbench import cache
 from workbench.hashing import digest
 
 FORMAT = 1
+# The winner of a bucket no timed size fell in (declared buckets only): the plain build.
+PLAIN = "(plain build)"
 
 
 def folder() -> Path:
