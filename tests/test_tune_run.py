@@ -207,3 +207,19 @@ def test_a_space_that_reaches_no_tu_here_says_so(lib: workbench.Library) -> None
     # every point is the plain library: checked once, and nothing to tune.
     with pytest.raises(TuneError, match="every point of the space builds the same library here"):
         workbench.tune("scale", lib=lib, device="cpu", min_time=0.05)
+
+
+def test_the_result_shows_itself_in_a_notebook(tuned: tuple, tmp_path: Path) -> None:
+    _, result = tuned
+    page = result._repr_html_()
+    assert "MODE=2" in page and "noise band" in page and "winners" in page
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:  # the text tables still show; the heatmap names what it needs
+        assert "<svg" not in page
+        with pytest.raises(WorkbenchError, match="matplotlib"):
+            result.plot(tmp_path / "heat.png")
+        return
+    assert "<svg" in page  # the heatmap: variant x size, time over the best of the size
+    result.plot(tmp_path / "heat.png")
+    assert (tmp_path / "heat.png").read_bytes()[:4] == b"\x89PNG"
