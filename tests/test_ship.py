@@ -8,6 +8,7 @@ checkout with the compiler replaced by a program that fails and records that it 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -51,7 +52,26 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
     kernels = tmp_path_factory.mktemp("registry") / "kernels"
     kernels.mkdir()
     assert cli.main(["--kernels", str(kernels), "new", "shipme"]) == 0
+    spec = kernels / "shipme" / "spec.py"
+    # A declared tuning space, as the bundled families have: the shipped spec must import it
+    # from the package's own copy (the installed wheel has no workbench).
+    spec.write_text(
+        spec.read_text()
+        + "\nfrom workbench import TuneSpace  # noqa: E402\n\n"
+        + 'TUNE = TuneSpace({"THREADS": [128, 256]}, where=lambda p: p["THREADS"] > 0)\n'
+    )
     return kernels
+
+
+def _workbench_imports(text: str) -> list[str]:
+    """The workbench modules the Python source ``text`` imports (comments do not count)."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "workbench"]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found += [node.module] if node.module.split(".")[0] == "workbench" else []
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +160,13 @@ def test_the_jit_build_is_shipped_as_is(registry: Path, shipped: Path, cache_dir
         meta = zf.read(f"{PACKAGE}-0.1.0.dist-info/METADATA").decode()
         info = json.loads(zf.read(f"{PACKAGE}/_build.json"))
         spec = zf.read(f"{PACKAGE}/_specs/shipme.py").decode()
+        tune = zf.read(f"{PACKAGE}/_tune.py").decode()
     assert f"Requires-Dist: torch=={TORCH_RELEASE}" in meta
     assert info["torch"]["version"] == torch.__version__ and info["python_api"] == []
-    assert "from .._spec import OpSpec" in spec and "workbench" not in spec
+    assert "from .._spec import OpSpec" in spec and "from .._tune import TuneSpace" in spec
+    assert _workbench_imports(spec) == [] and "from ._errors import WorkbenchError" in tune
+    # Only the import under `if TYPE_CHECKING:` (never run) still names the workbench.
+    assert _workbench_imports(tune) == ["workbench.project"]
     assert not any("ninja" in n or n.startswith("workbench") for n in names)
 
 
@@ -174,6 +198,8 @@ y.sum().backward()
 torch.testing.assert_close(x.grad, torch.full_like(x, 0.5))
 f = torch.compile(lambda t: pkg.shipme(t, 2.0), fullgraph=True, backend="eager")
 torch.testing.assert_close(f(torch.ones(3)), torch.full((3,), 3.0))
+tune = sys.modules["{PACKAGE}._specs.shipme"].TUNE
+assert [p["THREADS"] for p in tune.points()] == [128, 256], tune.points()
 print(pkg.build_info["tag"], pkg.ops)
 """
     proc = _run([python, "-c", code], cwd=tmp_path, env=env)
@@ -234,3 +260,31 @@ def test_shipped_specs_import_the_packaged_spec_module(tmp_path: Path) -> None:
     spec.write_text("from workbench.verify import check\n")
     with pytest.raises(WorkbenchError, match=r"imports workbench\.verify\.check"):
         package.shipped_spec(spec)
+    spec.write_text("from workbench import TuneSpace, tune\n")
+    with pytest.raises(WorkbenchError, match=r"imports workbench\.tune;"):
+        package.shipped_spec(spec)
+
+
+def test_shipped_specs_take_tunespace_from_the_package(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from workbench import TuneSpace as T, spec\n"
+        "from workbench.tuning.space import TuneSpace\n"
+        "if TYPE_CHECKING:\n    from workbench.project import Family\n"
+    )
+    assert package.shipped_spec(spec) == (
+        "from typing import TYPE_CHECKING\n"
+        "from .._tune import TuneSpace as T; from .. import _spec as spec\n"
+        "from .._tune import TuneSpace\n"
+        "if TYPE_CHECKING:\n    from workbench.project import Family\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "spec", sorted((ROOT / "kernels").glob("*/spec.py")), ids=lambda p: p.parent.name
+)
+def test_every_bundled_spec_ships(spec: Path) -> None:
+    text = package.shipped_spec(spec)
+    compile(text, str(spec), "exec")
+    assert _workbench_imports(text) == []

@@ -21,12 +21,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from workbench import __version__, build, loader, runtime
+from workbench import __version__, build, errors, loader, runtime
 from workbench import spec as spec_module
 from workbench.config import Config, make_config
 from workbench.errors import WorkbenchError
 from workbench.project import Family, Project, discover
 from workbench.ship import package, wheel
+from workbench.tuning import space
 
 BUILD_INFO_FORMAT = 1
 RESERVED_NAMES = ("workbench", "torch")
@@ -84,6 +85,8 @@ def build_wheel(
     info = _build_info(project, name, version, config, tag, python_api, records)
     files[f"{name}/_specs/__init__.py"] = b'"""The op specs of the shipped families."""\n'
     files[f"{name}/_spec.py"] = Path(spec_module.__file__).read_bytes()
+    files[f"{name}/_tune.py"] = package.shipped_module(Path(space.__file__), 1).encode()
+    files[f"{name}/_errors.py"] = Path(errors.__file__).read_bytes()
     files[f"{name}/_runtime.py"] = Path(runtime.__file__).read_bytes()
     files[f"{name}/{runtime.BUILD_INFO}"] = (json.dumps(info, indent=1) + "\n").encode()
     files[f"{name}/__init__.py"] = package.init_text(name, info).encode()

@@ -2,8 +2,9 @@
 
 Pure functions from what was built to file texts (``wb wheel`` zips them). The layout is the
 one :func:`workbench.runtime.load_package` reads; the package carries copies of
-``workbench/runtime.py`` (registration) and ``workbench/spec.py`` (OpSpec and the sample
-helpers), and each family's spec.py with its ``workbench.spec`` imports pointed at that copy.
+``workbench/runtime.py`` (registration), ``workbench/spec.py`` (OpSpec and the sample helpers)
+and ``workbench/tuning/space.py`` (TuneSpace, which a spec's ``TUNE`` is built with), and each
+family's spec.py with its workbench imports pointed at those copies.
 """
 
 from __future__ import annotations
@@ -65,44 +66,87 @@ def init_text(name: str, info: dict[str, object]) -> str:
     )
 
 
-def _replacement(node: ast.Import | ast.ImportFrom, path: Path) -> str | None:
-    """The import ``node`` as the shipped spec writes it, or None when it needs no change."""
-    spec_module = "workbench.spec"
-    if isinstance(node, ast.ImportFrom):
-        if node.level or not (node.module or "").startswith("workbench"):
-            return None
-        if node.module == spec_module:
-            return ast.unparse(ast.ImportFrom("_spec", node.names, 2))
-        if node.module == "workbench" and [a.name for a in node.names] == ["spec"]:
-            alias = node.names[0].asname or "spec"
-            return ast.unparse(ast.ImportFrom(None, [ast.alias("_spec", alias)], 2))
-        name = f"{node.module}.{node.names[0].name}"
-    else:
-        names = [a for a in node.names if a.name.split(".")[0] == "workbench"]
-        if not names:
-            return None
-        if len(node.names) == 1 and names[0].name == spec_module and names[0].asname:
-            return ast.unparse(ast.ImportFrom(None, [ast.alias("_spec", names[0].asname)], 2))
-        name = names[0].name
-    raise WorkbenchError(
-        f"{path} imports {name}; a shipped spec carries only workbench.spec (import it as "
-        "`from workbench.spec import ...`), so move what it needs into the spec"
+# What a shipped package carries of the workbench: module -> its copy at the package's root.
+# A spec may import these (and the names below from the top-level package); nothing else.
+SHIPPED_MODULES = {
+    "workbench.spec": "_spec",
+    "workbench.tuning.space": "_tune",
+    "workbench.errors": "_errors",
+}
+# ``from workbench import NAME``: the shipped module NAME comes from (None: NAME is a module).
+_TOP_LEVEL = {"spec": None, "TuneSpace": "workbench.tuning.space"}
+
+
+def _refused(name: str, path: Path) -> WorkbenchError:
+    return WorkbenchError(
+        f"{path} imports {name}; a shipped spec carries only workbench.spec and "
+        "workbench.TuneSpace (import them as `from workbench.spec import ...` and "
+        "`from workbench import TuneSpace`), so move what it needs into the spec"
     )
 
 
-def shipped_spec(path: Path) -> str:
-    """The text of spec.py ``path`` with its ``workbench.spec`` imports made relative.
+def _replacement(node: ast.Import | ast.ImportFrom, path: Path, level: int) -> str | None:
+    """The import ``node`` as the shipped module writes it, or None when it needs no change.
 
-    The package's ``_specs/<family>.py`` imports ``.._spec`` (the package's copy of
-    workbench/spec.py) instead; any other import of the workbench is refused.
+    ``level``: how deep the shipped module sits in the package (1: its root, 2: ``_specs/``).
+    """
+    if isinstance(node, ast.ImportFrom):
+        if node.level or (node.module or "").split(".")[0] != "workbench":
+            return None
+        if node.module in SHIPPED_MODULES:
+            return ast.unparse(ast.ImportFrom(SHIPPED_MODULES[node.module], node.names, level))
+        if node.module != "workbench":
+            raise _refused(f"{node.module}.{node.names[0].name}", path)
+        parts = []
+        for alias in node.names:
+            if alias.name not in _TOP_LEVEL:
+                raise _refused(f"workbench.{alias.name}", path)
+            home = _TOP_LEVEL[alias.name]
+            if home is None:  # a module: `from workbench import spec [as s]`
+                copy = ast.alias(
+                    SHIPPED_MODULES[f"workbench.{alias.name}"], alias.asname or alias.name
+                )
+                parts.append(ast.ImportFrom(None, [copy], level))
+            else:
+                parts.append(ast.ImportFrom(SHIPPED_MODULES[home], [alias], level))
+        return "; ".join(ast.unparse(part) for part in parts)
+    names = [a for a in node.names if a.name.split(".")[0] == "workbench"]
+    if not names:
+        return None
+    only = names[0]
+    if len(node.names) == 1 and only.name in SHIPPED_MODULES and only.asname:
+        copy = ast.alias(SHIPPED_MODULES[only.name], only.asname)
+        return ast.unparse(ast.ImportFrom(None, [copy], level))
+    raise _refused(only.name, path)
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:`` (never run, so left as written)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", None)
+            if name == "TYPE_CHECKING":
+                skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return skipped
+
+
+def shipped_module(path: Path, level: int) -> str:
+    """The text of ``path`` with its workbench imports pointed at the package's copies.
+
+    ``workbench.spec`` becomes ``_spec``, ``workbench.TuneSpace`` comes from ``_tune`` (the
+    package's copies of workbench/spec.py and workbench/tuning/space.py); any other import of
+    the workbench is refused, but for those under ``if TYPE_CHECKING:``, which never run.
     """
     text = path.read_text()
     tree = ast.parse(text, str(path))
     lines = text.splitlines(keepends=True)
+    skipped = _type_checking_only(tree)
     edits = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            new = _replacement(node, path)
+        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skipped:
+            new = _replacement(node, path, level)
             if new is not None:
                 edits.append((node, new))
     # Positions are in UTF-8 bytes; edit from the end so earlier positions stay valid.
@@ -113,3 +157,8 @@ def shipped_spec(path: Path) -> str:
         joined = first[: node.col_offset] + new.encode() + last[node.end_col_offset :]
         lines[node.lineno - 1 : node.end_lineno] = [joined.decode()]
     return "".join(lines)
+
+
+def shipped_spec(path: Path) -> str:
+    """The text of spec.py ``path`` as the package's ``_specs/<family>.py`` (see shipped_module)."""
+    return shipped_module(path, 2)
