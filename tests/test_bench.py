@@ -19,7 +19,7 @@ from workbench import knobs
 from workbench.benchmark import calibrate, store
 from workbench.benchmark.check import VerificationError
 from workbench.benchmark.result import EAGER, HEADERS, KERNEL, KERNEL_AA, OpResult, SizeResult
-from workbench.benchmark.run import round_plans, shuffled_plan
+from workbench.benchmark.run import round_plans, shuffled_plan, time_rounds
 from workbench.benchmark.stats import (
     Measurement,
     median_round,
@@ -29,6 +29,7 @@ from workbench.benchmark.stats import (
     verdict,
 )
 from workbench.errors import WorkbenchError
+from workbench.spec import Sample
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"compile": False, "min_time": 0.02}
@@ -150,6 +151,27 @@ def test_plan_is_every_pair_once_in_a_random_order() -> None:
         block = rounds[r * len(nested) : (r + 1) * len(nested)]
         assert {x for x, _, _ in block} == {r}
         assert [(i, c) for _, i, c in block] == shuffled_plan(5, cands, seed=7 + r)
+
+
+def test_time_rounds_times_each_pair_per_round_and_stops_at_the_deadline() -> None:
+    samples = [Sample((torch.ones(n),), f"{n}") for n in (4, 8)]
+    timed: list[tuple[str, int]] = []
+
+    def timer(fn: Any, args: tuple[Any, ...], method: str) -> Measurement:
+        timed.append((fn(), args[0].numel()))
+        return Measurement(summarize([1e-6 * len(timed)]), method)
+
+    cands = {"a": lambda: "a", "b": lambda: "b"}
+    times, done = time_rounds(cands, samples, timer, ["m", "m"], seed=3, n_rounds=3)
+    assert done == 3 and len(timed) == 12
+    assert [{c: len(v) for c, v in t.items()} for t in times] == [{"a": 3, "b": 3}] * 2
+    timed.clear()
+    lines: list[str] = []
+    times, done = time_rounds(
+        cands, samples, timer, ["m", "m"], 3, 3, deadline=0.0, say=lines.append
+    )
+    assert done == 1 and len(timed) == 4  # the first round always completes
+    assert lines == ["round 1/3 timed (4 timings)", "budget spent after 1 of 3 rounds"]
 
 
 def test_bench_times_kernel_eager_and_a_a_with_roofline(lib: Any) -> None:

@@ -130,6 +130,39 @@ def round_plans(
     ]
 
 
+def time_rounds(
+    candidates: dict[str, Callable[..., Any]],
+    samples: list[Sample],
+    timer: Callable[[Callable[..., Any], tuple[Any, ...], str], Measurement],
+    methods: list[str],
+    seed: int,
+    n_rounds: int,
+    deadline: float | None = None,
+    say: Callable[[str], None] | None = None,
+) -> tuple[list[dict[str, list[Measurement]]], int]:
+    """Time every (size, candidate) pair ``n_rounds`` times in shuffled plans (round_plans).
+
+    Returns per size the measurements of each candidate, and the rounds done: at a round's
+    start past ``deadline`` (a ``time.perf_counter()`` value) the rest are skipped, so the
+    first round always completes. ``say`` hears a line per round done and when the deadline
+    stops the run.
+    """
+    times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
+    per_round = len(samples) * len(candidates)
+    done = 0
+    for k, (r, i, c) in enumerate(round_plans(len(samples), list(candidates), seed, n_rounds)):
+        if r > done:
+            done = r
+            if deadline is not None and time.perf_counter() > deadline:
+                if say is not None:
+                    say(f"budget spent after {done} of {n_rounds} rounds")
+                return times, done
+        times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
+        if say is not None and (k + 1) % per_round == 0:
+            say(f"round {r + 1}/{n_rounds} timed ({per_round} timings)")
+    return times, n_rounds
+
+
 # Rounds per (size, candidate) when the caller gives none. A GPU timing can shift between rounds
 # (a new graph capture, a new level of per-call events) by more than its IQR shows; a CPU timing
 # is already a long blocked_autorange run, so one round keeps the CPU bench as fast as before.
@@ -203,9 +236,7 @@ def bench_op(
             methods = _methods(candidates[KERNEL], samples, device)
             timer = _timer(device, min_time)
 
-        times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
-        for _, i, c in round_plans(len(samples), list(candidates), seed, n_rounds):
-            times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
+        times, _ = time_rounds(candidates, samples, timer, methods, seed, n_rounds)
         results = []
         for s, t in zip(samples, times, strict=True):
             chosen = {c: median_round(t[c]) for c in candidates}

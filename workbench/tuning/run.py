@@ -42,13 +42,14 @@ from workbench.benchmark.run import (
     _check_rounds,
     _device,
     _dtype,
+    _methods,
     _pick,
     _spec,
     _timer,
-    round_plans,
     sweep,
+    time_rounds,
 )
-from workbench.benchmark.stats import Measurement, median_round
+from workbench.benchmark.stats import median_round
 from workbench.errors import WorkbenchError
 from workbench.tuning import store
 from workbench.tuning.report import AA_SUFFIX, TuneResult, TuneSize, VariantResult
@@ -363,7 +364,6 @@ def _time_all(
 ) -> tuple[list[TuneSize], int]:
     """Time every (size, survivor) pair in rounds of shuffled plans; (sizes, rounds done)."""
     from workbench.benchmark.check import verify_sample
-    from workbench.benchmark.run import _methods
 
     ref = default if default in ops else next(iter(ops))
     candidates = {name: invoker(op) for name, op in ops.items()}
@@ -376,21 +376,9 @@ def _time_all(
                 fn(*s.args)
         methods = _methods(candidates[ref], samples, dev)
         timer = _timer(dev, min_time)
-        times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
-        plan = round_plans(len(samples), list(candidates), seed, n_rounds)
-        done = 0
-        per_round = len(samples) * len(candidates)
-        for k, (r, i, c) in enumerate(plan):
-            if r > done:
-                done = r
-                if deadline is not None and time.perf_counter() > deadline:
-                    say(f"budget spent after {done} of {n_rounds} rounds")
-                    break
-            times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
-            if (k + 1) % per_round == 0:
-                say(f"round {r + 1}/{n_rounds} timed ({per_round} timings)")
-        else:
-            done = n_rounds
+        times, done = time_rounds(
+            candidates, samples, timer, methods, seed, n_rounds, deadline, say
+        )
     sizes = []
     for s, t in zip(samples, times, strict=True):
         first = next(a for a in s.args if isinstance(a, torch.Tensor))
