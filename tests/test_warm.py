@@ -73,6 +73,31 @@ def test_an_untouched_registry_skips_the_full_check_and_an_edit_is_still_seen(
     assert torch.equal(lib.add_offset(torch.zeros(2)), torch.full((2,), 2.0))
 
 
+def test_a_warm_start_imports_nothing_of_the_build(tmp_path: Path, cache_dir: Path) -> None:
+    """A new process that finds every family in the index plans nothing, so it imports none of
+    ninja, the precompiled header, the team cache's launcher or sysconfig (each costs a new
+    process milliseconds)."""
+    import subprocess
+    import sys
+
+    kernels, _ = _indexed_registry(tmp_path)
+    root = Path(__file__).resolve().parent.parent
+    code = (
+        "import sys, torch, workbench\n"
+        "before = set(sys.modules)\n"
+        f"lib = workbench.load({str(kernels)!r}, namespace='wbwarmimports')\n"
+        "assert lib.last.built and all(b.hit for b in lib.last.built), lib.last\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    env = {**os.environ, "WB_CACHE_DIR": str(cache_dir), "WB_QUIET": "1", "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    imported = set(proc.stdout.strip("[]\n").replace("'", "").split(", "))
+    assert {"workbench.api", "workbench.loader", "workbench.warm"} <= imported
+    build_only = {"workbench.ninja", "workbench.pch", "workbench.launcher", "sysconfig"}
+    assert imported.isdisjoint(build_only), sorted(imported & build_only)
+
+
 def test_a_damaged_library_is_never_taken_from_the_index(
     tmp_path: Path, planned: list[str]
 ) -> None:

