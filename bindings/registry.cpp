@@ -87,8 +87,8 @@ const std::string& device_name(const at::Tensor& t) {
 
 // The winners of one (device, dtype): bucket i holds numel in [bounds[i-1], bounds[i]).
 struct Table {
-  std::string device;  // a CUDA device name; "" matches any device (CPU tables)
-  int dtype;           // c10::ScalarType of the first tensor argument
+  std::string device;     // a CUDA device name; "" matches any device (CPU tables)
+  c10::ScalarType dtype;  // of the first tensor argument
   std::vector<int64_t> bounds;
   std::vector<c10::OperatorHandle> targets;  // bounds.size() + 1
 };
@@ -108,7 +108,7 @@ class Router final : public c10::OperatorKernel {
     const c10::OperatorHandle* target = &fallback_;
     if (first.isTensor()) {
       const at::Tensor& t = first.toTensor();
-      const int dtype = static_cast<int>(t.scalar_type());
+      const c10::ScalarType dtype = t.scalar_type();
       for (const Table& table : tables_) {
         if (table.dtype != dtype) continue;
         if (!table.device.empty() && table.device != device_name(t)) continue;
@@ -147,14 +147,24 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return out;
 }
 
-// One table per line: device \t dtype \t bounds (comma-separated) \t target namespaces.
+// A dtype by its c10 name (c10::toString: "Float", "BFloat16", "Float8_e4m3fn", ...).
+c10::ScalarType parse_dtype(const std::string& name, const std::string& op) {
+  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+    const auto type = static_cast<c10::ScalarType>(i);
+    if (name == c10::toString(type)) return type;
+  }
+  TORCH_CHECK(false, "routing ", op, ": no dtype named ", name, " in this torch");
+}
+
+// One table per line: device \t dtype (its c10 name) \t bounds (comma-separated) \t target
+// namespaces.
 std::vector<Table> parse_tables(const std::string& text, const std::string& op) {
   std::vector<Table> tables;
   for (const std::string& line : split(text, '\n')) {
     if (line.empty()) continue;
     const auto fields = split(line + "\t", '\t');
     TORCH_CHECK(fields.size() == 4, "routing ", op, ": a table line needs 4 fields: ", line);
-    Table table{fields[0], std::stoi(fields[1]), {}, {}};
+    Table table{fields[0], parse_dtype(fields[1], op), {}, {}};
     for (const auto& b : split(fields[2], ',')) table.bounds.push_back(std::stoll(b));
     for (const auto& ns : split(fields[3], ',')) table.targets.push_back(find_op(ns, op));
     TORCH_CHECK(std::is_sorted(table.bounds.begin(), table.bounds.end()), "routing ", op,
@@ -176,7 +186,7 @@ void add_impl(c10::DispatchKey key, ImplFn fn, const char* file, uint32_t line) 
 }  // namespace wb::detail
 
 // Bumped when the meaning of these entry points changes; the driver refuses other versions.
-WB_EXPORT int wb_abi_version() { return 3; }
+WB_EXPORT int wb_abi_version() { return 4; }
 
 WB_EXPORT int wb_schema_count() { return static_cast<int>(schemas().size()); }
 

@@ -155,3 +155,22 @@ def test_defines_reach_kernel_tus_only(tmp_path: Path) -> None:
         cmd = config.compile_command(proj, src, Path("out.o"), family.defines)
         assert ("-DWB_TUNE_STEP=2" in cmd) == (src.kind in ("cpu", "cuda")), (src.kind, cmd)
     assert family.build_name != proj.families[0].build_name  # its own lock and failure record
+
+
+def test_the_router_gets_each_dtype_by_its_c10_name() -> None:
+    """The router's tables name dtypes as c10 does (registry.cpp parses them with toString), so
+    every dtype of this torch routes, float8 and the unsigned ones included."""
+    from workbench.errors import LoadError
+    from workbench.tuning.route import _c10_name
+
+    names = {d: _c10_name(d) for d in ("float32", "bfloat16", "float16", "int64", "uint16")}
+    assert names == {
+        "float32": "Float",
+        "bfloat16": "BFloat16",
+        "float16": "Half",
+        "int64": "Long",
+        "uint16": "UInt16",
+    }
+    assert _c10_name("float8_e4m3fn") == "Float8_e4m3fn"
+    with pytest.raises(LoadError, match="names dtype 'float99', which this torch does not have"):
+        _c10_name("float99")

@@ -83,30 +83,17 @@ def tables_text(tables: list[dict[str, Any]], namespaces: dict[str, str], device
         name = table["device"] if device == "cuda" else ""
         bounds = ",".join(str(int(b)) for b in table["bounds"])
         targets = ",".join(namespaces[label] for label in table["winners"])  # PLAIN: the home
-        lines.append(f"{name}\t{_dtype_code(table['dtype'])}\t{bounds}\t{targets}")
+        lines.append(f"{name}\t{_c10_name(table['dtype'])}\t{bounds}\t{targets}")
     return "\n".join(lines)
 
 
-def _dtype_code(name: str) -> int:
-    """The c10::ScalarType number of a dtype name, as the router compares it."""
-    return _SCALAR_TYPES[getattr(torch, name)]
-
-
-# c10::ScalarType numbers (c10/core/ScalarType.h), stable across torch releases.
-_SCALAR_TYPES = {
-    torch.uint8: 0,
-    torch.int8: 1,
-    torch.int16: 2,
-    torch.int32: 3,
-    torch.int64: 4,
-    torch.float16: 5,
-    torch.float32: 6,
-    torch.float64: 7,
-    torch.complex64: 9,
-    torch.complex128: 10,
-    torch.bool: 11,
-    torch.bfloat16: 15,
-}
+def _c10_name(name: str) -> str:
+    """The c10 name of a dtype (``bfloat16`` -> ``BFloat16``), which the router parses: the
+    name of the legacy tensor type, which torch derives from c10::toString for every dtype."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise LoadError(f"a tuned table names dtype {name!r}, which this torch does not have")
+    return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
 
 
 def first_tensor_arg(schema: str) -> int:
