@@ -8,6 +8,9 @@
 #   bash scripts/gpu_evidence.sh reductions           # softmax, layer_norm, inplace, histogram,
 #                                                     # index_add: tests, check, bench
 #   bash scripts/gpu_evidence.sh warm                 # the warm start of 30 families, per phase
+#   bash scripts/gpu_evidence.sh tune                 # tuning's CUDA tests; matmul tuned on two
+#                                                     # shapes, then benched against cuBLAS
+#   bash scripts/gpu_evidence.sh compile              # nvcc's host and device phases per CUDA TU
 #
 # `notebooks` takes IPython, ipykernel and nbclient from .nbdeps/ at the repository root, made
 # where there is network by `bash scripts/vendor_notebook_deps.sh` and copied here.
@@ -87,6 +90,19 @@ case "${1:-}" in
     step warm "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --profile
     tail -n 14 "$LOGS/warm.log"
     ;;
+  tune)
+    step tune_tests "$PY" -m pytest -p no:cacheprovider -q -rfEs tests/test_tune_cuda.py
+    step tune_matmul "$PY" -m workbench tune matmul --dtype bfloat16 \
+      --sizes 4096x4096x4096,16x4096x4096 --rounds 1 --json "$LOGS/tune_matmul.json"
+    step tuned_bench "$PY" -m workbench bench matmul --dtype bfloat16 --rounds 1 --no-compile
+    tail -n 8 "$LOGS/tune_tests.log"
+    tail -n 25 "$LOGS/tune_matmul.log"
+    tail -n 12 "$LOGS/tuned_bench.log"
+    ;;
+  compile)
+    step device_compile "$PY" scripts/bench_device_compile.py --arch sm_90a --repeats 3
+    tail -n 20 "$LOGS/device_compile.log"
+    ;;
   notebooks)
     if [ ! -d .nbdeps ]; then
       version=$("$PY" -c 'import sys; print(*sys.version_info[:2], sep=".")')
@@ -115,7 +131,7 @@ print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'IPython', 
     tail -n 25 "$LOGS/notebooks.log"
     ;;
   *)
-    echo "usage: bash scripts/gpu_evidence.sh tests|bench|notebooks|matmul|reductions|warm" >&2
+    echo "usage: bash scripts/gpu_evidence.sh tests|bench|notebooks|matmul|reductions|warm|tune|compile" >&2
     exit 2
     ;;
 esac
