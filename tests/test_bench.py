@@ -172,6 +172,14 @@ def test_time_rounds_times_each_pair_per_round_and_stops_at_the_deadline() -> No
     )
     assert done == 1 and len(timed) == 4  # the first round always completes
     assert lines == ["round 1/3 timed (4 timings)", "budget spent after 1 of 3 rounds"]
+    # A long round says how far it is, at most every PROGRESS_SECONDS (here: a clock that
+    # moves 6 s per reading, so every second timing crosses the 10 s).
+    ticks = iter(range(0, 10_000, 6))
+    lines.clear()
+    time_rounds(
+        cands, samples, timer, ["m", "m"], 3, 1, say=lines.append, clock=lambda: next(ticks)
+    )
+    assert lines == ["round 1/1: 2/4 timed", "round 1/1 timed (4 timings)"]
 
 
 def test_bench_times_kernel_eager_and_a_a_with_roofline(lib: Any) -> None:

@@ -130,6 +130,11 @@ def round_plans(
     ]
 
 
+# Within a long round, a progress line at most this often (seconds): a tune of the matmul's 15
+# variants spends minutes in one round, which would otherwise pass in silence.
+PROGRESS_SECONDS = 10.0
+
+
 def time_rounds(
     candidates: dict[str, Callable[..., Any]],
     samples: list[Sample],
@@ -139,27 +144,35 @@ def time_rounds(
     n_rounds: int,
     deadline: float | None = None,
     say: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[list[dict[str, list[Measurement]]], int]:
     """Time every (size, candidate) pair ``n_rounds`` times in shuffled plans (round_plans).
 
     Returns per size the measurements of each candidate, and the rounds done: at a round's
-    start past ``deadline`` (a ``time.perf_counter()`` value) the rest are skipped, so the
-    first round always completes. ``say`` hears a line per round done and when the deadline
-    stops the run.
+    start past ``deadline`` (a ``clock()`` value) the rest are skipped, so the first round
+    always completes. ``say`` hears a line per round done, a progress line within a round at
+    most every PROGRESS_SECONDS, and when the deadline stops the run.
     """
     times: list[dict[str, list[Measurement]]] = [{c: [] for c in candidates} for _ in samples]
     per_round = len(samples) * len(candidates)
     done = 0
+    last_line = clock()
     for k, (r, i, c) in enumerate(round_plans(len(samples), list(candidates), seed, n_rounds)):
         if r > done:
             done = r
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and clock() > deadline:
                 if say is not None:
                     say(f"budget spent after {done} of {n_rounds} rounds")
                 return times, done
         times[i][c].append(timer(candidates[c], samples[i].args, methods[i]))
-        if say is not None and (k + 1) % per_round == 0:
+        if say is None:
+            continue
+        if (k + 1) % per_round == 0:
             say(f"round {r + 1}/{n_rounds} timed ({per_round} timings)")
+            last_line = clock()
+        elif clock() - last_line >= PROGRESS_SECONDS:
+            say(f"round {r + 1}/{n_rounds}: {k % per_round + 1}/{per_round} timed")
+            last_line = clock()
     return times, n_rounds
 
 
