@@ -126,6 +126,11 @@ def test_the_workbench_wheel_and_sdist_carry_every_cxx_file(tmp_path: Path) -> N
         assert f"workbench/_data/{rel}" in in_wheel, rel
         assert rel in in_sdist, rel
     assert "workbench/ship/__init__.py" in in_wheel and "workbench/runtime.py" in in_wheel
+    # Every module of the package, subpackages included (pyproject lists them one by one).
+    modules = _run(["git", "ls-files", "workbench/*.py"], cwd=ROOT).stdout.split()
+    assert "workbench/tuning/space.py" in modules
+    missing = [m for m in modules if m not in in_wheel]
+    assert not missing, f"not in the wheel (add the package to pyproject.toml): {missing}"
 
 
 def test_installed_workbench_finds_its_trees_outside_the_checkout(
