@@ -50,7 +50,6 @@ def phases(csv_path: Path) -> dict[str, float]:
 
 
 def compile_once(nvcc: str, tu: Path, arch: str, mode: str, tmp: Path) -> tuple[float, dict]:
-    code = arch.removeprefix("sm_")
     # -cubin runs no host compiler: the host-only options go.
     flags = [f for f in CUDA_FLAGS if mode != "cubin" or not f.startswith("-Xcompiler")]
     out = tmp / f"{tu.stem}.{'cubin' if mode == 'cubin' else 'o'}"
@@ -60,7 +59,7 @@ def compile_once(nvcc: str, tu: Path, arch: str, mode: str, tmp: Path) -> tuple[
         nvcc,
         "-cubin" if mode == "cubin" else "-c",
         *flags,
-        f"-gencode=arch=compute_{code},code=sm_{code}",
+        *toolchain.gencode_flags((arch,)),
         f"-I{ROOT / 'kernels'}",
         f"-I{ROOT / 'kernels' / 'include'}",
         str(tu),
