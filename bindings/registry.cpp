@@ -5,6 +5,9 @@
 // bad build is reported and never aborts the process. wb_unregister(ns) removes this library's
 // kernels under ns from the dispatcher; the driver calls it before dlclose on reload.
 //
+// wb_kernel_count / wb_kernel_name list the kernels that host launchers name in device-only TUs
+// (wb/module.h); wb_module_load hands over their cubins (wb/registry_modules.h).
+//
 // wb_route(ns, op, key, ...) registers a router for a tuned op (workbench/tuning/route.py): the
 // family's builds are registered under private namespaces, and ns::op sends each call to the
 // variant chosen for its first tensor argument's (device, dtype, numel bucket) by redispatching
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "wb/binding.h"
+#include "wb/registry_modules.h"
 
 #ifdef WB_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -186,7 +190,7 @@ void add_impl(c10::DispatchKey key, ImplFn fn, const char* file, uint32_t line) 
 }  // namespace wb::detail
 
 // Bumped when the meaning of these entry points changes; the driver refuses other versions.
-WB_EXPORT int wb_abi_version() { return 4; }
+WB_EXPORT int wb_abi_version() { return 5; }
 
 WB_EXPORT int wb_schema_count() { return static_cast<int>(schemas().size()); }
 
@@ -233,6 +237,34 @@ WB_EXPORT int wb_route(const char* ns, const char* op, const char* key, int arg,
     return 0;
   } catch (const c10::Error& e) {
     write_error(e.what_without_backtrace(), err, err_size);
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_size);
+  }
+  return 1;
+}
+
+// The kernels host launchers name in device-only TUs, registered while the library loaded:
+// kernel i as "file\texpression" (its device-only TU, relative to the family's folder, and its
+// name expression), or nullptr.
+WB_EXPORT int wb_kernel_count() { return wb::detail::kernel_count(); }
+WB_EXPORT const char* wb_kernel_name(int i) { return wb::detail::kernel_name(i); }
+
+// Makes `count` cubins the live module of device-only TU `file`: cubin i is for compute
+// capability majors[i].minors[i] (arch-specific when specific[i]), holds sizes[i] bytes at
+// images[i], and lowered[i] maps each name expression to its mangled name ("expr\tname" lines).
+// Returns 0, or 1 with the error in err.
+WB_EXPORT int wb_module_load(const char* file, int count, const int* majors, const int* minors,
+                             const int* specific, const char* const* images, const size_t* sizes,
+                             const char* const* lowered, char* err, size_t err_size) {
+  try {
+    std::vector<wb::detail::ImageIn> in;
+    for (int i = 0; i < count; ++i) {
+      in.push_back(
+          {majors[i], minors[i], specific[i] != 0, std::string(images[i], sizes[i]), lowered[i]});
+    }
+    const std::string error = wb::detail::load_module(file, in);
+    if (error.empty()) return 0;
+    write_error(error, err, err_size);
   } catch (const std::exception& e) {
     write_error(e.what(), err, err_size);
   }

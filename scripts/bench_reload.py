@@ -38,16 +38,20 @@ sys.path.insert(0, str(ROOT))
 
 from workbench import scaffold  # noqa: E402
 
-# "cuda-plain" is the CUDA edit with nvcc run as one process (WB_NVCC_PIPELINE=0), for comparison.
-CASES = ("cuda", "cuda-plain", "cpu", "header", "binding")
+# "device" edits the CUDA kernel of a device-only TU (NVRTC, a module swap: the default layout of
+# `wb new`); "cuda" the same kernel in a family whose kernel and launcher share a .cu that nvcc
+# compiles (`wb new --nvcc`); "cuda-plain" the same with nvcc run as one process
+# (WB_NVCC_PIPELINE=0). The CPU, header and binding cases run on the device-only layout.
+CASES = ("device", "cuda", "cuda-plain", "cpu", "header", "binding")
+NVCC_CASES = ("cuda", "cuda-plain")
 ALPHA = 2.0
 
 
 def edit_for(case: str, family: str, k: int) -> tuple[str, str, str]:
     """(file relative to the registry root, old text, new text) of repeat ``k`` of a case."""
-    if case in ("cuda", "cuda-plain"):
+    if case in ("device", "cuda", "cuda-plain"):
         return (
-            f"kernels/{family}/{family}.cu",
+            f"kernels/{family}/{family}{'.kernel.cu' if case == 'device' else '.cu'}",
             "{ return apply(x, alpha); }",
             f"{{ return apply(x, alpha) + A({k}); }}",
         )
@@ -220,10 +224,16 @@ def _python(code: str, *args: str, env: dict[str, str]) -> tuple[str, float]:
 
 
 def bench_wb(
-    count: int, device: str, cases: list[str], repeats: int, work: Path, env: dict[str, str]
+    count: int,
+    device: str,
+    cases: list[str],
+    repeats: int,
+    work: Path,
+    env: dict[str, str],
+    layout: str = "device",
 ) -> dict[str, object]:
-    root = work / f"registry{count}"
-    kernels = scaffold.write_registry(root, count)
+    root = work / f"registry{count}-{layout}"
+    kernels = scaffold.write_registry(root, count, layout=layout)
     family = f"op{count // 2:02d}"
     warm_code = WARM.format(kernels=str(kernels), family=family, count=count)
     start = time.perf_counter()
@@ -296,17 +306,24 @@ def _table(device: str, wb: dict[int, dict], anchor: dict[str, dict] | None) -> 
         f"| edit to first correct result | {head} | anchor, 1 family, new process (s) |",
         "| --- | " + " | ".join("---" for _ in counts) + " | --- |",
     ]
-    for case in [c for c in CASES if c in wb[counts[0]]]:
+    for case in [c for c in CASES if any(c in wb[n] for n in counts)]:
         cells = []
         for c in counts:
-            rows = wb[c][case]
+            rows = wb[c].get(case)
+            if not rows:
+                cells.append("-")
+                continue
             med = statistics.median(r["seconds"] for r in rows)
             comp = statistics.median(r["compile"] for r in rows)
             link = statistics.median(r["link"] for r in rows)
-            cells.append(
-                f"{med:.2f} ({rows[0]['compiled']} TU; compile {comp:.2f}, link {link:.2f})"
+            dev = statistics.median(r.get("device", 0.0) for r in rows)
+            what = (
+                f"NVRTC + module load {dev:.2f}"
+                if case == "device"
+                else (f"compile {comp:.2f}, link {link:.2f}")
             )
-        a = anchor.get(case) if anchor else None
+            cells.append(f"{med:.2f} ({rows[0]['compiled']} TU; {what})")
+        a = anchor.get(case if case != "device" else "cuda") if anchor else None
         a_cell = f"{a['seconds']:.2f} (restart {a['restart']:.2f}; {a['verdict']})" if a else "-"
         lines.append(f"| {case} | {' | '.join(cells)} | {a_cell} |")
     no_change = " | ".join(f"{wb[c]['no_change'][0]['seconds'] * 1e3:.1f} ms" for c in counts)
@@ -318,21 +335,40 @@ def _table(device: str, wb: dict[int, dict], anchor: dict[str, dict] | None) -> 
         f"| warm start in a new process, after import torch (median of 5) | {warm} | - |",
         f"| cold build, new process, empty cache (s) | {cold} | {a_cold} |",
     ]
+
+    def med(count: int, case: str) -> float | None:
+        rows = wb[count].get(case)
+        return statistics.median(x["seconds"] for x in rows) if rows else None
+
     if len(counts) > 1:
         base, big = counts[0], counts[-1]
         ratios = []
-        for case in [c for c in CASES if c in wb[base]]:
-            r = statistics.median(x["seconds"] for x in wb[big][case]) / statistics.median(
-                x["seconds"] for x in wb[base][case]
-            )
-            ratios.append(f"{case} {r:.2f}x")
+        for case in CASES:
+            a, b = med(base, case), med(big, case)
+            if a and b:
+                ratios.append(f"{case} {b / a:.2f}x")
         lines += ["", f"{big}-family / {base}-family edit time: {', '.join(ratios)}"]
+    first = counts[0]
+    dev, nv = med(first, "device"), med(first, "cuda")
+    if dev and nv:
+        text = f"device-only edit / nvcc edit ({first} famil{'y' if first == 1 else 'ies'}): "
+        text += f"{dev / nv:.2f}x"
+        if anchor and "cuda" in anchor:
+            text += f"; / cpp_extension.load: {dev / anchor['cuda']['seconds']:.3f}x"
+        lines += ["", text]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", type=int, nargs="+", default=[1, 30])
+    parser.add_argument(
+        "--nvcc-families",
+        type=int,
+        nargs="*",
+        default=[1],
+        help="registry sizes for the nvcc-layout cases (cuda, cuda-plain); default 1",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-anchor", action="store_true")
     parser.add_argument("--anchor-only", action="store_true", help="measure only the anchor")
@@ -346,7 +382,7 @@ def main() -> None:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    cases = [c for c in CASES if device == "cuda" or not c.startswith("cuda")]
+    cases = [c for c in CASES if device == "cuda" or c not in ("device", *NVCC_CASES)]
     with tempfile.TemporaryDirectory(prefix="wb-reload-") as tmp:
         work = Path(tmp)
         env = dict(os.environ, WB_CACHE_DIR=str(work / "cache"), WB_QUIET="1")
@@ -360,9 +396,15 @@ def main() -> None:
             anchor_cases = [c for c in cases if c in (args.anchor_cases or ANCHOR_EDITS)]
             print(f"anchor: {json.dumps(bench_anchor(device, anchor_cases, work, env))}")
             return
+        own = [c for c in cases if c not in NVCC_CASES]
+        nvcc = [c for c in cases if c in NVCC_CASES]
         for count in args.families:
-            wb[count] = bench_wb(count, device, cases, args.repeats, work, env)
+            wb[count] = bench_wb(count, device, own, args.repeats, work, env)
             print(f"wb, {count} families: {json.dumps(wb[count])}", flush=True)
+        for count in args.nvcc_families if nvcc else []:
+            result = bench_wb(count, device, nvcc, args.repeats, work, env, layout="nvcc")
+            print(f"wb (nvcc layout), {count} families: {json.dumps(result)}", flush=True)
+            wb.setdefault(count, {}).update({c: result[c] for c in nvcc})
         anchor_cases = [c for c in cases if c in (args.anchor_cases or ANCHOR_EDITS)]
         anchor = None if args.no_anchor else bench_anchor(device, anchor_cases, work, env)
         if anchor:

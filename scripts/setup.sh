@@ -16,6 +16,16 @@ if ! python -c "import torch" 2>/dev/null; then
   python -m pip install -q "torch==${WB_TORCH_VERSION:-2.13.0}"
 fi
 python -m pip install -q -e ".[dev,team]"
+# NVRTC compiles device-only TUs (*.kernel.cu). CUDA builds of torch bring it; with a CPU torch
+# (wb smoke and the tests on a machine without a GPU) take the release that matches nvcc.
+if ! python -c "from workbench import nvrtc; nvrtc.library()" 2>/dev/null && command -v nvcc >/dev/null 2>&1; then
+  release=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1.\2/p')
+  case "$release" in
+    12.*) pkg="nvidia-cuda-nvrtc-cu12==${release}.*" ;;
+    *) pkg="nvidia-cuda-nvrtc==${release}.*" ;;
+  esac
+  python -m pip install -q "$pkg" || echo "setup.sh: could not install $pkg (device-only TUs will not compile)" >&2
+fi
 # The team-cache test runs a real redis-server; install it where apt can (CI, containers).
 if ! command -v redis-server >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   sudo_=""

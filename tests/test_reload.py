@@ -25,6 +25,7 @@ NS = f"wbreload{os.getpid()}"
 ENTRY_POINTS = {
     *("wb_abi_version", "wb_schema_count", "wb_schema"),
     *("wb_register", "wb_unregister", "wb_route"),
+    *("wb_kernel_count", "wb_kernel_name", "wb_module_load"),
 }
 
 
@@ -67,7 +68,7 @@ def edit(path: Path, old: str, new: str) -> None:
 
 def kernel_tus(family: str) -> list[str]:
     """The kernel TUs of a template family that this configuration compiles."""
-    return [f"{family}/{family}.cpp"] + ([f"{family}/{family}.cu"] if HAS_CUDA else [])
+    return [f"{family}/{family}.cpp"] + ([f"{family}/{family}.kernel.cu"] if HAS_CUDA else [])
 
 
 def kernels_in_dispatcher(op: str, key: str) -> int:
@@ -83,7 +84,7 @@ def test_a_kernel_body_edit_runs_under_the_same_name(
     x = torch.arange(4.0, device=device)
     packet = torch.ops.__getattr__(NS).op00  # held across the reload, as user code would
     assert torch.equal(packet(x, 2.0), 2 * x)  # shift of op00 is 0
-    source = registry / "op00" / ("op00.cu" if device == "cuda" else "op00.cpp")
+    source = registry / "op00" / ("op00.kernel.cu" if device == "cuda" else "op00.cpp")
     edit(source, "apply(", "-apply(")
     report = lib.reload()
     assert compiled == [f"op00/{source.name}"]
@@ -301,7 +302,7 @@ def test_a_compiled_caller_runs_the_new_kernel_and_retraces_after_a_schema_chang
     fn = torch.compile(lambda t: lib.op01(t, 2.0) * 2)  # the default backend: inductor
     x = torch.ones(4, device=device)
     assert torch.equal(fn(x), torch.full((4,), 6.0, device=device))
-    source = registry / "op01" / ("op01.cu" if device == "cuda" else "op01.cpp")
+    source = registry / "op01" / ("op01.kernel.cu" if device == "cuda" else "op01.cpp")
     edit(source, "apply(", "10 + apply(")
     lib.reload()
     assert torch.equal(fn(x), torch.full((4,), 26.0, device=device))
@@ -321,7 +322,7 @@ def test_a_cuda_graph_of_a_compiled_caller_records_the_new_kernel(
     x = torch.ones(8, device="cuda")
     for _ in range(3):  # warm-up, record, replay
         assert torch.equal(fn(x), torch.full((8,), 4.0, device="cuda"))
-    edit(registry / "op01" / "op01.cu", "apply(", "10 + apply(")
+    edit(registry / "op01" / "op01.kernel.cu", "apply(", "10 + apply(")
     lib.reload()
     for _ in range(3):
         assert torch.equal(fn(x), torch.full((8,), 14.0, device="cuda"))

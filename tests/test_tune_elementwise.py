@@ -1,5 +1,6 @@
 """The elementwise launcher's tuning space (issue 17): kernels/scale and kernels/muladd declare
-it, kernels/include/wb/elementwise.cuh reads each parameter as a WB_TUNE_<NAME> macro.
+it, kernels/include/wb/elementwise_config.h reads each parameter as a WB_TUNE_<NAME> macro for
+both launchers (elementwise.cuh, nvcc: muladd; elementwise_launch.h with a device-only TU: scale).
 
 The declared default must be the header's own (#ifndef) default, read from the header's text so
 that the two cannot drift; and a point must reach the kernels: its PTX (sm_90a, one compile
@@ -20,7 +21,7 @@ from workbench.config import make_config
 from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE, discover
 from workbench.tuning.space import TuneSpace, Value, defines, label
 
-HEADER = WB_KERNEL_INCLUDE / "wb" / "elementwise.cuh"
+HEADER = WB_KERNEL_INCLUDE / "wb" / "elementwise_config.h"
 FAMILIES = ("scale", "muladd")
 # The values of WB_TUNE_L1 (the header's kL1BySize, kL1Skip, kL1Keep).
 BY_SIZE, SKIP, KEEP = 0, 1, 2
@@ -82,10 +83,13 @@ def test_the_shapes_tried_by_hand_are_points() -> None:
 
 
 def _ptx(tmp_path: Path, point: dict[str, Value] | None) -> str:
-    """scale.cu's PTX for sm_90a, by the workbench's own compile command (``point``: its -D)."""
+    """muladd.cu's PTX for sm_90a, by the workbench's own compile command (``point``: its -D).
+
+    (scale's kernel is a device-only TU: NVRTC gets the same -D options, test_device_modules.)
+    """
     project = discover(BUNDLED_KERNELS)
-    (src,) = [s for s in project.family("scale").sources if s.kind == "cuda"]
-    out = tmp_path / f"scale-{label(point).replace(',', '-') if point else 'plain'}.ptx"
+    (src,) = [s for s in project.family("muladd").sources if s.kind == "cuda"]
+    out = tmp_path / f"muladd-{label(point).replace(',', '-') if point else 'plain'}.ptx"
     config = make_config(archs=("sm_90a",), link=False)
     cmd = list(config.compile_command(project, src, out, defines(point) if point else ()))
     i = cmd.index("-MMD")
@@ -117,8 +121,9 @@ def _check_point(ptx: str, threads: int, vecs: int, l1: int) -> None:
         plain = len(re.findall(r"ld\.global\.nc\.v\d", body))
         if n == 1:  # the scalar path: element by element, L1 as it is
             assert not no_l1 and skipping == plain == 0, name
-        else:  # VECS 16-byte loads of the one input, L1 skipped or not as the kernel says
-            assert (skipping, plain) == ((vecs, 0) if no_l1 else (0, vecs)), name
+        else:  # VECS 16-byte loads of each input (muladd's ops take 2 or 3), L1 as it says
+            loads, other = (skipping, plain) if no_l1 else (plain, skipping)
+            assert other == 0 and loads in (2 * vecs, 3 * vecs), (name, skipping, plain)
     vector_kinds = {no_l1 for (n, no_l1, _) in kernels if n > 1}
     assert vector_kinds == {BY_SIZE: {True, False}, SKIP: {True}, KEEP: {False}}[l1]
 
@@ -130,7 +135,7 @@ def _check_point(ptx: str, threads: int, vecs: int, l1: int) -> None:
     ids=["k1_t512-skip", "k4_t128-keep"],
 )
 def test_a_point_shows_in_the_ptx(tmp_path: Path, point: dict[str, int]) -> None:
-    assert point in _space("scale").points()
+    assert point in _space("muladd").points()
     _check_point(_ptx(tmp_path, point), point["THREADS"], point["VECS"], point["L1"])
 
 
@@ -138,4 +143,4 @@ def test_a_point_shows_in_the_ptx(tmp_path: Path, point: dict[str, int]) -> None
 def test_the_default_point_builds_the_plain_kernel(tmp_path: Path) -> None:
     plain = _ptx(tmp_path, None)
     _check_point(plain, 128, 2, BY_SIZE)
-    assert _ptx(tmp_path, _space("scale").default) == plain
+    assert _ptx(tmp_path, _space("muladd").default) == plain

@@ -43,6 +43,11 @@ class LoadReport:
         self.swap_seconds = 0.0  # opening, registering and closing libraries
         self.failed: dict[str, WorkbenchError] = {}  # families whose build or load failed
         self.tuned: list[str] = []  # families whose ops route to tuned variants (wb tune)
+        # Device-only TUs (workbench.device): families whose module alone was swapped, the TUs
+        # NVRTC compiled, and the seconds spent compiling and loading modules.
+        self.device_only: list[str] = []
+        self.device_compiled: list[Path] = []
+        self.device_seconds = 0.0
 
     def __repr__(self) -> str:
         return (
@@ -53,7 +58,7 @@ class LoadReport:
 
     @property
     def compiled(self) -> list[Path]:
-        return [p for b in self.built for p in b.compiled]
+        return [p for b in self.built for p in b.compiled] + self.device_compiled
 
     @property
     def team_cache(self) -> tuple[team.Launcher, team.Counts] | None:
@@ -67,12 +72,13 @@ class LoadReport:
 
     @property
     def phases(self) -> dict[str, float]:
-        """Seconds spent compiling, linking and swapping; the rest is hashing and planning."""
+        """Seconds spent compiling, linking, swapping libraries and compiling and loading device
+        modules (NVRTC); the rest is hashing and planning."""
         total = {"compile": 0.0, "link": 0.0}
         for b in self.built:
             for phase, seconds in b.phases.items():
                 total[phase] = total.get(phase, 0.0) + seconds
-        return {**total, "swap": self.swap_seconds}
+        return {**total, "swap": self.swap_seconds, "device": self.device_seconds}
 
 
 class Library:
@@ -152,7 +158,7 @@ class Library:
             for result in built:
                 try:
                     self._activate(project.family(result.family), result, report)
-                except LoadError as e:  # the last good build stays; the other families go on
+                except (LoadError, BuildError) as e:  # the last good build stays; others go on
                     failed[result.family] = e
         for name in [n for n in self.families if n not in names]:
             self._deactivate(name, report)
@@ -211,14 +217,36 @@ class Library:
     def _activate(self, family: Family, result: build.Built, report: LoadReport) -> None:
         module = loader.load_spec_module(family.name, self.namespace, family.spec_path)
         specs = loader.specs_of(module)
-        swap = loader.activate(self.namespace, result, specs)
+        has_device = self.config.with_cuda and any(s.kind == "device" for s in family.sources)
+
+        def prepare(handle: loader.Handle) -> None:  # a new library: its modules before its ops
+            if has_device:
+                self._sync_device(family, handle, report)
+
+        swap = loader.activate(self.namespace, result, specs, prepare)
         report.swap_seconds += swap.seconds
         report.redefined += swap.redefined
+        if not swap.swapped and has_device:  # the same library: a device-only TU may have changed
+            handle = loader.live_handles(self.namespace)[family.name]
+            if self._sync_device(family, handle, report):
+                report.device_only.append(family.name)
+                swap.swapped = True
+                loader.after_module_swap()
         if swap.swapped:
             report.swapped.append(family.name)
         self._specs[family.name] = specs
         self.families[family.name] = result
         self.route(family.name, report)
+
+    def _sync_device(self, family: Family, handle: loader.Handle, report: LoadReport) -> bool:
+        """Compile and load the family's changed device-only TUs (workbench.device)."""
+        from workbench import device
+
+        start = time.perf_counter()
+        swapped = device.sync(self.project, family, self.config, handle)
+        report.device_seconds += time.perf_counter() - start
+        report.device_compiled += [m.source for m in swapped if m.compiled]
+        return bool(swapped)
 
     def route(self, family: str, report: LoadReport | None = None) -> None:
         """Send the family's ops to their tuned winners, as stored for its live build (or back
@@ -266,6 +294,8 @@ class Library:
         if report.swapped:
             names = ", ".join(p.name for p in report.compiled) or "none"
             parts.append(f"reloaded {', '.join(report.swapped)} (compiled: {names})")
+        if report.device_only:
+            parts.append(f"module swap only for {', '.join(report.device_only)}")
         if report.removed:
             parts.append(f"removed {', '.join(report.removed)}")
         if report.redefined:

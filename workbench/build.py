@@ -99,7 +99,9 @@ class Built:
 
 
 def _sources(family: Family, config: Config) -> list[Source]:
-    srcs = [s for s in family.sources if s.kind != "cuda" or config.with_cuda]
+    """The TUs of the family's library: device-only TUs are not among them (workbench.device)."""
+    cuda = config.with_cuda
+    srcs = [s for s in family.sources if s.kind != "device" and (s.kind != "cuda" or cuda)]
     return [*srcs, Source(WB_REGISTRY_SOURCE, "registry")]
 
 

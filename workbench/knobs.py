@@ -83,6 +83,11 @@ def nvcc_pipeline() -> bool:
     return (_get("WB_NVCC_PIPELINE") or "1") != "0"
 
 
+def nvrtc() -> str | None:
+    """WB_NVRTC: the libnvrtc.so that compiles device-only TUs (default: torch's, then CUDA's)."""
+    return _get("WB_NVRTC") or None
+
+
 def compiler_launcher() -> str | None:
     """WB_COMPILER_LAUNCHER: a command put before every compile, e.g. ``sccache`` (over
     ``[tool.workbench] compiler_launcher`` in pyproject.toml; ``none`` turns that one off)."""

@@ -30,6 +30,7 @@ import marshal
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -86,6 +87,10 @@ class Handle:
         # Tuned (workbench.tuning.route): the namespace whose ops it routes, and the record.
         self.routed: str | None = None
         self.routes: str | None = None
+        # Device-only TUs (workbench.device): the kernels its launchers name (read when first
+        # needed), and the module key loaded for each file.
+        self.kernels: list[tuple[str, str]] | None = None
+        self.modules: dict[str, tuple[str, ...]] = {}
 
     def register(self, ns: str) -> None:
         state = _namespaces.setdefault(ns, _Namespace())
@@ -266,8 +271,17 @@ def _define(ns: str, state: _Namespace, name: str, schema: str, spec: OpSpec | N
     op_def.register_python(ns, spec)
 
 
-def activate(ns: str, built: Built, specs: dict[str, OpSpec]) -> Swap:
-    """Make ``built`` the live build of its family (a no-op if it already is)."""
+def activate(
+    ns: str,
+    built: Built,
+    specs: dict[str, OpSpec],
+    prepare: Callable[[Handle], object] | None = None,
+) -> Swap:
+    """Make ``built`` the live build of its family (a no-op if it already is).
+
+    ``prepare`` is called with a newly opened library before it registers anything (to load its
+    device modules); if it raises, the library is closed and the live build stays.
+    """
     start = time.perf_counter()
     state = _namespaces.setdefault(ns, _Namespace())
     old = state.handles.get(built.family)
@@ -279,6 +293,12 @@ def activate(ns: str, built: Built, specs: dict[str, OpSpec]) -> Swap:
                 op_def.register_python(ns, specs.get(name))
         return swap
     new = open_library(built)
+    if prepare is not None:
+        try:
+            prepare(new)
+        except BaseException:
+            new.close()
+            raise
     clash = [
         n for n in new.schemas if n in state.defs and _owner(state, n) not in (None, built.family)
     ]
@@ -335,6 +355,12 @@ def deactivate(ns: str, family: str) -> Swap:
     swap.swapped = True
     _reset_compiled_callers(swap, cuda_swapped=cuda)
     return swap
+
+
+def after_module_swap() -> None:
+    """A device-only TU's module was swapped in a live library (workbench.device): callers that
+    Inductor recorded into CUDA graphs replay the old kernels, so they record again."""
+    _reset_compiled_callers(Swap(), cuda_swapped=True)
 
 
 def _has_cuda(handle: Handle) -> bool:

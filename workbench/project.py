@@ -3,7 +3,8 @@
 A registry is a ``kernels/`` folder beside a ``bindings/`` folder::
 
     kernels/include/...          headers shared by the kernels (torch-free)
-    kernels/<family>/*.cu        CUDA kernel TUs (torch-free)
+    kernels/<family>/*.cu        CUDA kernel TUs (torch-free), compiled by nvcc
+    kernels/<family>/*.kernel.cu device-only TUs (no host code), compiled by NVRTC to cubins
     kernels/<family>/*.cpp       CPU kernel TUs (torch-free)
     kernels/<family>/spec.py     the op spec (reference, samples, fake, backward)
     bindings/<family>.cpp        the host side that knows torch (schemas, checks, dispatch)
@@ -44,13 +45,16 @@ WB_REGISTRY_SOURCE = WB_ROOT / "bindings" / "registry.cpp"
 BUNDLED_KERNELS = WB_ROOT / "kernels"
 
 DEFAULT_NAMESPACE = "wb"
+# Device-only TUs: compiled by NVRTC and loaded as modules (workbench.device).
+DEVICE_SUFFIX = ".kernel.cu"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Source(NamedTuple):
     path: Path
-    # "cuda" (nvcc), "cpu" (kernel TU, c++), "binding" (host TU with torch headers), or
-    # "registry" (the workbench's library entry points, linked into every library)
+    # "cuda" (nvcc), "device" (a device-only TU: NVRTC, loaded as a module), "cpu" (kernel TU,
+    # c++), "binding" (host TU with torch headers), or "registry" (the workbench's library entry
+    # points, linked into every library)
     kind: str
 
 
@@ -142,9 +146,15 @@ def _family(dir: Path, bindings: set[str], bindings_dir: Path) -> Family | None:
         )
     if not _IDENT.fullmatch(dir.name):
         raise WorkbenchError(f"op family folder {dir} must be named like a C identifier")
-    sources = [Source(p, "cuda" if p.suffix == ".cu" else "cpu") for p in kernels]
+    sources = [Source(p, _kind(p.name)) for p in kernels]
     sources.append(Source(binding, "binding"))
     return Family(dir.name, dir, tuple(sources), dir / "spec.py" if "spec.py" in files else None)
+
+
+def _kind(name: str) -> str:
+    if name.endswith(DEVICE_SUFFIX):
+        return "device"
+    return "cuda" if name.endswith(".cu") else "cpu"
 
 
 def discover(path: str | Path | None = None, namespace: str | None = None) -> Project:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 # The meaning of the libraries' C entry points (bindings/registry.cpp, wb_abi_version).
-ABI_VERSION = 4
+ABI_VERSION = 5
 # What an ahead-of-time package records about its build, beside its __init__.py.
 BUILD_INFO = "_build.json"
 
@@ -66,6 +66,38 @@ def register_kernels(cdll: ctypes.CDLL, ns: str) -> str | None:
     if cdll.wb_register(ns.encode(), err, len(err)) != 0:
         return err.value.decode()
     return None
+
+
+def _arch_numbers(arch: str) -> tuple[int, int, int]:
+    """sm_90a -> (9, 0, 1); sm_120 -> (12, 0, 0); sm_86 -> (8, 6, 0)."""
+    m = re.fullmatch(r"sm_(\d+)(\d)([af]?)", arch)
+    if m is None:
+        raise ValueError(f"not a GPU architecture: {arch}")
+    return int(m.group(1)), int(m.group(2)), int(bool(m.group(3)))
+
+
+def load_module(
+    cdll: ctypes.CDLL, file: str, images: list[tuple[str, bytes, dict[str, str]]]
+) -> str | None:
+    """Make ``images`` the live module of device-only TU ``file`` (``wb_module_load``).
+
+    Each image: its architecture ("sm_90a"), the cubin's bytes, and the mangled name of each
+    kernel expression. None, or the library's error.
+    """
+    n = len(images)
+    majors, minors, specific = (ctypes.c_int * n)(), (ctypes.c_int * n)(), (ctypes.c_int * n)()
+    for j, (arch, _, _) in enumerate(images):
+        majors[j], minors[j], specific[j] = _arch_numbers(arch)
+    blobs = (ctypes.c_char_p * n)(*[blob for _, blob, _ in images])
+    sizes = (ctypes.c_size_t * n)(*[len(blob) for _, blob, _ in images])
+    lowered = (ctypes.c_char_p * n)(
+        *["".join(f"{k}\t{v}\n" for k, v in names.items()).encode() for _, _, names in images]
+    )
+    err = ctypes.create_string_buffer(2048)
+    status = cdll.wb_module_load(
+        file.encode(), n, majors, minors, specific, blobs, sizes, lowered, err, len(err)
+    )
+    return err.value.decode() if status != 0 else None
 
 
 def route(
@@ -323,6 +355,14 @@ def load_package(package: str, folder: str | os.PathLike[str]) -> Package:
         except (OSError, VersionError) as e:
             raise ImportError(f"{package}: cannot open the library of {family['name']}: {e}") from e
         loaded._keep.append(cdll)
+        for module in family.get("modules", []):  # device-only TUs: their cubins, per arch
+            images = [
+                (i["arch"], (root / i["cubin"]).read_bytes(), i["lowered"])
+                for i in module["images"]
+            ]
+            error = load_module(cdll, module["file"], images)
+            if error is not None:
+                raise ImportError(f"{package}: loading {module['file']}: {error}")
         for name, schema in schemas.items():
             loaded._keep.append(define(ns, schema))
             if name in specs or returns_alias(schema):

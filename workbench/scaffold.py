@@ -5,6 +5,9 @@ The template is a complete elementwise op that builds, passes ``wb check`` and d
     NAME(Tensor x, float alpha) -> Tensor      out = alpha * x + NAME_SHIFT
 
 with a CPU kernel, a CUDA kernel, a shared header holding the shift, a binding and a spec. The
+CUDA kernel is a device-only TU (``NAME.kernel.cu``, compiled by NVRTC and swapped in as a module
+on an edit) launched from ``NAME.cu``; ``layout="nvcc"`` writes it the older way instead, kernel
+and launcher in one ``NAME.cu`` that nvcc compiles whole. The
 generator is a pure function from the name to file texts (:func:`family_files`); writing skips
 files whose text is already there, so rewriting an unchanged family rebuilds nothing.
 """
@@ -101,6 +104,58 @@ struct Apply {{
 template <typename T>
 Status {name}_cuda(const T* x, double alpha, T* out, int64_t n, Stream stream) {{
   return wb::elementwise<T>(n, stream, Apply<acc_t<T>>{{static_cast<acc_t<T>>(alpha)}}, out, x);
+}}
+WB_INSTANTIATE(WB_FLOATING, {name}_cuda)
+
+}}  // namespace wb::{name}_family
+"""
+
+_DEVICE = """\
+// {name}.kernel.cu: the CUDA kernel of the {name} family, a device-only TU.
+//
+//   {name}: out = alpha * x + kShift ({name}_math.h), computed in float (double for float64)
+//
+// NVRTC compiles this file alone, for the instantiations the launcher in {name}.cu names, and the
+// library loads it as a module: an edit here reloads in a module swap (no host compile, link or
+// dlopen). Device code only: no host function, no CUDA runtime header.
+//   Check and time:  wb check {name} --device cuda
+#include "{name}/{name}_math.h"
+#include "wb/elementwise_device.cuh"
+
+namespace wb::{name}_family {{
+
+template <typename A>
+struct Apply {{
+  A alpha;
+  __device__ A operator()(A x) const {{ return apply(x, alpha); }}
+}};
+
+// N: elements per vector (1: the unaligned path); NoL1: vector loads skip L1.
+template <int N, bool NoL1, typename T>
+__global__ void __launch_bounds__(wb::detail::kThreads)
+    {name}_kernel(int n, acc_t<T> alpha, T* __restrict__ out, const T* __restrict__ x) {{
+  wb::detail::elementwise_body<N, NoL1>(n, Apply<acc_t<T>>{{alpha}}, out, x);
+}}
+
+}}  // namespace wb::{name}_family
+"""
+
+_LAUNCHER = """\
+// {name}.cu: the CUDA launcher of the {name} family (host code; the kernel is {name}.kernel.cu).
+//
+//   x, out: [n] contiguous, one dtype of float32 / float64 / float16 / bfloat16; 16-byte loads
+//   when both pointers are aligned.
+#include "{name}/{name}.h"
+#include "wb/dtypes.h"
+#include "wb/elementwise_launch.h"
+
+namespace wb::{name}_family {{
+
+WB_DEVICE_TEMPLATE(kKernel, "{name}.kernel.cu", "wb::{name}_family::{name}_kernel");
+
+template <typename T>
+Status {name}_cuda(const T* x, double alpha, T* out, int64_t n, Stream stream) {{
+  return wb::elementwise_launch<&kKernel>(n, stream, static_cast<acc_t<T>>(alpha), out, x);
 }}
 WB_INSTANTIATE(WB_FLOATING, {name}_cuda)
 
@@ -248,28 +303,45 @@ def check_name(name: str) -> str:
     return name
 
 
-def family_files(name: str, shift: float = 1.0) -> dict[str, str]:
-    """Paths (relative to the folder holding kernels/ and bindings/) and texts of a family."""
+LAYOUTS = ("device", "nvcc")
+
+
+def family_files(name: str, shift: float = 1.0, layout: str = "device") -> dict[str, str]:
+    """Paths (relative to the folder holding kernels/ and bindings/) and texts of a family.
+
+    ``layout``: "device" (the kernel in a device-only TU, NAME.kernel.cu) or "nvcc" (kernel and
+    launcher in NAME.cu).
+    """
     check_name(name)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
     fields = {"name": name, "shift": repr(float(shift))}
+    cuda = {f"kernels/{name}/{name}.cu": _CUDA.format(**fields)}
+    if layout == "device":
+        cuda = {
+            f"kernels/{name}/{name}.kernel.cu": _DEVICE.format(**fields),
+            f"kernels/{name}/{name}.cu": _LAUNCHER.format(**fields),
+        }
     return {
         f"kernels/{name}/{name}.h": _HEADER.format(**fields),
         f"kernels/{name}/{name}_math.h": _MATH.format(**fields),
         f"kernels/{name}/{name}.cpp": _CPU.format(**fields),
-        f"kernels/{name}/{name}.cu": _CUDA.format(**fields),
+        **cuda,
         f"kernels/{name}/spec.py": _SPEC.format(**fields),
         f"bindings/{name}.cpp": _BINDING.format(**fields),
     }
 
 
-def write_family(kernels_dir: Path, name: str, shift: float = 1.0) -> list[Path]:
+def write_family(
+    kernels_dir: Path, name: str, shift: float = 1.0, layout: str = "device"
+) -> list[Path]:
     """Write the family ``name`` into ``kernels_dir`` (and ``bindings/`` beside it).
 
     Returns the files whose text changed.
     """
     root = Path(kernels_dir).parent
     written = []
-    for rel, text in family_files(name, shift).items():
+    for rel, text in family_files(name, shift, layout).items():
         path = root / rel
         if path.is_file() and path.read_text() == text:
             continue
@@ -279,12 +351,12 @@ def write_family(kernels_dir: Path, name: str, shift: float = 1.0) -> list[Path]
     return written
 
 
-def write_registry(root: Path, count: int, prefix: str = "op") -> Path:
+def write_registry(root: Path, count: int, prefix: str = "op", layout: str = "device") -> Path:
     """A registry of ``count`` template families named ``{prefix}00``, ``{prefix}01``, ...
 
     Family ``i`` shifts by ``i``. Returns the kernels/ folder.
     """
     kernels = Path(root) / "kernels"
     for i in range(count):
-        write_family(kernels, f"{prefix}{i:02d}", shift=float(i))
+        write_family(kernels, f"{prefix}{i:02d}", shift=float(i), layout=layout)
     return kernels

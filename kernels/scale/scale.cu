@@ -1,4 +1,4 @@
-// scale.cu: CUDA kernel of the scale family.
+// scale.cu: the CUDA launcher of the scale family (host code; the kernel is in scale.kernel.cu).
 //
 //   scale: out = x * s
 //   x, out: [n] contiguous, one dtype of float32 / float64 / float16 / bfloat16;
@@ -7,19 +7,15 @@
 //   Check and time:  wb check scale --device cuda
 #include "scale/scale.h"
 #include "wb/dtypes.h"
-#include "wb/elementwise.cuh"
+#include "wb/elementwise_launch.h"
 
 namespace wb::scale {
 
-template <typename A>
-struct Scale {
-  A s;
-  __device__ A operator()(A x) const { return x * s; }
-};
+WB_DEVICE_TEMPLATE(kScale, "scale.kernel.cu", "wb::scale::scale_kernel");
 
 template <typename T>
 Status scale_cuda(const T* x, double s, T* out, int64_t n, Stream stream) {
-  return elementwise<T>(n, stream, Scale<acc_t<T>>{static_cast<acc_t<T>>(s)}, out, x);
+  return elementwise_launch<&kScale>(n, stream, static_cast<acc_t<T>>(s), out, x);
 }
 WB_INSTANTIATE(WB_FLOATING, scale_cuda)
 

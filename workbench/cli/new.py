@@ -10,6 +10,12 @@ from workbench.errors import WorkbenchError
 
 def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="the family's name: its folder, C++ namespace and op name")
+    p.add_argument(
+        "--nvcc",
+        action="store_true",
+        help="put the CUDA kernel and its launcher in one NAME.cu that nvcc compiles (default: "
+        "the kernel in NAME.kernel.cu, compiled by NVRTC and reloaded by a module swap)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         raise WorkbenchError(
             f"op family {args.name!r} already exists under {kernels}; pick another name"
         )
-    for path in scaffold.write_family(kernels, args.name):
+    layout = "nvcc" if args.nvcc else "device"
+    for path in scaffold.write_family(kernels, args.name, layout=layout):
         print(path)
     where = f"--kernels {kernels} " if args.kernels else ""
     print(f"next: edit the files above, then `wb {where}check {args.name}`")

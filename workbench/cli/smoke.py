@@ -8,11 +8,16 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from xml.etree import ElementTree
 
 from workbench.cli.common import families_of, op_names, print_json, project_of
 from workbench.cli.table import render
 from workbench.project import Family, Project
+
+if TYPE_CHECKING:
+    from workbench.build import Built
+    from workbench.config import Config
 
 DEFAULT_ARCHS = "sm_80,sm_90a"
 HEADERS = ["op", "TU", "arch", "seconds", "regs", "spills", "smem", "verdict"]
@@ -129,6 +134,47 @@ def compile_rows(
                 rows.append(Row(family.name, name, arch, tu_secs, u.regs, u.spills, u.smem))
     link = "OK" if built.library is not None else "skipped: CPU torch"
     rows.append(Row(family.name, "link", ",".join(archs), None, verdict=link))
+    if config.with_cuda and any(s.kind == "device" for s in family.sources):
+        rows += device_rows(project, family, config, built)
+    return rows
+
+
+def device_rows(project: Project, family: Family, config: Config, built: Built) -> list[Row]:
+    """One row per (device-only TU, arch): NVRTC's cubin for the kernels the launchers name."""
+    from workbench import device
+    from workbench.errors import WorkbenchError
+
+    start = time.perf_counter()
+    try:
+        kernels = device.listed_kernels(project, family, config, built)
+        modules = device.ensure(project, family, config, kernels)
+    except WorkbenchError as e:
+        secs = time.perf_counter() - start
+        arch = ",".join(config.archs)
+        return [Row(family.name, "device", arch, secs, verdict="FAIL", detail=str(e))]
+    rows = []
+    named = {m.source for m in modules}
+    for m in modules:
+        for image in m.images:
+            record = image.record()
+            usage = parse_ptxas(str(record.get("log", ""))).get(image.arch, PtxasUsage())
+            seconds = record.get("seconds")
+            rows.append(
+                Row(
+                    family.name,
+                    _short(m.source),
+                    image.arch,
+                    float(seconds) if seconds is not None else None,
+                    usage.regs,
+                    usage.spills,
+                    usage.smem,
+                    verdict="OK (NVRTC)",
+                )
+            )
+    for src in family.sources:
+        if src.kind == "device" and src.path not in named:
+            verdict = "OK (no launcher names it)"
+            rows.append(Row(family.name, _short(src.path), "-", None, verdict=verdict))
     return rows
 
 

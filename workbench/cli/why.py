@@ -107,6 +107,30 @@ def _show(value: Any) -> str:
     )
 
 
+def build_paths(family: Family, config: Config) -> list[dict[str, str]]:
+    """How each TU of the family is built, and why (device-only TUs: workbench.device)."""
+    out = []
+    for src in family.sources:
+        if src.kind == "device":
+            path = "NVRTC, a cubin per arch, loaded as a module"
+            why = "a device-only TU (*.kernel.cu): an edit reloads by a module swap, no host build"
+            if not config.with_cuda:
+                path, why = "not built", f"CUDA is off ({config.cpu_reason})"
+        elif src.kind == "cuda":
+            path = "nvcc, host and device code, linked into the library"
+            why = (
+                "an edit reloads by compile, link and dlopen; device code moved to a "
+                "NAME.kernel.cu reloads by a module swap"
+            )
+            if not config.with_cuda:
+                path, why = "not built", f"CUDA is off ({config.cpu_reason})"
+        else:
+            path = "host compiler, linked into the library"
+            why = "torch-aware host code" if src.kind == "binding" else "a CPU kernel TU"
+        out.append({"source": str(src.path), "path": path, "why": why})
+    return out
+
+
 def explain(project: Project, family: Family, config: Config) -> tuple[str, list[dict[str, Any]]]:
     """(headline, changes) between the newest cached build of ``family`` and the inputs now."""
     from workbench import build, inventory
@@ -139,11 +163,16 @@ def run(args: argparse.Namespace) -> int:
 
     project = project_of(args)
     (family,) = families_of(project, [args.op])
-    head, changes = explain(project, family, make_config(devices_arg(args.device)))
+    config = make_config(devices_arg(args.device))
+    head, changes = explain(project, family, config)
+    paths = build_paths(family, config)
     if args.json:
-        print_json({"summary": head, "changes": changes})
+        print_json({"summary": head, "changes": changes, "paths": paths})
         return 0
     print(head)
     for change in changes:
         print(f"  {describe(change)}")
+    print("how each TU builds:")
+    for p in paths:
+        print(f"  {p['source']}: {p['path']} ({p['why']})")
     return 0

@@ -81,7 +81,9 @@ def build_wheel(
     assert len(libraries) == len(built), "a linked configuration always yields a library"
     tag, python_api = wheel.tag_for(libraries)
     files: dict[str, bytes] = {}
-    records = [_add_family(files, name, f, b) for f, b in zip(chosen, built, strict=True)]
+    records = [
+        _add_family(files, name, project, config, f, b) for f, b in zip(chosen, built, strict=True)
+    ]
     info = _build_info(project, name, version, config, tag, python_api, records)
     files[f"{name}/_specs/__init__.py"] = b'"""The op specs of the shipped families."""\n'
     files[f"{name}/_spec.py"] = Path(spec_module.__file__).read_bytes()
@@ -98,11 +100,29 @@ def build_wheel(
 
 
 def _add_family(
-    files: dict[str, bytes], name: str, family: Family, built: build.Built
+    files: dict[str, bytes],
+    name: str,
+    project: Project,
+    config: Config,
+    family: Family,
+    built: build.Built,
 ) -> dict[str, Any]:
-    """Put a family's library and shipped spec into ``files``; its record in the build info."""
+    """Put a family's library, the cubins of its device-only TUs and its shipped spec into
+    ``files``; its record in the build info."""
     assert built.library is not None
-    schemas = loader.open_library(built).schemas  # RTLD_LOCAL, registers nothing
+    handle = loader.open_library(built)  # RTLD_LOCAL, registers nothing
+    schemas = handle.schemas
+    modules = []
+    if config.with_cuda and any(s.kind == "device" for s in family.sources):
+        from workbench import device
+
+        for m in device.ensure(project, family, config, device.kernel_names(handle)):
+            images = []
+            for image in m.images:
+                arc = f"_lib/{family.name}/{m.file}.{image.arch}.cubin"
+                files[f"{name}/{arc}"] = image.path.read_bytes()
+                images.append({"arch": image.arch, "cubin": arc, "lowered": image.lowered})
+            modules.append({"file": m.file, "images": images})
     arcname = f"_lib/{built.library.name}"
     files[f"{name}/{arcname}"] = built.library.read_bytes()
     if family.spec_path is not None:
@@ -114,6 +134,7 @@ def _add_family(
         "sha256": built.manifest.get("sha256"),
         "spec": family.spec_path is not None,
         "schemas": sorted(schemas.values()),
+        "modules": modules,
     }
 
 

@@ -1,53 +1,14 @@
-// wb/cuda.cuh: small CUDA helpers for kernel TUs (no torch header).
+// wb/cuda.cuh: CUDA helpers for kernel TUs that nvcc compiles (no torch header).
 //
-//   wb::Vec<T, N>          N scalars loaded or stored as one aligned access (16 bytes when full)
-//   wb::kVec16<T>          how many T fit in 16 bytes
-//   wb::aligned16(p...)    whether every pointer allows 16-byte vector access
-//   wb::warp_sum(v)        sum over the 32 lanes of a warp (every lane gets the result)
-//   wb::block_sum(v, buf)  sum over the block; buf is __shared__ acc_t[32]; every thread gets it
+//   everything of wb/device.cuh (Vec, kVec16, aligned16, warp_sum, block_sum)
 //   wb::launch_status()    the launch error as wb::Status (nullptr when the launch succeeded)
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "wb/types.h"
+#include "wb/device.cuh"
 
 namespace wb {
-
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-
-template <typename T>
-constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
-
-template <typename... P>
-__host__ __device__ inline bool aligned16(const P*... p) {
-  return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
-}
-
-template <typename A>
-__device__ __forceinline__ A warp_sum(A v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Requires blockDim.x to be a multiple of 32. buf must hold 32 values.
-template <typename A>
-__device__ __forceinline__ A block_sum(A v, A* buf) {
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  const int warps = blockDim.x / 32;
-  v = warp_sum(v);
-  if (lane == 0) buf[warp] = v;
-  __syncthreads();
-  v = lane < warps ? buf[lane] : A(0);
-  v = warp_sum(v);
-  __syncthreads();  // buf may be reused by the caller
-  return v;
-}
 
 inline Status launch_status() {
   const cudaError_t err = cudaGetLastError();

@@ -8,8 +8,22 @@
 // cuda_bf16.h (about 0.6 s of every nvcc run).
 #pragma once
 
+#if defined(__CUDACC_RTC__)
+// NVRTC (device-only TUs, *.kernel.cu) has no C++ library headers: the fixed-width integer
+// types of an LP64 host, as <cstdint> defines them, so host and device code agree on names.
+using int8_t = signed char;
+using int16_t = short;
+using int32_t = int;
+using int64_t = long;
+using uint8_t = unsigned char;
+using uint16_t = unsigned short;
+using uint32_t = unsigned int;
+using uint64_t = unsigned long;
+using uintptr_t = unsigned long;
+#else
 #include <cstdint>
 #include <cstring>
+#endif
 
 #if defined(__CUDACC__)
 #define WB_HD __host__ __device__ __forceinline__
@@ -51,6 +65,7 @@ constexpr T min_of(T a, T b) {
   return b < a ? b : a;
 }
 
+#if !defined(__CUDACC_RTC__)  // host conversions: NVRTC compiles device code only
 namespace detail {
 
 inline float bits_to_float(uint32_t u) {
@@ -106,6 +121,7 @@ inline uint16_t float_to_bf16(float f) {
 }
 
 }  // namespace detail
+#endif
 
 WB_HD float to_acc(float x) { return x; }
 WB_HD double to_acc(double x) { return x; }

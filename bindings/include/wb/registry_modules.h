@@ -1,0 +1,373 @@
+// wb/registry_modules.h: the modules of device-only TUs, for bindings/registry.cpp only.
+//
+// Host launchers name each kernel they launch (wb/module.h); the names are registered while the
+// library loads, and the driver reads them (wb_kernel_count, wb_kernel_name), compiles each
+// device-only TU for those names, one cubin per GPU architecture, and hands the cubins over
+// (wb_module_load). A later wb_module_load for the same file swaps the module: each launcher's
+// kernel is looked up again in the new module on its next launch, per device, and no host code
+// changes. The cubins are loaded into the driver lazily, at the first launch that needs them,
+// with context-independent loading (cuLibraryLoadData): one load serves every device of the
+// process; each device launches from the cubin built for its architecture.
+//
+// Old modules are never unloaded: a CUDA graph captured before a swap keeps replaying the
+// kernels it captured, and a launch queued on a stream may still be waiting for them. A module
+// is a few hundred KiB of device memory at most; a process that reloads a kernel 200 times
+// keeps 200 of them.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "wb/module.h"
+
+#ifdef WB_WITH_CUDA
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace wb::detail {
+
+#ifdef WB_WITH_CUDA
+using KernelHandle = CUkernel;
+using LibraryHandle = CUlibrary;
+#else
+using KernelHandle = void*;
+using LibraryHandle = void*;
+#endif
+
+constexpr int kMaxDevices = 64;
+
+// One cubin of a module: its architecture and the mangled name of each kernel expression.
+struct Image {
+  int major = 0, minor = 0;
+  bool arch_specific = false;  // sm_90a: runs on exactly that architecture
+  std::string bytes;
+  std::map<std::string, std::string> lowered;  // expression -> mangled name
+  LibraryHandle library = nullptr;             // loaded at first use
+  std::string load_error;
+};
+
+struct Module {
+  std::vector<std::unique_ptr<Image>> images;
+};
+
+// A device-only TU's modules: the live one (the last loaded) and the ones before it.
+struct ModuleFile {
+  std::string file;
+  std::atomic<uint64_t> generation{0};  // 0: no module loaded yet
+  std::deque<Module> modules;           // back(): the live one; older ones stay loaded
+};
+
+struct PerDevice {
+  std::atomic<uint64_t> generation{0};  // of the module `kernel` was looked up in
+  KernelHandle kernel = nullptr;
+  int smem_opt_in = 48 * 1024;  // dynamic shared memory allowed without an attribute
+};
+
+struct KernelSlot {
+  ModuleFile* file;
+  std::string expression;
+  PerDevice devices[kMaxDevices];
+};
+
+struct ModuleTable {
+  std::mutex mutex;  // taken to register, load, and look a kernel up: never on a launch's fast path
+  std::map<std::string, std::unique_ptr<ModuleFile>> files;
+  std::deque<KernelSlot> slots;  // stable addresses: launchers keep pointers
+  uint64_t next_generation = 1;
+};
+
+inline ModuleTable& modules() {
+  static ModuleTable table;
+  return table;
+}
+
+KernelSlot* register_kernel(const char* file, std::string expression) {
+  ModuleTable& t = modules();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  for (KernelSlot& s : t.slots) {
+    if (s.file->file == file && s.expression == expression) return &s;
+  }
+  auto& entry = t.files[file];
+  if (!entry) {
+    entry = std::make_unique<ModuleFile>();
+    entry->file = file;
+  }
+  t.slots.emplace_back();
+  KernelSlot& slot = t.slots.back();
+  slot.file = entry.get();
+  slot.expression = std::move(expression);
+  return &slot;
+}
+
+inline int kernel_count() {
+  ModuleTable& t = modules();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  return static_cast<int>(t.slots.size());
+}
+
+// Kernel i as "file\texpression", or nullptr; the text stays valid until the thread's next call.
+inline const char* kernel_name(int i) {
+  ModuleTable& t = modules();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  if (i < 0 || i >= static_cast<int>(t.slots.size())) return nullptr;
+  thread_local std::string text;
+  text = t.slots[i].file->file + "\t" + t.slots[i].expression;
+  return text.c_str();
+}
+
+// The text of the last error of this thread (a launch's Status points into it).
+inline Status fail(std::string text) {
+  thread_local std::string last;
+  last = std::move(text);
+  return last.c_str();
+}
+
+#ifdef WB_WITH_CUDA
+
+// The driver functions, from the runtime's entry-point lookup: no link against libcuda.
+struct Driver {
+  decltype(&::cuLibraryLoadData) library_load_data = nullptr;
+  decltype(&::cuLibraryGetKernel) library_get_kernel = nullptr;
+  decltype(&::cuKernelSetAttribute) kernel_set_attribute = nullptr;
+  decltype(&::cuKernelGetParamInfo) kernel_get_param_info = nullptr;  // CUDA 12.4 drivers on
+  decltype(&::cuLaunchKernelEx) launch_kernel_ex = nullptr;
+  decltype(&::cuDeviceGet) device_get = nullptr;
+  decltype(&::cuGetErrorString) get_error_string = nullptr;
+  std::string error;
+};
+
+template <typename F>
+void entry_point(const char* name, F& fn, std::string& error) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+  const cudaError_t e =
+      cudaGetDriverEntryPointByVersion(name, &p, CUDART_VERSION, cudaEnableDefault, &found);
+#else
+  const cudaError_t e = cudaGetDriverEntryPoint(name, &p, cudaEnableDefault, &found);
+#endif
+  if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || p == nullptr) {
+    (void)cudaGetLastError();
+    if (error.empty()) error = std::string("the CUDA driver has no ") + name;
+    return;
+  }
+  fn = reinterpret_cast<F>(p);
+}
+
+inline const Driver& driver() {
+  static const Driver d = [] {
+    Driver r;
+    entry_point("cuLibraryLoadData", r.library_load_data, r.error);
+    entry_point("cuLibraryGetKernel", r.library_get_kernel, r.error);
+    entry_point("cuKernelSetAttribute", r.kernel_set_attribute, r.error);
+    entry_point("cuLaunchKernelEx", r.launch_kernel_ex, r.error);
+    entry_point("cuDeviceGet", r.device_get, r.error);
+    entry_point("cuGetErrorString", r.get_error_string, r.error);
+    std::string optional;
+    entry_point("cuKernelGetParamInfo", r.kernel_get_param_info, optional);
+    return r;
+  }();
+  return d;
+}
+
+inline std::string cu_error(CUresult r) {
+  const char* text = nullptr;
+  if (driver().get_error_string != nullptr) driver().get_error_string(r, &text);
+  return text != nullptr ? text : "CUDA driver error " + std::to_string(static_cast<int>(r));
+}
+
+inline std::string arch_name(int major, int minor, bool specific) {
+  return "sm_" + std::to_string(major) + std::to_string(minor) + (specific ? "a" : "");
+}
+
+// The image of `m` that runs on a device of compute capability major.minor: the same
+// architecture, else the newest of the same major version below it (not an arch-specific one).
+inline Image* image_for(Module& m, int major, int minor) {
+  Image* best = nullptr;
+  for (auto& img : m.images) {
+    if (img->major != major || img->minor > minor) continue;
+    if (img->arch_specific && img->minor != minor) continue;
+    if (best == nullptr || img->minor > best->minor) best = img.get();
+  }
+  return best;
+}
+
+// Looks slot's kernel up in the live module for `device`; called under the table's mutex.
+inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int count) {
+  const Driver& d = driver();
+  if (!d.error.empty()) return fail(d.error + " (a CUDA 12 driver is needed for device-only TUs)");
+  ModuleFile& f = *slot->file;
+  if (f.modules.empty()) {
+    return fail("no module is loaded for " + f.file + " (kernel " + slot->expression +
+                "); the workbench loads it with the library: was the library opened by hand?");
+  }
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  Image* img = image_for(f.modules.back(), major, minor);
+  if (img == nullptr) {
+    std::string built;
+    for (auto& i : f.modules.back().images) {
+      built += (built.empty() ? "" : ", ") + arch_name(i->major, i->minor, i->arch_specific);
+    }
+    return fail(f.file + " has no cubin for device " + std::to_string(device) + " (sm_" +
+                std::to_string(major) + std::to_string(minor) + "); built for " + built +
+                ": add the architecture to TORCH_CUDA_ARCH_LIST");
+  }
+  auto name = img->lowered.find(slot->expression);
+  if (name == img->lowered.end()) {
+    return fail(f.file + " was compiled without " + slot->expression +
+                "; reload the library (the launcher names it, the module was built before)");
+  }
+  if (img->library == nullptr) {
+    if (!img->load_error.empty()) return fail(img->load_error);
+    CUlibrary lib = nullptr;
+    const CUresult r =
+        d.library_load_data(&lib, img->bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+    if (r != CUDA_SUCCESS) {
+      img->load_error = "loading the cubin of " + f.file + " failed: " + cu_error(r);
+      return fail(img->load_error);
+    }
+    img->library = lib;
+  }
+  CUkernel k = nullptr;
+  CUresult r = d.library_get_kernel(&k, img->library, name->second.c_str());
+  if (r != CUDA_SUCCESS) {
+    return fail("kernel " + slot->expression + " not found in " + f.file + ": " + cu_error(r));
+  }
+  if (d.kernel_get_param_info != nullptr) {
+    std::string theirs, ours;
+    int n = 0;
+    for (;; ++n) {
+      size_t offset = 0, size = 0;
+      if (d.kernel_get_param_info(k, n, &offset, &size) != CUDA_SUCCESS) break;
+      theirs += (n ? ", " : "") + std::to_string(size);
+    }
+    for (int i = 0; i < count; ++i) ours += (i ? ", " : "") + std::to_string(sizes[i]);
+    if (theirs != ours) {
+      return fail(slot->expression + " in " + f.file + " takes " + std::to_string(n) +
+                  " parameters of " + (n ? theirs : "no") + " bytes; its launcher passes " +
+                  std::to_string(count) + " of " + (count ? ours : "no") +
+                  " bytes: make the launch's argument types the kernel's parameter types");
+    }
+  }
+  PerDevice& pd = slot->devices[device];
+  pd.kernel = k;
+  pd.smem_opt_in = 48 * 1024;
+  pd.generation.store(f.generation.load(std::memory_order_acquire), std::memory_order_release);
+  return nullptr;
+}
+
+Status launch_kernel(KernelSlot* slot, const LaunchConfig& c, Stream stream, void** args,
+                     const size_t* sizes, int count) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return fail(cudaGetErrorString(cudaGetLastError()));
+  if (device < 0 || device >= kMaxDevices) return fail("device index out of range");
+  PerDevice& pd = slot->devices[device];
+  const uint64_t live = slot->file->generation.load(std::memory_order_acquire);
+  if (live == 0 || pd.generation.load(std::memory_order_acquire) != live) {
+    std::lock_guard<std::mutex> lock(modules().mutex);
+    if (const Status err = resolve(slot, device, sizes, count)) return err;
+  }
+  const Driver& d = driver();
+  if (c.smem > static_cast<unsigned>(pd.smem_opt_in)) {
+    CUdevice dev = 0;
+    CUresult r = d.device_get(&dev, device);
+    if (r == CUDA_SUCCESS) {
+      r = d.kernel_set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 static_cast<int>(c.smem), pd.kernel, dev);
+    }
+    if (r != CUDA_SUCCESS) {
+      return fail(slot->expression + ": asking for " + std::to_string(c.smem) +
+                  " bytes of dynamic shared memory failed: " + cu_error(r));
+    }
+    pd.smem_opt_in = static_cast<int>(c.smem);
+  }
+  CUlaunchConfig config{};
+  config.gridDimX = c.grid.x;
+  config.gridDimY = c.grid.y;
+  config.gridDimZ = c.grid.z;
+  config.blockDimX = c.block.x;
+  config.blockDimY = c.block.y;
+  config.blockDimZ = c.block.z;
+  config.sharedMemBytes = c.smem;
+  config.hStream = static_cast<CUstream>(stream);
+  CUlaunchAttribute cluster{};
+  if (c.cluster.x != 0) {
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = c.cluster.x;
+    cluster.value.clusterDim.y = c.cluster.y;
+    cluster.value.clusterDim.z = c.cluster.z;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  CUresult r = d.launch_kernel_ex(&config, reinterpret_cast<CUfunction>(pd.kernel), args, nullptr);
+  if (r == CUDA_ERROR_INVALID_CONTEXT) {
+    // A thread the runtime has not bound to the device's context yet (autograd's backward
+    // threads): cudaSetDevice makes the primary context current here, as a runtime launch would.
+    if (cudaSetDevice(device) == cudaSuccess) {
+      r = d.launch_kernel_ex(&config, reinterpret_cast<CUfunction>(pd.kernel), args, nullptr);
+    }
+  }
+  if (r != CUDA_SUCCESS) return fail(slot->expression + ": " + cu_error(r));
+  return nullptr;
+}
+
+#else  // a library without CUDA: the launchers are never called
+
+Status launch_kernel(KernelSlot* slot, const LaunchConfig&, Stream, void**, const size_t*, int) {
+  return fail(slot->expression + ": this library was built without CUDA");
+}
+
+#endif
+
+// One cubin handed over by the driver: compute capability major.minor, whether it is the
+// arch-specific variant (sm_90a), its bytes, and its lowered names as lines of
+// "expression\tmangled name".
+struct ImageIn {
+  int major, minor;
+  bool arch_specific;
+  std::string bytes;
+  std::string lowered;
+};
+
+// Makes `images` the live module of `file`; "" or the error.
+inline std::string load_module(const std::string& file, const std::vector<ImageIn>& images) {
+  Module m;
+  for (const ImageIn& in : images) {
+    auto img = std::make_unique<Image>();
+    img->major = in.major;
+    img->minor = in.minor;
+    img->arch_specific = in.arch_specific;
+    img->bytes = in.bytes;
+    size_t at = 0;
+    const std::string& text = in.lowered;
+    while (at < text.size()) {
+      size_t end = text.find('\n', at);
+      if (end == std::string::npos) end = text.size();
+      const size_t tab = text.find('\t', at);
+      if (tab == std::string::npos || tab > end) return "bad lowered-name line for " + file;
+      img->lowered[text.substr(at, tab - at)] = text.substr(tab + 1, end - tab - 1);
+      at = end + 1;
+    }
+    m.images.push_back(std::move(img));
+  }
+  ModuleTable& t = modules();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  auto& entry = t.files[file];
+  if (!entry) {
+    entry = std::make_unique<ModuleFile>();
+    entry->file = file;
+  }
+  entry->modules.push_back(std::move(m));
+  entry->generation.store(t.next_generation++, std::memory_order_release);
+  return "";
+}
+
+}  // namespace wb::detail

@@ -1,0 +1,165 @@
+"""Device-only TUs on a GPU: kernels launched from NVRTC modules, swapped in a running library.
+
+One registry of two template families (``wb new``'s device-only layout) serves the module; each
+test edits it, reloads, and checks what ran, what was compiled and which library is live.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import workbench
+from workbench import knobs, loader, scaffold, ship
+from workbench.api import BuildWarning
+
+pytestmark = pytest.mark.cuda
+
+NS = f"wbdevice{os.getpid()}"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return scaffold.write_registry(tmp_path_factory.mktemp("device"), 2)
+
+
+@pytest.fixture(scope="module")
+def loaded(registry: Path, cache_dir: Path) -> workbench.Library:
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        return workbench.load(registry, namespace=NS)
+
+
+@pytest.fixture
+def lib(loaded: workbench.Library, registry: Path) -> Iterator[workbench.Library]:
+    root = registry.parent
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    yield loaded
+    for p, data in before.items():
+        if p.read_bytes() != data:
+            p.write_bytes(data)
+    loaded.reload(on_error="warn")
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new))
+
+
+def live_library(family: str) -> Path | None:
+    return loader.live_handles(NS)[family].built.library
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_every_dtype_and_alignment_runs_from_the_module(
+    lib: workbench.Library, dtype: torch.dtype
+) -> None:
+    for n in (1, 127, 4096 + 3, 1 << 20):
+        x = torch.randn(n + 1, device="cuda", dtype=dtype)
+        for view in (x[:n], x[1:]):  # 16-byte aligned and not: the vector and scalar kernels
+            expected = (2.0 * view.float() + 1.0).to(dtype)  # op01 shifts by 1
+            torch.testing.assert_close(lib.op01(view, 2.0), expected)
+
+
+def test_a_kernel_edit_swaps_the_module_and_keeps_the_library(
+    lib: workbench.Library, registry: Path, compiled: list[str]
+) -> None:
+    x = torch.arange(8.0, device="cuda")
+    op = torch.ops.__getattr__(NS).op00  # held across the reload, as user code would
+    assert torch.equal(op(x, 2.0), 2 * x)
+    library = live_library("op00")
+    edit(registry / "op00" / "op00.kernel.cu", "apply(x, alpha);", "apply(x, alpha) + A(3);")
+    report = lib.reload()
+    assert compiled == ["op00/op00.kernel.cu"]  # no host TU, no link
+    assert report.swapped == ["op00"] and report.device_only == ["op00"]
+    assert live_library("op00") == library  # the same library: no dlopen
+    assert torch.equal(op(x, 2.0), 2 * x + 3)
+    assert torch.equal(lib.op00(x.cpu(), 2.0), 2 * x.cpu())  # the CPU kernel is untouched
+
+
+def test_a_device_compile_error_names_the_line_and_keeps_the_old_kernel(
+    lib: workbench.Library, registry: Path
+) -> None:
+    source = registry / "op00" / "op00.kernel.cu"
+    edit(source, "apply(x, alpha);", "apply(x, alpha) + not_declared;")
+    line = 1 + source.read_text().split("not_declared")[0].count("\n")
+    with pytest.warns(BuildWarning) as caught:
+        report = lib.reload(on_error="warn")
+    message = str(report.failed["op00"])
+    assert f"{source}:{line}: error" in message and "not_declared" in message
+    assert "op00" in str(caught[0].message)
+    x = torch.arange(4.0, device="cuda")
+    assert torch.equal(lib.op00(x, 2.0), 2 * x)  # the last good module still runs
+
+
+def test_a_launch_whose_arguments_do_not_match_the_kernel_fails_clearly(
+    lib: workbench.Library, registry: Path
+) -> None:
+    edit(registry / "op00" / "op00.kernel.cu", "(int n, acc_t<T>", "(long n, acc_t<T>")
+    lib.reload()
+    with pytest.raises(RuntimeError, match=r"op00_kernel<.*takes 4 parameters of 8, "):
+        lib.op00(torch.ones(4, device="cuda"), 2.0)
+
+
+def test_a_captured_graph_replays_and_the_next_capture_takes_the_new_module(
+    lib: workbench.Library, registry: Path
+) -> None:
+    x = torch.ones(1024, device="cuda")
+    lib.op01(x, 2.0)  # warm: the module is loaded before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = lib.op01(x, 2.0)
+    graph.replay()
+    assert torch.equal(y, torch.full_like(x, 3.0))
+    edit(registry / "op01" / "op01.kernel.cu", "apply(x, alpha);", "apply(x, alpha) * A(2);")
+    lib.reload()
+    graph.replay()  # the old module stays loaded: the captured kernel still runs
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.full_like(x, 3.0))
+    assert torch.equal(lib.op01(x, 2.0), torch.full_like(x, 6.0))
+
+
+def test_a_compiled_caller_runs_the_new_module(lib: workbench.Library, registry: Path) -> None:
+    fn = torch.compile(lambda t: lib.op01(t, 2.0) * 2)
+    x = torch.ones(4, device="cuda")
+    assert torch.equal(fn(x), torch.full((4,), 6.0, device="cuda"))
+    edit(registry / "op01" / "op01.kernel.cu", "apply(x, alpha);", "apply(x, alpha) + A(10);")
+    lib.reload()
+    assert torch.equal(fn(x), torch.full((4,), 26.0, device="cuda"))
+
+
+def test_a_wheel_carries_the_cubins_and_runs_them_without_the_workbench(
+    lib: workbench.Library, registry: Path, cache_dir: Path, tmp_path: Path
+) -> None:
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        shipped = ship.build_wheel(
+            registry, name="devship_ops", namespace="devship", out=tmp_path, families=["op01"]
+        )
+    cubins = [n for n in zipfile.ZipFile(shipped.path).namelist() if n.endswith(".cubin")]
+    assert cubins and all("op01.kernel.cu.sm_" in n for n in cubins), cubins
+    (module,) = shipped.info["families"][0]["modules"]
+    assert module["file"] == "op01.kernel.cu" and len(module["images"]) == len(cubins)
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+    subprocess.run([*pip, "--target", str(site), str(shipped.path)], check=True)
+    code = """
+import sys, torch
+import devship_ops
+assert not [m for m in sys.modules if m.split(".")[0] == "workbench"], "workbench imported"
+x = torch.ones(1 << 12, device="cuda", dtype=torch.float16)
+torch.testing.assert_close(torch.ops.devship.op01(x, 2.0), torch.full_like(x, 3.0))
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WB_", "PYTHONPATH"))}
+    env["PYTHONPATH"] = str(site)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

@@ -1,0 +1,420 @@
+"""Device-only TUs (``*.kernel.cu``): cubins compiled by NVRTC and swapped into a live library.
+
+A family may keep its kernels in files named ``NAME.kernel.cu`` that hold device code only
+(no host function, no CUDA runtime header). Its host launchers, in its ordinary ``.cu``, name
+each kernel they launch (``wb/module.h``); the library registers those names as it loads. Then:
+
+1. the driver reads the names from the opened library (``wb_kernel_name``), groups them by file,
+   and compiles each file with NVRTC once per GPU architecture of the build, with exactly those
+   instantiations (name expressions), into a cubin;
+2. each cubin is kept in the cache under a key over the NVRTC release, the architecture, the
+   options, the names, and the bytes of the file and of every header it includes;
+3. the library gets the cubins (``wb_module_load``) and looks its kernels up in them at their
+   next launch.
+
+An edit that changes only a device-only TU (or headers only it includes) leaves the host
+library's key unchanged: the reload compiles that file alone and swaps its module in the running
+library, with no host compile, no link and no ``dlopen``. Every other file of the family builds
+as before (nvcc for ``.cu``, the host compiler for ``.cpp``): a ``.cu`` is the fallback for
+device code that needs its host side in the same TU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench import build, cache
+from workbench.errors import BuildError, LoadError
+from workbench.hashing import digest, file_digest
+from workbench.project import DEVICE_SUFFIX, Family, Project
+
+if TYPE_CHECKING:
+    from workbench.config import Config
+    from workbench.loader import Handle
+
+# Options of every NVRTC compile besides the architecture, include path and a variant's -D
+# options: the language of nvcc's CUDA_FLAGS; line information for the sanitizer and profilers
+# (as -lineinfo gives nvcc's kernels); and unannotated functions compiled as device functions,
+# so that a header of constexpr helpers that host launchers share needs no __host__ __device__.
+NVRTC_FLAGS = ("-std=c++17", "-lineinfo", "-default-device")
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+class Image:
+    """One cubin of a device-only TU: its architecture, cache key, file and lowered names."""
+
+    def __init__(self, arch: str, key: str, path: Path, lowered: dict[str, str]) -> None:
+        self.arch = arch
+        self.key = key
+        self.path = path
+        self.lowered = lowered
+        self.seconds = 0.0  # compile time; 0 for a cache hit
+
+    def record(self) -> dict[str, Any]:
+        """What its compile recorded: seconds, NVRTC's log, options, headers ({} if unknown)."""
+        meta = cache.read_json(self.path.with_suffix(".json"))
+        return meta if isinstance(meta, dict) else {}
+
+
+class Module:
+    """The cubins of one device-only TU for the current sources, one per architecture."""
+
+    def __init__(self, file: str, source: Path, images: list[Image]) -> None:
+        self.file = file  # relative to the family's folder, as the launchers name it
+        self.source = source
+        self.images = images
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return tuple(i.key for i in self.images)
+
+    @property
+    def compiled(self) -> bool:
+        return any(i.seconds > 0 for i in self.images)
+
+
+def kernel_names(handle: Handle) -> list[tuple[str, str]]:
+    """(file, name expression) of every kernel the library's launchers name."""
+    cdll = handle.cdll
+    count = cdll.wb_kernel_count()
+    cdll.wb_kernel_name.restype = ctypes.c_char_p
+    out = []
+    for i in range(count):
+        raw = cdll.wb_kernel_name(i)
+        file, _, expression = (raw or b"").decode().partition("\t")
+        out.append((file, expression))
+    return out
+
+
+def includes(source: Path, include_dirs: tuple[Path, ...]) -> list[str]:
+    """Every header ``source`` includes, directly or not, that resolves on the include path.
+
+    A textual scan (NVRTC reports no dependencies): an ``#include`` inside a disabled ``#if``
+    counts too, which can only make the key change more often than it must.
+    """
+    seen: dict[str, None] = {}
+    todo = [source]
+    while todo:
+        path = todo.pop()
+        try:
+            text = path.read_bytes()
+        except OSError:
+            continue
+        for name in _INCLUDE.findall(text):
+            rel = name.decode(errors="replace")
+            for folder in (path.parent, *include_dirs):
+                found = folder / rel
+                if found.is_file():
+                    key = os.path.abspath(found)
+                    if key not in seen:
+                        seen[key] = None
+                        todo.append(Path(key))
+                    break
+    return sorted(seen)
+
+
+def _cubin_path(key: str) -> Path:
+    return cache.root() / "cubin" / key[:2] / f"{key}.cubin"
+
+
+def _base_options(project: Project, family: Family, config: Config) -> list[str]:
+    ptxas = ["--ptxas-options=-v"] if config.ptxas_info else []  # wb smoke's register counts
+    return [*NVRTC_FLAGS, *ptxas, *family.defines, *(f"-I{d}" for d in project.include_dirs)]
+
+
+def _options(
+    project: Project, family: Family, config: Config, headers: list[str], source: Path
+) -> list[str]:
+    """The NVRTC options of one TU: a variant's -D options only where the TU can read them."""
+    options = _base_options(project, family, config)
+    if family.defines and not any(build._mentions_tune(p) for p in [str(source), *headers]):
+        options = [o for o in options if o not in family.defines]
+    return options
+
+
+def device_archs(config: Config) -> list[str]:
+    """The build's GPU architectures that get a cubin (PTX-only entries have none)."""
+    archs = [a for a in config.archs if a.startswith("sm_")]
+    if not archs:
+        raise BuildError(
+            f"device-only TUs need a GPU architecture (sm_XY); the build has {config.archs}"
+        )
+    return archs
+
+
+def plan(family: Family, kernels: list[tuple[str, str]]) -> list[tuple[str, Path, list[str]]]:
+    """(file, source, names) per device-only TU the launchers name."""
+    by_file: dict[str, list[str]] = {}
+    for file, name in kernels:
+        by_file.setdefault(file, []).append(name)
+    out = []
+    for file, names in sorted(by_file.items()):
+        source = family.dir / file
+        if not file.endswith(DEVICE_SUFFIX) or not source.is_file():
+            raise BuildError(
+                f"the launchers of {family.name} launch {names[0]} from {file}, which is not a "
+                f"device-only TU of the family: name a file *{DEVICE_SUFFIX} in {family.dir} "
+                "(WB_DEVICE_TEMPLATE's file is relative to the family's folder)"
+            )
+        out.append((file, source, sorted(set(names))))
+    return out
+
+
+def ensure(
+    project: Project, family: Family, config: Config, kernels: list[tuple[str, str]]
+) -> list[Module]:
+    """The cubins of every device-only TU the launchers name: from the cache, or compiled now.
+
+    A TU whose inputs (its text, its headers, its cubins) have the ``stat`` stamps recorded by
+    an earlier call, for the same names, architectures, options and NVRTC, reuses that call's
+    cubins without reading a header or loading NVRTC (see :class:`_Warm`).
+    """
+    from workbench import nvrtc
+
+    archs = device_archs(config)
+    base = _base_options(project, family, config)
+    modules = []
+    for file, source, names in plan(family, kernels):
+        identity = [nvrtc.identity(), archs, base, names]
+        found = _warm().lookup(str(source), identity)
+        if found is not None:
+            modules.append(Module(file, source, found))
+            continue
+        nvrtc.library()  # a clear error when it is missing, before any key is computed
+        release = nvrtc.version()
+        headers = includes(source, project.include_dirs)
+        options = _options(project, family, config, headers, source)
+        inputs = [(p, file_digest(p)) for p in [str(source), *headers]]
+        images = []
+        for arch in archs:
+            key = digest("cubin", release, arch, options, names, inputs)
+            image = _cached(arch, key) or _compile(source, arch, key, names, options, headers)
+            if image.seconds:
+                for hook in build.compile_hooks:
+                    hook(family.name, source)
+            images.append(image)
+        _warm().record(str(source), identity, [str(source), *headers], images)
+        modules.append(Module(file, source, images))
+    _warm().save()
+    return modules
+
+
+class _Warm:
+    """What :func:`ensure` found for each device-only TU, by the stamps of its inputs.
+
+    Kept in one file of the cache (``warm/device.json``), read once per process; the same
+    racy-timestamp rule as the library index (:mod:`workbench.warm`): a file changed in the last
+    two seconds is never recorded, so an edit that keeps size and mtime is not missed.
+    """
+
+    def __init__(self) -> None:
+        self.path = cache.root() / "warm" / "device.json"
+        loaded = cache.read_json(self.path)
+        self.entries: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
+        self.dirty = False
+
+    def lookup(self, source: str, identity: list[Any]) -> list[Image] | None:
+        from workbench import warm
+
+        entry = self.entries.get(source)
+        if not isinstance(entry, dict) or entry.get("identity") != identity:
+            return None
+        for path, stamp in entry.get("stamps", {}).items():
+            if warm._current(path) != stamp:
+                return None
+        return [
+            Image(i["arch"], i["key"], _cubin_path(i["key"]), dict(i["lowered"]))
+            for i in entry["images"]
+        ]
+
+    def record(
+        self, source: str, identity: list[Any], inputs: list[str], images: list[Image]
+    ) -> None:
+        from workbench import warm
+
+        now = time.time()
+        stamps = {}
+        for path in [*inputs, *(str(i.path) for i in images)]:
+            stamp = warm._stamp(path, now)
+            if stamp is None:
+                if self.entries.pop(source, None) is not None:
+                    self.dirty = True
+                return
+            stamps[path] = list(stamp)
+        self.entries[source] = {
+            "identity": identity,
+            "stamps": stamps,
+            "images": [{"arch": i.arch, "key": i.key, "lowered": i.lowered} for i in images],
+        }
+        self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        with contextlib.suppress(OSError):  # only saves time
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_atomic(self.path, json.dumps(self.entries, sort_keys=True))
+        self.dirty = False
+
+
+_warm_state: dict[str, _Warm] = {}
+
+
+def _warm() -> _Warm:
+    """The warm record of the current cache (one per cache folder and process)."""
+    root = str(cache.root())
+    if root not in _warm_state:
+        _warm_state[root] = _Warm()
+    return _warm_state[root]
+
+
+def _cached(arch: str, key: str) -> Image | None:
+    path = _cubin_path(key)
+    meta = cache.read_json(path.with_suffix(".json"))
+    if not isinstance(meta, dict) or not path.is_file():
+        return None
+    if file_digest(str(path)) != meta.get("sha256"):
+        return None  # damaged: compiled again, and replaced
+    return Image(arch, key, path, dict(meta.get("lowered", {})))
+
+
+def _compile(
+    source: Path, arch: str, key: str, names: list[str], options: list[str], headers: list[str]
+) -> Image:
+    from workbench import nvrtc
+
+    start = time.perf_counter()
+    try:
+        result = nvrtc.compile(source, arch, names, options)
+    except BuildError as e:
+        listed = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        raise BuildError(f"{e}\n(the host launchers ask for: {listed})", e.log) from e
+    path = _cubin_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_atomic(path, result.cubin)
+    seconds = time.perf_counter() - start
+    meta = {
+        "arch": arch,
+        "source": str(source),
+        "headers": headers,
+        "options": options,
+        "lowered": result.lowered,
+        "log": result.log,
+        "seconds": seconds,
+        "sha256": file_digest(str(path)),
+    }
+    cache.write_atomic(path.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True))
+    image = Image(arch, key, path, result.lowered)
+    image.seconds = seconds
+    return image
+
+
+def load(handle: Handle, module: Module) -> None:
+    """Make ``module`` the live module of its file in the library of ``handle``."""
+    from workbench import runtime
+
+    images = [(i.arch, i.path.read_bytes(), i.lowered) for i in module.images]
+    error = runtime.load_module(handle.cdll, module.file, images)
+    if error is not None:
+        raise LoadError(f"loading the module of {module.source} failed: {error}")
+    handle.modules[module.file] = module.key
+
+
+def sync(project: Project, family: Family, config: Config, handle: Handle) -> list[Module]:
+    """Compile and load what changed among the family's device-only TUs; the modules swapped."""
+    if handle.kernels is None:
+        handle.kernels = kernel_names(handle)
+    if not handle.kernels:
+        return []
+    swapped = []
+    for module in ensure(project, family, config, handle.kernels):
+        if handle.modules.get(module.file) != module.key:
+            load(handle, module)
+            swapped.append(module)
+    return swapped
+
+
+# Run in a child process by listed_kernels: a launcher's static initialiser that crashes takes
+# down the child, not the caller.
+_LIST = """
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.wb_kernel_name.restype = ctypes.c_char_p
+for i in range(lib.wb_kernel_count()):
+    print(lib.wb_kernel_name(i).decode())
+"""
+
+
+def listed_kernels(
+    project: Project, family: Family, config: Config, built: build.Built
+) -> list[tuple[str, str]]:
+    """The kernels the family's compiled CUDA launchers name, read without torch or a GPU.
+
+    For builds that cannot be linked against torch here (``wb smoke`` on a CPU build of torch):
+    the launchers' objects are linked with ``bindings/kernel_lister.cpp`` and the CUDA runtime
+    into a small library, which a child process loads to read the names (kept in the cache by
+    the objects' keys).
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    from workbench.project import WB_BINDING_INCLUDE, WB_KERNEL_INCLUDE, WB_ROOT
+
+    lister = WB_ROOT / "bindings" / "kernel_lister.cpp"
+    tus = [t for t in built.manifest.get("tus", []) if t["kind"] == "cuda"]
+    objects = [build._object_path(str(t["key"])) for t in tus]
+    if not objects:
+        return []
+    key = digest("lister", config.id, [o.name for o in objects], file_digest(str(lister)))
+    kept = cache.root() / "lister" / f"{key[:32]}.json"
+    found = cache.read_json(kept)
+    if isinstance(found, list):
+        return [(str(f), str(e)) for f, e in found]
+    if config.cuda_home is None:
+        raise BuildError("listing device kernels needs the CUDA runtime: set CUDA_HOME")
+    libdirs = [config.cuda_home / d for d in ("lib64", "lib", "targets/x86_64-linux/lib")]
+    libdir = next((d for d in libdirs if (d / "libcudart.so").exists()), libdirs[0])
+    with tempfile.TemporaryDirectory(prefix="wb-lister-") as tmp:
+        obj, lib = Path(tmp) / "lister.o", Path(tmp) / "lister.so"
+        compile_cmd = [
+            str(config.cxx),
+            "-std=c++17",
+            "-fPIC",
+            "-fvisibility=hidden",
+            f"-I{WB_BINDING_INCLUDE}",
+            f"-I{WB_KERNEL_INCLUDE}",
+            "-c",
+            str(lister),
+            "-o",
+            str(obj),
+        ]
+        link_cmd = [str(config.cxx), "-shared", "-o", str(lib), *map(str, objects), str(obj)]
+        link_cmd += [f"-L{libdir}", "-lcudart", f"-Wl,-rpath,{libdir}"]
+        for cmd in (compile_cmd, link_cmd):
+            proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            if proc.returncode != 0:
+                raise BuildError(
+                    f"listing the device kernels of {family.name} failed:\n{proc.stderr.strip()}",
+                    proc.stderr,
+                )
+        proc = subprocess.run(
+            [sys.executable, "-c", _LIST, str(lib)], capture_output=True, text=True, timeout=120
+        )
+    if proc.returncode != 0:
+        raise BuildError(
+            f"loading the launchers of {family.name} to list their kernels failed:\n"
+            f"{proc.stderr.strip()[-2000:]}",
+            proc.stderr,
+        )
+    names = [tuple(line.split("\t", 1)) for line in proc.stdout.splitlines() if "\t" in line]
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_atomic(kept, json.dumps(names))
+    return [(f, e) for f, e in names]
