@@ -115,9 +115,9 @@ def test_cubins_are_cached_by_content_and_a_header_edit_compiles_again(
     config = make_config(archs=ARCHS, link=False)
     names = [("op00.kernel.cu", "wb::op00_family::op00_kernel<4,true,float>")]
     first = device.ensure(project, family, config, names)
-    assert compiled == ["op00/op00.kernel.cu"] * 2  # one compile per arch
+    assert compiled == ["op00/op00.kernel.cu"]  # once, for both archs
     (module,) = first
-    assert [i.arch for i in module.images] == list(ARCHS)
+    assert [i.arch for i in module.images] == list(ARCHS)  # one name: one program per arch
     assert all(i.path.read_bytes().startswith(ELF_MAGIC) for i in module.images)
     compiled.clear()
     again = device.ensure(project, family, config, names)
@@ -125,7 +125,7 @@ def test_cubins_are_cached_by_content_and_a_header_edit_compiles_again(
     math = kernels / "op00" / "op00_math.h"  # included by the kernel, not the launcher
     math.write_text(math.read_text().replace("kShift = 0.0", "kShift = 2.0"))
     edited = device.ensure(project, family, config, names)
-    assert compiled == ["op00/op00.kernel.cu"] * 2 and edited[0].key != module.key
+    assert compiled == ["op00/op00.kernel.cu"] and edited[0].key != module.key
     more = [*names, ("op00.kernel.cu", "wb::op00_family::op00_kernel<1,false,float>")]
     assert device.ensure(project, family, config, more)[0].key != edited[0].key
 
@@ -177,3 +177,30 @@ def test_wb_why_says_how_each_tu_builds() -> None:
         for p in build_paths(discover().family("muladd"), make_config(archs=ARCHS, link=False))
     }
     assert "NAME.kernel.cu" in muladd["muladd.cu"]["why"]  # kernels that could move out
+
+
+def test_the_names_split_into_the_same_chunks_on_every_machine() -> None:
+    names = [f"k<{i}>" for i in range(12)]
+    parts = device.chunks(names)
+    assert len(parts) <= device.MAX_PROGRAMS and [n for p in parts for n in p] == names
+    assert parts == device.chunks(list(names)) and len({len(p) for p in parts}) == 1
+    assert device.chunks(["one"]) == [["one"]] and device.chunks([]) == []
+
+
+@needs_nvrtc
+def test_chunks_compile_side_by_side_into_one_module_per_arch(tmp_path: Path) -> None:
+    kernels = scaffold.write_registry(tmp_path, 1)
+    project = discover(kernels)
+    family = project.family("op00")
+    config = make_config(archs=ARCHS, link=False)
+    names = [
+        ("op00.kernel.cu", f"wb::op00_family::op00_kernel<{n},{b},{t}>")
+        for t, n in (("float", 4), ("double", 2))
+        for b in ("true", "false")
+    ]
+    (module,) = device.ensure(project, family, config, names)
+    per_arch = len(device.chunks(sorted(e for _, e in names)))
+    assert per_arch > 1 and len(module.images) == per_arch * len(ARCHS)
+    for arch in ARCHS:  # every name in exactly one cubin of each arch
+        lowered = [n for i in module.images if i.arch == arch for n in i.lowered]
+        assert sorted(lowered) == sorted(e for _, e in names)

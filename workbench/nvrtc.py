@@ -20,7 +20,6 @@ import functools
 import os
 import re
 import sys
-import threading
 from pathlib import Path
 
 from workbench import knobs
@@ -158,57 +157,52 @@ def readable_log(log: str) -> str:
     return "\n".join(out).strip()
 
 
-# NVRTC compiles one program at a time per process in some releases; a lock makes that explicit
-# and keeps the log of each compile its own. Programs compile in parallel in worker processes
-# where that matters (a tuning sweep).
-_lock = threading.Lock()
-
-
 def compile(source: Path, arch: str, names: list[str], options: list[str]) -> Result:
     """Compile ``source`` for ``arch`` with the instantiations ``names``; BuildError on failure.
 
     ``options`` are NVRTC options besides the architecture (``-I``, ``-D``, ``-std``...).
+    Threads may compile different programs at once: each call owns its program and its log
+    (ctypes releases the GIL for the compile).
     """
     lib = library()
     c = lib.lib
     text = source.read_bytes()
     opts = [arch_option(arch), *options]
-    with _lock:
-        prog = ctypes.c_void_p()
-        _check(
-            lib,
-            c.nvrtcCreateProgram(ctypes.byref(prog), text, str(source).encode(), 0, None, None),
-            "creating the program",
-        )
-        try:
-            for name in names:
-                _check(lib, c.nvrtcAddNameExpression(prog, name.encode()), f"naming {name}")
-            argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-            status = c.nvrtcCompileProgram(prog, len(opts), argv)
-            size = ctypes.c_size_t()
-            c.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-            buf = ctypes.create_string_buffer(size.value)
-            c.nvrtcGetProgramLog(prog, buf)
-            log = readable_log(buf.value.decode(errors="replace"))
-            if status != 0:
-                raise BuildError(
-                    f"NVRTC {version()} failed to compile {source} for {arch}:\n{log}", log
-                )
-            c.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-            cubin = ctypes.create_string_buffer(size.value)
-            _check(lib, c.nvrtcGetCUBIN(prog, cubin), "reading the cubin")
-            lowered = {}
-            for name in names:
-                out = ctypes.c_char_p()
-                _check(
-                    lib,
-                    c.nvrtcGetLoweredName(prog, name.encode(), ctypes.byref(out)),
-                    f"looking up {name}",
-                )
-                lowered[name] = (out.value or b"").decode()
-            return Result(cubin.raw, lowered, log)
-        finally:
-            c.nvrtcDestroyProgram(ctypes.byref(prog))
+    prog = ctypes.c_void_p()
+    _check(
+        lib,
+        c.nvrtcCreateProgram(ctypes.byref(prog), text, str(source).encode(), 0, None, None),
+        "creating the program",
+    )
+    try:
+        for name in names:
+            _check(lib, c.nvrtcAddNameExpression(prog, name.encode()), f"naming {name}")
+        argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+        status = c.nvrtcCompileProgram(prog, len(opts), argv)
+        size = ctypes.c_size_t()
+        c.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        c.nvrtcGetProgramLog(prog, buf)
+        log = readable_log(buf.value.decode(errors="replace"))
+        if status != 0:
+            raise BuildError(
+                f"NVRTC {version()} failed to compile {source} for {arch}:\n{log}", log
+            )
+        c.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        cubin = ctypes.create_string_buffer(size.value)
+        _check(lib, c.nvrtcGetCUBIN(prog, cubin), "reading the cubin")
+        lowered = {}
+        for name in names:
+            out = ctypes.c_char_p()
+            _check(
+                lib,
+                c.nvrtcGetLoweredName(prog, name.encode(), ctypes.byref(out)),
+                f"looking up {name}",
+            )
+            lowered[name] = (out.value or b"").decode()
+        return Result(cubin.raw, lowered, log)
+    finally:
+        c.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
 def _check(lib: _Library, status: int, what: str) -> None:

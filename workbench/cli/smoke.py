@@ -155,22 +155,17 @@ def device_rows(project: Project, family: Family, config: Config, built: Built) 
     rows = []
     named = {m.source for m in modules}
     for m in modules:
-        for image in m.images:
-            record = image.record()
-            usage = parse_ptxas(str(record.get("log", ""))).get(image.arch, PtxasUsage())
-            seconds = record.get("seconds")
-            rows.append(
-                Row(
-                    family.name,
-                    _short(m.source),
-                    image.arch,
-                    float(seconds) if seconds is not None else None,
-                    usage.regs,
-                    usage.spills,
-                    usage.smem,
-                    verdict="OK (NVRTC)",
-                )
-            )
+        for arch in dict.fromkeys(i.arch for i in m.images):  # a cubin per chunk of kernels
+            total, seconds = PtxasUsage(), 0.0
+            for image in [i for i in m.images if i.arch == arch]:
+                record = image.record()
+                u = parse_ptxas(str(record.get("log", ""))).get(arch, PtxasUsage())
+                total.regs, total.smem = max(total.regs, u.regs), max(total.smem, u.smem)
+                total.spills += u.spills
+                seconds += float(record.get("seconds") or 0.0)
+            row = Row(family.name, _short(m.source), arch, seconds, total.regs, total.spills)
+            row.smem, row.verdict = total.smem, "OK (NVRTC)"
+            rows.append(row)
     for src in family.sources:
         if src.kind == "device" and src.path not in named:
             verdict = "OK (no launcher names it)"

@@ -118,8 +118,8 @@ def _add_family(
 
         for m in device.ensure(project, family, config, device.kernel_names(handle)):
             images = []
-            for image in m.images:
-                arc = f"_lib/{family.name}/{m.file}.{image.arch}.cubin"
+            for j, image in enumerate(m.images):
+                arc = f"_lib/{family.name}/{m.file}.{image.arch}.{j}.cubin"
                 files[f"{name}/{arc}"] = image.path.read_bytes()
                 images.append({"arch": image.arch, "cubin": arc, "lowered": image.lowered})
             modules.append({"file": m.file, "images": images})

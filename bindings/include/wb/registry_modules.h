@@ -186,13 +186,17 @@ inline std::string arch_name(int major, int minor, bool specific) {
   return "sm_" + std::to_string(major) + std::to_string(minor) + (specific ? "a" : "");
 }
 
-// The image of `m` that runs on a device of compute capability major.minor: the same
-// architecture, else the newest of the same major version below it (not an arch-specific one).
-inline Image* image_for(Module& m, int major, int minor) {
+// The image of `m` that holds `expression` and runs on a device of compute capability
+// major.minor: built for the same architecture, else for the newest of the same major version
+// below it (not an arch-specific one). A module may hold several images of one architecture,
+// each with some of the file's kernels (the driver compiles them in parallel). With an empty
+// `expression`, any image of that architecture.
+inline Image* image_for(Module& m, int major, int minor, const std::string& expression) {
   Image* best = nullptr;
   for (auto& img : m.images) {
     if (img->major != major || img->minor > minor) continue;
     if (img->arch_specific && img->minor != minor) continue;
+    if (!expression.empty() && img->lowered.count(expression) == 0) continue;
     if (best == nullptr || img->minor > best->minor) best = img.get();
   }
   return best;
@@ -210,21 +214,22 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  Image* img = image_for(f.modules.back(), major, minor);
+  Image* img = image_for(f.modules.back(), major, minor, slot->expression);
+  if (img == nullptr && image_for(f.modules.back(), major, minor, "") != nullptr) {
+    return fail(f.file + " was compiled without " + slot->expression +
+                "; reload the library (the launcher names it, the module was built before)");
+  }
   if (img == nullptr) {
     std::string built;
     for (auto& i : f.modules.back().images) {
-      built += (built.empty() ? "" : ", ") + arch_name(i->major, i->minor, i->arch_specific);
+      const std::string arch = arch_name(i->major, i->minor, i->arch_specific);
+      if (built.find(arch) == std::string::npos) built += (built.empty() ? "" : ", ") + arch;
     }
     return fail(f.file + " has no cubin for device " + std::to_string(device) + " (sm_" +
                 std::to_string(major) + std::to_string(minor) + "); built for " + built +
                 ": add the architecture to TORCH_CUDA_ARCH_LIST");
   }
   auto name = img->lowered.find(slot->expression);
-  if (name == img->lowered.end()) {
-    return fail(f.file + " was compiled without " + slot->expression +
-                "; reload the library (the launcher names it, the module was built before)");
-  }
   if (img->library == nullptr) {
     if (!img->load_error.empty()) return fail(img->load_error);
     CUlibrary lib = nullptr;
