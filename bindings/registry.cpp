@@ -190,7 +190,7 @@ void add_impl(c10::DispatchKey key, ImplFn fn, const char* file, uint32_t line) 
 }  // namespace wb::detail
 
 // Bumped when the meaning of these entry points changes; the driver refuses other versions.
-WB_EXPORT int wb_abi_version() { return 5; }
+WB_EXPORT int wb_abi_version() { return 6; }
 
 WB_EXPORT int wb_schema_count() { return static_cast<int>(schemas().size()); }
 
@@ -250,17 +250,16 @@ WB_EXPORT int wb_kernel_count() { return wb::detail::kernel_count(); }
 WB_EXPORT const char* wb_kernel_name(int i) { return wb::detail::kernel_name(i); }
 
 // Makes `count` cubins the live module of device-only TU `file`: cubin i is for compute
-// capability majors[i].minors[i] (arch-specific when specific[i]), holds sizes[i] bytes at
-// images[i], and lowered[i] maps each name expression to its mangled name ("expr\tname" lines).
-// Returns 0, or 1 with the error in err.
+// capability majors[i].minors[i] (arch-specific when specific[i]), is the file paths[i] (read at
+// its first launch), and lowered[i] maps each name expression to its mangled name
+// ("expr\tname" lines). Returns 0, or 1 with the error in err.
 WB_EXPORT int wb_module_load(const char* file, int count, const int* majors, const int* minors,
-                             const int* specific, const char* const* images, const size_t* sizes,
+                             const int* specific, const char* const* paths,
                              const char* const* lowered, char* err, size_t err_size) {
   try {
     std::vector<wb::detail::ImageIn> in;
     for (int i = 0; i < count; ++i) {
-      in.push_back(
-          {majors[i], minors[i], specific[i] != 0, std::string(images[i], sizes[i]), lowered[i]});
+      in.push_back({majors[i], minors[i], specific[i] != 0, paths[i], lowered[i]});
     }
     const std::string error = wb::detail::load_module(file, in);
     if (error.empty()) return 0;

@@ -107,6 +107,7 @@ class Library:
         self.families: dict[str, build.Built] = {}
         self.failed: dict[str, WorkbenchError] = {}
         self._tune_records: frozenset[str] | None = None  # the stored tune records, per reload
+        self._stamps: dict[str, list[int] | None] = {}  # of device-only TUs' inputs, per reload
         self.last = self.reload(_first=True)
 
     @property
@@ -154,6 +155,7 @@ class Library:
             for hook in before_open_hooks:
                 hook(built)
             report = LoadReport(built)
+            self._stamps = {}  # a device-only TU's inputs: each file stat-ed once per load
             self._tune_records = tune_store.listing()  # one directory read for every family
             for result in built:
                 try:
@@ -243,7 +245,7 @@ class Library:
         from workbench import device
 
         start = time.perf_counter()
-        swapped = device.sync(self.project, family, self.config, handle)
+        swapped = device.sync(self.project, family, self.config, handle, self._stamps)
         report.device_seconds += time.perf_counter() - start
         report.device_compiled += [m.source for m in swapped if m.compiled]
         return bool(swapped)

@@ -168,13 +168,18 @@ def plan(family: Family, kernels: list[tuple[str, str]]) -> list[tuple[str, Path
 
 
 def ensure(
-    project: Project, family: Family, config: Config, kernels: list[tuple[str, str]]
+    project: Project,
+    family: Family,
+    config: Config,
+    kernels: list[tuple[str, str]],
+    seen: dict[str, list[int] | None] | None = None,
 ) -> list[Module]:
     """The cubins of every device-only TU the launchers name: from the cache, or compiled now.
 
     A TU whose inputs (its text, its headers, its cubins) have the ``stat`` stamps recorded by
     an earlier call, for the same names, architectures, options and NVRTC, reuses that call's
-    cubins without reading a header or loading NVRTC (see :class:`_Warm`).
+    cubins without reading a header or loading NVRTC (see :class:`_Warm`). ``seen``: the stamps
+    this load has read already (one load of many families reads a shared header once).
     """
     from workbench import nvrtc
 
@@ -182,9 +187,10 @@ def ensure(
     base = _base_options(project, family, config)
     modules = []
     warm = _warm()
+    seen = {} if seen is None else seen
     for file, source, names in plan(family, kernels):
         identity = [nvrtc.identity(), archs, base, names]
-        found = warm.lookup(str(source), identity)
+        found = warm.lookup(str(source), identity, seen)
         if found is not None:
             modules.append(Module(file, source, found))
             continue
@@ -256,14 +262,20 @@ class _Warm:
         self.entries: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
         self.dirty = False
 
-    def lookup(self, source: str, identity: list[Any]) -> list[Image] | None:
+    def lookup(
+        self, source: str, identity: list[Any], seen: dict[str, list[int] | None]
+    ) -> list[Image] | None:
+        """The images recorded for ``source``, if its inputs are as recorded; ``seen`` holds the
+        stamps read by this call's caller (families share the workbench's headers)."""
         from workbench import warm
 
         entry = self.entries.get(source)
         if not isinstance(entry, dict) or entry.get("identity") != identity:
             return None
         for path, stamp in entry.get("stamps", {}).items():
-            if warm._current(path) != stamp:
+            if path not in seen:
+                seen[path] = warm._current(path)
+            if seen[path] != stamp:
                 return None
         return [
             Image(i["arch"], i["key"], Path(i["path"]), dict(i["lowered"])) for i in entry["images"]
@@ -276,7 +288,7 @@ class _Warm:
 
         now = time.time()
         stamps = {}
-        for path in [*inputs, *(str(i.path) for i in images)]:
+        for path in inputs:  # the cubins are files of the cache, named by their keys
             stamp = warm._stamp(path, now)
             if stamp is None:
                 if self.entries.pop(source, None) is not None:
@@ -360,21 +372,29 @@ def load(handle: Handle, module: Module) -> None:
     """Make ``module`` the live module of its file in the library of ``handle``."""
     from workbench import runtime
 
-    images = [(i.arch, i.path.read_bytes(), i.lowered) for i in module.images]
+    images = [(i.arch, str(i.path), i.lowered) for i in module.images]
     error = runtime.load_module(handle.cdll, module.file, images)
     if error is not None:
         raise LoadError(f"loading the module of {module.source} failed: {error}")
     handle.modules[module.file] = module.key
 
 
-def sync(project: Project, family: Family, config: Config, handle: Handle) -> list[Module]:
-    """Compile and load what changed among the family's device-only TUs; the modules swapped."""
+def sync(
+    project: Project,
+    family: Family,
+    config: Config,
+    handle: Handle,
+    seen: dict[str, list[int] | None] | None = None,
+) -> list[Module]:
+    """Compile and load what changed among the family's device-only TUs; the modules swapped.
+
+    ``seen``: stamps already read by this load (see :func:`ensure`)."""
     if handle.kernels is None:
         handle.kernels = kernel_names(handle)
     if not handle.kernels:
         return []
     swapped = []
-    for module in ensure(project, family, config, handle.kernels):
+    for module in ensure(project, family, config, handle.kernels, seen):
         if handle.modules.get(module.file) != module.key:
             load(handle, module)
             swapped.append(module)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 # The meaning of the libraries' C entry points (bindings/registry.cpp, wb_abi_version).
-ABI_VERSION = 5
+ABI_VERSION = 6
 # What an ahead-of-time package records about its build, beside its __init__.py.
 BUILD_INFO = "_build.json"
 
@@ -77,25 +77,25 @@ def _arch_numbers(arch: str) -> tuple[int, int, int]:
 
 
 def load_module(
-    cdll: ctypes.CDLL, file: str, images: list[tuple[str, bytes, dict[str, str]]]
+    cdll: ctypes.CDLL, file: str, images: list[tuple[str, str, dict[str, str]]]
 ) -> str | None:
     """Make ``images`` the live module of device-only TU ``file`` (``wb_module_load``).
 
-    Each image: its architecture ("sm_90a"), the cubin's bytes, and the mangled name of each
-    kernel expression. None, or the library's error.
+    Each image: its architecture ("sm_90a"), the cubin's path (the library reads it at the first
+    launch that needs it), and the mangled name of each kernel expression. None, or the
+    library's error.
     """
     n = len(images)
     majors, minors, specific = (ctypes.c_int * n)(), (ctypes.c_int * n)(), (ctypes.c_int * n)()
     for j, (arch, _, _) in enumerate(images):
         majors[j], minors[j], specific[j] = _arch_numbers(arch)
-    blobs = (ctypes.c_char_p * n)(*[blob for _, blob, _ in images])
-    sizes = (ctypes.c_size_t * n)(*[len(blob) for _, blob, _ in images])
+    paths = (ctypes.c_char_p * n)(*[os.fsencode(path) for _, path, _ in images])
     lowered = (ctypes.c_char_p * n)(
         *["".join(f"{k}\t{v}\n" for k, v in names.items()).encode() for _, _, names in images]
     )
     err = ctypes.create_string_buffer(2048)
     status = cdll.wb_module_load(
-        file.encode(), n, majors, minors, specific, blobs, sizes, lowered, err, len(err)
+        file.encode(), n, majors, minors, specific, paths, lowered, err, len(err)
     )
     return err.value.decode() if status != 0 else None
 
@@ -356,10 +356,7 @@ def load_package(package: str, folder: str | os.PathLike[str]) -> Package:
             raise ImportError(f"{package}: cannot open the library of {family['name']}: {e}") from e
         loaded._keep.append(cdll)
         for module in family.get("modules", []):  # device-only TUs: their cubins, per arch
-            images = [
-                (i["arch"], (root / i["cubin"]).read_bytes(), i["lowered"])
-                for i in module["images"]
-            ]
+            images = [(i["arch"], str(root / i["cubin"]), i["lowered"]) for i in module["images"]]
             error = load_module(cdll, module["file"], images)
             if error is not None:
                 raise ImportError(f"{package}: loading {module['file']}: {error}")

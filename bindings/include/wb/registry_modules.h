@@ -17,6 +17,8 @@
 
 #include <atomic>
 #include <deque>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +48,7 @@ constexpr int kMaxDevices = 64;
 struct Image {
   int major = 0, minor = 0;
   bool arch_specific = false;  // sm_90a: runs on exactly that architecture
+  std::string path;            // the cubin's file, read at the first launch that needs it
   std::string bytes;
   std::map<std::string, std::string> lowered;  // expression -> mangled name
   LibraryHandle library = nullptr;             // loaded at first use
@@ -232,6 +235,15 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
   auto name = img->lowered.find(slot->expression);
   if (img->library == nullptr) {
     if (!img->load_error.empty()) return fail(img->load_error);
+    if (img->bytes.empty()) {
+      std::ifstream in(img->path, std::ios::binary);
+      img->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (!in.good() && !in.eof()) img->bytes.clear();
+      if (img->bytes.empty()) {
+        return fail("cannot read " + img->path + ", the cubin of " + f.file +
+                    " (removed from the cache?): reload the library to compile it again");
+      }
+    }
     CUlibrary lib = nullptr;
     const CUresult r =
         d.library_load_data(&lib, img->bytes.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
@@ -333,12 +345,13 @@ Status launch_kernel(KernelSlot* slot, const LaunchConfig&, Stream, void**, cons
 #endif
 
 // One cubin handed over by the driver: compute capability major.minor, whether it is the
-// arch-specific variant (sm_90a), its bytes, and its lowered names as lines of
+// arch-specific variant (sm_90a), its file (read at its first use: a process that loads many
+// families and launches few reads only those), and its lowered names as lines of
 // "expression\tmangled name".
 struct ImageIn {
   int major, minor;
   bool arch_specific;
-  std::string bytes;
+  std::string path;
   std::string lowered;
 };
 
@@ -350,7 +363,7 @@ inline std::string load_module(const std::string& file, const std::vector<ImageI
     img->major = in.major;
     img->minor = in.minor;
     img->arch_specific = in.arch_specific;
-    img->bytes = in.bytes;
+    img->path = in.path;
     size_t at = 0;
     const std::string& text = in.lowered;
     while (at < text.size()) {
