@@ -259,9 +259,23 @@ class Library:
             return  # the common case, without importing the router
         from workbench.tuning import route
 
-        route.apply_quietly(self.namespace, handle, record)
+        route.apply_quietly(self.namespace, handle, record, self._variant_preparer(family))
         if report is not None and handle.routes is not None:
             report.tuned.append(family)
+
+    def _variant_preparer(self, family: str) -> Callable[[dict[str, Any]], Any] | None:
+        """For a family with device-only TUs: given a tuned variant's point, what loads the
+        variant's modules (compiled with its options) into its library (tuning.route)."""
+        fam = self.project.family(family)
+        if not (self.config.with_cuda and any(s.kind == "device" for s in fam.sources)):
+            return None
+        from workbench import device
+        from workbench.tuning.space import variant
+
+        def for_point(point: dict[str, Any]) -> Callable[[loader.Handle], Any]:
+            return lambda h: device.sync(self.project, variant(fam, point), self.config, h)
+
+        return for_point
 
     def _deactivate(self, name: str, report: LoadReport) -> None:
         swap = loader.deactivate(self.namespace, name)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import torch
 
 from workbench import runtime
 from workbench.build import Built
-from workbench.errors import LoadError
+from workbench.errors import BuildError, LoadError
 
 # Private namespace -> its op definitions (kept for the process; see the module docstring).
 _defined: dict[str, list[torch.library.Library]] = {}
@@ -58,15 +59,24 @@ def _define_all(pns: str, schemas: dict[str, str]) -> None:
         _defined[pns] = [runtime.define(pns, schema) for schema in schemas.values()]
 
 
-def open_variant(ns: str, built: Built) -> str:
+def open_variant(ns: str, built: Built, prepare: Callable[[Any], object] | None = None) -> str:
     """Register ``built``'s kernels under a private namespace of its own (once per process) and
-    return that namespace: ``getattr(torch.ops, pns).<op>`` calls the variant's kernels."""
+    return that namespace: ``getattr(torch.ops, pns).<op>`` calls the variant's kernels.
+
+    ``prepare`` is called with the opened library before it registers (to load the modules of
+    its device-only TUs, built with the variant's options: workbench.device)."""
     from workbench import loader
 
     pns = private_namespace(ns, built.family, built.key)
     if pns in _variants:
         return pns
     handle = loader.open_library(built)
+    if prepare is not None:
+        try:
+            prepare(handle)
+        except BaseException:
+            handle.close()
+            raise
     _define_all(pns, handle.schemas)
     handle.register(pns)
     handle.pinned = True  # its namespace stays defined: see the module docstring
@@ -104,7 +114,13 @@ def first_tensor_arg(schema: str) -> int:
     return -1
 
 
-def apply(ns: str, handle: Any, record: dict[str, Any] | None) -> bool:
+# Given a variant's point, what prepares its library before it registers (see open_variant).
+PreparePoint = Callable[[dict[str, Any]], Callable[[Any], object] | None]
+
+
+def apply(
+    ns: str, handle: Any, record: dict[str, Any] | None, prepare: PreparePoint | None = None
+) -> bool:
     """Route the ops of ``handle`` (a family's live build) as ``record`` says, or unroute them
     (``record`` None). Returns whether the routing changed. On a failure the family is left
     unrouted (its plain build under ``ns``) and a LoadError says why."""
@@ -117,9 +133,9 @@ def apply(ns: str, handle: Any, record: dict[str, Any] | None) -> bool:
         return True
     assert record is not None
     try:
-        _route(ns, handle, record)
+        _route(ns, handle, record, prepare)
         handle.routes = want
-    except (LoadError, OSError, RuntimeError) as e:
+    except (LoadError, BuildError, OSError, RuntimeError) as e:
         handle.unregister()
         handle.register(ns)
         raise LoadError(
@@ -128,7 +144,7 @@ def apply(ns: str, handle: Any, record: dict[str, Any] | None) -> bool:
     return True
 
 
-def _route(ns: str, handle: Any, record: dict[str, Any]) -> None:
+def _route(ns: str, handle: Any, record: dict[str, Any], prepare: PreparePoint | None) -> None:
     family = handle.built.family
     home = home_namespace(ns, family, handle.built.key)
     _define_all(home, handle.schemas)
@@ -146,7 +162,8 @@ def _route(ns: str, handle: Any, record: dict[str, Any]) -> None:
                     f"the library of variant {label} ({library}) is gone from the cache (wb gc or "
                     f"wb clean removed it); run `wb tune` again"
                 )
-            namespaces[label] = open_variant(ns, Built(family, v["key"], library, None))
+            ready = prepare(v.get("point", {})) if prepare is not None else None
+            namespaces[label] = open_variant(ns, Built(family, v["key"], library, None), ready)
     devices = handle.built.manifest.get("devices", ["cpu"])
     for op, schema in handle.schemas.items():
         tables = record["ops"].get(op, [])
@@ -161,9 +178,11 @@ def _route(ns: str, handle: Any, record: dict[str, Any]) -> None:
                 raise LoadError(f"routing {ns}::{op} for {key} failed: {error}")
 
 
-def apply_quietly(ns: str, handle: Any, record: dict[str, Any] | None) -> None:
+def apply_quietly(
+    ns: str, handle: Any, record: dict[str, Any] | None, prepare: PreparePoint | None = None
+) -> None:
     """:func:`apply`, with a failure turned into a warning: the family works untuned."""
     try:
-        apply(ns, handle, record)
+        apply(ns, handle, record, prepare)
     except LoadError as e:
         warnings.warn(str(e), RuntimeWarning, stacklevel=3)

@@ -61,6 +61,7 @@ from workbench.verify.runner import Options, check_op, invoker
 
 if TYPE_CHECKING:
     from workbench.api import Library
+    from workbench.project import Family
 
 
 def _say(line: str) -> None:
@@ -138,7 +139,7 @@ def tune(
     built = _build_all(lib, family, variants, jobs, crashed, say)
     result.phases["build"] = time.perf_counter() - t
     t = time.perf_counter()
-    ops = _check_all(lib, spec, dev, variants, built, say)
+    ops = _check_all(lib, spec, dev, variants, built, say, family)
     result.phases["check"] = time.perf_counter() - t
     result.variants = variants
     if not ops:
@@ -268,6 +269,16 @@ def _build_all(
 # --- check --------------------------------------------------------------------------------------
 
 
+def _preparer(lib: Library, family: Family, v: VariantResult) -> Callable[[Any], Any] | None:
+    """What loads the variant's device-only modules (its options reach them) into its library."""
+    if not (lib.config.with_cuda and any(s.kind == "device" for s in family.sources)):
+        return None
+    from workbench import device
+
+    fam = variant(family, v.point)
+    return lambda handle: device.sync(lib.project, fam, lib.config, handle)
+
+
 def _check_all(
     lib: Library,
     spec: Any,
@@ -275,6 +286,7 @@ def _check_all(
     variants: list[VariantResult],
     built: dict[str, build.Built],
     say: Callable[[str], None],
+    family: Family,
 ) -> dict[str, Any]:
     """Check each built variant; the ops of those that pass, by label."""
     from workbench.tuning import route
@@ -292,7 +304,7 @@ def _check_all(
             continue
         seen[key] = v.label
         try:
-            pns = route.open_variant(lib.namespace, built[v.label])
+            pns = route.open_variant(lib.namespace, built[v.label], _preparer(lib, family, v))
         except WorkbenchError as e:
             v.status, v.detail = "load failed", str(e).splitlines()[0]
             say(f"{v.label}: {v.detail}")
