@@ -19,7 +19,7 @@
 // when the library is loaded (before any call), and the workbench compiles exactly those
 // instantiations (NVRTC name expressions). Template arguments: wb::Val<V> for a value (an integer
 // or a bool), or a type: the scalar types (float, double, wb::f16, wb::bf16, the integer types),
-// or a type named with WB_DEVICE_TYPE_NAME(ns::Type) at namespace scope.
+// or a type named with WB_DEVICE_TYPE_NAME(ns::Type); at global scope.
 //
 // Each argument of launch() is passed as the kernel parameter at its position, by its bytes: the
 // types must be the kernel's own (an int64_t for an int parameter is a different size). The
@@ -76,7 +76,7 @@ Status launch_kernel(KernelSlot* slot, const LaunchConfig& config, Stream stream
 template <typename T>
 struct TypeName {
   static_assert(sizeof(T) == 0,
-                "name this type for device kernels: WB_DEVICE_TYPE_NAME(ns::Type) at namespace "
+                "name this type for device kernels: WB_DEVICE_TYPE_NAME(ns::Type); at global "
                 "scope, or pass wb::Val<V> for a value");
 };
 
@@ -152,53 +152,16 @@ inline const DeviceKernel kernel{K, detail::expression<A...>(K->name)};
 
 }  // namespace wb
 
-namespace wb::detail {
-template <>
-struct TypeName<float> {
-  static constexpr const char* value = "float";
-};
-template <>
-struct TypeName<double> {
-  static constexpr const char* value = "double";
-};
-template <>
-struct TypeName<wb::f16> {
-  static constexpr const char* value = "wb::f16";
-};
-template <>
-struct TypeName<wb::bf16> {
-  static constexpr const char* value = "wb::bf16";
-};
-template <>
-struct TypeName<bool> {
-  static constexpr const char* value = "bool";
-};
-template <>
-struct TypeName<signed char> {
-  static constexpr const char* value = "signed char";
-};
-template <>
-struct TypeName<unsigned char> {
-  static constexpr const char* value = "unsigned char";
-};
-template <>
-struct TypeName<short> {
-  static constexpr const char* value = "short";
-};
-template <>
-struct TypeName<int> {
-  static constexpr const char* value = "int";
-};
-template <>
-struct TypeName<long> {
-  static constexpr const char* value = "long";
-};
-template <>
-struct TypeName<long long> {
-  static constexpr const char* value = "long long";
-};
-template <>
-struct TypeName<unsigned int> {
-  static constexpr const char* value = "unsigned int";
-};
-}  // namespace wb::detail
+// The scalar types' names (the integer types by their C++ names: int64_t is long here).
+WB_DEVICE_TYPE_NAME(float);
+WB_DEVICE_TYPE_NAME(double);
+WB_DEVICE_TYPE_NAME(wb::f16);
+WB_DEVICE_TYPE_NAME(wb::bf16);
+WB_DEVICE_TYPE_NAME(bool);
+WB_DEVICE_TYPE_NAME(signed char);
+WB_DEVICE_TYPE_NAME(unsigned char);
+WB_DEVICE_TYPE_NAME(short);
+WB_DEVICE_TYPE_NAME(int);
+WB_DEVICE_TYPE_NAME(unsigned int);
+WB_DEVICE_TYPE_NAME(long);
+WB_DEVICE_TYPE_NAME(long long);
