@@ -104,7 +104,7 @@ def test_a_launch_whose_arguments_do_not_match_the_kernel_fails_clearly(
 ) -> None:
     edit(registry / "op00" / "op00.kernel.cu", "(int n, acc_t<T>", "(long n, acc_t<T>")
     lib.reload()
-    with pytest.raises(RuntimeError, match=r"op00_kernel<.*takes 4 parameters of 8, "):
+    with pytest.raises(RuntimeError, match=r"op00_kernel<.*parameters take 8, 4, 8, 8 bytes wher"):
         lib.op00(torch.ones(4, device="cuda"), 2.0)
 
 
@@ -163,3 +163,17 @@ print("ok")
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_each_device_launches_from_the_module_and_an_edit_reaches_both(
+    lib: workbench.Library, registry: Path
+) -> None:
+    xs = [torch.arange(1024.0, device=f"cuda:{d}") for d in range(2)]
+    for x in xs:  # one load of the cubin serves both devices (context-independent loading)
+        assert torch.equal(lib.op01(x, 2.0), 2 * x + 1)
+    edit(registry / "op01" / "op01.kernel.cu", "apply(x, alpha);", "apply(x, alpha) + A(5);")
+    lib.reload()
+    for x in reversed(xs):  # the second device first this time
+        with torch.cuda.device(x.device):
+            assert torch.equal(lib.op01(x, 2.0), 2 * x + 6)

@@ -259,19 +259,24 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
     return fail("kernel " + slot->expression + " not found in " + f.file + ": " + cu_error(r));
   }
   if (d.kernel_get_param_info != nullptr) {
+    // Parameter i of the kernel against argument i of the launch. Only indices the launch uses
+    // are asked for: asking past the kernel's last parameter is an error the driver reports
+    // (and compute-sanitizer counts), so a launch with fewer arguments than the kernel has
+    // parameters is not caught here.
     std::string theirs, ours;
-    int n = 0;
-    for (;; ++n) {
+    bool same = true;
+    for (int i = 0; i < count; ++i) {
       size_t offset = 0, size = 0;
-      if (d.kernel_get_param_info(k, n, &offset, &size) != CUDA_SUCCESS) break;
-      theirs += (n ? ", " : "") + std::to_string(size);
+      const bool has = d.kernel_get_param_info(k, i, &offset, &size) == CUDA_SUCCESS;
+      theirs += (i ? ", " : "") + (has ? std::to_string(size) : std::string("none"));
+      ours += (i ? ", " : "") + std::to_string(sizes[i]);
+      same = same && has && size == sizes[i];
     }
-    for (int i = 0; i < count; ++i) ours += (i ? ", " : "") + std::to_string(sizes[i]);
-    if (theirs != ours) {
-      return fail(slot->expression + " in " + f.file + " takes " + std::to_string(n) +
-                  " parameters of " + (n ? theirs : "no") + " bytes; its launcher passes " +
-                  std::to_string(count) + " of " + (count ? ours : "no") +
-                  " bytes: make the launch's argument types the kernel's parameter types");
+    if (!same) {
+      return fail(slot->expression + " in " + f.file + ": its parameters take " + theirs +
+                  " bytes where its launcher passes " + ours +
+                  " bytes (\"none\": no such parameter): make the launch's argument types the "
+                  "kernel's parameter types");
     }
   }
   PerDevice& pd = slot->devices[device];

@@ -23,8 +23,9 @@
 //
 // Each argument of launch() is passed as the kernel parameter at its position, by its bytes: the
 // types must be the kernel's own (an int64_t for an int parameter is a different size). The
-// first launch of each kernel checks the count and size of its parameters against the
-// arguments and fails with both listed when they differ.
+// first launch of each kernel checks the size of each argument against the kernel's parameter at
+// its position (a missing parameter included) and fails with both listed when they differ; a
+// launch with fewer arguments than the kernel has parameters is not caught.
 #pragma once
 
 #include <cstddef>
