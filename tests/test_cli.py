@@ -83,8 +83,10 @@ def test_status_and_why_follow_an_edit(tmp_path: Path, capsys: pytest.CaptureFix
     assert json.loads(out)[0]["state"] == "stale"
     code, out = _cli(capsys, kernels, "why", "add_offset")
     assert code == 0
-    assert f"file changed: {kernels / 'include' / 'tiny_common.h'}" in out
-    assert "tiny.cpp" not in out and "toolchain" not in out
+    changes, _, paths = out.partition("how each TU builds:")
+    assert f"file changed: {kernels / 'include' / 'tiny_common.h'}" in changes
+    assert "tiny.cpp" not in changes and "toolchain" not in changes
+    assert f"{kernels / 'tiny' / 'tiny.cpp'}: host compiler" in paths  # then how each TU builds
 
 
 def test_gc_keeps_the_newest_and_what_a_process_has_loaded(
