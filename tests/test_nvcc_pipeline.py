@@ -25,9 +25,10 @@ ARCHS = ("sm_80", "sm_90a", "compute_90")  # two SASS targets and one PTX target
 
 
 def _scale_command(out: Path, archs: tuple[str, ...] = ARCHS) -> list[str]:
-    """The command the workbench itself gives the bundled scale kernel's CUDA TU."""
+    """The command the workbench itself gives the bundled muladd kernels' CUDA TU (an
+    elementwise template family whose kernels nvcc compiles; scale's are a device-only TU)."""
     project = discover(BUNDLED_KERNELS)
-    src = next(s for s in project.family("scale").sources if s.kind == "cuda")
+    src = next(s for s in project.family("muladd").sources if s.kind == "cuda")
     config = make_config(archs=archs, link=False)
     return list(config.compile_command(project, src, out))
 
@@ -95,7 +96,7 @@ def test_compile_error_reads_exactly_as_nvcc(tmp_path: Path) -> None:
         "int unused() { retur 1; }\n"
     )
     project = discover(BUNDLED_KERNELS)
-    src = next(s for s in project.family("scale").sources if s.kind == "cuda")
+    src = next(s for s in project.family("muladd").sources if s.kind == "cuda")
     cmd = [str(bad) if a == str(src.path) else a for a in _scale_command(tmp_path / "x.o")]
     ref = subprocess.run(cmd, capture_output=True, text=True)
     got = _pipeline(cmd)
