@@ -30,11 +30,16 @@
 #ifdef WB_WITH_CUDA
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+// Modules need the CUDA 12 driver API (cuLibraryLoadData, CUkernel); with an older toolkit a
+// launch of a device-only TU's kernel fails with an error that says so.
+#if CUDA_VERSION >= 12000
+#define WB_DEVICE_MODULES 1
+#endif
 #endif
 
 namespace wb::detail {
 
-#ifdef WB_WITH_CUDA
+#ifdef WB_DEVICE_MODULES
 using KernelHandle = CUkernel;
 using LibraryHandle = CUlibrary;
 #else
@@ -131,14 +136,18 @@ inline Status fail(std::string text) {
   return last.c_str();
 }
 
-#ifdef WB_WITH_CUDA
+#ifdef WB_DEVICE_MODULES
 
 // The driver functions, from the runtime's entry-point lookup: no link against libcuda.
 struct Driver {
   decltype(&::cuLibraryLoadData) library_load_data = nullptr;
   decltype(&::cuLibraryGetKernel) library_get_kernel = nullptr;
   decltype(&::cuKernelSetAttribute) kernel_set_attribute = nullptr;
+#if CUDA_VERSION >= 12040
   decltype(&::cuKernelGetParamInfo) kernel_get_param_info = nullptr;  // CUDA 12.4 drivers on
+#else
+  void* kernel_get_param_info = nullptr;  // not in these headers: argument sizes go unchecked
+#endif
   decltype(&::cuLaunchKernelEx) launch_kernel_ex = nullptr;
   decltype(&::cuDeviceGet) device_get = nullptr;
   decltype(&::cuGetErrorString) get_error_string = nullptr;
@@ -173,7 +182,9 @@ inline const Driver& driver() {
     entry_point("cuDeviceGet", r.device_get, r.error);
     entry_point("cuGetErrorString", r.get_error_string, r.error);
     std::string optional;
+#if CUDA_VERSION >= 12040
     entry_point("cuKernelGetParamInfo", r.kernel_get_param_info, optional);
+#endif
     return r;
   }();
   return d;
@@ -258,6 +269,7 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
   if (r != CUDA_SUCCESS) {
     return fail("kernel " + slot->expression + " not found in " + f.file + ": " + cu_error(r));
   }
+#if CUDA_VERSION >= 12040
   if (d.kernel_get_param_info != nullptr) {
     // Parameter i of the kernel against argument i of the launch. Only indices the launch uses
     // are asked for: asking past the kernel's last parameter is an error the driver reports
@@ -279,6 +291,7 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
                   "kernel's parameter types");
     }
   }
+#endif
   PerDevice& pd = slot->devices[device];
   pd.kernel = k;
   pd.smem_opt_in = 48 * 1024;
@@ -341,10 +354,16 @@ Status launch_kernel(KernelSlot* slot, const LaunchConfig& c, Stream stream, voi
   return nullptr;
 }
 
-#else  // a library without CUDA: the launchers are never called
+#else  // no CUDA, or a toolkit before CUDA 12: no modules
 
 Status launch_kernel(KernelSlot* slot, const LaunchConfig&, Stream, void**, const size_t*, int) {
+#ifdef WB_WITH_CUDA
+  return fail(slot->expression +
+              ": device-only TUs need CUDA 12 or later (cuLibraryLoadData); "
+              "this library was built with an older CUDA toolkit");
+#else
   return fail(slot->expression + ": this library was built without CUDA");
+#endif
 }
 
 #endif
