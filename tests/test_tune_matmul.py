@@ -1,5 +1,5 @@
 """The matmul family's tuning space (issue 17): the Hopper path's tile, declared in
-kernels/matmul/spec.py and read by matmul_wgmma.cu as WB_TUNE_<NAME> macros.
+kernels/matmul/spec.py and read by matmul_wgmma.kernel.cu as WB_TUNE_<NAME> macros.
 
 No GPU: the space against the kernel's source (its #ifndef defaults and its limits, parsed so
 the two cannot drift apart), and one point compiled to PTX to show it reaches the kernel.
@@ -21,7 +21,7 @@ from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
 from workbench.tuning.space import MACRO_PREFIX, TuneSpace, defines, space_of
 
 FAMILY = BUNDLED_KERNELS / "matmul"
-WGMMA = FAMILY / "matmul_wgmma.cu"
+WGMMA = FAMILY / "matmul_wgmma.kernel.cu"
 
 
 def _spec() -> types.ModuleType:
@@ -53,7 +53,7 @@ def _ifndef_defaults(text: str) -> dict[str, int]:
 
 
 def _kernel_constant(name: str) -> int:
-    """A `constexpr int name = a * b;` of matmul_wgmma.cu, evaluated."""
+    """A `constexpr int name = a * b;` of matmul_wgmma.kernel.cu, evaluated."""
     (expr,) = re.findall(rf"constexpr int {name} = ([0-9 *]+);", WGMMA.read_text())
     value = 1
     for factor in expr.split("*"):
@@ -73,7 +73,7 @@ def test_the_space_is_a_tune_space_of_about_sixteen_points() -> None:
 
 
 def test_the_default_point_is_the_kernels_plain_build() -> None:
-    """The #ifndef defaults of matmul_wgmma.cu are the space's default, name for name, and no
+    """The #ifndef defaults of matmul_wgmma.kernel.cu are the space's default, name for name, and no
     other matmul source reads a WB_TUNE_ macro that the space does not set."""
     assert _ifndef_defaults(WGMMA.read_text()) == SPACE.default
     for source in sorted(FAMILY.glob("*.c*")) + sorted(FAMILY.glob("*.h")):
@@ -100,6 +100,22 @@ def test_every_point_fits_the_kernels_limits() -> None:
     assert {**SPACE.default, "STAGES": 5} not in SPACE.points()
 
 
+def _instantiated(folder: Path) -> Path:
+    """The device-only TU with the four kernels the launcher names instantiated (NVRTC gets
+    them as name expressions; nvcc compiles only what a TU instantiates)."""
+    lines = [f'#include "{WGMMA}"']
+    for t in ("f16", "bf16"):
+        for kmajor in ("true", "false"):
+            lines.append(
+                f"template __global__ void wb::matmul::wgmma_kernel<wb::{t}, {kmajor}>("
+                f"const __grid_constant__ wb::matmul::TensorMap, const __grid_constant__ "
+                f"wb::matmul::TensorMap, wb::{t}*, int, int, int);"
+            )
+    path = folder / "wgmma_instances.cu"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def _nvcc_ptx(point: dict, out: Path) -> subprocess.CompletedProcess[str]:
     home = toolchain.find_cuda_home()
     assert home is not None
@@ -113,7 +129,7 @@ def _nvcc_ptx(point: dict, out: Path) -> subprocess.CompletedProcess[str]:
         *defines(point),
         f"-I{WB_KERNEL_INCLUDE}",
         f"-I{BUNDLED_KERNELS}",
-        str(WGMMA),
+        str(_instantiated(out.parent)),
         "-o",
         str(out),
     ]
@@ -128,7 +144,7 @@ def test_a_point_reaches_the_kernel(tmp_path: Path) -> None:
     ptx = tmp_path / "wgmma.ptx"
     done = _nvcc_ptx(point, ptx)
     assert done.returncode == 0, done.stderr
-    entries = ptx.read_text().split("\n.entry ")[1:]
+    entries = re.split(r"\n(?:.visible )?.entry ", ptx.read_text())[1:]
     assert len(entries) == 4  # float16 and bfloat16, b n-major and k-major
     for kernel in entries:
         assert ".maxntid 256, 1, 1" in kernel  # 128 * (1 + CONSUMERS) threads

@@ -196,11 +196,22 @@ def _plan(project: Project, family: Family, config: Config) -> list[_TU]:
     return tus
 
 
-def _library_key(tus: list[_TU], config: Config) -> str | None:
+def _library_key(tus: list[_TU], config: Config, device: tuple[str, ...] = ()) -> str | None:
+    """The key of the library linked from ``tus``; ``device``: a variant's -D options that reach
+    its device-only TUs (:func:`workbench.device.device_defines`), which make it another build."""
     if any(tu.key is None for tu in tus):
         return None
     link = config.link_command([], Path("@OUT@"), Path("@STUBS@")) if config.link else None
-    return digest("lib", config.id, link, sorted((str(t.source.path), t.key) for t in tus))
+    parts: list[object] = ["lib", config.id, link, sorted((str(t.source.path), t.key) for t in tus)]
+    if device:
+        parts.append(("device-only TUs read", device))
+    return digest(*parts)
+
+
+def _key(project: Project, family: Family, config: Config, tus: list[_TU]) -> str | None:
+    from workbench.device import device_defines
+
+    return _library_key(tus, config, device_defines(project, family, config))
 
 
 def _library_dir(family: Family, key: str) -> Path:
@@ -224,7 +235,7 @@ def find_cached(family: Family, key: str | None) -> Built | None:
 
 def current_key(project: Project, family: Family, config: Config) -> str | None:
     """The library key the current sources would build to; None if a TU was never compiled."""
-    return _library_key(_plan(project, family, config), config)
+    return _key(project, family, config, _plan(project, family, config))
 
 
 def attempt_fingerprint(project: Project, family: Family, config: Config) -> str:
@@ -297,7 +308,7 @@ def _ensure(
 ) -> Built:
     start = time.perf_counter()
     tus = _plan(project, family, config)
-    hit = find_cached(family, _library_key(tus, config))
+    hit = find_cached(family, _key(project, family, config, tus))
     if hit is not None:
         return hit
 
@@ -312,7 +323,7 @@ def _ensure(
     with cache.lock(family.build_name, on_wait=waiting):
         locked_at = time.monotonic()
         tus = _plan(project, family, config)  # look again: the other process may have built it
-        built = find_cached(family, _library_key(tus, config))
+        built = find_cached(family, _key(project, family, config, tus))
         if built is None:
             built = _build_recorded(project, family, config, tus, jobs, on_line, progress)
     built.lock_wait, built.locked_at = locked_at - before, locked_at
@@ -399,13 +410,19 @@ def _build_locked(
             )
         _store_objects(family, config, stale, outputs, result)
         compiled = time.perf_counter()
-        key = _library_key(tus, config)
+        from workbench.device import device_defines
+
+        device = device_defines(project, family, config)
+        key = _library_key(tus, config, device)
         assert key is not None
         built = find_cached(family, key)  # e.g. an edit that was reverted: only objects missing
         if built is None:
-            if progress and config.link:
+            # A variant that differs only in its device-only TUs: the plain build's library, if
+            # there is one, is the same link of the same objects.
+            same = find_cached(family, _library_key(tus, config)) if device else None
+            if progress and config.link and same is None:
                 progress.note(family.name, "linking")
-            built = _link(project, family, config, tus, key, tmp)
+            built = _link(project, family, config, tus, key, tmp, same)
         built.compiled = [tu.source.path for tu in stale]
         built.team = span
         built.phases = {"compile": compiled - started, "link": time.perf_counter() - compiled}
@@ -474,15 +491,25 @@ def _json_text(data: object) -> str:
 
 
 def _link(
-    project: Project, family: Family, config: Config, tus: list[_TU], key: str, tmp: Path
+    project: Project,
+    family: Family,
+    config: Config,
+    tus: list[_TU],
+    key: str,
+    tmp: Path,
+    same: Built | None = None,
 ) -> Built:
+    """Link the objects of ``tus`` into the library of ``key``; ``same``: a build linked from the
+    same objects, whose library is copied instead."""
     from workbench import linkstub
 
     folder = tmp / "lib"
     folder.mkdir()
     objects = [_object_path(tu.key) for tu in tus if tu.key is not None]
     lib_name = f"lib{family.name}.{key[:16]}.so" if config.link else None
-    if lib_name is not None:
+    if lib_name is not None and same is not None and same.library is not None:
+        shutil.copyfile(same.library, folder / lib_name)
+    elif lib_name is not None:
         stubs = linkstub.ensure(config.cxx, config.torch.lib_dir)
         cmd = config.link_command(objects, folder / lib_name, stubs)
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)

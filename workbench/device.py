@@ -26,6 +26,7 @@ import ctypes
 import json
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,6 +138,24 @@ def _options(
     if family.defines and not any(build._mentions_tune(p) for p in [str(source), *headers]):
         options = [o for o in options if o not in family.defines]
     return options
+
+
+def device_defines(project: Project, family: Family, config: Config) -> tuple[str, ...]:
+    """A variant's -D options when one of its device-only TUs reads them, else ().
+
+    Such a variant links the same objects as the plain build (its host launchers do not read
+    them) but loads other modules: its library is a build of its own, with a key of its own, so
+    that ``wb tune`` measures it as a variant and a process can hold it beside the plain build.
+    """
+    if not family.defines or not config.with_cuda:
+        return ()
+    for src in family.sources:
+        if src.kind != "device":
+            continue
+        headers = includes(src.path, project.include_dirs)
+        if any(build._mentions_tune(p) for p in [str(src.path), *headers]):
+            return family.defines
+    return ()
 
 
 def device_archs(config: Config) -> list[str]:
@@ -261,6 +280,7 @@ class _Warm:
         loaded = cache.read_json(self.path)
         self.entries: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
         self.dirty = False
+        self.lock = threading.Lock()  # wb tune compiles the modules of its variants in threads
 
     def lookup(
         self, source: str, identity: list[Any], seen: dict[str, list[int] | None]
@@ -291,11 +311,12 @@ class _Warm:
         for path in inputs:  # the cubins are files of the cache, named by their keys
             stamp = warm._stamp(path, now)
             if stamp is None:
-                if self.entries.pop(source, None) is not None:
-                    self.dirty = True
+                with self.lock:
+                    if self.entries.pop(source, None) is not None:
+                        self.dirty = True
                 return
             stamps[path] = list(stamp)
-        self.entries[source] = {
+        entry = {
             "identity": identity,
             "stamps": stamps,
             "images": [
@@ -303,15 +324,19 @@ class _Warm:
                 for i in images
             ],
         }
-        self.dirty = True
+        with self.lock:
+            self.entries[source] = entry
+            self.dirty = True
 
     def save(self) -> None:
-        if not self.dirty:
-            return
+        with self.lock:
+            if not self.dirty:
+                return
+            text = json.dumps(self.entries, sort_keys=True)
+            self.dirty = False
         with contextlib.suppress(OSError):  # only saves time
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_atomic(self.path, json.dumps(self.entries, sort_keys=True))
-        self.dirty = False
+            cache.write_atomic(self.path, text)
 
 
 _warm_state: dict[str, _Warm] = {}

@@ -1,241 +1,30 @@
-// matmul_wgmma.cu: the Hopper matmul, warpgroup MMA fed by TMA through a shared-memory pipeline.
+// matmul_wgmma.cu: the host launcher of the Hopper matmul (the kernel is matmul_wgmma.kernel.cu).
 //
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j]
 //   a: [m, k] row-major; b: [k, n] row-major (n-major) or column-major (k-major); rows 16-byte
-//   aligned, any m, n, k below 2^31; c: [m, n] contiguous. float16 / bfloat16 in, float32
-//   accumulation, rounded once. sm_90a only (other archs compile a stub, see tensor_core.cuh).
+//   aligned, any m, n, k below 2^31; c: [m, n] contiguous. float16 / bfloat16.
 //
-// BLOCKS persistent blocks an SM (one by default) walk tiles of c (BM x BN, BM = 64 * CONSUMERS)
-// with 1 + CONSUMERS warpgroups each:
-//   - warpgroup 0, the producer: one thread issues TMA copies (cp.async.bulk.tensor) of a's
-//     BM x 64 and b's 64 x BN tiles into a ring of STAGES shared-memory stages. Each copy
-//     completes on the stage's `full` mbarrier (expect_tx counts the bytes; parts of a box past
-//     m, n or k are filled with zeros, so tails need no masks), and waits on the stage's `empty`
-//     mbarrier before overwriting it;
-//   - warpgroups 1..CONSUMERS each own 64 rows of the tile: per stage, 4 wgmma.m64nBNk16 (k = 64)
-//     accumulate into BN / 2 float registers per thread; one batch stays in flight while the
-//     next stage is awaited, and a stage is released (arrive on `empty`) once its batch is done.
-//     Then they store the tile from registers while the producer fills stages for the next.
-// Registers: a block starts with what its launch bounds allow (168 a thread for 384 threads and
-// one block an SM); setmaxnreg drops the producer to 40 (24 with two blocks an SM) and gives the
-// consumers the rest (232 by default). ptxas compiles the consumers' code within the starting
-// count all the same, so their BN / 2 accumulators must fit in it (see WgmmaTile).
-//
-// The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
-// WB_TUNE_CONSUMERS, WB_TUNE_STAGES and WB_TUNE_BLOCKS (blocks an SM) below; the plain build is
-// 128 x 256, 2 consumers, 4 stages, one block an SM.
-//
-// Layout facts this relies on (PTX ISA, "Matrix Descriptor" and "Shared Memory Matrix Layout"):
-//   - TMA with CU_TENSOR_MAP_SWIZZLE_128B writes a box whose inner extent is 128 bytes (64
-//     16-bit elements) as rows of 128 bytes, 16-byte chunks XOR-swizzled within each 8-row,
-//     1024-byte atom; each stage starts 1024-byte aligned so the pattern matches wgmma's.
-//   - A descriptor holds the start address >> 4 (bits 0-13), the leading byte offset (LBO)
-//     >> 4 (16-29), the stride byte offset (SBO) >> 4 (32-45) and the swizzle mode (62-63,
-//     1 = 128B).
-//   - K-major tile (rows of 64 k): SBO = 1024 (from one 8-row atom to the next); LBO unused. The
-//     k16 slice kk starts kk * 32 bytes into the row (the hardware applies the swizzle).
-//   - MN-major tile of b (rows of 64 n, one per k, in chunks of 64 columns): SBO = 1024 (8 k
-//     rows), LBO = the distance between 64-column chunks; slice kk starts kk * 16 rows in.
-//   - Accumulator fragment of m64nN: thread t of the warpgroup holds, for each 8 columns j,
-//     d[4j], d[4j+1] at row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 * (t % 4) + {0, 1},
-//     and d[4j+2], d[4j+3] eight rows below.
+// Makes the two TMA tensor maps (a's boxes of 64 k x BM rows; b's of 64 k x BN columns when
+// k-major, else 64 n x 64 k) and launches one persistent block per SM (BLOCKS per SM when the
+// tile is built for more). The tile's sizes come from the module (wgmma_shape, which the kernel's
+// TU defines for the tile it was built with): this file does not change with the tile, so a
+// variant of the family's tuning space or an edit of the kernel compiles the device-only TU alone.
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include "matmul/matmul.h"
-#include "matmul/tensor_core.cuh"
-#include "matmul/wgmma.cuh"
+#include "matmul/wgmma_shape.h"
 #include "wb/cuda.cuh"
 #include "wb/dtypes.h"
-
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WB_WGMMA_IMAGE 0  // wgmma and setmaxnreg exist only on sm_90a: this arch gets a stub
-#else
-#define WB_WGMMA_IMAGE 1
-#endif
+#include "wb/module.h"
 
 namespace wb::matmul {
+
+WB_DEVICE_TEMPLATE(kWgmma, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_kernel");
+WB_DEVICE_TEMPLATE(kShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_shape");
+
 namespace {
-
-constexpr int kBK = 64;             // k per stage: one 128-byte swizzle row of 16-bit elements
-constexpr int kRowBytes = kBK * 2;  // 128
-
-// sm_90 limits the tile must fit (CUDA C++ Programming Guide, compute capability 9.0).
-constexpr int kSmemPerBlock = 227 * 1024;  // a block's shared memory, with the opt-in attribute
-constexpr int kSmemPerSm = 228 * 1024;     // an SM's, of which each resident block reserves:
-constexpr int kSmemReserved = 1024;
-constexpr int kRegsPerSm = 65536;
-
-// The point of the tuning space this TU is built at (kernels/matmul/spec.py declares the space
-// and repeats kSmemBytes and the register split below in its `where`; tests/test_tune_matmul.py
-// checks that the defaults here are the space's default).
-#ifndef WB_TUNE_BN
-#define WB_TUNE_BN 256  // columns of c a tile: the N of wgmma.m64nNk16
-#endif
-#ifndef WB_TUNE_CONSUMERS
-#define WB_TUNE_CONSUMERS 2  // consumer warpgroups, 64 rows of the tile each
-#endif
-#ifndef WB_TUNE_STAGES
-#define WB_TUNE_STAGES 4  // shared-memory stages in the ring
-#endif
-#ifndef WB_TUNE_BLOCKS
-#define WB_TUNE_BLOCKS 1  // resident blocks an SM: two overlap one's epilogue with the other's MMAs
-#endif
-
-template <int BN_, int CONSUMERS_, int STAGES_, int BLOCKS_, bool B_KMAJOR_>
-struct WgmmaTile {
-  static constexpr int BN = BN_, CONSUMERS = CONSUMERS_, STAGES = STAGES_, BLOCKS = BLOCKS_;
-  static constexpr bool B_KMAJOR = B_KMAJOR_;
-  static constexpr int BM = 64 * CONSUMERS;
-  static constexpr int kThreads = 128 * (1 + CONSUMERS);
-  static constexpr int kBytesA = BM * kRowBytes, kBytesB = BN * kRowBytes;  // per stage
-  static constexpr int kAtomBytes = 8 * kRowBytes;  // one swizzle atom: 8 rows of 128 bytes
-  static constexpr int kSmemBytes = STAGES * (kBytesA + kBytesB) + kAtomBytes;  // + alignment
-  static constexpr int kBarrierBytes = 2 * STAGES * 8;  // full[] and empty[]: static shared
-  // Registers. __launch_bounds__(kThreads, BLOCKS) caps a thread at kRegsPerSm / (kThreads *
-  // BLOCKS), in units of 8, at most 255. A kernel with setmaxnreg starts at that cap (ptxas
-  // reports it as the kernel's count; launch() checks) and the block's pool is kThreads of them.
-  // ptxas compiles the producer's code within kProducerRegs (one thread issues copies) and the
-  // consumers' within kEntryRegs: it raises no limit past the entry count, so the consumers'
-  // BN / 2 accumulators must fit in it (below). setmaxnreg.inc waits until the pool has what it
-  // asks for, so the consumers ask for no more than the producer gave back (at most 240).
-  static constexpr int kEntryRegs = min_of(kRegsPerSm / (kThreads * BLOCKS) / 8 * 8, 255);
-  static constexpr int kProducerRegs = BLOCKS == 1 ? 40 : 24;
-  static constexpr int kPoolShare =
-      min_of((kThreads * kEntryRegs - 128 * kProducerRegs) / (128 * CONSUMERS) / 8 * 8, 240);
-  static constexpr int kConsumerRegs = kPoolShare > kEntryRegs ? kPoolShare : kEntryRegs;
-
-  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma.m64nNk16 with N in {64, 128, 256}");
-  static_assert(CONSUMERS >= 1 && CONSUMERS <= 4,
-                "CONSUMERS: 1 to 4 warpgroups (a's TMA box is 64 * CONSUMERS rows, at most 256)");
-  static_assert(STAGES >= 2,
-                "STAGES: at least 2 (a stage is handed back only once the next one's MMAs are "
-                "issued, so one stage would wait on itself)");
-  static_assert(BLOCKS >= 1, "BLOCKS: at least one block an SM");
-  static_assert(kSmemBytes + kBarrierBytes <= kSmemPerBlock,
-                "STAGES * (BM + BN) * 128 bytes + 1 KiB of alignment exceed a block's 227 KiB");
-  static_assert(BLOCKS * (kSmemBytes + kBarrierBytes + kSmemReserved) <= kSmemPerSm,
-                "BLOCKS blocks of this tile's shared memory do not fit an SM's 228 KiB");
-  static_assert(kProducerRegs >= 24 && kPoolShare % 8 == 0 && kConsumerRegs <= 256,
-                "setmaxnreg takes a multiple of 8 from 24 to 256");
-  // ptxas needs BN / 2 + 26 (it says "Insufficient registers" below that); 32 leaves a margin.
-  static_assert(kEntryRegs >= BN / 2 + 32,
-                "the registers a thread starts with cannot hold the consumer's BN / 2 "
-                "accumulators and its addresses: fewer CONSUMERS or BLOCKS, or a smaller BN");
-};
-
-// --- the kernel ---------------------------------------------------------------------------------
-
-template <typename T, typename Tl>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? Tl::kThreads : 1,
-                                  WB_WGMMA_IMAGE ? Tl::BLOCKS : 1)
-    wgmma_kernel(const __grid_constant__ CUtensorMap map_a,  // a: [m, k], boxes of 64 x BM
-                 const __grid_constant__ CUtensorMap map_b,  // b: boxes of 64 x BN or 64 x 64
-                 T* __restrict__ c,                          // [m, n]
-                 int m, int n, int k) {
-#if WB_WGMMA_IMAGE
-  extern __shared__ unsigned char smem_raw[];
-  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  // Stages start 1024-byte aligned (the swizzle atom), whatever the dynamic base is.
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + Tl::kAtomBytes - 1) / Tl::kAtomBytes *
-      Tl::kAtomBytes);
-  unsigned char* stage_a = smem;                             // [STAGES][BM rows of 128 B]
-  unsigned char* stage_b = smem + Tl::STAGES * Tl::kBytesA;  // [STAGES][b's tile]
-
-  const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
-  const int tiles = tiles_m * tiles_n;
-  const int steps = (k + kBK - 1) / kBK;
-  const int warpgroup = threadIdx.x / 128;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Tl::STAGES; ++s) {
-      sm90::bar_init(&full[s], 1);
-      sm90::bar_init(&empty[s], Tl::CONSUMERS);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-
-  // Both roles walk the same tiles (blockIdx.x, + gridDim.x, ...) and count the same steps `it`
-  // across them: stage it % STAGES, its use number it / STAGES giving the mbarrier parity.
-  if (warpgroup == 0) {  // producer
-    if constexpr (Tl::kProducerRegs < Tl::kEntryRegs) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tl::kProducerRegs));
-    }
-    if (threadIdx.x != 0) return;
-    int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const sm90::TileAt at = sm90::tile_at(tile, tiles_m, tiles_n);
-      const int m0 = at.m * Tl::BM, n0 = at.n * Tl::BN;
-      for (int step = 0; step < steps; ++step, ++it) {
-        const int s = it % Tl::STAGES;
-        if (it >= Tl::STAGES) sm90::bar_wait(&empty[s], (it / Tl::STAGES - 1) & 1);
-        sm90::bar_expect(&full[s], Tl::kBytesA + Tl::kBytesB);
-        sm90::tma_load(stage_a + s * Tl::kBytesA, &map_a, step * kBK, m0, &full[s]);
-        unsigned char* b_dst = stage_b + s * Tl::kBytesB;
-        if constexpr (Tl::B_KMAJOR) {
-          sm90::tma_load(b_dst, &map_b, step * kBK, n0, &full[s]);
-        } else {  // BN / 64 chunks of 64 columns x 64 k rows
-#pragma unroll
-          for (int j = 0; j < Tl::BN / 64; ++j) {
-            sm90::tma_load(b_dst + j * kBK * kRowBytes, &map_b, n0 + 64 * j, step * kBK, &full[s]);
-          }
-        }
-      }
-    }
-    return;
-  }
-
-  // Consumers. While they store a tile, the producer is already filling stages for the next.
-  if constexpr (Tl::kConsumerRegs > Tl::kEntryRegs) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Tl::kConsumerRegs));
-  }
-  const int consumer = warpgroup - 1, t = threadIdx.x % 128;
-  const bool leader = t == 0;  // arrives on `empty` for its warpgroup
-  int it = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const sm90::TileAt at = sm90::tile_at(tile, tiles_m, tiles_n);
-    float d[Tl::BN / 2];
-#pragma unroll
-    for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
-    for (int step = 0; step < steps; ++step, ++it) {
-      const int s = it % Tl::STAGES;
-      sm90::bar_wait(&full[s], (it / Tl::STAGES) & 1);
-      const unsigned char* a_tile = stage_a + s * Tl::kBytesA + consumer * 64 * kRowBytes;
-      const unsigned char* b_tile = stage_b + s * Tl::kBytesB;
-      sm90::pin(d);
-      sm90::fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t da = sm90::descriptor(a_tile + kk * 32, 16, Tl::kAtomBytes);
-        const uint64_t db = Tl::B_KMAJOR ? sm90::descriptor(b_tile + kk * 32, 16, Tl::kAtomBytes)
-                                         : sm90::descriptor(b_tile + kk * 16 * kRowBytes,
-                                                            kBK * kRowBytes, Tl::kAtomBytes);
-        sm90::Wgmma<Tl::BN, T, Tl::B_KMAJOR ? 0 : 1>::run(d, da, db);
-      }
-      sm90::commit();
-      sm90::wait<1>();  // the previous step's batch is done: hand its stage back
-      sm90::pin(d);
-      if (step > 0 && leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
-    }
-    sm90::wait<0>();
-    sm90::pin(d);
-    if (leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
-
-    const int64_t row = at.m * Tl::BM + consumer * 64 + 16 * (t / 32) + (t % 32) / 4;
-#pragma unroll
-    for (int j = 0; j < Tl::BN / 8; ++j) {
-      const int64_t col = at.n * Tl::BN + 8 * j + 2 * (t % 4);
-      store_pair(c, m, n, row, col, d[4 * j], d[4 * j + 1]);
-      store_pair(c, m, n, row + 8, col, d[4 * j + 2], d[4 * j + 3]);
-    }
-  }
-#endif
-}
-
-// --- host: tensor maps and the launch ------------------------------------------------------------
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   static const auto fn = [] {
@@ -253,15 +42,16 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 }
 
 // A 2-D map of 16-bit elements: `inner` contiguous elements per line, `outer` lines `pitch`
-// elements apart, copied in boxes of 64 x box_outer with the 128-byte swizzle.
+// elements apart, copied in boxes of box_inner x box_outer with the 128-byte swizzle.
 template <typename T>
 bool make_map(CUtensorMap* map, const T* base, int64_t inner, int64_t outer, int64_t pitch,
-              int box_outer) {
+              int box_inner, int box_outer) {
   const auto encode = encode_tiled();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pitch) * sizeof(T)};
-  const cuuint32_t box[2] = {kBK, static_cast<cuuint32_t>(box_outer)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_inner),
+                             static_cast<cuuint32_t>(box_outer)};
   const cuuint32_t element_strides[2] = {1, 1};
   const auto dtype =
       std::is_same_v<T, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -271,61 +61,63 @@ bool make_map(CUtensorMap* map, const T* base, int64_t inner, int64_t outer, int
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename T, typename Tl>
-Status launch(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, cudaStream_t s) {
-  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "matmul: wgmma takes sizes < 2^31";
-  CUtensorMap map_a, map_b;
-  bool ok = make_map(&map_a, a.data, k, m, a.row, Tl::BM);
-  ok = ok && (Tl::B_KMAJOR ? make_map(&map_b, b.data, k, n, b.col, Tl::BN)
-                           : make_map(&map_b, b.data, n, k, b.row, kBK));
-  if (!ok) return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
-  const int64_t tiles = ((m + Tl::BM - 1) / Tl::BM) * ((n + Tl::BN - 1) / Tl::BN);
-  if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
-  auto kernel = wgmma_kernel<T, Tl>;
-  // With fewer registers at entry than kEntryRegs the pool would be short of what the consumers'
-  // setmaxnreg.inc asks for, and they would wait for ever: an error instead of a hang.
-  static const bool regs_ok = [&] {
-    cudaFuncAttributes attr{};
-    const bool ok = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess;
-    if (!ok) cudaGetLastError();
-    return ok && attr.numRegs >= Tl::kEntryRegs;
-  }();
-  if (!regs_ok) return "matmul: the wgmma kernel starts with fewer registers than it splits";
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes);
-  if constexpr (Tl::BLOCKS > 1) {  // all of the SM's shared memory, so that BLOCKS blocks fit
-    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         cudaSharedmemCarveoutMaxShared);
-  }
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  // Persistent: BLOCKS blocks an SM (one by default), each walking tiles.
-  const int64_t blocks = min_of<int64_t>(tiles, (sms > 0 ? sms : 1) * int64_t{Tl::BLOCKS});
-  kernel<<<static_cast<unsigned>(blocks), Tl::kThreads, Tl::kSmemBytes, s>>>(
-      map_a, map_b, c, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k));
-  return launch_status();
+template <typename T>
+const DeviceKernel& wgmma_kernel(bool b_kmajor) {
+  return b_kmajor ? kernel<&kWgmma, T, Val<true>> : kernel<&kWgmma, T, Val<false>>;
 }
-
-// The point this TU is built at; the plain build: 128 x 256 tiles (two consumer warpgroups of
-// 64 x 256), 4 stages of 48 KiB, one block an SM.
-template <bool BKMajor>
-using DefaultTile =
-    WgmmaTile<WB_TUNE_BN, WB_TUNE_CONSUMERS, WB_TUNE_STAGES, WB_TUNE_BLOCKS, BKMajor>;
 
 }  // namespace
 
+// Whether this device runs the real kernel: the module's image for it was built for sm_90a (on
+// another arch the kernel is a stub of launch bounds 1), asked once per device.
 bool wgmma_available() {
-  using Tl = DefaultTile<false>;
   static signed char known[64] = {};
-  return image_of_current_device(wgmma_kernel<bf16, Tl>, Tl::kThreads, known);
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  if (known[device] == 0) {
+    WgmmaShape shape{};
+    int threads = 0;
+    const bool real =
+        global<&kShape>.read(&shape) == nullptr &&
+        wgmma_kernel<bf16>(false).attribute(KernelAttr::max_threads, &threads) == nullptr &&
+        threads >= shape.threads;
+    known[device] = real ? 1 : -1;
+  }
+  return known[device] == 1;
 }
 
 template <typename T>
 Status matmul_wgmma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream) {
-  auto s = static_cast<cudaStream_t>(stream);
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "matmul: wgmma takes sizes < 2^31";
+  WgmmaShape tile{};
+  if (const Status e = global<&kShape>.read(&tile)) return e;
   const bool b_kmajor = b.row == 1 && b.col != 1;
-  return b_kmajor ? launch<T, DefaultTile<true>>(a, b, c, m, n, k, s)
-                  : launch<T, DefaultTile<false>>(a, b, c, m, n, k, s);
+  const DeviceKernel& kernel = wgmma_kernel<T>(b_kmajor);
+  // With fewer registers at entry than the split assumes, the pool would be short of what the
+  // consumers' setmaxnreg.inc asks for, and they would wait for ever: an error instead of a hang.
+  int regs = 0;
+  if (const Status e = kernel.attribute(KernelAttr::num_regs, &regs)) return e;
+  if (regs < tile.entry_regs) {
+    return "matmul: the wgmma kernel starts with fewer registers than it splits";
+  }
+  CUtensorMap map_a, map_b;
+  bool ok = make_map(&map_a, a.data, k, m, a.row, tile.bk, tile.bm);
+  ok = ok && (b_kmajor ? make_map(&map_b, b.data, k, n, b.col, tile.bk, tile.bn)
+                       : make_map(&map_b, b.data, n, k, b.row, 64, tile.bk));
+  if (!ok) return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  const int64_t tiles = ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
+  if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  // Persistent: BLOCKS blocks an SM (one by default), each walking tiles. With more than one, all
+  // of the SM's shared memory goes to shared memory (carveout 100%), so that they fit.
+  const int64_t blocks = min_of<int64_t>(tiles, (sms > 0 ? sms : 1) * int64_t{tile.blocks});
+  LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads),
+                      static_cast<unsigned>(tile.smem)};
+  if (tile.blocks > 1) config.carveout = 100;
+  return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
+                       static_cast<int>(k));
 }
 WB_INSTANTIATE(WB_REDUCED, matmul_wgmma)
 

@@ -189,9 +189,10 @@ OPS = [
 
 
 # --- the tuning space (`wb tune matmul`) ---------------------------------------------------------
-# The Hopper path's tile: matmul_wgmma.cu reads each parameter as WB_TUNE_<NAME>, and its #ifndef
-# defaults are the default point (tests/test_tune_matmul.py keeps the two equal). The simt and mma
-# paths read none of them: float32 and float64 are the same kernel in every variant.
+# The Hopper path's tile: matmul_wgmma.kernel.cu (a device-only TU) reads each parameter as
+# WB_TUNE_<NAME>, and its #ifndef defaults are the default point (tests/test_tune_matmul.py keeps
+# the two equal). Nothing else reads them: a variant compiles that file alone (NVRTC; its host
+# launcher reads the tile from the module), and float32 and float64 are the same in every variant.
 #   BN         columns of c a tile (the N of wgmma.m64nNk16). 256 spreads each read of a over the
 #              most columns; 128 and 64 make more tiles where there are few (16 x 4096 x 4096 is
 #              16 tiles of 128 x 256 for 132 SMs).
@@ -209,7 +210,7 @@ OPS = [
 #     compiles the consumers' code within that (setmaxnreg raises no compile-time limit), so it
 #     must hold the BN / 2 accumulators and 32 more (ptxas fails below BN / 2 + 26). This leaves
 #     BLOCKS = 2 only to one consumer with BN <= 128, or two with BN = 64;
-# and two rules that keep the space to points worth a compile (each variant rebuilds the family):
+# and two rules that keep the space to points worth a compile (each variant compiles the kernel):
 #   - at least 4 stages in flight an SM (STAGES * BLOCKS >= 4, the plain build's depth): fewer
 #     only leave the tensor cores waiting on memory;
 #   - BN = 64 only with one consumer and one block, for an a of few rows; a wider a fills 128-row

@@ -1,21 +1,19 @@
-// matmul/wgmma.cuh: Hopper's warpgroup MMA (sm_90a) as C++ calls, for matmul_wgmma.cu.
+// matmul/wgmma.cuh: Hopper's warpgroup MMA (sm_90a) as C++ calls, for matmul_wgmma.kernel.cu.
 //
 //   wgmma<N, T, TransB>(d, desc_a, desc_b)   d[64 x N] += A[64 x 16] * B[16 x N]
 //
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}: A and B come from shared memory through
-// matrix descriptors (see matmul_wgmma.cu), the float accumulators d stay in the registers of the
-// warpgroup's 128 threads, N / 2 per thread. A is k-major; B is k-major (TransB = 0) or n-major
-// (TransB = 1, allowed for 16-bit types). The instruction is asynchronous: fence() before the
-// first of a batch, commit() after it, wait<N>() before reading d or reusing the shared memory.
+// matrix descriptors (see matmul_wgmma.kernel.cu), the float accumulators d stay in the registers
+// of the warpgroup's 128 threads, N / 2 per thread. A is k-major; B is k-major (TransB = 0) or
+// n-major (TransB = 1, allowed for 16-bit types). The instruction is asynchronous: fence() before
+// the first of a batch, commit() after it, wait<N>() before reading d or reusing the shared memory.
 // Inline asm needs its operand lists written out, hence one block per N.
 //
 // Also the mbarrier and TMA instructions the pipeline uses, and the shared-memory matrix
-// descriptor (layout in matmul_wgmma.cu's header).
+// descriptor (layout in matmul_wgmma.kernel.cu's header). Device code only: NVRTC compiles it.
 #pragma once
 
-#include <cuda.h>
-
-#include "matmul/tensor_core.cuh"
+#include "matmul/tensor_core_device.cuh"
 #include "wb/types.h"
 
 namespace wb::matmul::sm90 {
@@ -55,8 +53,7 @@ __device__ __forceinline__ void bar_wait(uint64_t* bar, int parity) {
   }
 }
 // The box of `map` at (x: inner coordinate, y: outer) into dst, completing on bar.
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int x, int y,
-                                         uint64_t* bar) {
+__device__ __forceinline__ void tma_load(void* dst, const void* map, int x, int y, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),

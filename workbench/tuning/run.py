@@ -238,9 +238,20 @@ def _build_all(
     fams = {v.label: variant(family, v.point) for v in variants}
     built: dict[str, build.Built] = {}
     done = 0
+    kernels = _device_kernels(lib, family)
 
     def one(name: str) -> build.Built:
-        return build.ensure(lib.project, fams[name], lib.config, per)
+        b = build.ensure(lib.project, fams[name], lib.config, per)
+        if kernels:  # the variant's device-only TUs, which its parameters may reach
+            from workbench import device
+
+            start = time.perf_counter()
+            modules = device.ensure(lib.project, fams[name], lib.config, kernels)
+            fresh = [i for m in modules for i in m.images if i.seconds]
+            if fresh:
+                b.seconds = (b.seconds if b.compiled else 0.0) + time.perf_counter() - start
+                b.compiled = [*b.compiled, *sorted({m.source for m in modules})]
+        return b
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(one, v.label): v for v in variants}
@@ -264,6 +275,21 @@ def _build_all(
             what = f"{len(b.compiled)} compiled in {b.seconds:.1f} s" if b.compiled else "cached"
             say(f"[{done}/{len(variants)}] {v.label}: {what}")
     return built
+
+
+def _device_kernels(lib: Library, family: Family) -> list[tuple[str, str]]:
+    """The kernels the live build's launchers name from device-only TUs ([] for none): a variant
+    whose host objects are the plain build's names the same ones."""
+    if not (lib.config.with_cuda and any(s.kind == "device" for s in family.sources)):
+        return []
+    from workbench import device, loader
+
+    handle = loader.live_handles(lib.namespace).get(family.name)
+    if handle is None:
+        return []
+    if handle.kernels is None:
+        handle.kernels = device.kernel_names(handle)
+    return list(handle.kernels)
 
 
 # --- check --------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <iterator>
@@ -75,6 +76,9 @@ struct PerDevice {
   std::atomic<uint64_t> generation{0};  // of the module `kernel` was looked up in
   KernelHandle kernel = nullptr;
   int smem_opt_in = 48 * 1024;  // dynamic shared memory allowed without an attribute
+  int carveout = -1;            // the preferred shared-memory carveout set, -1: none
+  int attributes[5] = {};       // KernelAttr's, read when the kernel was looked up
+  std::string value;            // a global's bytes (a slot whose expression starts with '&')
 };
 
 struct KernelSlot {
@@ -142,7 +146,10 @@ inline Status fail(std::string text) {
 struct Driver {
   decltype(&::cuLibraryLoadData) library_load_data = nullptr;
   decltype(&::cuLibraryGetKernel) library_get_kernel = nullptr;
+  decltype(&::cuLibraryGetGlobal) library_get_global = nullptr;
+  decltype(&::cuMemcpyDtoH) memcpy_dtoh = nullptr;
   decltype(&::cuKernelSetAttribute) kernel_set_attribute = nullptr;
+  decltype(&::cuKernelGetAttribute) kernel_get_attribute = nullptr;
 #if CUDA_VERSION >= 12040
   decltype(&::cuKernelGetParamInfo) kernel_get_param_info = nullptr;  // CUDA 12.4 drivers on
 #else
@@ -177,7 +184,10 @@ inline const Driver& driver() {
     Driver r;
     entry_point("cuLibraryLoadData", r.library_load_data, r.error);
     entry_point("cuLibraryGetKernel", r.library_get_kernel, r.error);
+    entry_point("cuLibraryGetGlobal", r.library_get_global, r.error);
+    entry_point("cuMemcpyDtoH", r.memcpy_dtoh, r.error);
     entry_point("cuKernelSetAttribute", r.kernel_set_attribute, r.error);
+    entry_point("cuKernelGetAttribute", r.kernel_get_attribute, r.error);
     entry_point("cuLaunchKernelEx", r.launch_kernel_ex, r.error);
     entry_point("cuDeviceGet", r.device_get, r.error);
     entry_point("cuGetErrorString", r.get_error_string, r.error);
@@ -214,6 +224,39 @@ inline Image* image_for(Module& m, int major, int minor, const std::string& expr
     if (best == nullptr || img->minor > best->minor) best = img.get();
   }
   return best;
+}
+
+static_assert(static_cast<int>(KernelAttr::max_threads) ==
+                      CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK &&
+                  static_cast<int>(KernelAttr::static_smem) ==
+                      CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES &&
+                  static_cast<int>(KernelAttr::local_bytes) == CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES &&
+                  static_cast<int>(KernelAttr::num_regs) == CU_FUNC_ATTRIBUTE_NUM_REGS,
+              "KernelAttr holds the driver's numbers");
+
+// Reads the value of the global `mangled` of img (loaded) on `device` into the slot's bytes.
+inline Status resolve_global(KernelSlot* slot, int device, Image& img, const std::string& mangled) {
+  const Driver& d = driver();
+  // The copy runs in the device's primary context: a thread that never used the runtime (an
+  // autograd worker) has no current context until cudaSetDevice makes it so.
+  if (cudaSetDevice(device) != cudaSuccess) return fail(cudaGetErrorString(cudaGetLastError()));
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+  CUresult r = d.library_get_global(&ptr, &bytes, img.library, mangled.c_str());
+  if (r != CUDA_SUCCESS) {
+    return fail("variable " + slot->expression.substr(1) + " not found in " + slot->file->file +
+                ": " + cu_error(r));
+  }
+  PerDevice& pd = slot->devices[device];
+  pd.value.assign(bytes, '\0');
+  r = d.memcpy_dtoh(pd.value.data(), ptr, bytes);
+  if (r != CUDA_SUCCESS) {
+    return fail("reading " + slot->expression.substr(1) + " of " + slot->file->file +
+                " failed: " + cu_error(r));
+  }
+  pd.generation.store(slot->file->generation.load(std::memory_order_acquire),
+                      std::memory_order_release);
+  return nullptr;
 }
 
 // Looks slot's kernel up in the live module for `device`; called under the table's mutex.
@@ -264,6 +307,8 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
     }
     img->library = lib;
   }
+  PerDevice& pd = slot->devices[device];
+  if (slot->expression[0] == '&') return resolve_global(slot, device, *img, name->second);
   CUkernel k = nullptr;
   CUresult r = d.library_get_kernel(&k, img->library, name->second.c_str());
   if (r != CUDA_SUCCESS) {
@@ -292,24 +337,67 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
     }
   }
 #endif
-  PerDevice& pd = slot->devices[device];
+  CUdevice dev = 0;
+  r = d.device_get(&dev, device);
+  for (int a : {0, 1, 3, 4}) {
+    if (r == CUDA_SUCCESS) {
+      r = d.kernel_get_attribute(&pd.attributes[a], static_cast<CUfunction_attribute>(a), k, dev);
+    }
+  }
+  if (r != CUDA_SUCCESS) {
+    return fail("reading the attributes of " + slot->expression + " failed: " + cu_error(r));
+  }
   pd.kernel = k;
   pd.smem_opt_in = 48 * 1024;
+  pd.carveout = -1;
   pd.generation.store(f.generation.load(std::memory_order_acquire), std::memory_order_release);
+  return nullptr;
+}
+
+// The current device, with slot resolved in the live module for it (the fast path: two atomic
+// loads). `sizes`: the launch's argument sizes, checked against the kernel's parameters.
+inline Status ready(KernelSlot* slot, int* device, const size_t* sizes, int count) {
+  if (cudaGetDevice(device) != cudaSuccess) return fail(cudaGetErrorString(cudaGetLastError()));
+  if (*device < 0 || *device >= kMaxDevices) return fail("device index out of range");
+  PerDevice& pd = slot->devices[*device];
+  const uint64_t live = slot->file->generation.load(std::memory_order_acquire);
+  if (live == 0 || pd.generation.load(std::memory_order_acquire) != live) {
+    std::lock_guard<std::mutex> lock(modules().mutex);
+    if (const Status err = resolve(slot, *device, sizes, count)) return err;
+  }
+  return nullptr;
+}
+
+Status kernel_attribute(KernelSlot* slot, KernelAttr attribute, int* value) {
+  const int a = static_cast<int>(attribute);
+  if (a < 0 || a >= 5 || a == 2) return fail("unknown kernel attribute");
+  if (slot->expression[0] == '&') return fail(slot->expression.substr(1) + " is not a kernel");
+  int device = 0;
+  if (const Status err = ready(slot, &device, nullptr, 0)) return err;
+  *value = slot->devices[device].attributes[a];
+  return nullptr;
+}
+
+Status read_global(KernelSlot* slot, void* out, size_t size) {
+  if (slot->expression[0] != '&') return fail(slot->expression + " is a kernel, not a variable");
+  int device = 0;
+  if (const Status err = ready(slot, &device, nullptr, 0)) return err;
+  const std::string& value = slot->devices[device].value;
+  if (value.size() != size) {
+    return fail(slot->expression.substr(1) + " in " + slot->file->file + " is " +
+                std::to_string(value.size()) + " bytes; it is read as " + std::to_string(size) +
+                ": read it as the type the device-only TU defines it with");
+  }
+  std::memcpy(out, value.data(), size);
   return nullptr;
 }
 
 Status launch_kernel(KernelSlot* slot, const LaunchConfig& c, Stream stream, void** args,
                      const size_t* sizes, int count) {
+  if (slot->expression[0] == '&') return fail(slot->expression.substr(1) + " is not a kernel");
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return fail(cudaGetErrorString(cudaGetLastError()));
-  if (device < 0 || device >= kMaxDevices) return fail("device index out of range");
+  if (const Status err = ready(slot, &device, sizes, count)) return err;
   PerDevice& pd = slot->devices[device];
-  const uint64_t live = slot->file->generation.load(std::memory_order_acquire);
-  if (live == 0 || pd.generation.load(std::memory_order_acquire) != live) {
-    std::lock_guard<std::mutex> lock(modules().mutex);
-    if (const Status err = resolve(slot, device, sizes, count)) return err;
-  }
   const Driver& d = driver();
   if (c.smem > static_cast<unsigned>(pd.smem_opt_in)) {
     CUdevice dev = 0;
@@ -323,6 +411,19 @@ Status launch_kernel(KernelSlot* slot, const LaunchConfig& c, Stream stream, voi
                   " bytes of dynamic shared memory failed: " + cu_error(r));
     }
     pd.smem_opt_in = static_cast<int>(c.smem);
+  }
+  if (c.carveout >= 0 && c.carveout != pd.carveout) {
+    CUdevice dev = 0;
+    CUresult r = d.device_get(&dev, device);
+    if (r == CUDA_SUCCESS) {
+      r = d.kernel_set_attribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, c.carveout,
+                                 pd.kernel, dev);
+    }
+    if (r != CUDA_SUCCESS) {
+      return fail(slot->expression + ": setting the shared-memory carveout to " +
+                  std::to_string(c.carveout) + "% failed: " + cu_error(r));
+    }
+    pd.carveout = c.carveout;
   }
   CUlaunchConfig config{};
   config.gridDimX = c.grid.x;
@@ -356,7 +457,7 @@ Status launch_kernel(KernelSlot* slot, const LaunchConfig& c, Stream stream, voi
 
 #else  // no CUDA, or a toolkit before CUDA 12: no modules
 
-Status launch_kernel(KernelSlot* slot, const LaunchConfig&, Stream, void**, const size_t*, int) {
+inline Status no_modules(KernelSlot* slot) {
 #ifdef WB_WITH_CUDA
   return fail(slot->expression +
               ": device-only TUs need CUDA 12 or later (cuLibraryLoadData); "
@@ -365,6 +466,12 @@ Status launch_kernel(KernelSlot* slot, const LaunchConfig&, Stream, void**, cons
   return fail(slot->expression + ": this library was built without CUDA");
 #endif
 }
+
+Status launch_kernel(KernelSlot* slot, const LaunchConfig&, Stream, void**, const size_t*, int) {
+  return no_modules(slot);
+}
+Status kernel_attribute(KernelSlot* slot, KernelAttr, int*) { return no_modules(slot); }
+Status read_global(KernelSlot* slot, void*, size_t) { return no_modules(slot); }
 
 #endif
 

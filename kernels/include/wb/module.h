@@ -21,6 +21,11 @@
 // or a bool), or a type: the scalar types (float, double, wb::f16, wb::bf16, the integer types),
 // or a type named with WB_DEVICE_TYPE_NAME(ns::Type); at global scope.
 //
+// A device-only TU may also define values its launchers read, for what the host must know of how
+// the kernels were compiled (a tile's size, its shared memory): `__constant__ Shape shape = {..};`
+// in the TU, and wb::global<&kShape>.read(&value) on the host, where kShape names it like a kernel
+// template. The value is read once per device and module (after a swap, the new module's).
+//
 // Each argument of launch() is passed as the kernel parameter at its position, by its bytes: the
 // types must be the kernel's own (an int64_t for an int parameter is a different size). The
 // first launch of each kernel checks the size of each argument against the kernel's parameter at
@@ -49,6 +54,15 @@ struct LaunchConfig {
   Dim3 block;
   unsigned smem = 0;  // dynamic shared memory in bytes (above 48 KiB is opted into per kernel)
   Dim3 cluster{0, 0, 0};
+  int carveout = -1;  // percent of L1 + shared memory preferred as shared; -1: the driver's choice
+};
+
+// What DeviceKernel::attribute reads: the driver's CU_FUNC_ATTRIBUTE_* of the same number.
+enum class KernelAttr : int {
+  max_threads = 0,  // the most threads a block may have (the kernel's launch bounds)
+  static_smem = 1,  // bytes of static shared memory
+  local_bytes = 3,  // bytes of local memory per thread (spills)
+  num_regs = 4,     // registers per thread
 };
 
 // A kernel template of a device-only TU: the file (relative to the family's folder) and the
@@ -73,6 +87,8 @@ KernelSlot* register_kernel(const char* file, std::string expression);
 
 Status launch_kernel(KernelSlot* slot, const LaunchConfig& config, Stream stream, void** args,
                      const size_t* sizes, int count);
+Status kernel_attribute(KernelSlot* slot, KernelAttr attribute, int* value);
+Status read_global(KernelSlot* slot, void* out, size_t size);
 
 template <typename T>
 struct TypeName {
@@ -143,9 +159,36 @@ class DeviceKernel {
                                  static_cast<int>(sizeof...(Args)));
   }
 
+  // The kernel's attribute on the current device, as loaded from the live module.
+  Status attribute(KernelAttr a, int* value) const {
+    return detail::kernel_attribute(slot_, a, value);
+  }
+
  private:
   detail::KernelSlot* slot_;
 };
+
+// A variable of a device-only TU (a __constant__ or __device__ one), read by the host.
+class DeviceGlobal {
+ public:
+  DeviceGlobal(const DeviceTemplate* t, std::string expression)
+      : slot_(detail::register_kernel(t->file, "&" + std::move(expression))) {}
+
+  // Copies the variable's value, as the live module on the current device holds it, into *out;
+  // its size must be the variable's.
+  template <typename T>
+  Status read(T* out) const {
+    static_assert(std::is_trivially_copyable_v<T>, "read a trivially copyable type");
+    return detail::read_global(slot_, out, sizeof(T));
+  }
+
+ private:
+  detail::KernelSlot* slot_;
+};
+
+// The variable K (or K<A...>, for a variable template) of a device-only TU.
+template <const DeviceTemplate* K, typename... A>
+inline const DeviceGlobal global{K, detail::expression<A...>(K->name)};
 
 // The instantiation K<A...> of a device kernel template: wb::kernel<&kScale, wb::Val<4>, float>.
 template <const DeviceTemplate* K, typename... A>

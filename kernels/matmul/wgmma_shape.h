@@ -1,0 +1,20 @@
+// matmul/wgmma_shape.h: what the wgmma kernel's host launcher needs to know of its tile.
+//
+// The tile is fixed where the kernel is compiled (matmul_wgmma.kernel.cu, the family's tuning
+// space), not in the launcher: the device-only TU defines a WgmmaShape for the tile it was built
+// with, and the launcher reads it from the loaded module (wb::global). So a variant of the tile,
+// or an edit of it, compiles the device-only TU alone and the host launcher stays as it is.
+// No CUDA or torch header: both sides include it.
+#pragma once
+
+namespace wb::matmul {
+
+struct WgmmaShape {
+  int bm, bn, bk;  // the tile of c a block computes (bm x bn), and k per pipeline stage
+  int threads;     // per block: one producer warpgroup and bm / 64 consumer warpgroups
+  int smem;        // dynamic shared memory per block, bytes
+  int blocks;      // resident blocks an SM the kernel is built for (its launch bounds)
+  int entry_regs;  // registers a thread must start with for the kernel's setmaxnreg split
+};
+
+}  // namespace wb::matmul

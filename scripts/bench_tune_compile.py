@@ -1,0 +1,146 @@
+"""Compile time of a tune sweep of the wgmma matmul's tile: the device-only TU against nvcc.
+
+One run, one host, a fresh cache (``--cache``, default: a new temporary folder):
+
+1. load the bundled matmul family (the plain build; not timed);
+2. ``device-only``: ``wb tune``'s build phase (``workbench.tuning.run._build_all``) for every
+   point of ``kernels/matmul/spec.py``'s space but the default, all at once: each variant's host
+   objects are the plain build's (no compile), its library a copy, and its device-only TU
+   (``matmul_wgmma.kernel.cu``) is compiled by NVRTC with the point's -D options, one program per
+   kernel, for the build's architectures;
+3. ``nvcc``: the same points through nvcc as the family built them before its kernels moved into a
+   device-only TU: one TU holding the kernels and their host launcher (the kernel file, the four
+   instantiations the launcher names, and ``matmul_wgmma.cu``), ``nvcc -c`` with the build's own
+   command and the point's -D options, one process per point, ``--jobs`` at a time (``wb tune``
+   ran one ninja job per variant, all variants at once). The link of each variant's library is not
+   counted on this side (it only favours nvcc);
+4. the same two for one variant alone (the first point), with every core.
+
+Goal (issue 21): the sweep compiles at least 3x faster through the device-only TU.
+
+Writes ``tune-compile.md`` into ``--out`` (default ``$OUT`` or .) and prints it.
+
+Usage: python scripts/bench_tune_compile.py [--jobs N] [--cache DIR]   (needs a CUDA torch)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+NAMES = [(t, k) for t in ("f16", "bf16") for k in ("true", "false")]
+
+
+def nvcc_tu(folder: Path, kernels: Path) -> Path:
+    """The kernels and their launcher in one nvcc TU, as the family had them."""
+    lines = [f'#include "{kernels / "matmul" / "matmul_wgmma.kernel.cu"}"']
+    for t, k in NAMES:
+        lines.append(
+            f"template __global__ void wb::matmul::wgmma_kernel<wb::{t}, {k}>(const "
+            "__grid_constant__ wb::matmul::TensorMap, const __grid_constant__ "
+            f"wb::matmul::TensorMap, wb::{t}*, int, int, int);"
+        )
+    lines.append(f'#include "{kernels / "matmul" / "matmul_wgmma.cu"}"')
+    path = folder / "matmul_wgmma_nvcc.cu"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def nvcc_sweep(lib: object, points: list[dict], jobs: int, folder: Path) -> float:
+    from workbench.project import Source
+    from workbench.tuning.space import defines
+
+    config, project = lib.config, lib.project  # type: ignore[attr-defined]
+    src = Source(nvcc_tu(folder, project.kernels_dir), "cuda")
+
+    def one(i: int) -> None:
+        out = folder / f"v{i}.o"
+        cmd = config.compile_command(project, src, out, defines(points[i]))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"nvcc failed for {points[i]}:\n{proc.stderr[-3000:]}")
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(points)))) as pool:
+        list(pool.map(one, range(len(points))))
+    return time.perf_counter() - start
+
+
+def device_sweep(lib: object, points: list[dict], jobs: int) -> tuple[float, int]:
+    from workbench.tuning.report import VariantResult
+    from workbench.tuning.run import _build_all
+    from workbench.tuning.space import label
+
+    family = lib.project.family("matmul")  # type: ignore[attr-defined]
+    variants = [VariantResult(label(p), dict(p)) for p in points]
+    start = time.perf_counter()
+    say = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    built = _build_all(lib, family, variants, jobs, {}, say)  # type: ignore[arg-type]
+    seconds = time.perf_counter() - start
+    failed = [v for v in variants if v.status != "built"]
+    if failed:
+        raise SystemExit(f"variants failed: {[(v.label, v.status, v.detail) for v in failed]}")
+    return seconds, len(built)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--cache", type=Path)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    args = parser.parse_args()
+    cache = args.cache or Path(tempfile.mkdtemp(prefix="wb-tune-compile-"))
+    os.environ["WB_CACHE_DIR"] = str(cache)
+
+    import torch
+
+    import workbench
+    from workbench.tuning.space import space_of
+
+    lib = workbench.load(families=["matmul"], namespace="bench_tc")
+    path = lib.project.family("matmul").spec_path
+    loaded = importlib.util.spec_from_file_location("matmul_spec_for_bench", path)
+    assert loaded is not None and loaded.loader is not None
+    spec = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(spec)
+    space = space_of(spec)
+    assert space is not None
+    points = [p for p in space.points() if p != space.default]
+    archs = ",".join(lib.config.archs)
+    with tempfile.TemporaryDirectory(prefix="wb-tune-nvcc-") as tmp:
+        one_nvcc = nvcc_sweep(lib, points[:1], args.jobs, Path(tmp))
+        all_nvcc = nvcc_sweep(lib, points[1:], args.jobs, Path(tmp))
+    one_dev, _ = device_sweep(lib, points[:1], args.jobs)
+    all_dev, n = device_sweep(lib, points[1:], args.jobs)
+    rows = [
+        ("one variant alone", one_nvcc, one_dev),
+        (f"the other {len(points) - 1} at once", all_nvcc, all_dev),
+    ]
+    lines = [
+        f"{torch.cuda.get_device_name()} host ({os.cpu_count()} cores), torch {torch.__version__},"
+        f" archs {archs}, {len(points)} non-default points of the space, --jobs {args.jobs}",
+        "",
+        "| sweep | nvcc (kernels + launcher, one TU) s | device-only TU (NVRTC) s | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, nv, dev in rows:
+        lines.append(f"| {name} | {nv:.2f} | {dev:.2f} | {nv / dev:.2f}x |")
+    text = "\n".join(lines)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tune-compile.md").write_text(text + "\n")
+    assert n == len(points) - 1
+
+
+if __name__ == "__main__":
+    main()
