@@ -30,10 +30,10 @@ import workbench  # noqa: E402
 from scripts.bench_reload import ALPHA, edit_for  # noqa: E402
 from workbench import scaffold  # noqa: E402
 
-# The last line of the tensor-core epilogues: every stored pair gets + k.
+# The tensor-core epilogues' stores (wgmma: of rows of c of an even length): every pair gets + k.
 MATMUL_EDITS = {
-    "wgmma": ("matmul_wgmma.kernel.cu", "store_pair(c, m, n, row, col, d[4 * j], d[4 * j + 1]);",
-              "store_pair(c, m, n, row, col, d[4 * j] + {k}.0f, d[4 * j + 1] + {k}.0f);"),
+    "wgmma": ("matmul_wgmma.kernel.cu", "pack2(from_acc<T>(d[4 * j]), from_acc<T>(d[4 * j + 1]))",
+              "pack2(from_acc<T>(d[4 * j] + {k}.0f), from_acc<T>(d[4 * j + 1] + {k}.0f))"),
     "mma": ("matmul_mma.cu", "store_pair(c, m, n, r, j, acc[mi][ni][0], acc[mi][ni][1]);",
             "store_pair(c, m, n, r, j, acc[mi][ni][0] + {k}.0f, acc[mi][ni][1] + {k}.0f);"),
 }  # fmt: skip

@@ -93,10 +93,36 @@ def device_sweep(lib: object, points: list[dict], jobs: int) -> tuple[float, int
     return seconds, len(built)
 
 
+def profile_one(lib: object, point: dict) -> None:
+    """cProfile of one variant's host build (all cached) and its device-only TU, to stderr."""
+    import cProfile
+    import io
+    import pstats
+
+    from workbench import build, device
+    from workbench.tuning.run import _device_kernels
+    from workbench.tuning.space import variant
+
+    family = lib.project.family("matmul")  # type: ignore[attr-defined]
+    fam = variant(family, point)
+    kernels = _device_kernels(lib, family)  # type: ignore[arg-type]
+    for name, call in [
+        ("host build", lambda: build.ensure(lib.project, fam, lib.config, 1)),  # type: ignore[attr-defined]
+        ("device-only TU", lambda: device.ensure(lib.project, fam, lib.config, kernels)),  # type: ignore[attr-defined]
+    ]:
+        prof = cProfile.Profile()
+        start = time.perf_counter()
+        prof.runcall(call)
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
+        print(f"--- {name}: {time.perf_counter() - start:.3f} s\n{out.getvalue()}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--cache", type=Path)
+    parser.add_argument("--profile", action="store_true", help="profile one variant (stderr)")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
     cache = args.cache or Path(tempfile.mkdtemp(prefix="wb-tune-compile-"))
@@ -121,6 +147,9 @@ def main() -> None:
         one_nvcc = nvcc_sweep(lib, points[:1], args.jobs, Path(tmp))
         all_nvcc = nvcc_sweep(lib, points[1:], args.jobs, Path(tmp))
     one_dev, _ = device_sweep(lib, points[:1], args.jobs)
+    if args.profile:  # where a variant's time goes, one variant in this thread: points[1]
+        profile_one(lib, points[1])
+        points = points[:1] + points[2:]
     all_dev, n = device_sweep(lib, points[1:], args.jobs)
     rows = [
         ("one variant alone", one_nvcc, one_dev),

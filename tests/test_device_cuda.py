@@ -108,6 +108,33 @@ def test_a_launch_whose_arguments_do_not_match_the_kernel_fails_clearly(
         lib.op00(torch.ones(4, device="cuda"), 2.0)
 
 
+def test_a_launcher_reads_a_variable_of_the_module_again_after_a_swap(
+    lib: workbench.Library, registry: Path
+) -> None:
+    """wb::global: the launcher scales by alpha + bias, bias a __constant__ of the kernel's TU;
+    a swap that changes it is read again; reading it as another size fails with both sizes."""
+    kernel, launcher = registry / "op00" / "op00.kernel.cu", registry / "op00" / "op00.cu"
+    edit(kernel, "template <typename A>\nstruct Apply", "__constant__ float bias = 5.0f;\n\n"
+         "template <typename A>\nstruct Apply")  # fmt: skip
+    edit(launcher, "template <typename T>\nStatus op00_cuda",
+         'WB_DEVICE_TEMPLATE(kBias, "op00.kernel.cu", "wb::op00_family::bias");\n\n'
+         "template <typename T>\nStatus op00_cuda")  # fmt: skip
+    edit(launcher, "  return wb::elementwise_launch",
+         "  float bias = 0;\n"
+         "  if (const Status e = wb::global<&kBias>.read(&bias)) return e;\n"
+         "  alpha += bias;\n  return wb::elementwise_launch")  # fmt: skip
+    lib.reload()
+    x = torch.arange(8.0, device="cuda")
+    assert torch.equal(lib.op00(x, 2.0), 7 * x)
+    edit(kernel, "bias = 5.0f", "bias = 1.0f")
+    assert lib.reload().device_only == ["op00"]
+    assert torch.equal(lib.op00(x, 2.0), 3 * x)
+    edit(launcher, "float bias = 0;", "double bias = 0;")
+    lib.reload()
+    with pytest.raises(RuntimeError, match=r"bias in op00.kernel.cu is 4 bytes; it is read as 8"):
+        lib.op00(x, 2.0)
+
+
 def test_a_captured_graph_replays_and_the_next_capture_takes_the_new_module(
     lib: workbench.Library, registry: Path
 ) -> None:

@@ -70,6 +70,9 @@ def matmul_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generato
     # as it is (k-major), the others copy it.
     w = randn((40, 96), dtype, device, gen)
     samples.insert(5, Sample((randn((70, 96), dtype, device, gen), w.t()), "b_colmajor"))
+    # ... with an odd n: rows of c that are not 4-byte multiples (the wgmma epilogue's 2-byte path).
+    w = randn((37, 96), dtype, device, gen)
+    samples.insert(6, Sample((randn((150, 96), dtype, device, gen), w.t()), "b_colmajor_odd_n"))
     return samples
 
 

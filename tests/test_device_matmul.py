@@ -1,0 +1,71 @@
+"""The wgmma matmul as a device-only TU, without a GPU: its names, its tile variants, its cubins.
+
+Real nvcc (the launchers), the real host compiler and the real NVRTC run here; nothing is
+launched (tests/test_matmul.py and `wb check matmul --device cuda` run it on a GPU).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from workbench import build, device, nvrtc
+from workbench.config import make_config
+from workbench.project import discover
+from workbench.tuning.space import variant
+
+needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed")
+FILE = "matmul_wgmma.kernel.cu"
+WGMMA_NAMES = sorted(
+    ["&wb::matmul::wgmma_shape"]
+    + [f"wb::matmul::wgmma_kernel<wb::{t},{k}>" for t in ("f16", "bf16") for k in ("true", "false")]
+)
+# A point of the space other than the default (kernels/matmul/spec.py): 64 x 128 tiles.
+POINT = {"BN": 128, "CONSUMERS": 1, "STAGES": 4, "BLOCKS": 1}
+
+
+@needs_nvrtc
+@pytest.mark.nvcc
+def test_a_tile_variant_compiles_only_the_device_only_tu_and_is_a_build_of_its_own() -> None:
+    project = discover()
+    plain_family = project.family("matmul")
+    config = make_config(archs=("sm_90a",), link=False)
+    plain = build.ensure(project, plain_family, config)
+    # The launcher names the four kernels and the tile variable, read from its compiled object.
+    kernels = device.listed_kernels(project, plain_family, config, plain)
+    assert sorted(e for f, e in kernels if f == FILE) == WGMMA_NAMES
+
+    tile = variant(plain_family, POINT)
+    assert device.device_defines(project, tile, config) == tile.defines
+    assert device.device_defines(project, plain_family, config) == ()
+    built = build.ensure(project, tile, config)
+    assert built.compiled == []  # every host object is the plain build's
+    assert built.key != plain.key  # ... but its modules differ: a build of its own
+
+    (plain_module,) = device.ensure(project, plain_family, config, kernels)
+    (tile_module,) = device.ensure(project, tile, config, kernels)
+    assert plain_module.key != tile_module.key
+    lowered = {n: m for image in tile_module.images for n, m in image.lowered.items()}
+    assert lowered["&wb::matmul::wgmma_shape"] == "_ZN2wb6matmul11wgmma_shapeE"
+    # The point's options reached NVRTC (the next test shows them in the kernel itself).
+    meta = [image.path.with_suffix(".json").read_text() for image in tile_module.images]
+    assert any("-DWB_TUNE_BN=128" in m for m in meta)
+
+
+@needs_nvrtc
+def test_the_tile_is_a_constant_of_the_module_and_each_point_its_own_cubin() -> None:
+    """NVRTC compiles the wgmma kernels of two points: ptxas reports each tile's launch bounds
+    through its register budget, and the shape variable is in both."""
+    project = discover()
+    source = project.family("matmul").dir / FILE
+    options = [*device.NVRTC_FLAGS, "--ptxas-options=-v"]
+    options += [f"-I{d}" for d in project.include_dirs]
+    regs = {}
+    for label, defines in (("plain", []), ("one consumer", ["-DWB_TUNE_CONSUMERS=1"])):
+        result = nvrtc.compile(source, "sm_90a", WGMMA_NAMES, options + defines)
+        assert set(result.lowered) == set(WGMMA_NAMES)
+        regs[label] = sorted(set(re.findall(r"Used (\d+) registers", result.log)))
+    # 65536 registers / 384 threads -> 168 a thread; with 256 threads the cap is 255.
+    assert "168" in regs["plain"] and "255" not in regs["plain"]
+    assert "255" in regs["one consumer"]
