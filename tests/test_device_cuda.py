@@ -112,7 +112,8 @@ def test_a_launcher_reads_a_variable_of_the_module_again_after_a_swap(
     lib: workbench.Library, registry: Path
 ) -> None:
     """wb::global: the launcher scales by alpha + bias, bias a __constant__ of the kernel's TU;
-    a swap that changes it is read again; reading it as another size fails with both sizes."""
+    a swap that changes it is read again (first inside a graph capture); reading it as another
+    size fails with both sizes."""
     kernel, launcher = registry / "op00" / "op00.kernel.cu", registry / "op00" / "op00.cu"
     edit(kernel, "template <typename A>\nstruct Apply", "__constant__ float bias = 5.0f;\n\n"
          "template <typename A>\nstruct Apply")  # fmt: skip
@@ -128,6 +129,12 @@ def test_a_launcher_reads_a_variable_of_the_module_again_after_a_swap(
     assert torch.equal(lib.op00(x, 2.0), 7 * x)
     edit(kernel, "bias = 5.0f", "bias = 1.0f")
     assert lib.reload().device_only == ["op00"]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # the new module's first read and launch, inside a capture
+        y = lib.op00(x, 2.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, 3 * x)
     assert torch.equal(lib.op00(x, 2.0), 3 * x)
     edit(launcher, "float bias = 0;", "double bias = 0;")
     lib.reload()
