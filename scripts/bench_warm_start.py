@@ -13,6 +13,8 @@ Inside ``load()`` the phases are timed by wrapping the functions that do them:
   stamps of every input per family);
 - ``spec``: importing each family's ``spec.py``;
 - ``open``: ``dlopen`` of each family's library and reading its schemas;
+- ``device``: the modules of device-only TUs (``workbench.device.sync``: the kernels the launchers
+  name, the warm record's stamps, handing the library its cubins);
 - ``define``: defining each op from Python (``torch.library``);
 - ``python``: registering each op's fake function and autograd formula;
 - ``kernels``: the library registering its CPU/CUDA kernels with the dispatcher;
@@ -41,7 +43,18 @@ sys.path.insert(0, str(ROOT))
 
 from workbench import scaffold  # noqa: E402
 
-PHASES = ("import", "index", "spec", "open", "define", "python", "kernels", "other", "call")
+PHASES = (
+    "import",
+    "index",
+    "spec",
+    "open",
+    "device",
+    "define",
+    "python",
+    "kernels",
+    "other",
+    "call",
+)
 
 CHILD = r"""
 import json, sys, time
@@ -54,7 +67,7 @@ if device == "cuda":
 spent = defaultdict(float)
 t0 = time.perf_counter()
 import workbench
-from workbench import build, loader, runtime, warm
+from workbench import build, device as device_tus, loader, runtime, warm
 spent["import"] = time.perf_counter() - t0
 
 def timed(module, name, phase):
@@ -71,7 +84,7 @@ for module, name, phase in [
     (warm, "identity", "index"), (warm, "Index", "index"), (build, "from_index", "index"),
     (loader, "load_spec_module", "spec"), (runtime, "open_library", "open"),
     (runtime, "define", "define"), (runtime, "register_python", "python"),
-    (runtime, "register_kernels", "kernels"),
+    (runtime, "register_kernels", "kernels"), (device_tus, "sync", "device"),
 ]:
     timed(module, name, phase)
 
@@ -85,7 +98,7 @@ lib = workbench.load({kernels!r}, namespace="warmstart")
 loaded = time.perf_counter() - t1
 if profile:
     prof.disable()
-inside = sum(spent[p] for p in ("index", "spec", "open", "define", "python", "kernels"))
+inside = sum(spent[p] for p in ("index", "spec", "open", "device", "define", "python", "kernels"))
 spent["other"] = loaded - inside
 t2 = time.perf_counter()
 out = getattr(lib, {family!r})(torch.ones(4, device=device), 1.0)
@@ -96,7 +109,7 @@ spent["total"] = time.perf_counter() - t0
 assert len(lib.ops) == {count}, lib.ops
 if profile:
     text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(25)
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
     sys.stderr.write(text.getvalue())
 print(json.dumps(dict(spent)))
 """
