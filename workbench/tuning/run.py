@@ -238,11 +238,14 @@ def _build_all(
     fams = {v.label: variant(family, v.point) for v in variants}
     built: dict[str, build.Built] = {}
     done = 0
-    kernels = _device_kernels(lib, family)
+    kernels, plain_objects = _device_kernels(lib, family)
 
     def one(name: str) -> build.Built:
         b = build.ensure(lib.project, fams[name], lib.config, per)
-        if kernels:  # the variant's device-only TUs, which its parameters may reach
+        # The variant's device-only TUs, which its parameters may reach, compiled here when its
+        # launchers are the plain build's (they name the same kernels); otherwise when the check
+        # opens its library and reads the names its own launchers register.
+        if kernels and _objects(b) == plain_objects:
             from workbench import device
 
             start = time.perf_counter()
@@ -277,19 +280,24 @@ def _build_all(
     return built
 
 
-def _device_kernels(lib: Library, family: Family) -> list[tuple[str, str]]:
-    """The kernels the live build's launchers name from device-only TUs ([] for none): a variant
-    whose host objects are the plain build's names the same ones."""
+def _objects(built: build.Built) -> dict[str, str]:
+    """Each TU of a build's library and its object's key."""
+    return {str(t["source"]): str(t["key"]) for t in built.manifest.get("tus", [])}
+
+
+def _device_kernels(lib: Library, family: Family) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The kernels the live build's launchers name from device-only TUs ([] for none), and the
+    objects they were linked from: a variant with the same objects names the same kernels."""
     if not (lib.config.with_cuda and any(s.kind == "device" for s in family.sources)):
-        return []
-    from workbench import device, loader
+        return [], {}
+    from workbench import device
 
     handle = loader.live_handles(lib.namespace).get(family.name)
     if handle is None:
-        return []
+        return [], {}
     if handle.kernels is None:
         handle.kernels = device.kernel_names(handle)
-    return list(handle.kernels)
+    return list(handle.kernels), _objects(handle.built)
 
 
 # --- check --------------------------------------------------------------------------------------
