@@ -219,7 +219,9 @@ class Library:
     def _activate(self, family: Family, result: build.Built, report: LoadReport) -> None:
         module = loader.load_spec_module(family.name, self.namespace, family.spec_path)
         specs = loader.specs_of(module)
-        has_device = self.config.with_cuda and any(s.kind == "device" for s in family.sources)
+        from workbench import device
+
+        has_device = device.has_modules(family, self.config)
 
         def prepare(handle: loader.Handle) -> None:  # a new library: its modules before its ops
             if has_device:
@@ -257,25 +259,13 @@ class Library:
         record = tune_store.lookup(family, handle.built.key, self._tune_records)
         if record is None and handle.routes is None:
             return  # the common case, without importing the router
+        from workbench import device
         from workbench.tuning import route
 
-        route.apply_quietly(self.namespace, handle, record, self._variant_preparer(family))
+        prepare = device.variant_preparer(self.project, self.project.family(family), self.config)
+        route.apply_quietly(self.namespace, handle, record, prepare)
         if report is not None and handle.routes is not None:
             report.tuned.append(family)
-
-    def _variant_preparer(self, family: str) -> Callable[[dict[str, Any]], Any] | None:
-        """For a family with device-only TUs: given a tuned variant's point, what loads the
-        variant's modules (compiled with its options) into its library (tuning.route)."""
-        fam = self.project.family(family)
-        if not (self.config.with_cuda and any(s.kind == "device" for s in fam.sources)):
-            return None
-        from workbench import device
-        from workbench.tuning.space import variant
-
-        def for_point(point: dict[str, Any]) -> Callable[[loader.Handle], Any]:
-            return lambda h: device.sync(self.project, variant(fam, point), self.config, h)
-
-        return for_point
 
     def _deactivate(self, name: str, report: LoadReport) -> None:
         swap = loader.deactivate(self.namespace, name)

@@ -28,6 +28,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,26 @@ def _options(
     return options
 
 
+def has_modules(family: Family, config: Config) -> bool:
+    """Whether ``family`` has device-only TUs that this build compiles and loads (CUDA builds)."""
+    return config.with_cuda and any(s.kind == "device" for s in family.sources)
+
+
+def variant_preparer(
+    project: Project, family: Family, config: Config
+) -> Callable[[dict[str, Any]], Callable[[Handle], object]] | None:
+    """Given a tuning variant's point, what loads the variant's modules (compiled with its
+    options) into its library before it registers; None for a family without modules."""
+    if not has_modules(family, config):
+        return None
+    from workbench.tuning.space import variant
+
+    def for_point(point: dict[str, Any]) -> Callable[[Handle], object]:
+        return lambda handle: sync(project, variant(family, point), config, handle)
+
+    return for_point
+
+
 def device_defines(project: Project, family: Family, config: Config) -> tuple[str, ...]:
     """A variant's -D options when one of its device-only TUs reads them, else ().
 
@@ -147,7 +168,7 @@ def device_defines(project: Project, family: Family, config: Config) -> tuple[st
     them) but loads other modules: its library is a build of its own, with a key of its own, so
     that ``wb tune`` measures it as a variant and a process can hold it beside the plain build.
     """
-    if not family.defines or not config.with_cuda:
+    if not family.defines or not has_modules(family, config):
         return ()
     for src in family.sources:
         if src.kind != "device":

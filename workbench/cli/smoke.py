@@ -103,7 +103,7 @@ def compile_rows(
     project: Project, family: Family, archs: tuple[str, ...], jobs: int | None
 ) -> list[Row]:
     """One row per host TU, per (CUDA TU, arch), and for the link."""
-    from workbench import build, toolchain
+    from workbench import build, device, toolchain
     from workbench.config import make_config
     from workbench.errors import WorkbenchError
 
@@ -134,7 +134,7 @@ def compile_rows(
                 rows.append(Row(family.name, name, arch, tu_secs, u.regs, u.spills, u.smem))
     link = "OK" if built.library is not None else "skipped: CPU torch"
     rows.append(Row(family.name, "link", ",".join(archs), None, verdict=link))
-    if config.with_cuda and any(s.kind == "device" for s in family.sources):
+    if device.has_modules(family, config):
         rows += device_rows(project, family, config, built)
     return rows
 

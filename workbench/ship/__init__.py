@@ -113,9 +113,9 @@ def _add_family(
     handle = loader.open_library(built)  # RTLD_LOCAL, registers nothing
     schemas = handle.schemas
     modules = []
-    if config.with_cuda and any(s.kind == "device" for s in family.sources):
-        from workbench import device
+    from workbench import device
 
+    if device.has_modules(family, config):
         for m in device.ensure(project, family, config, device.kernel_names(handle)):
             images = []
             for j, image in enumerate(m.images):

@@ -288,10 +288,10 @@ def _objects(built: build.Built) -> dict[str, str]:
 def _device_kernels(lib: Library, family: Family) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """The kernels the live build's launchers name from device-only TUs ([] for none), and the
     objects they were linked from: a variant with the same objects names the same kernels."""
-    if not (lib.config.with_cuda and any(s.kind == "device" for s in family.sources)):
-        return [], {}
     from workbench import device
 
+    if not device.has_modules(family, lib.config):
+        return [], {}
     handle = loader.live_handles(lib.namespace).get(family.name)
     if handle is None:
         return [], {}
@@ -301,16 +301,6 @@ def _device_kernels(lib: Library, family: Family) -> tuple[list[tuple[str, str]]
 
 
 # --- check --------------------------------------------------------------------------------------
-
-
-def _preparer(lib: Library, family: Family, v: VariantResult) -> Callable[[Any], Any] | None:
-    """What loads the variant's device-only modules (its options reach them) into its library."""
-    if not (lib.config.with_cuda and any(s.kind == "device" for s in family.sources)):
-        return None
-    from workbench import device
-
-    fam = variant(family, v.point)
-    return lambda handle: device.sync(lib.project, fam, lib.config, handle)
 
 
 def _check_all(
@@ -323,8 +313,10 @@ def _check_all(
     family: Family,
 ) -> dict[str, Any]:
     """Check each built variant; the ops of those that pass, by label."""
+    from workbench import device
     from workbench.tuning import route
 
+    preparer = device.variant_preparer(lib.project, family, lib.config)
     ops: dict[str, Any] = {}
     options = Options(trials=1, contract=False)
     dtypes = list(spec.dtypes)
@@ -338,7 +330,8 @@ def _check_all(
             continue
         seen[key] = v.label
         try:
-            pns = route.open_variant(lib.namespace, built[v.label], _preparer(lib, family, v))
+            prepare = preparer(v.point) if preparer is not None else None
+            pns = route.open_variant(lib.namespace, built[v.label], prepare)
         except WorkbenchError as e:
             v.status, v.detail = "load failed", str(e).splitlines()[0]
             say(f"{v.label}: {v.detail}")

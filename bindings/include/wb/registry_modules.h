@@ -226,6 +226,10 @@ inline Image* image_for(Module& m, int major, int minor, const std::string& expr
   return best;
 }
 
+// The attributes resolve() reads for DeviceKernel::attribute (KernelAttr's values).
+constexpr KernelAttr kKernelAttrs[] = {KernelAttr::max_threads, KernelAttr::static_smem,
+                                       KernelAttr::local_bytes, KernelAttr::num_regs};
+
 static_assert(static_cast<int>(KernelAttr::max_threads) ==
                       CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK &&
                   static_cast<int>(KernelAttr::static_smem) ==
@@ -339,7 +343,8 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
 #endif
   CUdevice dev = 0;
   r = d.device_get(&dev, device);
-  for (int a : {0, 1, 3, 4}) {
+  for (KernelAttr attr : kKernelAttrs) {
+    const int a = static_cast<int>(attr);
     if (r == CUDA_SUCCESS) {
       r = d.kernel_get_attribute(&pd.attributes[a], static_cast<CUfunction_attribute>(a), k, dev);
     }
@@ -370,7 +375,9 @@ inline Status ready(KernelSlot* slot, int* device, const size_t* sizes, int coun
 
 Status kernel_attribute(KernelSlot* slot, KernelAttr attribute, int* value) {
   const int a = static_cast<int>(attribute);
-  if (a < 0 || a >= 5 || a == 2) return fail("unknown kernel attribute");
+  bool known = false;
+  for (KernelAttr attr : kKernelAttrs) known = known || attr == attribute;
+  if (!known) return fail("unknown kernel attribute");
   if (slot->expression[0] == '&') return fail(slot->expression.substr(1) + " is not a kernel");
   int device = 0;
   if (const Status err = ready(slot, &device, nullptr, 0)) return err;
@@ -392,6 +399,15 @@ Status read_global(KernelSlot* slot, void* out, size_t size) {
   return nullptr;
 }
 
+// Sets an attribute of pd's kernel on `device` (a launch option that differs from the last).
+inline CUresult set_attribute(const PerDevice& pd, int device, CUfunction_attribute attribute,
+                              int value) {
+  const Driver& d = driver();
+  CUdevice dev = 0;
+  const CUresult r = d.device_get(&dev, device);
+  return r == CUDA_SUCCESS ? d.kernel_set_attribute(attribute, value, pd.kernel, dev) : r;
+}
+
 Status launch_kernel(KernelSlot* slot, const LaunchConfig& c, Stream stream, void** args,
                      const size_t* sizes, int count) {
   if (slot->expression[0] == '&') return fail(slot->expression.substr(1) + " is not a kernel");
@@ -400,12 +416,8 @@ Status launch_kernel(KernelSlot* slot, const LaunchConfig& c, Stream stream, voi
   PerDevice& pd = slot->devices[device];
   const Driver& d = driver();
   if (c.smem > static_cast<unsigned>(pd.smem_opt_in)) {
-    CUdevice dev = 0;
-    CUresult r = d.device_get(&dev, device);
-    if (r == CUDA_SUCCESS) {
-      r = d.kernel_set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 static_cast<int>(c.smem), pd.kernel, dev);
-    }
+    const CUresult r = set_attribute(pd, device, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     static_cast<int>(c.smem));
     if (r != CUDA_SUCCESS) {
       return fail(slot->expression + ": asking for " + std::to_string(c.smem) +
                   " bytes of dynamic shared memory failed: " + cu_error(r));
@@ -413,12 +425,8 @@ Status launch_kernel(KernelSlot* slot, const LaunchConfig& c, Stream stream, voi
     pd.smem_opt_in = static_cast<int>(c.smem);
   }
   if (c.carveout >= 0 && c.carveout != pd.carveout) {
-    CUdevice dev = 0;
-    CUresult r = d.device_get(&dev, device);
-    if (r == CUDA_SUCCESS) {
-      r = d.kernel_set_attribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, c.carveout,
-                                 pd.kernel, dev);
-    }
+    const CUresult r =
+        set_attribute(pd, device, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, c.carveout);
     if (r != CUDA_SUCCESS) {
       return fail(slot->expression + ": setting the shared-memory carveout to " +
                   std::to_string(c.carveout) + "% failed: " + cu_error(r));
