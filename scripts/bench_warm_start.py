@@ -109,7 +109,8 @@ spent["total"] = time.perf_counter() - t0
 assert len(lib.ops) == {count}, lib.ops
 if profile:
     text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(prof, stream=text).sort_stats(order).print_stats(40)
     sys.stderr.write(text.getvalue())
 print(json.dumps(dict(spent)))
 """

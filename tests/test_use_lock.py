@@ -8,6 +8,7 @@ flocks and die with their holder.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -109,3 +110,22 @@ def test_a_killed_loader_leaves_no_lock_behind(tmp_path: Path, env: dict[str, st
     gc = wb("gc", "--keep", "0", env=env)
     assert gc.returncode == 0 and "being loaded" not in gc.stdout, gc.stdout + gc.stderr
     assert not library.exists()
+
+
+def test_use_locks_are_per_family_bytes_of_one_file() -> None:
+    """A load's shared use locks stop an exclusive lock on those families only; each lock is
+    held by its own open file, so it conflicts inside one process too, and goes with the file."""
+    from workbench import cache
+
+    with cache.use_locks(["alpha", "beta", "alpha"]):
+        for family, free in (("alpha", False), ("beta", False), ("gamma", True)):
+            with cache.use_lock_exclusive(family, wait=False) as got:
+                assert got is free, family
+        with cache.use_locks(["beta"]):  # shared: loads never wait for each other
+            pass
+    with cache.use_lock_exclusive("alpha", wait=False) as got:
+        assert got
+        with cache.use_locks(["gamma"]):  # another family's byte
+            pass
+    names = os.listdir(cache.root() / "locks")
+    assert "use.lock" in names and not [n for n in names if n.startswith("use-")], names

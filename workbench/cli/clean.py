@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
     project = project_of(args)
     removed, freed, notes = 0, 0, []
     for family in families_of(project, args.ops):
-        use = cache.use_lock_name(family.name)
-        with cache.lock(use, on_wait=_waiting(family.name)), cache.lock(family.name):
+        use = cache.use_lock_exclusive(family.name, on_wait=_waiting(family.name))
+        with use, cache.lock(family.name):
             entries = inventory.entries(family.name, project.kernels_dir)
             users = inventory.mapped_by([e.library for e in entries if e.library])
             for entry in entries:

@@ -96,7 +96,7 @@ def _remove(entry: Entry, report: Report) -> None:
 
     with (
         cache.try_lock(entry.family) as free,
-        cache.try_lock(cache.use_lock_name(entry.family)) as unused,
+        cache.use_lock_exclusive(entry.family, wait=False) as unused,
     ):
         if not free:
             report.skipped.append(f"{entry.family} {entry.key[:12]}: being built now")
