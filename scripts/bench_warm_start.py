@@ -112,12 +112,18 @@ if profile:
     for order in ("tottime", "cumulative"):
         pstats.Stats(prof, stream=text).sort_stats(order).print_stats(40)
     sys.stderr.write(text.getvalue())
+    if {dump!r}:
+        prof.dump_stats({dump!r})
 print(json.dumps(dict(spent)))
 """
 
 
-def child(kernels: Path, family: str, count: int, profile: bool, env: dict[str, str]) -> dict:
-    code = CHILD.format(kernels=str(kernels), family=family, count=count, profile=profile)
+def child(
+    kernels: Path, family: str, count: int, profile: bool, env: dict[str, str], dump: str = ""
+) -> dict:
+    code = CHILD.format(
+        kernels=str(kernels), family=family, count=count, profile=profile, dump=dump
+    )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
     )
@@ -156,6 +162,7 @@ def main() -> None:
     parser.add_argument("--families", type=int, default=30)
     parser.add_argument("--processes", type=int, default=10)
     parser.add_argument("--profile", action="store_true", help="cProfile the last process")
+    parser.add_argument("--dump", type=Path, help="with --profile: also write the pstats here")
     parser.add_argument("--json", action="store_true", help="print each process's phases")
     parser.add_argument("--work", type=Path, help="registry and cache folder (default: temp)")
     args = parser.parse_args()
@@ -172,7 +179,14 @@ def main() -> None:
         child(kernels, family, args.families, False, env)  # the cold build
         cold = time.perf_counter() - start
         runs = [
-            child(kernels, family, args.families, args.profile and i == args.processes - 1, env)
+            child(
+                kernels,
+                family,
+                args.families,
+                args.profile and i == args.processes - 1,
+                env,
+                str(args.dump or "") if i == args.processes - 1 else "",
+            )
             for i in range(args.processes)
         ]
     if args.json:

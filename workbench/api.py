@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import warnings
@@ -150,18 +151,27 @@ class Library:
             self.project = discover(self.project.kernels_dir, self.namespace)
         project = self.project
         names = list(self._selected or [f.name for f in project.families])
+        # Each input's stat, read once per load (the index and the device-only TUs share headers).
+        self._stamps = {}
         with cache.use_locks(names):  # gc and clean remove no library between find and open
             built, failed = self._build_all(project, names)
             for hook in before_open_hooks:
                 hook(built)
             report = LoadReport(built)
-            self._stamps = {}  # a device-only TU's inputs: each file stat-ed once per load
             self._tune_records = tune_store.listing()  # one directory read for every family
-            for result in built:
-                try:
-                    self._activate(project.family(result.family), result, report)
-                except (LoadError, BuildError) as e:  # the last good build stays; others go on
-                    failed[result.family] = e
+            live = loader.live_handles(self.namespace)
+            fresh = [
+                os.fspath(b.library)
+                for b in built
+                if b.library is not None
+                and (b.family not in live or live[b.family].built.library != b.library)
+            ]
+            with loader.prefetch(fresh):  # opened in a thread meanwhile
+                for result in built:
+                    try:
+                        self._activate(project.family(result.family), result, report)
+                    except (LoadError, BuildError) as e:  # the last good build stays
+                        failed[result.family] = e
         for name in [n for n in self.families if n not in names]:
             self._deactivate(name, report)
         report.failed = self.failed = failed
@@ -189,7 +199,8 @@ class Library:
         A family has a few TUs, so one ninja per family would leave most cores idle on a cold
         build of many families: up to one family per three jobs builds at once.
         """
-        index = warm.Index(warm.identity(project.kernels_dir, project.include_dirs, self.config.id))
+        identity = warm.identity(project.kernels_dir, project.include_dirs, self.config.id)
+        index = warm.Index(identity, self._stamps)
         results: dict[str, build.Built | WorkbenchError | None] = {
             name: build.from_index(project.family(name), self.config, index) for name in names
         }

@@ -45,18 +45,21 @@ SUBDIRS = ("obj", "deps", "lib", "tmp", "locks", "failed")
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-# Cache roots this process has made and checked: root() is called for every object, library and
-# spec a load touches (about 250 calls for 30 families), and its seven mkdirs and access check
-# were 14 ms of a 30-family warm start. A root removed since (a test, `rm -rf`) is made again.
-_ready: set[Path] = set()
+# Cache roots this process has made and checked, by the knobs that place them: root() is called
+# for every object, library and spec a load touches (about 250 calls for 30 families), and its
+# seven mkdirs and access check were 14 ms of a 30-family warm start. A root removed since (a
+# test, `rm -rf`) is made again: one stat of its last folder tells.
+_ready: dict[tuple[str | None, ...], tuple[Path, str]] = {}
 
 
 def root() -> Path:
     """The versioned cache root, created on first use with a clear error if it cannot be."""
+    where = (knobs.get("WB_CACHE_DIR"), knobs.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
+    known = _ready.get(where)
+    if known is not None and os.path.isdir(known[1]):
+        return known[0]
     base = knobs.cache_dir()
     path = base / LAYOUT
-    if path in _ready and os.path.isdir(path / SUBDIRS[-1]):
-        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
         for sub in SUBDIRS:
@@ -70,7 +73,7 @@ def root() -> Path:
         raise CacheError(
             f"cache directory {base} is not writable; set WB_CACHE_DIR to a writable folder"
         )
-    _ready.add(path)
+    _ready[where] = (path, os.path.join(path, SUBDIRS[-1]))
     return path
 
 

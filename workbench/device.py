@@ -52,12 +52,16 @@ _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTIL
 class Image:
     """One cubin of a device-only TU: its architecture, cache key, file and lowered names."""
 
-    def __init__(self, arch: str, key: str, path: Path, lowered: dict[str, str]) -> None:
+    def __init__(self, arch: str, key: str, path: str | Path, lowered: dict[str, str]) -> None:
         self.arch = arch
         self.key = key
-        self.path = path
+        self.file = os.fspath(path)  # a string: a warm start hands it on without a Path
         self.lowered = lowered
         self.seconds = 0.0  # compile time; 0 for a cache hit
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file)
 
     def record(self) -> dict[str, Any]:
         """What its compile recorded: seconds, NVRTC's log, options, headers ({} if unknown)."""
@@ -197,7 +201,7 @@ def plan(family: Family, kernels: list[tuple[str, str]]) -> list[tuple[str, Path
     out = []
     for file, names in sorted(by_file.items()):
         source = family.dir / file
-        if not file.endswith(DEVICE_SUFFIX) or not source.is_file():
+        if not file.endswith(DEVICE_SUFFIX) or not os.path.isfile(source):
             raise BuildError(
                 f"the launchers of {family.name} launch {names[0]} from {file}, which is not a "
                 f"device-only TU of the family: name a file *{DEVICE_SUFFIX} in {family.dir} "
@@ -299,9 +303,28 @@ class _Warm:
     def __init__(self) -> None:
         self.path = cache.root() / "warm" / "device.json"
         loaded = cache.read_json(self.path)
-        self.entries: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
+        if not isinstance(loaded, dict) or loaded.get("version") != 2:
+            loaded = {}
+        self.entries: dict[str, Any] = loaded.get("tus", {})
+        # The kernels each library's launchers name, by the library's path: a library of the
+        # cache is never rewritten under its name (the key is in it), so the list stays true.
+        self.kernels: dict[str, list[list[str]]] = loaded.get("kernels", {})
         self.dirty = False
         self.lock = threading.Lock()  # wb tune compiles the modules of its variants in threads
+
+    def kernels_of(self, handle: Handle) -> list[tuple[str, str]]:
+        """:func:`kernel_names` of the handle's library, as recorded when first read."""
+        library = handle.built.library
+        key = os.fspath(library) if library is not None else None
+        found = self.kernels.get(key) if key is not None else None
+        if isinstance(found, list):
+            return [(str(f), str(e)) for f, e in found]
+        names = kernel_names(handle)
+        if key is not None:
+            with self.lock:
+                self.kernels[key] = [[f, e] for f, e in names]
+                self.dirty = True
+        return names
 
     def lookup(
         self, source: str, identity: list[Any], seen: dict[str, list[int] | None]
@@ -318,9 +341,7 @@ class _Warm:
                 seen[path] = warm._current(path)
             if seen[path] != stamp:
                 return None
-        return [
-            Image(i["arch"], i["key"], Path(i["path"]), dict(i["lowered"])) for i in entry["images"]
-        ]
+        return [Image(i["arch"], i["key"], i["path"], dict(i["lowered"])) for i in entry["images"]]
 
     def record(
         self, source: str, identity: list[Any], inputs: list[str], images: list[Image]
@@ -341,8 +362,7 @@ class _Warm:
             "identity": identity,
             "stamps": stamps,
             "images": [
-                {"arch": i.arch, "key": i.key, "path": str(i.path), "lowered": i.lowered}
-                for i in images
+                {"arch": i.arch, "key": i.key, "path": i.file, "lowered": i.lowered} for i in images
             ],
         }
         with self.lock:
@@ -353,7 +373,11 @@ class _Warm:
         with self.lock:
             if not self.dirty:
                 return
-            text = json.dumps(self.entries, sort_keys=True)
+            # Only saved after a build or a first load: the names of libraries gone since (an
+            # edit's older builds, removed by wb gc or clean) are dropped then.
+            self.kernels = {k: v for k, v in self.kernels.items() if os.path.exists(k)}
+            kept = {"version": 2, "tus": self.entries, "kernels": self.kernels}
+            text = json.dumps(kept, sort_keys=True)
             self.dirty = False
         with contextlib.suppress(OSError):  # only saves time
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -365,9 +389,7 @@ _warm_state: dict[str, _Warm] = {}
 
 def _warm() -> _Warm:
     """The warm record of the current cache (one per cache folder and process)."""
-    from workbench import knobs
-
-    where = str(knobs.cache_dir())
+    where = str(cache.root())
     if where not in _warm_state:
         _warm_state[where] = _Warm()
     return _warm_state[where]
@@ -418,7 +440,7 @@ def load(handle: Handle, module: Module) -> None:
     """Make ``module`` the live module of its file in the library of ``handle``."""
     from workbench import runtime
 
-    images = [(i.arch, str(i.path), i.lowered) for i in module.images]
+    images = [(i.arch, i.file, i.lowered) for i in module.images]
     error = runtime.load_module(handle.cdll, module.file, images)
     if error is not None:
         raise LoadError(f"loading the module of {module.source} failed: {error}")
@@ -436,8 +458,9 @@ def sync(
 
     ``seen``: stamps already read by this load (see :func:`ensure`)."""
     if handle.kernels is None:
-        handle.kernels = kernel_names(handle)
+        handle.kernels = _warm().kernels_of(handle)
     if not handle.kernels:
+        _warm().save()
         return []
     swapped = []
     for module in ensure(project, family, config, handle.kernels, seen):

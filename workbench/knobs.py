@@ -13,7 +13,8 @@ from pathlib import Path
 _overrides: dict[str, str | None] = {}
 
 
-def _get(name: str) -> str | None:
+def get(name: str) -> str | None:
+    """A knob's raw value: a test's override, else the environment's."""
     if name in _overrides:
         return _overrides[name]
     return os.environ.get(name)
@@ -36,41 +37,41 @@ def override(**values: str | None) -> Iterator[None]:
 
 def cache_dir() -> Path:
     """WB_CACHE_DIR, else $XDG_CACHE_HOME/workbench, else ~/.cache/workbench."""
-    explicit = _get("WB_CACHE_DIR")
+    explicit = get("WB_CACHE_DIR")
     if explicit:
         return Path(explicit).expanduser()
-    xdg = _get("XDG_CACHE_HOME")
+    xdg = get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "workbench"
 
 
 def namespace() -> str | None:
     """WB_NAMESPACE: the torch.ops namespace, over [tool.workbench] namespace in pyproject.toml."""
-    return _get("WB_NAMESPACE") or None
+    return get("WB_NAMESPACE") or None
 
 
 def devices() -> str | None:
     """WB_DEVICES: 'cpu' to build only the CPU part even where CUDA is available."""
-    return _get("WB_DEVICES") or None
+    return get("WB_DEVICES") or None
 
 
 def cuda_arch_list() -> str | None:
     """TORCH_CUDA_ARCH_LIST, as torch reads it: '8.0;9.0a' or '8.0 9.0+PTX'."""
-    return _get("TORCH_CUDA_ARCH_LIST") or None
+    return get("TORCH_CUDA_ARCH_LIST") or None
 
 
 def cxx() -> str | None:
     """CXX: the host C++ compiler (default: c++ on PATH)."""
-    return _get("CXX") or None
+    return get("CXX") or None
 
 
 def cuda_home() -> str | None:
     """CUDA_HOME (or CUDA_PATH): the CUDA toolkit root."""
-    return _get("CUDA_HOME") or _get("CUDA_PATH") or None
+    return get("CUDA_HOME") or get("CUDA_PATH") or None
 
 
 def jobs() -> int | None:
     """WB_JOBS (or MAX_JOBS): parallel compile jobs."""
-    value = _get("WB_JOBS") or _get("MAX_JOBS")
+    value = get("WB_JOBS") or get("MAX_JOBS")
     if not value:
         return None
     if not value.isdigit() or int(value) < 1:
@@ -80,18 +81,18 @@ def jobs() -> int | None:
 
 def nvcc_pipeline() -> bool:
     """WB_NVCC_PIPELINE=0 runs nvcc as one process instead of its passes side by side."""
-    return (_get("WB_NVCC_PIPELINE") or "1") != "0"
+    return (get("WB_NVCC_PIPELINE") or "1") != "0"
 
 
 def nvrtc() -> str | None:
     """WB_NVRTC: the libnvrtc.so that compiles device-only TUs (default: torch's, then CUDA's)."""
-    return _get("WB_NVRTC") or None
+    return get("WB_NVRTC") or None
 
 
 def compiler_launcher() -> str | None:
     """WB_COMPILER_LAUNCHER: a command put before every compile, e.g. ``sccache`` (over
     ``[tool.workbench] compiler_launcher`` in pyproject.toml; ``none`` turns that one off)."""
-    return _get("WB_COMPILER_LAUNCHER") or None
+    return get("WB_COMPILER_LAUNCHER") or None
 
 
 # sccache's own settings (sccache reads them; the workbench only names the backend in its
@@ -115,27 +116,27 @@ def sccache_backend() -> tuple[str, str, str]:
     """(kind, variable, value) of the sccache backend this environment selects; the local
     disk cache (SCCACHE_DIR) when no remote one is set."""
     for name, kind in SCCACHE_BACKENDS:
-        value = _get(name)
+        value = get(name)
         if value:
             return kind, name, value
-    return "local disk", "SCCACHE_DIR", _get("SCCACHE_DIR") or "~/.cache/sccache"
+    return "local disk", "SCCACHE_DIR", get("SCCACHE_DIR") or "~/.cache/sccache"
 
 
 def sccache_env() -> dict[str, str]:
     """Every SCCACHE_* variable set (a change to any of them gets the launcher checked again)."""
     names = {n for n in (*os.environ, *_overrides) if n.startswith("SCCACHE_")}
-    return {n: v for n in sorted(names) if (v := _get(n))}
+    return {n: v for n in sorted(names) if (v := get(n))}
 
 
 def torch_extensions_dir() -> Path:
     """TORCH_EXTENSIONS_DIR: where torch.utils.cpp_extension builds (``wb doctor`` looks there)."""
-    explicit = _get("TORCH_EXTENSIONS_DIR")
+    explicit = get("TORCH_EXTENSIONS_DIR")
     return Path(explicit) if explicit else Path.home() / ".cache" / "torch_extensions"
 
 
 def quiet() -> bool:
     """WB_QUIET=1 silences the one-line load log."""
-    return (_get("WB_QUIET") or "0") not in ("", "0")
+    return (get("WB_QUIET") or "0") not in ("", "0")
 
 
 # Variables that reach the compilers without appearing on their command line; a change to any
@@ -155,4 +156,4 @@ COMPILER_ENV = (
 
 
 def compiler_env() -> dict[str, str]:
-    return {name: v for name in COMPILER_ENV if (v := _get(name))}
+    return {name: v for name in COMPILER_ENV if (v := get(name))}

@@ -27,10 +27,12 @@ import ctypes
 import hashlib
 import importlib.util
 import marshal
+import os
 import sys
+import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -145,8 +147,90 @@ class _Namespace:
 _namespaces: dict[str, _Namespace] = {}
 
 
+class Prefetch:
+    """Opens libraries in a thread, in order, while the loader works through them.
+
+    ``dlopen`` of a library (mapping it, binding its symbols to torch's, running its static
+    initialisers) is pure C: called through ctypes it runs without the GIL, so a load's spec
+    imports and op registrations go on meanwhile. :func:`open_library` waits for the thread to
+    be done with its library (releasing the GIL while it waits; the thread never takes the
+    loader's lock while the main thread holds the GIL and wants it) and then opens it again,
+    which only counts a reference. :meth:`close` drops the thread's references: a library the
+    loader opened stays mapped, one it did not (a family that failed) is unmapped.
+    """
+
+    def __init__(self, paths: list[str]) -> None:
+        self._done = {path: threading.Event() for path in paths}
+        self._handles: list[int] = []
+        self._stop = False
+        libc = ctypes.CDLL(None)
+        self._dlopen, self._dlclose = libc.dlopen, libc.dlclose
+        self._dlopen.restype, self._dlopen.argtypes = (
+            ctypes.c_void_p,
+            [ctypes.c_char_p, ctypes.c_int],
+        )
+        self._dlclose.argtypes = [ctypes.c_void_p]
+        self._thread = threading.Thread(target=self._run, name="workbench-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        mode = os.RTLD_NOW | os.RTLD_LOCAL  # as runtime.open_library: the same library
+        for path, done in self._done.items():
+            try:
+                if not self._stop:
+                    handle = self._dlopen(os.fsencode(path), mode)
+                    if handle:
+                        self._handles.append(handle)
+            finally:
+                done.set()
+
+    def wait(self, path: str) -> None:
+        done = self._done.get(path)
+        if done is not None:
+            done.wait()
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join()
+        for handle in self._handles:
+            self._dlclose(handle)
+        self._handles.clear()
+
+
+# The prefetch of the load in progress (see prefetch()).
+_prefetch: Prefetch | None = None
+
+
+@contextlib.contextmanager
+def prefetch(paths: list[str]) -> Iterator[None]:
+    """Open ``paths`` in a thread while the block loads them (see :class:`Prefetch`).
+
+    A few libraries are opened as they come: a thread costs more than it saves there.
+    """
+    global _prefetch
+    if len(paths) < PREFETCH_MIN or _prefetch is not None:
+        yield
+        return
+    try:
+        _prefetch = Prefetch(paths)
+    except (OSError, AttributeError):  # no dlopen to call through ctypes: open as they come
+        yield
+        return
+    try:
+        yield
+    finally:
+        current, _prefetch = _prefetch, None
+        current.close()
+
+
+# Fewer libraries than this are opened without a thread.
+PREFETCH_MIN = 4
+
+
 def open_library(built: Built) -> Handle:
     assert built.library is not None
+    if _prefetch is not None:
+        _prefetch.wait(os.fspath(built.library))
     try:
         cdll, schemas = runtime.open_library(built.library)
     except OSError as e:

@@ -20,6 +20,7 @@ import functools
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from workbench import knobs
@@ -39,21 +40,27 @@ class Result:
 
 def _candidates() -> list[Path]:
     """Where libnvrtc may be, best first (see the module docstring)."""
-    found: list[Path] = []
+    return list(_each_candidate())
+
+
+def _each_candidate() -> Iterator[Path]:
+    """The candidates of :func:`_candidates`, looked for one at a time (identity() needs one)."""
     explicit = knobs.nvrtc()
     if explicit:
-        return [Path(explicit)]
+        yield Path(explicit)
+        return
     for entry in sys.path:
         for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
-            folder = Path(entry or ".") / sub
-            found += [folder / name for name in _SONAMES if (folder / name).is_file()]
+            folder = os.path.join(entry or ".", sub)
+            for name in _SONAMES:
+                if os.path.isfile(os.path.join(folder, name)):
+                    yield Path(folder, name)
     from workbench import toolchain
 
     home = toolchain.find_cuda_home()
     if home is not None:
         for sub in ("lib64", "lib", "targets/x86_64-linux/lib"):
-            found += [home / sub / name for name in _SONAMES if (home / sub / name).is_file()]
-    return found
+            yield from (home / sub / name for name in _SONAMES if (home / sub / name).is_file())
 
 
 class _Library:
@@ -110,7 +117,7 @@ def library() -> _Library:
 def identity() -> str:
     """Which NVRTC a compile would use, without loading it: the first candidate's path and
     stamp (a key input; loading libnvrtc takes tens of milliseconds, a warm start avoids it)."""
-    for path in _candidates():
+    for path in _each_candidate():
         try:
             st = os.stat(path)
         except OSError:

@@ -75,6 +75,10 @@ class Family(NamedTuple):
         return f"{self.name}-v{hashlib.sha256(' '.join(self.defines).encode()).hexdigest()[:10]}"
 
 
+# Each registry's include path, as its last discover() found it.
+_include_dirs: dict[Path, tuple[Path, ...]] = {}
+
+
 class Project(NamedTuple):
     kernels_dir: Path
     bindings_dir: Path
@@ -83,9 +87,17 @@ class Project(NamedTuple):
 
     @property
     def include_dirs(self) -> tuple[Path, ...]:
-        """Kernel include path: the project's headers first, then the workbench's."""
-        dirs = [self.kernels_dir / "include", self.kernels_dir, WB_KERNEL_INCLUDE]
-        return tuple(dict.fromkeys(d for d in dirs if d.is_dir()))
+        """Kernel include path: the project's headers first, then the workbench's.
+
+        Looked up once per discovery (a load asks for it per family and per device-only TU).
+        """
+        found = _include_dirs.get(self.kernels_dir)
+        if found is None:
+            dirs = [self.kernels_dir / "include", self.kernels_dir, WB_KERNEL_INCLUDE]
+            found = _include_dirs[self.kernels_dir] = tuple(
+                dict.fromkeys(d for d in dirs if d.is_dir())
+            )
+        return found
 
     @property
     def binding_include_dirs(self) -> tuple[Path, ...]:
@@ -133,22 +145,27 @@ def _files(dir: Path) -> set[str]:
         return set()
 
 
-def _family(dir: Path, bindings: set[str], bindings_dir: Path) -> Family | None:
+def _family(name: str, dir: Path, bindings: set[str], bindings_dir: Path) -> Family | None:
+    """The family in folder ``dir`` (named ``name``), or None when it holds no family.
+
+    Part of every warm start: names are compared as strings, and paths made only to keep."""
     files = _files(dir)
-    kernels = sorted(dir / n for n in files if os.path.splitext(n)[1] in (".cu", ".cpp"))
-    binding = bindings_dir / f"{dir.name}.cpp"
-    if not kernels and binding.name not in bindings:
+    # Sorted as names, then made paths: sorting paths parses each of them.
+    kernels = sorted(n for n in files if os.path.splitext(n)[1] in (".cu", ".cpp"))
+    binding_name = f"{name}.cpp"
+    binding = bindings_dir / binding_name
+    if not kernels and binding_name not in bindings:
         return None
-    if binding.name not in bindings:
+    if binding_name not in bindings:
         raise WorkbenchError(
-            f"op family {dir.name!r} has kernels in {dir} but no binding {binding}; "
+            f"op family {name!r} has kernels in {dir} but no binding {binding}; "
             "write the host side there (see bindings/muladd.cpp)"
         )
-    if not _IDENT.fullmatch(dir.name):
+    if not _IDENT.fullmatch(name):
         raise WorkbenchError(f"op family folder {dir} must be named like a C identifier")
-    sources = [Source(p, _kind(p.name)) for p in kernels]
+    sources = [Source(dir / n, _kind(n)) for n in kernels]
     sources.append(Source(binding, "binding"))
-    return Family(dir.name, dir, tuple(sources), dir / "spec.py" if "spec.py" in files else None)
+    return Family(name, dir, tuple(sources), dir / "spec.py" if "spec.py" in files else None)
 
 
 def _kind(name: str) -> str:
@@ -171,13 +188,14 @@ def discover(path: str | Path | None = None, namespace: str | None = None) -> Pr
     ns = namespace or knobs.namespace() or _read_namespace(kernels_dir) or DEFAULT_NAMESPACE
     if not _IDENT.fullmatch(ns):
         raise WorkbenchError(f"namespace {ns!r} is not a valid identifier (set WB_NAMESPACE)")
+    _include_dirs.pop(kernels_dir, None)  # a folder made since the last load counts
     bindings = _files(bindings_dir)
     with os.scandir(kernels_dir) as entries:
         dirs = sorted(e.name for e in entries if e.is_dir())
     families = []
     for name in dirs:
         if name != "include" and not name.startswith((".", "_")):
-            fam = _family(kernels_dir / name, bindings, bindings_dir)
+            fam = _family(name, kernels_dir / name, bindings, bindings_dir)
             if fam is not None:
                 families.append(fam)
     return Project(kernels_dir, bindings_dir, ns, tuple(families))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import _ctypes
 import ctypes
+import functools
 import importlib
 import json
 import os
@@ -68,6 +69,7 @@ def register_kernels(cdll: ctypes.CDLL, ns: str) -> str | None:
     return None
 
 
+@functools.cache  # every image of every module of a load names one of a few
 def _arch_numbers(arch: str) -> tuple[int, int, int]:
     """sm_90a -> (9, 0, 1); sm_120 -> (12, 0, 0); sm_86 -> (8, 6, 0)."""
     m = re.fullmatch(r"sm_(\d+)(\d)([af]?)", arch)

@@ -50,13 +50,14 @@ def _current(path: str) -> list[int] | None:
 class Index:
     """The index of one registry (kernels folder, include path) under one toolchain."""
 
-    def __init__(self, identity: Any) -> None:
+    def __init__(self, identity: Any, seen: dict[str, list[int] | None] | None = None) -> None:
         self.path = cache.root() / "warm" / f"{digest('warm', identity)[:32]}.json"
         loaded = cache.read_json(self.path)
         self.entries: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
         self.dirty = False
-        # Stamps read by this index: families share headers, and an index lives for one load.
-        self._seen: dict[str, list[int] | None] = {}
+        # Stamps read by this index: families share headers, and an index lives for one load
+        # (which may hand the same dict to the device-only TUs' record: they share headers too).
+        self._seen: dict[str, list[int] | None] = {} if seen is None else seen
 
     def _matches(self, path: str, stamp: list[int]) -> bool:
         if path not in self._seen:

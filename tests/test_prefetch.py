@@ -1,0 +1,67 @@
+"""Libraries opened in a thread while a load works through them (workbench.loader.Prefetch)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+from pathlib import Path
+
+import workbench
+from workbench import loader
+
+
+def _mapped(path: Path) -> bool:
+    with open("/proc/self/maps") as maps:
+        return str(path) in maps.read()
+
+
+def _copies(lib: workbench.Library, folder: Path, count: int) -> list[Path]:
+    """Copies of the bundled libraries under new names: mapped by nobody yet."""
+    built = [b.library for b in lib.families.values() if b.library is not None][:count]
+    assert len(built) == count
+    out = []
+    for i, library in enumerate(built):
+        copy = folder / f"libcopy{i}.so"
+        shutil.copy(library, copy)
+        out.append(copy)
+    return out
+
+
+def test_prefetch_maps_libraries_and_drops_its_references(
+    lib: workbench.Library, tmp_path: Path
+) -> None:
+    copies = _copies(lib, tmp_path, 4)
+    missing = tmp_path / "libmissing.so"
+    prefetch = loader.Prefetch([*map(os.fspath, copies), os.fspath(missing)])
+    for path in [*copies, missing]:
+        prefetch.wait(os.fspath(path))
+    assert all(_mapped(p) for p in copies)
+    kept = ctypes.CDLL(os.fspath(copies[0]), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    prefetch.close()
+    # The library the caller opened stays; the ones only the thread opened are unmapped.
+    assert _mapped(copies[0])
+    assert not any(_mapped(p) for p in copies[1:])
+    assert kept.wb_abi_version() > 0
+
+
+def test_a_load_prefetches_its_libraries_and_leaves_none_behind(
+    lib: workbench.Library, tmp_path: Path
+) -> None:
+    seen: list[list[str]] = []
+    inner = loader.Prefetch.__init__
+
+    def spy(self: loader.Prefetch, paths: list[str]) -> None:
+        seen.append(list(paths))
+        inner(self, paths)
+
+    loader.Prefetch.__init__ = spy  # type: ignore[method-assign]
+    try:
+        other = workbench.load(namespace="wbprefetch")
+    finally:
+        loader.Prefetch.__init__ = inner  # type: ignore[method-assign]
+    opened = {os.fspath(b.library) for b in other.families.values() if b.library is not None}
+    assert len(opened) >= loader.PREFETCH_MIN
+    assert len(seen) == 1 and set(seen[0]) == opened  # one thread, for every library it opened
+    assert loader._prefetch is None  # closed with the load
+    assert all(_mapped(Path(p)) for p in opened)
