@@ -52,9 +52,14 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _ready: dict[tuple[str | None, ...], tuple[Path, str]] = {}
 
 
+def location() -> tuple[str | None, ...]:
+    """The knobs that place the cache: equal tuples, the same cache folder (nothing read)."""
+    return (knobs.get("WB_CACHE_DIR"), knobs.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
+
+
 def root() -> Path:
     """The versioned cache root, created on first use with a clear error if it cannot be."""
-    where = (knobs.get("WB_CACHE_DIR"), knobs.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
+    where = location()
     known = _ready.get(where)
     if known is not None and os.path.isdir(known[1]):
         return known[0]

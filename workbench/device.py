@@ -384,15 +384,16 @@ class _Warm:
             cache.write_atomic(self.path, text)
 
 
-_warm_state: dict[str, _Warm] = {}
+_warm_state: dict[tuple[str | None, ...], _Warm] = {}
 
 
 def _warm() -> _Warm:
     """The warm record of the current cache (one per cache folder and process)."""
-    where = str(cache.root())
-    if where not in _warm_state:
-        _warm_state[where] = _Warm()
-    return _warm_state[where]
+    where = cache.location()
+    found = _warm_state.get(where)
+    if found is None:
+        found = _warm_state[where] = _Warm()
+    return found
 
 
 def _cached(arch: str, key: str) -> Image | None:

@@ -299,19 +299,20 @@ def _spec_code(path: Path, text: bytes) -> types.CodeType:
         importlib.util.MAGIC_NUMBER + str(path).encode() + b"\0" + text
     ).hexdigest()[:32]
     try:
-        stored: Path | None = cache.root() / "specs" / f"{key}.code"
+        stored: str | None = os.path.join(cache.root(), "specs", f"{key}.code")
     except CacheError:  # no usable cache: compile, as Python would
         stored = None
     if stored is not None:
         with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
-            code = marshal.loads(stored.read_bytes())
+            with open(stored, "rb") as f:
+                code = marshal.loads(f.read())
             if isinstance(code, types.CodeType):
                 return code
     code = compile(text, str(path), "exec", dont_inherit=True)
     if stored is not None:
         with contextlib.suppress(OSError):
-            stored.parent.mkdir(exist_ok=True)
-            cache.write_atomic(stored, marshal.dumps(code))
+            os.makedirs(os.path.dirname(stored), exist_ok=True)
+            cache.write_atomic(Path(stored), marshal.dumps(code))
     return code
 
 

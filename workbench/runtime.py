@@ -88,9 +88,10 @@ def load_module(
     library's error.
     """
     n = len(images)
-    majors, minors, specific = (ctypes.c_int * n)(), (ctypes.c_int * n)(), (ctypes.c_int * n)()
-    for j, (arch, _, _) in enumerate(images):
-        majors[j], minors[j], specific[j] = _arch_numbers(arch)
+    ints = ctypes.c_int * n
+    numbers = [_arch_numbers(arch) for arch, _, _ in images]
+    columns = list(zip(*numbers, strict=True)) or [(), (), ()]
+    majors, minors, specific = (ints(*column) for column in columns)
     paths = (ctypes.c_char_p * n)(*[os.fsencode(path) for _, path, _ in images])
     lowered = (ctypes.c_char_p * n)(
         *["".join(f"{k}\t{v}\n" for k, v in names.items()).encode() for _, _, names in images]

@@ -56,6 +56,8 @@ def lookup(
     family: str, build_key: str, names: frozenset[str] | None = None
 ) -> dict[str, Any] | None:
     """The record of this build of ``family``, or None (``names``: a :func:`listing`)."""
+    if names is not None and not names:
+        return None  # nothing tuned: the common case of a load, without hashing the key
     name = record_name(family, build_key)
     if names is not None and name not in names:
         return None
