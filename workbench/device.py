@@ -52,6 +52,8 @@ _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTIL
 class Image:
     """One cubin of a device-only TU: its architecture, cache key, file and lowered names."""
 
+    __slots__ = ("arch", "file", "key", "lowered", "seconds")
+
     def __init__(self, arch: str, key: str, path: str | Path, lowered: dict[str, str]) -> None:
         self.arch = arch
         self.key = key
@@ -341,7 +343,7 @@ class _Warm:
                 seen[path] = warm._current(path)
             if seen[path] != stamp:
                 return None
-        return [Image(i["arch"], i["key"], i["path"], dict(i["lowered"])) for i in entry["images"]]
+        return [Image(i["arch"], i["key"], i["path"], i["lowered"]) for i in entry["images"]]
 
     def record(
         self, source: str, identity: list[Any], inputs: list[str], images: list[Image]

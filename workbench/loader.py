@@ -106,6 +106,7 @@ class Handle:
         self.namespace = ns
 
     def unregister(self) -> None:
+        self.cdll.wb_unregister.argtypes = [ctypes.c_char_p]
         if self.routed is not None:  # its routers, registered under the public namespace
             self.cdll.wb_unregister(self.routed.encode())
             self.routed = self.routes = None

@@ -46,14 +46,11 @@ def open_library(path: str | os.PathLike[str]) -> tuple[ctypes.CDLL, dict[str, s
     if version != ABI_VERSION:
         _ctypes.dlclose(cdll._handle)
         raise VersionError(f"{path} has entry-point version {version}, want {ABI_VERSION}")
+    # Each other entry point gets its types where it is called: looking one up costs a dlsym and
+    # a Python object, and most of them are never called in a process (a warm start of 30
+    # libraries looked up 90 it did not use).
     cdll.wb_schema.restype = ctypes.c_char_p
     cdll.wb_schema.argtypes = [ctypes.c_int]
-    cdll.wb_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-    cdll.wb_unregister.argtypes = [ctypes.c_char_p]
-    cdll.wb_route.argtypes = [
-        *(ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int),
-        *(ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t),
-    ]
     schemas = {}
     for i in range(cdll.wb_schema_count()):
         schema = cdll.wb_schema(i).decode()
@@ -64,9 +61,16 @@ def open_library(path: str | os.PathLike[str]) -> tuple[ctypes.CDLL, dict[str, s
 def register_kernels(cdll: ctypes.CDLL, ns: str) -> str | None:
     """Add the library's kernels under ``ns`` (``wb_register``): None, or the library's error."""
     err = ctypes.create_string_buffer(8192)
+    cdll.wb_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     if cdll.wb_register(ns.encode(), err, len(err)) != 0:
         return err.value.decode()
     return None
+
+
+_INTS, _TEXTS = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_char_p)
+# wb_module_load(file, count, majors, minors, specific, paths, lowered, err, err_size)
+_MODULE_LOAD_TYPES: list[Any] = [ctypes.c_char_p, ctypes.c_int, _INTS, _INTS, _INTS]
+_MODULE_LOAD_TYPES += [_TEXTS, _TEXTS, ctypes.c_char_p, ctypes.c_size_t]
 
 
 @functools.cache  # every image of every module of a load names one of a few
@@ -97,6 +101,7 @@ def load_module(
         *["".join(f"{k}\t{v}\n" for k, v in names.items()).encode() for _, _, names in images]
     )
     err = ctypes.create_string_buffer(2048)
+    cdll.wb_module_load.argtypes = _MODULE_LOAD_TYPES
     status = cdll.wb_module_load(
         file.encode(), n, majors, minors, specific, paths, lowered, err, len(err)
     )
@@ -113,6 +118,10 @@ def route(
     namespace that serves calls no table matches. None, or the library's error.
     """
     err = ctypes.create_string_buffer(8192)
+    cdll.wb_route.argtypes = [
+        *(ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int),
+        *(ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t),
+    ]
     args = (ns, op, key)
     if cdll.wb_route(*(a.encode() for a in args), arg, fallback.encode(), tables.encode(),
                      err, len(err)) != 0:  # fmt: skip
