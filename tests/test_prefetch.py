@@ -7,8 +7,12 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+import torch
+
 import workbench
-from workbench import loader
+from workbench import loader, scaffold
+from workbench.api import BuildWarning
 
 
 def _mapped(path: Path) -> bool:
@@ -65,3 +69,28 @@ def test_a_load_prefetches_its_libraries_and_leaves_none_behind(
     assert len(seen) == 1 and set(seen[0]) == opened  # one thread, for every library it opened
     assert loader._prefetch is None  # closed with the load
     assert all(_mapped(Path(p)) for p in opened)
+
+
+def test_a_library_that_cannot_open_is_named_while_the_others_load(tmp_path: Path) -> None:
+    """Four families, so the load opens them in a thread; one library has an undefined symbol
+    (its kernel template is declared but never instantiated): the loader's own open still
+    fails with the demangled symbol and the usual cause, and the other three load."""
+    kernels = tmp_path / "kernels"
+    good = ("pf_a", "pf_b", "pf_c")
+    for name in (*good, "pf_bad"):
+        scaffold.write_family(kernels, name, shift=2.0)
+    source = kernels / "pf_bad" / "pf_bad.cpp"
+    text = source.read_text()
+    assert "WB_INSTANTIATE(" in text
+    source.write_text(
+        "\n".join(line for line in text.splitlines() if "WB_INSTANTIATE(" not in line) + "\n"
+    )
+    with pytest.warns(BuildWarning, match="pf_bad"):
+        lib = workbench.load(kernels, namespace="wbprefetch_bad", devices="cpu", on_error="warn")
+    assert loader._prefetch is None
+    assert sorted(lib.families) == list(good)
+    error = str(lib.failed["pf_bad"])
+    assert "pf_bad_cpu" in error and "WB_INSTANTIATE" in error, error
+    ops = torch.ops.wbprefetch_bad
+    for name in good:
+        assert torch.equal(getattr(ops, name)(torch.zeros(2), 1.0), torch.full((2,), 2.0))
