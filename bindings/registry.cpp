@@ -6,7 +6,8 @@
 // kernels under ns from the dispatcher; the driver calls it before dlclose on reload.
 //
 // wb_kernel_count / wb_kernel_name list the kernels that host launchers name in device-only TUs
-// (wb/module.h); wb_module_load hands over their cubins (wb/registry_modules.h).
+// (wb/module.h), wb_kernel_used says which of them this process has launched; wb_module_load
+// hands over their cubins (wb/registry_modules.h).
 //
 // wb_route(ns, op, key, ...) registers a router for a tuned op (workbench/tuning/route.py): the
 // family's builds are registered under private namespaces, and ns::op sends each call to the
@@ -190,7 +191,7 @@ void add_impl(c10::DispatchKey key, ImplFn fn, const char* file, uint32_t line) 
 }  // namespace wb::detail
 
 // Bumped when the meaning of these entry points changes; the driver refuses other versions.
-WB_EXPORT int wb_abi_version() { return 6; }
+WB_EXPORT int wb_abi_version() { return 7; }
 
 WB_EXPORT int wb_schema_count() { return static_cast<int>(schemas().size()); }
 
@@ -248,6 +249,8 @@ WB_EXPORT int wb_route(const char* ns, const char* op, const char* key, int arg,
 // name expression), or nullptr.
 WB_EXPORT int wb_kernel_count() { return wb::detail::kernel_count(); }
 WB_EXPORT const char* wb_kernel_name(int i) { return wb::detail::kernel_name(i); }
+// 1 when kernel i has been looked up for a launch on some device in this process, else 0.
+WB_EXPORT int wb_kernel_used(int i) { return wb::detail::kernel_used(i) ? 1 : 0; }
 
 // Makes `count` cubins the live module of device-only TU `file`: cubin i is for compute
 // capability majors[i].minors[i] (arch-specific when specific[i]), is the file paths[i] (read at

@@ -7,7 +7,10 @@ One run, one host, a fresh cache (``--cache``, default: a new temporary folder):
    point of ``kernels/matmul/spec.py``'s space but the default, all at once: each variant's host
    objects are the plain build's (no compile), its library a copy, and its device-only TU
    (``matmul_wgmma.kernel.cu``) is compiled by NVRTC with the point's -D options, one program per
-   kernel, for the build's architectures;
+   kernel, for the build's architectures. As ``wb tune matmul --dtype bfloat16`` builds them: only
+   the kernels the plain build launched on the bfloat16 check samples and sizes
+   (``workbench.tuning.run._launched``); and again, for comparison, with every kernel the
+   launcher names (both dtypes), as ``wb tune`` built them before;
 3. ``nvcc``: the same points through nvcc as the family built them before its kernels moved into a
    device-only TU: one TU holding the kernels and their host launcher (the kernel file, the four
    instantiations the launcher names, and ``matmul_wgmma.cu``), ``nvcc -c`` with the build's own
@@ -76,7 +79,33 @@ def nvcc_sweep(lib: object, points: list[dict], jobs: int, folder: Path) -> floa
     return time.perf_counter() - start
 
 
-def device_sweep(lib: object, points: list[dict], jobs: int) -> tuple[float, int]:
+def launched(lib: object) -> set[tuple[str, str]]:
+    """The kernels ``wb tune matmul --dtype bfloat16`` compiles per variant (its trace)."""
+    import torch
+
+    from workbench.benchmark.run import _spec, sweep
+    from workbench.tuning.run import _launched
+
+    dev, dt = torch.device("cuda"), torch.bfloat16
+    spec = _spec(lib, "matmul", dev, dt)  # type: ignore[arg-type]
+    family = lib.project.family("matmul")  # type: ignore[attr-defined]
+    found = _launched(lib, spec, family, dev, dt, sweep(spec, dt, dev, 0))  # type: ignore[arg-type]
+    assert found, "the plain build launched no kernel of its device-only TU"
+    return found
+
+
+def forget_cubins(keep: set[Path]) -> None:
+    """Remove the cubins compiled since ``keep`` was listed: the next sweep starts cold."""
+    from workbench import cache
+
+    for path in (cache.root() / "cubin").rglob("*.cubin"):
+        if path not in keep:
+            path.unlink()
+
+
+def device_sweep(
+    lib: object, points: list[dict], jobs: int, only: set[tuple[str, str]] | None
+) -> tuple[float, int]:
     from workbench.tuning.report import VariantResult
     from workbench.tuning.run import _build_all
     from workbench.tuning.space import label
@@ -85,7 +114,7 @@ def device_sweep(lib: object, points: list[dict], jobs: int) -> tuple[float, int
     variants = [VariantResult(label(p), dict(p)) for p in points]
     start = time.perf_counter()
     say = lambda s: print(s, file=sys.stderr)  # noqa: E731
-    built = _build_all(lib, family, variants, jobs, {}, say)  # type: ignore[arg-type]
+    built = _build_all(lib, family, variants, jobs, {}, say, only)  # type: ignore[arg-type]
     seconds = time.perf_counter() - start
     failed = [v for v in variants if v.status != "built"]
     if failed:
@@ -146,18 +175,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wb-tune-nvcc-") as tmp:
         one_nvcc = nvcc_sweep(lib, points[:1], args.jobs, Path(tmp))
         all_nvcc = nvcc_sweep(lib, points[1:], args.jobs, Path(tmp))
-    one_dev, _ = device_sweep(lib, points[:1], args.jobs)
+    from workbench import cache
+    from workbench.tuning.run import _device_kernels
+
+    only = launched(lib)
+    before = set((cache.root() / "cubin").rglob("*.cubin"))
+    one_dev, _ = device_sweep(lib, points[:1], args.jobs, only)
     if args.profile:  # where a variant's time goes, one variant in this thread: points[1]
         profile_one(lib, points[1])
         points = points[:1] + points[2:]
-    all_dev, n = device_sweep(lib, points[1:], args.jobs)
+    all_dev, n = device_sweep(lib, points[1:], args.jobs, only)
+    forget_cubins(before)
+    every_dev, _ = device_sweep(lib, points[1:], args.jobs, None)
+    named = len(_device_kernels(lib, lib.project.family("matmul"))[0])  # type: ignore[attr-defined]
     rows = [
-        ("one variant alone", one_nvcc, one_dev),
-        (f"the other {len(points) - 1} at once", all_nvcc, all_dev),
+        (f"one variant alone ({len(only)} kernels)", one_nvcc, one_dev),
+        (f"the other {len(points) - 1} at once ({len(only)} kernels each)", all_nvcc, all_dev),
+        (f"the other {len(points) - 1}, every kernel ({named} each)", all_nvcc, every_dev),
     ]
     lines = [
         f"{torch.cuda.get_device_name()} host ({os.cpu_count()} cores), torch {torch.__version__},"
-        f" archs {archs}, {len(points)} non-default points of the space, --jobs {args.jobs}",
+        f" archs {archs}, {len(points)} non-default points of the space, --jobs {args.jobs}; "
+        f"the kernels a bfloat16 tune launches: {', '.join(sorted(n for _, n in only))}",
         "",
         "| sweep | nvcc (kernels + launcher, one TU) s | device-only TU (NVRTC) s | ratio |",
         "| --- | ---: | ---: | ---: |",

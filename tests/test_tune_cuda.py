@@ -94,3 +94,66 @@ def test_a_new_process_routes_each_bucket_by_the_device_name(tuned: tuple, cache
         key = record["variants"][label]["key"]
         want.append((str(n), route.private_namespace(lib.namespace, "scale", key)))
     assert served == want, out.stderr
+
+
+@pytest.fixture(scope="module")
+def tuned_matmul(
+    lib: workbench.Library, cache_dir: Path
+) -> Iterator[tuple[workbench.Library, object]]:
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the matmul's tile space is the wgmma path's: an sm_90 GPU")
+    spec = lib.specs["matmul"]
+    size = min(
+        sweep(spec, torch.bfloat16, torch.device("cuda"), 0), key=lambda s: s.args[0].numel()
+    )
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        result = workbench.tune(
+            "matmul", lib=lib, device="cuda", dtype="bfloat16", sizes=[size.label], rounds=1
+        )
+    yield lib, result
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        store.forget("matmul", lib.families["matmul"].key)
+        lib.route("matmul")
+
+
+def test_a_matmul_tune_compiles_the_tuned_dtypes_kernels_and_completes_its_winners(
+    tuned_matmul: tuple,
+) -> None:
+    lib, result = tuned_matmul
+    assert "trace" in result.phases, result.phases
+    checked = [v for v in result.variants if v.status == "checked"]
+    assert len(checked) == len(result.variants), str(result)
+    plain = lib.families["matmul"].library
+    record = store.lookup("matmul", lib.families["matmul"].key)
+    assert record is not None
+    winners = {
+        record["variants"][w]["key"]
+        for t in record["ops"]["matmul"]
+        for w in t["winners"]
+        if w in record["variants"]
+    }
+    a = torch.randn(64, 96, device="cuda", dtype=torch.float16)
+    b = torch.randn(96, 80, device="cuda", dtype=torch.float16)
+    losers = 0
+    for pns, handle in route._variants.items():
+        if handle.built.family != "matmul" or handle.built.library == plain:
+            continue
+        op = getattr(torch.ops, pns).matmul
+        # bfloat16, b row-major and column-major: what the tune checked, in every variant.
+        x = torch.randn(64, 96, device="cuda", dtype=torch.bfloat16)
+        for y in (torch.randn(96, 80, device="cuda", dtype=torch.bfloat16),
+                  torch.randn(80, 96, device="cuda", dtype=torch.bfloat16).t()):  # fmt: skip
+            torch.testing.assert_close(
+                op(x, y).float(), x.float() @ y.float(), rtol=1e-2, atol=1e-1
+            )
+        if handle.built.key in winners:  # routed to: its modules were completed
+            torch.testing.assert_close(
+                op(a, b).float(), a.float() @ b.float(), rtol=1e-2, atol=1e-1
+            )
+        else:  # float16 was never compiled for it: a launch names the missing kernel
+            losers += 1
+            with pytest.raises(
+                RuntimeError, match="compiled without wb::matmul::wgmma_kernel<wb::f16"
+            ):
+                op(a, b)
+    assert losers > 0

@@ -101,6 +101,14 @@ def kernel_names(handle: Handle) -> list[tuple[str, str]]:
     return out
 
 
+def used_kernels(handle: Handle) -> set[tuple[str, str]]:
+    """(file, name expression) of each kernel of the library that this process has launched (or
+    global it has read), on any device: what the calls so far needed of its modules."""
+    cdll = handle.cdll
+    names = handle.kernels if handle.kernels is not None else kernel_names(handle)
+    return {names[i] for i in range(len(names)) if cdll.wb_kernel_used(i)}
+
+
 def includes(source: Path, include_dirs: tuple[Path, ...]) -> list[str]:
     """Every header ``source`` includes, directly or not, that resolves on the include path.
 
@@ -153,16 +161,17 @@ def has_modules(family: Family, config: Config) -> bool:
 
 
 def variant_preparer(
-    project: Project, family: Family, config: Config
+    project: Project, family: Family, config: Config, only: set[tuple[str, str]] | None = None
 ) -> Callable[[dict[str, Any]], Callable[[Handle], object]] | None:
     """Given a tuning variant's point, what loads the variant's modules (compiled with its
-    options) into its library before it registers; None for a family without modules."""
+    options) into its library before it registers; None for a family without modules.
+    ``only``: the modules hold just these of the kernels the launchers name (see :func:`sync`)."""
     if not has_modules(family, config):
         return None
     from workbench.tuning.space import variant
 
     def for_point(point: dict[str, Any]) -> Callable[[Handle], object]:
-        return lambda handle: sync(project, variant(family, point), config, handle)
+        return lambda handle: sync(project, variant(family, point), config, handle, only=only)
 
     return for_point
 
@@ -456,17 +465,22 @@ def sync(
     config: Config,
     handle: Handle,
     seen: dict[str, list[int] | None] | None = None,
+    only: set[tuple[str, str]] | None = None,
 ) -> list[Module]:
     """Compile and load what changed among the family's device-only TUs; the modules swapped.
 
-    ``seen``: stamps already read by this load (see :func:`ensure`)."""
+    ``seen``: stamps already read by this load (see :func:`ensure`). ``only``: compile just
+    these of the kernels the launchers name (``wb tune``'s variants, which are checked and timed
+    on inputs that launch no other); a launch of any other kernel then fails and names it, until
+    a ``sync`` without ``only`` completes the modules."""
     if handle.kernels is None:
         handle.kernels = _warm().kernels_of(handle)
-    if not handle.kernels:
+    kernels = handle.kernels if only is None else [k for k in handle.kernels if k in only]
+    if not kernels:
         _warm().save()
         return []
     swapped = []
-    for module in ensure(project, family, config, handle.kernels, seen):
+    for module in ensure(project, family, config, kernels, seen):
         if handle.modules.get(module.file) != module.key:
             load(handle, module)
             swapped.append(module)

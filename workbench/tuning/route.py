@@ -64,11 +64,15 @@ def open_variant(ns: str, built: Built, prepare: Callable[[Any], object] | None 
     return that namespace: ``getattr(torch.ops, pns).<op>`` calls the variant's kernels.
 
     ``prepare`` is called with the opened library before it registers (to load the modules of
-    its device-only TUs, built with the variant's options: workbench.device)."""
+    its device-only TUs, built with the variant's options: workbench.device). A variant already
+    open gets ``prepare`` again: ``wb tune`` checks a variant whose modules hold only the kernels
+    its checks launch, and routing to it as a winner completes them."""
     from workbench import loader
 
     pns = private_namespace(ns, built.family, built.key)
     if pns in _variants:
+        if prepare is not None:
+            prepare(_variants[pns])
         return pns
     handle = loader.open_library(built)
     if prepare is not None:

@@ -6,9 +6,12 @@ Lifecycle of one run (one op, one device, one dtype):
    earlier run saw crash the process (remembered by build key).
 2. **Build** every variant at once: a pool of builds sharing the job limit, each variant's own
    cached library (a variant compiles only the TUs its parameters reach). A variant that fails
-   to compile is reported with its first error and skipped.
+   to compile is reported with its first error and skipped. Where the family has device-only
+   TUs, the plain build is first run on the inputs the variants will be checked and timed on,
+   and each variant's modules hold only the kernels that run launched (:func:`_launched`).
 3. **Check** each built variant, registered under a private namespace: the checker's value rows
-   for every dtype of the spec on this device (special values included, one trial). A wrong
+   for the tuned dtype on this device (special values included, one trial): the router sends a
+   variant no other dtype. A wrong
    variant is disqualified with its worst element and never timed; one that raises or crashes
    is reported too. Variants that build to the same library (their parameters reach no TU of
    this build: a CUDA launcher's space on a CPU build) are checked and timed once. A crash
@@ -88,8 +91,8 @@ def tune(
     """Tune ``op`` over its family's declared space; see the module docstring.
 
     ``lib``: a loaded library (default: ``workbench.load()``). ``device``: 'cpu' or 'cuda'
-    (default: cuda where built and present). ``dtype``: what is timed (default float32); every
-    dtype is checked. ``sizes``: labels of the spec's bench sweep (default: all). ``budget``:
+    (default: cuda where built and present). ``dtype``: what is checked, timed and routed
+    (default float32). ``sizes``: labels of the spec's bench sweep (default: all). ``budget``:
     seconds for the whole run; timing rounds after the first stop when it is spent. ``jobs``:
     parallel compiles across all variants (default: from cores and memory). ``rounds``: timings
     per (size, variant), each round a shuffled plan (default: 3 on cuda, 1 on cpu).
@@ -136,10 +139,16 @@ def tune(
     say(f"{op}: {len(variants)} variants of {family_name} ({space!r})")
 
     t = time.perf_counter()
-    built = _build_all(lib, family, variants, jobs, crashed, say)
+    only = _launched(lib, spec, family, dev, dt, samples)
+    if only is not None:
+        result.phases["trace"] = time.perf_counter() - t
+        say(f"{op}: the plain build launches {len(only)} kernels of its device-only TUs on "
+            f"{result.dtype}: variants compile those")  # fmt: skip
+    t = time.perf_counter()
+    built = _build_all(lib, family, variants, jobs, crashed, say, only)
     result.phases["build"] = time.perf_counter() - t
     t = time.perf_counter()
-    ops = _check_all(lib, spec, dev, variants, built, say, family)
+    ops = _check_all(lib, spec, dev, dt, variants, built, say, family, only)
     result.phases["check"] = time.perf_counter() - t
     result.variants = variants
     if not ops:
@@ -217,6 +226,46 @@ def _arch(dev: torch.device) -> str:
     return f"sm_{major}{minor}"
 
 
+# --- trace --------------------------------------------------------------------------------------
+
+CHECK_OPTIONS = Options(trials=1, contract=False)  # a variant's check: value rows, one trial
+
+
+def _launched(
+    lib: Library,
+    spec: Any,
+    family: Family,
+    dev: torch.device,
+    dt: torch.dtype,
+    timed: list[Any],
+) -> set[tuple[str, str]] | None:
+    """The kernels of the family's device-only TUs that its plain build launches on the inputs
+    a variant is checked and timed on (the check's samples of the tuned dtype and the timed
+    sizes); None where the family has no modules here.
+
+    A variant serves only the dtype it is tuned for (the router sends every other dtype to the
+    plain build), so its modules need only these kernels until it wins: routing to a winner
+    compiles the rest (``device.sync``). Its launchers are the plain build's whenever the
+    variant compiles only device-only TUs, and then name the same kernels for the same inputs.
+    """
+    from workbench import device
+    from workbench.verify.runner import value_samples
+
+    if dev.type != "cuda" or not device.has_modules(family, lib.config):
+        return None
+    handle = loader.live_handles(lib.namespace).get(family.name)
+    if handle is None:
+        return None
+    call = invoker(getattr(getattr(torch.ops, lib.namespace), spec.name))
+    for s in [*value_samples(spec, dt, dev.type, CHECK_OPTIONS.seed), *timed]:
+        try:  # what it launches is the point here; the check judges the results
+            call(*s.args)
+        except Exception:  # an input the plain build refuses launches nothing
+            continue
+    torch.cuda.synchronize(dev)
+    return device.used_kernels(handle)
+
+
 # --- build --------------------------------------------------------------------------------------
 
 
@@ -227,8 +276,10 @@ def _build_all(
     jobs: int | None,
     crashed: dict[str, str],
     say: Callable[[str], None],
+    only: set[tuple[str, str]] | None = None,
 ) -> dict[str, build.Built]:
-    """Build every variant at once; each gets its share of the job limit."""
+    """Build every variant at once; each gets its share of the job limit. ``only``: the kernels
+    of the device-only TUs a variant compiles (see :func:`_launched`; None: every one named)."""
     from workbench import ninja
     from workbench.ninja import first_error
 
@@ -249,7 +300,8 @@ def _build_all(
             from workbench import device
 
             start = time.perf_counter()
-            modules = device.ensure(lib.project, fams[name], lib.config, kernels)
+            names = kernels if only is None else [k for k in kernels if k in only]
+            modules = device.ensure(lib.project, fams[name], lib.config, names)
             fresh = [i for m in modules for i in m.images if i.seconds]
             if fresh:
                 b.seconds = (b.seconds if b.compiled else 0.0) + time.perf_counter() - start
@@ -307,19 +359,27 @@ def _check_all(
     lib: Library,
     spec: Any,
     dev: torch.device,
+    dt: torch.dtype,
     variants: list[VariantResult],
     built: dict[str, build.Built],
     say: Callable[[str], None],
     family: Family,
+    only: set[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """Check each built variant; the ops of those that pass, by label."""
+    """Check each built variant on the tuned dtype ``dt``, the only one the router will send it;
+    the ops of those that pass, by label. ``only``: as for :func:`_build_all`, for the variants
+    whose launchers are the plain build's (they name the same kernels) in a library of their own
+    (the plain build's library is live: its modules keep every kernel)."""
     from workbench import device
     from workbench.tuning import route
 
-    preparer = device.variant_preparer(lib.project, family, lib.config)
+    preparers = {
+        False: device.variant_preparer(lib.project, family, lib.config),
+        True: device.variant_preparer(lib.project, family, lib.config, only),
+    }
+    plain = lib.families[family.name].library
+    plain_objects = _device_kernels(lib, family)[1] if only is not None else {}
     ops: dict[str, Any] = {}
-    options = Options(trials=1, contract=False)
-    dtypes = list(spec.dtypes)
     seen: dict[str, str] = {}  # build key -> the first variant built to it
     for v in variants:
         if v.label not in built:
@@ -329,6 +389,10 @@ def _check_all(
             v.status, v.detail = "same build", f"the same library as {seen[key]}"
             continue
         seen[key] = v.label
+        b = built[v.label]
+        preparer = preparers[
+            only is not None and b.library != plain and _objects(b) == plain_objects
+        ]
         try:
             prepare = preparer(v.point) if preparer is not None else None
             pns = route.open_variant(lib.namespace, built[v.label], prepare)
@@ -338,7 +402,7 @@ def _check_all(
             continue
         op = getattr(getattr(torch.ops, pns), spec.name)
         try:
-            rows = check_op(op, spec, dev.type, dtypes, options=options)
+            rows = check_op(op, spec, dev.type, [dt], options=CHECK_OPTIONS)
         except isolate.ContextLost as lost:
             bad = next((r for r in reversed(lost.report.rows) if r.reason == CRASH), None)
             detail = bad.detail if bad is not None else "the CUDA context was lost"

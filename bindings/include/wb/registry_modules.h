@@ -133,6 +133,19 @@ inline const char* kernel_name(int i) {
   return text.c_str();
 }
 
+// Whether kernel i has been looked up for a launch (or global i read) on some device in this
+// process: what a run of the library's ops used. wb tune compiles a variant's device-only TUs
+// for these kernels alone (workbench/tuning/run.py).
+inline bool kernel_used(int i) {
+  ModuleTable& t = modules();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  if (i < 0 || i >= static_cast<int>(t.slots.size())) return false;
+  for (const PerDevice& pd : t.slots[i].devices) {
+    if (pd.generation.load(std::memory_order_acquire) != 0) return true;
+  }
+  return false;
+}
+
 // The text of the last error of this thread (a launch's Status points into it).
 inline Status fail(std::string text) {
   thread_local std::string last;
