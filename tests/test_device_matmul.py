@@ -12,8 +12,8 @@ import pytest
 
 from workbench import build, device, nvrtc
 from workbench.config import make_config
-from workbench.project import discover
-from workbench.tuning.space import variant
+from workbench.project import Family, discover
+from workbench.tuning.space import TuneSpace, space_of, variant
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed")
 FILE = "matmul_wgmma.kernel.cu"
@@ -69,3 +69,52 @@ def test_the_tile_is_a_constant_of_the_module_and_each_point_its_own_cubin() -> 
     # 65536 registers / 384 threads -> 168 a thread; with 256 threads the cap is 255.
     assert "168" in regs["plain"] and "255" not in regs["plain"]
     assert "255" in regs["one consumer"]
+
+
+@needs_nvrtc
+@pytest.mark.nvcc
+def test_tile_variants_compile_their_modules_in_one_shared_pool() -> None:
+    """wb tune's build phase: a variant whose options reach only device-only TUs keeps the plain
+    build's host objects (its modules can compile before its host bookkeeping is done), and the
+    NVRTC programs of several variants run in one pool of the caller's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    project = discover()
+    config = make_config(archs=("sm_90a",), link=False)
+    matmul, scale = project.family("matmul"), project.family("scale")
+    for fam in (matmul, scale):
+        build.ensure(project, fam, config)  # the plain builds: their TUs' header lists
+    points = [{**POINT, "STAGES": 3}, {**POINT, "STAGES": 5}]
+    assert all(build.shares_host_objects(project, variant(matmul, p), config) for p in points)
+    # scale's space tunes its launcher (threads, vectors): a variant's host TU changes too.
+    scale_point = next(p for p in _space(scale).points() if p != _space(scale).default)
+    assert not build.shares_host_objects(project, variant(scale, scale_point), config)
+
+    class Counting(ThreadPoolExecutor):
+        submitted = 0
+
+        def submit(self, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+            Counting.submitted += 1
+            return super().submit(*args, **kwargs)
+
+    names = [(FILE, n) for n in WGMMA_NAMES if "bf16" in n or n.startswith("&")]
+    with Counting(max_workers=2) as pool:
+        found = [
+            device.ensure(project, variant(matmul, p), config, names, pool=pool) for p in points
+        ]
+    compiled = sum(1 for (module,) in found for image in module.images if image.seconds)
+    assert compiled > 0 and Counting.submitted == compiled  # every program ran in the pool
+    for (module,) in found:
+        assert {n for image in module.images for n in image.lowered} == {n for _, n in names}
+
+
+def _space(family: Family) -> TuneSpace:
+    import importlib.util
+
+    loaded = importlib.util.spec_from_file_location(f"{family.name}_spec_t", family.spec_path)
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    space = space_of(module)
+    assert space is not None
+    return space

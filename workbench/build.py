@@ -167,6 +167,12 @@ def _tu_defines(project: Project, family: Family, src: Source, config: Config) -
     return ()
 
 
+def shares_host_objects(project: Project, family: Family, config: Config) -> bool:
+    """Whether every host TU of ``family`` (a tuning variant) keeps the plain build's object:
+    its -D options reach no TU but its device-only ones (see :func:`_tu_defines`)."""
+    return not any(_tu_defines(project, family, src, config) for src in _sources(family, config))
+
+
 def _mentions_tune(path: str) -> bool:
     try:
         st = os.stat(path)

@@ -38,6 +38,8 @@ from workbench.hashing import digest, file_digest
 from workbench.project import DEVICE_SUFFIX, Family, Project
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from workbench.config import Config
     from workbench.loader import Handle
 
@@ -228,6 +230,7 @@ def ensure(
     config: Config,
     kernels: list[tuple[str, str]],
     seen: dict[str, list[int] | None] | None = None,
+    pool: Executor | None = None,
 ) -> list[Module]:
     """The cubins of every device-only TU the launchers name: from the cache, or compiled now.
 
@@ -235,6 +238,9 @@ def ensure(
     an earlier call, for the same names, architectures, options and NVRTC, reuses that call's
     cubins without reading a header or loading NVRTC (see :class:`_Warm`). ``seen``: the stamps
     this load has read already (one load of many families reads a shared header once).
+    ``pool``: where the NVRTC programs run (``wb tune`` shares one among its variants: one
+    pool per call would put more programs on the cores than they have); default: threads of
+    this call, one per program up to the cores.
     """
     from workbench import nvrtc
 
@@ -259,7 +265,7 @@ def ensure(
             for arch in archs
             for part in chunks(names)
         ]
-        images = _images(source, jobs, options, headers)
+        images = _images(source, jobs, options, headers, pool)
         if any(image.seconds for image in images):  # once per TU, as build.ensure reports
             for hook in build.compile_hooks:
                 hook(family.name, source)
@@ -284,22 +290,31 @@ def chunks(names: list[str]) -> list[list[str]]:
 
 
 def _images(
-    source: Path, jobs: list[tuple[str, str, list[str]]], options: list[str], headers: list[str]
+    source: Path,
+    jobs: list[tuple[str, str, list[str]]],
+    options: list[str],
+    headers: list[str],
+    pool: Executor | None = None,
 ) -> list[Image]:
     """The cubin of each (arch, key, names): from the cache, else compiled (in parallel)."""
     found = [_cached(arch, key) for arch, key, _ in jobs]
     todo = [i for i, image in enumerate(found) if image is None]
-    if len(todo) == 1:
+    if len(todo) == 1 and pool is None:
         arch, key, part = jobs[todo[0]]
         found[todo[0]] = _compile(source, arch, key, part, options, headers)
     elif todo:
         from concurrent.futures import ThreadPoolExecutor
 
-        workers = min(len(todo), os.cpu_count() or 1)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        own = None
+        if pool is None:
+            pool = own = ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1))
+        try:
             futures = {i: pool.submit(_compile, source, *jobs[i], options, headers) for i in todo}
             for i, future in futures.items():
                 found[i] = future.result()
+        finally:
+            if own is not None:
+                own.shutdown()
     return [image for image in found if image is not None]
 
 

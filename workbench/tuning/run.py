@@ -34,7 +34,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -279,8 +279,14 @@ def _build_all(
     only: set[tuple[str, str]] | None = None,
 ) -> dict[str, build.Built]:
     """Build every variant at once; each gets its share of the job limit. ``only``: the kernels
-    of the device-only TUs a variant compiles (see :func:`_launched`; None: every one named)."""
-    from workbench import ninja
+    of the device-only TUs a variant compiles (see :func:`_launched`; None: every one named).
+
+    A variant whose launchers are the plain build's (its options reach only device-only TUs)
+    compiles its modules here, beside its host bookkeeping, its NVRTC programs in one pool that
+    every variant shares (as many programs at once as jobs); the others compile theirs when
+    the check opens their library and reads the names its own launchers register.
+    """
+    from workbench import device, ninja
     from workbench.ninja import first_error
 
     total = jobs or ninja.default_jobs()
@@ -289,27 +295,37 @@ def _build_all(
     fams = {v.label: variant(family, v.point) for v in variants}
     built: dict[str, build.Built] = {}
     done = 0
-    kernels, plain_objects = _device_kernels(lib, family)
+    kernels, _ = _device_kernels(lib, family)
+    names = kernels if only is None else [k for k in kernels if k in only]
+    shared = {
+        label: bool(names) and build.shares_host_objects(lib.project, fam, lib.config)
+        for label, fam in fams.items()
+    }
 
-    def one(name: str) -> build.Built:
+    def modules(name: str) -> tuple[float, list[Any]]:
+        start = time.perf_counter()
+        found = device.ensure(lib.project, fams[name], lib.config, names, pool=programs)
+        return time.perf_counter() - start, found
+
+    def one(name: str, compiling: Future[tuple[float, list[Any]]] | None) -> build.Built:
         b = build.ensure(lib.project, fams[name], lib.config, per)
-        # The variant's device-only TUs, which its parameters may reach, compiled here when its
-        # launchers are the plain build's (they name the same kernels); otherwise when the check
-        # opens its library and reads the names its own launchers register.
-        if kernels and _objects(b) == plain_objects:
-            from workbench import device
-
-            start = time.perf_counter()
-            names = kernels if only is None else [k for k in kernels if k in only]
-            modules = device.ensure(lib.project, fams[name], lib.config, names)
-            fresh = [i for m in modules for i in m.images if i.seconds]
-            if fresh:
-                b.seconds = (b.seconds if b.compiled else 0.0) + time.perf_counter() - start
-                b.compiled = [*b.compiled, *sorted({m.source for m in modules})]
+        if compiling is not None:
+            seconds, found = compiling.result()
+            if any(i.seconds for m in found for i in m.images):
+                b.seconds = (b.seconds if b.compiled else 0.0) + seconds
+                b.compiled = [*b.compiled, *sorted({m.source for m in found})]
         return b
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(one, v.label): v for v in variants}
+    with (
+        ThreadPoolExecutor(max_workers=total) as programs,
+        ThreadPoolExecutor(max_workers=len(variants)) as device_pool,
+        ThreadPoolExecutor(max_workers=workers) as pool,
+    ):
+        compiling = {
+            v.label: device_pool.submit(modules, v.label) if shared[v.label] else None
+            for v in variants
+        }
+        futures = {pool.submit(one, v.label, compiling[v.label]): v for v in variants}
         for future in as_completed(futures):
             v = futures[future]
             done += 1
