@@ -9,8 +9,9 @@ One run, one host, a fresh cache (``--cache``, default: a new temporary folder):
    (``matmul_wgmma.kernel.cu``) is compiled by NVRTC with the point's -D options, one program per
    kernel, for the build's architectures. As ``wb tune matmul --dtype bfloat16`` builds them: only
    the kernels the plain build launched on the bfloat16 check samples and sizes
-   (``workbench.tuning.run._launched``); and again, for comparison, with every kernel the
-   launcher names (both dtypes), as ``wb tune`` built them before;
+   (``workbench.tuning.run._launched``), in NVRTC worker processes started before that run
+   (``workbench.nvrtc_worker``); and again, for comparison, in threads of this process, and
+   with every kernel the launcher names (both dtypes), as ``wb tune`` built them before;
 3. ``nvcc``: the same points through nvcc as the family built them before its kernels moved into a
    device-only TU: one TU holding the kernels and their host launcher (the kernel file, the four
    instantiations the launcher names, and ``matmul_wgmma.cu``), ``nvcc -c`` with the build's own
@@ -104,7 +105,11 @@ def forget_cubins(keep: set[Path]) -> None:
 
 
 def device_sweep(
-    lib: object, points: list[dict], jobs: int, only: set[tuple[str, str]] | None
+    lib: object,
+    points: list[dict],
+    jobs: int,
+    only: set[tuple[str, str]] | None,
+    workers: object | None,
 ) -> tuple[float, int]:
     from workbench.tuning.report import VariantResult
     from workbench.tuning.run import _build_all
@@ -114,7 +119,7 @@ def device_sweep(
     variants = [VariantResult(label(p), dict(p)) for p in points]
     start = time.perf_counter()
     say = lambda s: print(s, file=sys.stderr)  # noqa: E731
-    built = _build_all(lib, family, variants, jobs, {}, say, only)  # type: ignore[arg-type]
+    built = _build_all(lib, family, variants, jobs, {}, say, only, workers)  # type: ignore[arg-type]
     seconds = time.perf_counter() - start
     failed = [v for v in variants if v.status != "built"]
     if failed:
@@ -175,23 +180,31 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wb-tune-nvcc-") as tmp:
         one_nvcc = nvcc_sweep(lib, points[:1], args.jobs, Path(tmp))
         all_nvcc = nvcc_sweep(lib, points[1:], args.jobs, Path(tmp))
-    from workbench import cache
+    from workbench import cache, nvrtc
+    from workbench.nvrtc_worker import Workers
     from workbench.tuning.run import _device_kernels
 
-    only = launched(lib)
-    before = set((cache.root() / "cubin").rglob("*.cubin"))
-    one_dev, _ = device_sweep(lib, points[:1], args.jobs, only)
-    if args.profile:  # where a variant's time goes, one variant in this thread: points[1]
-        profile_one(lib, points[1])
-        points = points[:1] + points[2:]
-    all_dev, n = device_sweep(lib, points[1:], args.jobs, only)
-    forget_cubins(before)
-    every_dev, _ = device_sweep(lib, points[1:], args.jobs, None)
     named = len(_device_kernels(lib, lib.project.family("matmul"))[0])  # type: ignore[attr-defined]
+    # As wb tune: the NVRTC workers start, then the plain build runs the tuned dtype's inputs.
+    with Workers(args.jobs, nvrtc.library().path) as workers:
+        only = launched(lib)
+        before = set((cache.root() / "cubin").rglob("*.cubin"))
+        one_dev, _ = device_sweep(lib, points[:1], args.jobs, only, workers)
+        if args.profile:  # where a variant's time goes, one variant in this thread: points[1]
+            profile_one(lib, points[1])
+            points = points[:1] + points[2:]
+        rest = points[1:]
+        all_dev, n = device_sweep(lib, rest, args.jobs, only, workers)
+        forget_cubins(before)
+        threads_dev, _ = device_sweep(lib, rest, args.jobs, only, None)
+        forget_cubins(before)
+        every_dev, _ = device_sweep(lib, rest, args.jobs, None, workers)
+    k = f"{len(only)} kernels"
     rows = [
-        (f"one variant alone ({len(only)} kernels)", one_nvcc, one_dev),
-        (f"the other {len(points) - 1} at once ({len(only)} kernels each)", all_nvcc, all_dev),
-        (f"the other {len(points) - 1}, every kernel ({named} each)", all_nvcc, every_dev),
+        (f"one variant alone ({k}, worker processes)", one_nvcc, one_dev),
+        (f"the other {len(rest)} at once ({k} each, worker processes)", all_nvcc, all_dev),
+        (f"the other {len(rest)} at once ({k} each, threads)", all_nvcc, threads_dev),
+        (f"the other {len(rest)}, every kernel ({named} each, processes)", all_nvcc, every_dev),
     ]
     lines = [
         f"{torch.cuda.get_device_name()} host ({os.cpu_count()} cores), torch {torch.__version__},"

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from workbench.config import Config
     from workbench.loader import Handle
+    from workbench.nvrtc_worker import Workers
 
 # Options of every NVRTC compile besides the architecture, include path and a variant's -D
 # options: the language of nvcc's CUDA_FLAGS; line information for the sanitizer and profilers
@@ -231,6 +232,7 @@ def ensure(
     kernels: list[tuple[str, str]],
     seen: dict[str, list[int] | None] | None = None,
     pool: Executor | None = None,
+    workers: Workers | None = None,
 ) -> list[Module]:
     """The cubins of every device-only TU the launchers name: from the cache, or compiled now.
 
@@ -240,7 +242,8 @@ def ensure(
     this load has read already (one load of many families reads a shared header once).
     ``pool``: where the NVRTC programs run (``wb tune`` shares one among its variants: one
     pool per call would put more programs on the cores than they have); default: threads of
-    this call, one per program up to the cores.
+    this call, one per program up to the cores. ``workers``: compile in those processes
+    (:mod:`workbench.nvrtc_worker`), each pool thread driving one, instead of in this process.
     """
     from workbench import nvrtc
 
@@ -265,7 +268,7 @@ def ensure(
             for arch in archs
             for part in chunks(names)
         ]
-        images = _images(source, jobs, options, headers, pool)
+        images = _images(source, jobs, options, headers, pool, workers)
         if any(image.seconds for image in images):  # once per TU, as build.ensure reports
             for hook in build.compile_hooks:
                 hook(family.name, source)
@@ -295,6 +298,7 @@ def _images(
     options: list[str],
     headers: list[str],
     pool: Executor | None = None,
+    workers: Workers | None = None,
 ) -> list[Image]:
     """The cubin of each (arch, key, names): from the cache, else compiled (in parallel)."""
     found = [_cached(arch, key) for arch, key, _ in jobs]
@@ -309,7 +313,9 @@ def _images(
         if pool is None:
             pool = own = ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1))
         try:
-            futures = {i: pool.submit(_compile, source, *jobs[i], options, headers) for i in todo}
+            futures = {
+                i: pool.submit(_compile, source, *jobs[i], options, headers, workers) for i in todo
+            }
             for i, future in futures.items():
                 found[i] = future.result()
         finally:
@@ -433,32 +439,44 @@ def _cached(arch: str, key: str) -> Image | None:
 
 
 def _compile(
-    source: Path, arch: str, key: str, names: list[str], options: list[str], headers: list[str]
+    source: Path,
+    arch: str,
+    key: str,
+    names: list[str],
+    options: list[str],
+    headers: list[str],
+    workers: Workers | None = None,
 ) -> Image:
     from workbench import nvrtc
 
     start = time.perf_counter()
+    path = _cubin_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        result = nvrtc.compile(source, arch, names, options)
+        if workers is None:
+            result = nvrtc.compile(source, arch, names, options)
+            lowered, log = result.lowered, result.log
+            cache.write_atomic(path, result.cubin)
+        else:  # written beside its place, then renamed: a cubin in the cache is whole
+            part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.part")
+            lowered, log, _ = workers.compile(source, arch, names, options, part)
+            os.replace(part, path)
     except BuildError as e:
         listed = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
         raise BuildError(f"{e}\n(the host launchers ask for: {listed})", e.log) from e
-    path = _cubin_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_atomic(path, result.cubin)
     seconds = time.perf_counter() - start
     meta = {
         "arch": arch,
         "source": str(source),
         "headers": headers,
         "options": options,
-        "lowered": result.lowered,
-        "log": result.log,
+        "lowered": lowered,
+        "log": log,
         "seconds": seconds,
         "sha256": file_digest(str(path)),
     }
     cache.write_atomic(path.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True))
-    image = Image(arch, key, path, result.lowered)
+    image = Image(arch, key, path, lowered)
     image.seconds = seconds
     return image
 

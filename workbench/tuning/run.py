@@ -30,6 +30,7 @@ Lifecycle of one run (one op, one device, one dtype):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -64,6 +65,7 @@ from workbench.verify.runner import Options, check_op, invoker
 
 if TYPE_CHECKING:
     from workbench.api import Library
+    from workbench.nvrtc_worker import Workers
     from workbench.project import Family
 
 
@@ -138,15 +140,16 @@ def tune(
     variants = [VariantResult(label(p), dict(p)) for p in space.points()]
     say(f"{op}: {len(variants)} variants of {family_name} ({space!r})")
 
-    t = time.perf_counter()
-    only = _launched(lib, spec, family, dev, dt, samples)
-    if only is not None:
-        result.phases["trace"] = time.perf_counter() - t
-        say(f"{op}: the plain build launches {len(only)} kernels of its device-only TUs on "
-            f"{result.dtype}: variants compile those")  # fmt: skip
-    t = time.perf_counter()
-    built = _build_all(lib, family, variants, jobs, crashed, say, only)
-    result.phases["build"] = time.perf_counter() - t
+    with _workers(lib, family, dev, jobs) as workers:  # they start while the plain build runs
+        t = time.perf_counter()
+        only = _launched(lib, spec, family, dev, dt, samples)
+        if only is not None:
+            result.phases["trace"] = time.perf_counter() - t
+            say(f"{op}: the plain build launches {len(only)} kernels of its device-only TUs "
+                f"on {result.dtype}: variants compile those")  # fmt: skip
+        t = time.perf_counter()
+        built = _build_all(lib, family, variants, jobs, crashed, say, only, workers)
+        result.phases["build"] = time.perf_counter() - t
     t = time.perf_counter()
     ops = _check_all(lib, spec, dev, dt, variants, built, say, family, only)
     result.phases["check"] = time.perf_counter() - t
@@ -269,6 +272,20 @@ def _launched(
 # --- build --------------------------------------------------------------------------------------
 
 
+def _workers(
+    lib: Library, family: Family, dev: torch.device, jobs: int | None
+) -> contextlib.AbstractContextManager[Workers | None]:
+    """NVRTC worker processes for the variants' device-only TUs (none without such TUs)."""
+    from workbench import device
+
+    if dev.type != "cuda" or not device.has_modules(family, lib.config):
+        return contextlib.nullcontext()
+    from workbench import ninja, nvrtc
+    from workbench.nvrtc_worker import Workers
+
+    return Workers(jobs or ninja.default_jobs(), nvrtc.library().path)
+
+
 def _build_all(
     lib: Library,
     family: Any,
@@ -277,21 +294,23 @@ def _build_all(
     crashed: dict[str, str],
     say: Callable[[str], None],
     only: set[tuple[str, str]] | None = None,
+    workers: Workers | None = None,
 ) -> dict[str, build.Built]:
     """Build every variant at once; each gets its share of the job limit. ``only``: the kernels
     of the device-only TUs a variant compiles (see :func:`_launched`; None: every one named).
 
     A variant whose launchers are the plain build's (its options reach only device-only TUs)
     compiles its modules here, beside its host bookkeeping, its NVRTC programs in one pool that
-    every variant shares (as many programs at once as jobs); the others compile theirs when
-    the check opens their library and reads the names its own launchers register.
+    every variant shares (as many programs at once as jobs; in ``workers``' processes where
+    given); the others compile theirs when the check opens their library and reads the names
+    its own launchers register.
     """
     from workbench import device, ninja
     from workbench.ninja import first_error
 
     total = jobs or ninja.default_jobs()
-    workers = max(1, min(len(variants), total))
-    per = max(1, total // workers)
+    builders = max(1, min(len(variants), total))
+    per = max(1, total // builders)
     fams = {v.label: variant(family, v.point) for v in variants}
     built: dict[str, build.Built] = {}
     done = 0
@@ -304,7 +323,9 @@ def _build_all(
 
     def modules(name: str) -> tuple[float, list[Any]]:
         start = time.perf_counter()
-        found = device.ensure(lib.project, fams[name], lib.config, names, pool=programs)
+        found = device.ensure(
+            lib.project, fams[name], lib.config, names, pool=programs, workers=workers
+        )
         return time.perf_counter() - start, found
 
     def one(name: str, compiling: Future[tuple[float, list[Any]]] | None) -> build.Built:
@@ -319,7 +340,7 @@ def _build_all(
     with (
         ThreadPoolExecutor(max_workers=total) as programs,
         ThreadPoolExecutor(max_workers=len(variants)) as device_pool,
-        ThreadPoolExecutor(max_workers=workers) as pool,
+        ThreadPoolExecutor(max_workers=builders) as pool,
     ):
         compiling = {
             v.label: device_pool.submit(modules, v.label) if shared[v.label] else None
