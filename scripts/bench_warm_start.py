@@ -23,7 +23,12 @@ Inside ``load()`` the phases are timed by wrapping the functions that do them:
 Prints a JSON line per process with ``--json``, and a markdown table last: min, median and max
 over the processes of each phase and of the total.
 
+``--tree DIR`` measures the workbench of another checkout (e.g. an older commit's, for a
+before/after on one host): its package is imported and its ``wb new`` template writes the
+registry; the phases its code lacks count as ``other``.
+
 Usage: python scripts/bench_warm_start.py [--families 30] [--processes 10] [--profile]
+       [--tree DIR]
 """
 
 from __future__ import annotations
@@ -66,12 +71,23 @@ if device == "cuda":
     torch.cuda.synchronize()
 spent = defaultdict(float)
 t0 = time.perf_counter()
+import importlib
 import workbench
-from workbench import build, device as device_tus, loader, runtime, warm
+mods = {{}}
+for name in ("build", "device", "loader", "runtime", "warm"):
+    try:  # an older tree (--tree) may lack one
+        mods[name] = importlib.import_module("workbench." + name)
+    except ImportError:
+        mods[name] = None
+build, device_tus, loader, runtime, warm = (
+    mods[n] for n in ("build", "device", "loader", "runtime", "warm")
+)
 spent["import"] = time.perf_counter() - t0
 
 def timed(module, name, phase):
-    inner = getattr(module, name)
+    inner = getattr(module, name, None)
+    if inner is None:  # not in this tree: its time stays in "other"
+        return
     def wrapper(*args, **kwargs):
         start = time.perf_counter()
         try:
@@ -125,7 +141,11 @@ def child(
         kernels=str(kernels), family=family, count=count, profile=profile, dump=dump
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=env["PYTHONPATH"].split(os.pathsep)[0],
     )
     if proc.returncode != 0:
         raise SystemExit(f"warm-start process failed:\n{proc.stderr[-4000:]}")
@@ -165,15 +185,25 @@ def main() -> None:
     parser.add_argument("--dump", type=Path, help="with --profile: also write the pstats here")
     parser.add_argument("--json", action="store_true", help="print each process's phases")
     parser.add_argument("--work", type=Path, help="registry and cache folder (default: temp)")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout to measure")
     args = parser.parse_args()
     if args.families < 1 or args.processes < 1:
         raise SystemExit("--families and --processes must be at least 1")
     with tempfile.TemporaryDirectory(prefix="wb-warm-") as tmp:
         work = args.work or Path(tmp)
-        kernels = scaffold.write_registry(work / "registry", args.families)
         env = {**os.environ, "WB_CACHE_DIR": str(work / "cache"), "WB_QUIET": "1"}
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: the package from bytecode
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([str(args.tree.resolve()), env.get("PYTHONPATH", "")])
+        if args.tree.resolve() == ROOT:
+            kernels = scaffold.write_registry(work / "registry", args.families)
+        else:  # the other tree's own template
+            write = "import sys; from pathlib import Path; from workbench import scaffold; "
+            write += "print(scaffold.write_registry(Path(sys.argv[1]), int(sys.argv[2])))"
+            out = subprocess.run(
+                [sys.executable, "-c", write, str(work / "registry"), str(args.families)],
+                env=env, capture_output=True, text=True, check=True, cwd=args.tree,
+            )  # fmt: skip
+            kernels = Path(out.stdout.strip().splitlines()[-1])
         family = f"op{args.families // 2:02d}"
         start = time.perf_counter()
         child(kernels, family, args.families, False, env)  # the cold build

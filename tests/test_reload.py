@@ -25,7 +25,7 @@ NS = f"wbreload{os.getpid()}"
 ENTRY_POINTS = {
     *("wb_abi_version", "wb_schema_count", "wb_schema"),
     *("wb_register", "wb_unregister", "wb_route"),
-    *("wb_kernel_count", "wb_kernel_name", "wb_module_load"),
+    *("wb_kernel_count", "wb_kernel_name", "wb_kernel_used", "wb_module_load"),
 }
 
 
