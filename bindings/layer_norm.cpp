@@ -10,16 +10,22 @@
 // [hidden] of x's dtype; mean, rstd: x.shape[:-1], float32 for float32/float16/bfloat16 inputs
 // and float64 for float64 (the accumulation type, as torch.native_layer_norm); eps >= 0. Outputs
 // are contiguous. The backward's workspace is [2][partials][hidden] of that type (layer_norm.h).
+//
+// layer_norm's autograd kernel is C++ (WB_AUTOGRAD, at the end): y is differentiated through
+// the family's layer_norm_backward op, whose own autograd formula (spec.py) is the double
+// backward; mean and rstd are statistics and are not differentiable.
 #include "layer_norm/layer_norm.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/accumulate.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <tuple>
 
+#include "wb/autograd.h"
 #include "wb/binding.h"
 #ifdef WB_WITH_CUDA
 #include "wb/binding_cuda.h"
@@ -36,6 +42,10 @@ namespace {
 
 using namespace wb::layer_norm;
 using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+// The C++ signatures of the two ops, as their kernels have them.
+using LayerNormFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, double);
+using LayerNormBackwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   const at::Tensor&, const at::Tensor&);
 
 // The accumulation type of x's dtype: the dtype of mean, rstd and the workspace.
 c10::ScalarType acc_type(const at::Tensor& x) {
@@ -215,3 +225,70 @@ WB_IMPL(CUDA, m) {
   m.impl("layer_norm_backward", &layer_norm_backward_cuda_op);
 }
 #endif
+
+// ---- autograd -------------------------------------------------------------------------------
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// mean and rstd of x's rows in the accumulation type, by differentiable ATen ops.
+std::tuple<at::Tensor, at::Tensor> differentiable_stats(const at::Tensor& x, double eps) {
+  const at::Tensor xf = x.to(acc_type(x));
+  const at::Tensor mean = xf.mean(-1);
+  const at::Tensor var = xf.sub(mean.unsqueeze(-1)).square().mean(-1);
+  return {mean, var.add(eps).rsqrt()};
+}
+
+// (y, mean, rstd) = layer_norm(x, weight, bias, eps); the gradients of x, weight and bias from
+// y's through layer_norm_backward. ops: the namespace this library serves (wb/autograd.h).
+struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                               const at::Tensor& bias, double eps, const wb::Ops& ops) {
+    at::AutoDispatchBelowADInplaceOrView below;  // the op's own kernels, not this one again
+    auto [y, mean, rstd] = ops.op<LayerNormFn>("layer_norm").call(x, weight, bias, eps);
+    ctx->save_for_backward({x, weight, mean, rstd});
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["ns"] = ops.ns();
+    ctx->mark_non_differentiable({mean, rstd});
+    return {y, mean, rstd};
+  }
+
+  // One gradient per forward argument (x, weight, bias, eps, ops); undefined where not needed.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const bool want[3] = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                          ctx->needs_input_grad(2)};
+    variable_list out(5);
+    if (!want[0] && !want[1] && !want[2]) return out;
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1];
+    const wb::Ops ops(ctx->saved_data["ns"].toStringRef());
+    const auto backward_op = ops.op<LayerNormBackwardFn>("layer_norm_backward");
+    Triple d;
+    if (c10::GradMode::is_enabled()) {
+      // This backward is itself differentiated (create_graph): the saved mean and rstd carry no
+      // dependence on x, so they are recomputed from x, and layer_norm_backward's own autograd
+      // formula differentiates the rest.
+      const auto [mean, rstd] = differentiable_stats(x, ctx->saved_data["eps"].toDouble());
+      d = backward_op.call(grads[0], x, mean, rstd, weight);
+    } else {
+      at::AutoDispatchBelowADInplaceOrView below;  // nothing to record: straight to the kernel
+      d = backward_op.call(grads[0], x, saved[2], saved[3], weight);
+    }
+    if (want[0]) out[0] = std::get<0>(d);
+    if (want[1]) out[1] = std::get<1>(d);
+    if (want[2]) out[2] = std::get<2>(d);
+    return out;
+  }
+};
+
+Triple layer_norm_autograd(const wb::Ops& ops, const at::Tensor& x, const at::Tensor& weight,
+                           const at::Tensor& bias, double eps) {
+  const variable_list out = LayerNormFunction::apply(x, weight, bias, eps, ops);
+  return {out[0], out[1], out[2]};
+}
+
+}  // namespace
+
+WB_AUTOGRAD("layer_norm", &layer_norm_autograd);

@@ -9,11 +9,19 @@
 // (wb/module.h), wb_kernel_used says which of them this process has launched; wb_module_load
 // hands over their cubins (wb/registry_modules.h).
 //
+// WB_AUTOGRAD kernels (wb/autograd.h) are registered by wb_register under dispatch key Autograd,
+// after the other kernels; wb_autograd_count / wb_autograd_name list their ops, so the driver
+// registers no Python autograd formula for them. wb_register_autograd(ns) registers them alone
+// (the public namespace of a routed family, whose other kernels are routers), and
+// wb_autograd_recorded() says whether one has recorded a graph: its nodes run this library's
+// code for as long as the graph lives, so the driver never unmaps such a library.
+//
 // wb_route(ns, op, key, ...) registers a router for a tuned op (workbench/tuning/route.py): the
 // family's builds are registered under private namespaces, and ns::op sends each call to the
 // variant chosen for its first tensor argument's (device, dtype, numel bucket) by redispatching
 // straight to that namespace's kernel for the same dispatch key. No Python runs in the call.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "wb/autograd.h"
 #include "wb/binding.h"
 #include "wb/registry_modules.h"
 
@@ -51,12 +60,35 @@ std::vector<ImplEntry>& impls() {
   static std::vector<ImplEntry> list;
   return list;
 }
+
 // The registrations made under each namespace. dlopen returns the same handle for the same
 // file, so one library can be live under several namespaces at once.
 using Registrations = std::vector<std::unique_ptr<torch::Library>>;
 std::map<std::string, Registrations>& live() {
   static std::map<std::string, Registrations> by_namespace;
   return by_namespace;
+}
+
+struct AutogradEntry {
+  const char* op;
+  wb::detail::AutogradInstall install;
+  const char* file;
+  uint32_t line;
+};
+
+std::vector<AutogradEntry>& autograds() {
+  static std::vector<AutogradEntry> list;
+  return list;
+}
+std::atomic<bool> autograd_recorded{false};
+
+// Adds this library's autograd kernels under ns to regs.
+void register_autograd(const char* ns, Registrations& regs) {
+  for (const auto& e : autograds()) {
+    regs.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, ns,
+                                                    c10::DispatchKey::Autograd, e.file, e.line));
+    e.install(*regs.back(), e.op, ns);
+  }
 }
 
 void write_error(const std::string& message, char* buf, size_t size) {
@@ -188,6 +220,10 @@ void add_schema(const char* schema) { schemas().push_back(schema); }
 void add_impl(c10::DispatchKey key, ImplFn fn, const char* file, uint32_t line) {
   impls().push_back({key, fn, file, line});
 }
+void add_autograd(const char* op, AutogradInstall install, const char* file, uint32_t line) {
+  autograds().push_back({op, install, file, line});
+}
+void note_autograd_recorded() { autograd_recorded.store(true, std::memory_order_relaxed); }
 }  // namespace wb::detail
 
 // Bumped when the meaning of these entry points changes; the driver refuses other versions.
@@ -209,6 +245,7 @@ WB_EXPORT int wb_register(const char* ns, char* err, size_t err_size) {
           std::make_unique<torch::Library>(torch::Library::IMPL, ns, e.key, e.file, e.line));
       e.fn(*regs.back());
     }
+    register_autograd(ns, regs);
     live()[ns] = std::move(regs);
     return 0;
   } catch (const c10::Error& e) {
@@ -220,6 +257,36 @@ WB_EXPORT int wb_register(const char* ns, char* err, size_t err_size) {
 }
 
 WB_EXPORT void wb_unregister(const char* ns) { live().erase(ns); }
+
+// The ops that have a WB_AUTOGRAD kernel: op i's name, or nullptr.
+WB_EXPORT int wb_autograd_count() { return static_cast<int>(autograds().size()); }
+WB_EXPORT const char* wb_autograd_name(int i) {
+  return i >= 0 && i < wb_autograd_count() ? autograds()[i].op : nullptr;
+}
+
+// Registers only this library's autograd kernels under ns (the public namespace of a routed
+// family: its routers redispatch below autograd). Removed by wb_unregister(ns). Returns 0, or 1
+// with the error in err.
+WB_EXPORT int wb_register_autograd(const char* ns, char* err, size_t err_size) {
+  Registrations regs;
+  try {
+    register_autograd(ns, regs);
+    auto& live_regs = live()[ns];
+    for (auto& r : regs) live_regs.push_back(std::move(r));
+    return 0;
+  } catch (const c10::Error& e) {
+    write_error(e.what_without_backtrace(), err, err_size);
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_size);
+  }
+  return 1;
+}
+
+// 1 once one of this library's autograd kernels may have recorded a graph (it ran with grad
+// mode on and an argument that requires grad), else 0. Such a library must stay mapped.
+WB_EXPORT int wb_autograd_recorded() {
+  return autograd_recorded.load(std::memory_order_relaxed) ? 1 : 0;
+}
 
 // Registers a router as ns::op's kernel for dispatch key `key`: each call goes to the variant
 // its first tensor argument (schema index `arg`) selects in `tables` (see parse_tables), or to

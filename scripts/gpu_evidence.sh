@@ -67,7 +67,9 @@ case "${1:-}" in
     ops="softmax softmax_backward layer_norm layer_norm_backward add_out scale_ histogram index_add"
     step red_tests "$PY" -m pytest -p no:cacheprovider -q -rfEs tests/test_softmax.py \
       tests/test_layer_norm.py tests/test_inplace.py tests/test_histogram.py \
-      tests/test_index_add.py tests/test_check_outputs.py tests/test_bench_backward.py
+      tests/test_index_add.py tests/test_check_outputs.py tests/test_bench_backward.py \
+      tests/test_autograd.py
+    step autograd_step "$PY" scripts/bench_autograd_step.py --device cuda
     # shellcheck disable=SC2086
     step red_check "$PY" -m workbench check $ops --device cuda
     for dtype in float32 bfloat16; do

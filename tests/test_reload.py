@@ -26,6 +26,7 @@ ENTRY_POINTS = {
     *("wb_abi_version", "wb_schema_count", "wb_schema"),
     *("wb_register", "wb_unregister", "wb_route"),
     *("wb_kernel_count", "wb_kernel_name", "wb_kernel_used", "wb_module_load"),
+    *("wb_autograd_count", "wb_autograd_name", "wb_register_autograd", "wb_autograd_recorded"),
 }
 
 

@@ -215,6 +215,42 @@ print(pkg.build_info["tag"], pkg.ops)
     assert not called.exists(), f"a compiler ran: {called.read_text()}"
 
 
+def test_a_shipped_cpp_autograd_kernel_differentiates_with_no_python(
+    lib: workbench.Library,
+    cache_dir: Path,
+    no_compiler: tuple[dict[str, str], Path],
+    tmp_path: Path,
+) -> None:
+    """The bundled layer_norm, shipped: its C++ autograd kernel registers from the package's
+    library, its spec declares it, and first and second derivatives are right."""
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        shipped = ship.build_wheel(
+            name="shipln_ops", namespace="shipln", families=["layer_norm"], out=tmp_path / "dist"
+        )
+    with zipfile.ZipFile(shipped.path) as zf:
+        zf.extractall(tmp_path / "site")
+    env, called = no_compiler
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    code = """
+import sys, torch
+import shipln_ops as pkg
+assert not [m for m in sys.modules if m.split(".")[0] == "workbench"], "imported"
+assert pkg.specs["layer_norm"].cpp_autograd and pkg.specs["layer_norm"].backward is None
+dump = torch._C._dispatch_dump("shipln::layer_norm")
+assert "layer_norm.cpp" in next(l for l in dump.splitlines() if l.startswith("Autograd")), dump
+x = torch.randn(3, 10, dtype=torch.float64, requires_grad=True)
+w, b = (torch.randn(10, dtype=torch.float64, requires_grad=True) for _ in range(2))
+f = lambda *a: torch.ops.shipln.layer_norm(*a, 1e-5)[0]
+assert torch.autograd.gradcheck(f, (x, w, b)) and torch.autograd.gradgradcheck(f, (x, w, b))
+with torch.no_grad():
+    assert f(x, w, b).grad_fn is None
+print("ok")
+"""
+    proc = _run([sys.executable, "-c", code], cwd=tmp_path, env=env)
+    assert proc.stdout.split() == ["ok"]
+    assert not called.exists(), f"a compiler ran: {called.read_text()}"
+
+
 def test_another_torch_fails_at_import_saying_what_it_was_built_for(
     fresh_env: Path, shipped: Path, no_compiler: tuple[dict[str, str], Path], tmp_path: Path
 ) -> None:

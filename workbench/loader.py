@@ -80,10 +80,17 @@ class Swap:
 class Handle:
     """An open library and what it registered."""
 
-    def __init__(self, built: Built, cdll: ctypes.CDLL, schemas: dict[str, str]) -> None:
+    def __init__(
+        self,
+        built: Built,
+        cdll: ctypes.CDLL,
+        schemas: dict[str, str],
+        autograd: frozenset[str] = frozenset(),
+    ) -> None:
         self.built = built
         self.cdll = cdll
         self.schemas = schemas  # op name -> schema
+        self.autograd = autograd  # the ops it gives a C++ autograd kernel (WB_AUTOGRAD)
         self.namespace: str | None = None  # where its kernels are registered
         self.pinned = False  # gave some op its first kernel: never unmapped (see _retired)
         # Tuned (workbench.tuning.route): the namespace whose ops it routes, and the record.
@@ -114,23 +121,46 @@ class Handle:
             self.cdll.wb_unregister(self.namespace.encode())
             self.namespace = None
 
+    def recorded_graphs(self) -> bool:
+        """Whether one of its C++ autograd kernels may have recorded a graph (see ``_retired``)."""
+        return bool(self.autograd) and self.cdll.wb_autograd_recorded() != 0
+
+    def check_autograd(self, specs: dict[str, OpSpec]) -> None:
+        """Raise LoadError unless each op's spec agrees with this library on its autograd."""
+        for name in self.schemas:
+            try:
+                runtime.check_autograd(specs.get(name), name, name in self.autograd)
+            except runtime.AutogradError as e:
+                raise LoadError(str(e)) from e
+
     def close(self) -> None:
-        """Unregister, then unmap the library, unless it is pinned: see ``_retired``."""
+        """Unregister, then unmap the library, unless it must stay mapped: see ``_retired``."""
         self.unregister()
-        if self.pinned:
+        if self.pinned or self.recorded_graphs():
             _retired.append(self.cdll)
         else:
             _ctypes.dlclose(self.cdll._handle)
 
 
-# The libraries that gave an op its first kernel are never unmapped. The dispatcher keeps the
-# C++ signature of the first kernel registered for an op (a std::type_index, which points into
-# the library that registered it) after that kernel is removed, for as long as the op is
-# defined, and compares every later kernel's signature against it: unmapping that library
-# would leave it pointing into freed memory. Every other library is unmapped when retired, so
-# a family that is edited and reloaded many times keeps two libraries mapped: its first build
-# (pinned, unregistered, its code never called again) and the live one. An op whose schema
-# changes is defined anew, and the next library to register it is pinned in turn.
+# Two kinds of library are never unmapped.
+#
+# 1. The libraries that gave an op its first kernel. The dispatcher keeps the C++ signature of
+#    the first kernel registered for an op (a std::type_index, which points into the library
+#    that registered it) after that kernel is removed, for as long as the op is defined, and
+#    compares every later kernel's signature against it: unmapping that library would leave it
+#    pointing into freed memory. An op whose schema changes is defined anew, and the next
+#    library to register it is pinned in turn.
+# 2. The libraries whose C++ autograd kernels (WB_AUTOGRAD) recorded a graph. Each node of that
+#    graph is an object of the library (a torch::autograd::CppNode: its vtable, its backward and
+#    its destructor are the library's code), and a graph outlives any reload: the caller may run
+#    its backward after the swap, or only drop it, which runs the node's destructor. Unmapping
+#    the library would make either jump into freed memory. The library says whether a kernel
+#    ran with a graph to record (wb_autograd_recorded); one that only ever ran under no_grad, or
+#    has no autograd kernel, is unmapped as any other.
+#
+# Every other library is unmapped when retired, so a family that is edited and reloaded many
+# times keeps two libraries mapped: its first build (pinned, unregistered, its code never called
+# again) and the live one; plus, for a family with C++ autograd, each build that recorded a graph.
 _retired: list[ctypes.CDLL] = []
 
 
@@ -238,7 +268,7 @@ def open_library(built: Built) -> Handle:
         raise LoadError(_open_error(built, str(e))) from e
     except runtime.VersionError as e:
         raise LoadError(str(e)) from e
-    return Handle(built, cdll, schemas)
+    return Handle(built, cdll, schemas, runtime.autograd_ops(cdll))
 
 
 def _open_error(built: Built, error: str) -> str:
@@ -373,6 +403,7 @@ def activate(
     old = state.handles.get(built.family)
     swap = Swap()
     if old is not None and old.built.library == built.library:
+        old.check_autograd(specs)
         for name in old.schemas:  # the same build, but spec.py may have changed
             op_def = state.defs[name]
             if op_def.spec is not specs.get(name):
@@ -391,6 +422,11 @@ def activate(
     if clash:
         new.close()
         raise LoadError(f"ops {clash} of {built.family} are already defined by another family")
+    try:
+        new.check_autograd(specs)
+    except LoadError:
+        new.close()
+        raise
     previous_specs = {name: d.spec for name, d in state.defs.items()}
     if old is not None:
         old.unregister()

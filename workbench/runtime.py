@@ -58,11 +58,69 @@ def open_library(path: str | os.PathLike[str]) -> tuple[ctypes.CDLL, dict[str, s
     return cdll, schemas
 
 
+def autograd_ops(cdll: ctypes.CDLL) -> frozenset[str]:
+    """The ops to which the library gives a C++ autograd kernel (``WB_AUTOGRAD``)."""
+    count = cdll.wb_autograd_count()
+    if count == 0:  # most libraries: one entry point looked up, not two
+        return frozenset()
+    cdll.wb_autograd_name.restype = ctypes.c_char_p
+    cdll.wb_autograd_name.argtypes = [ctypes.c_int]
+    return frozenset(cdll.wb_autograd_name(i).decode() for i in range(count))
+
+
+class AutogradError(RuntimeError):
+    """An op's spec and its library disagree about who differentiates it."""
+
+
+def check_autograd(spec: Any, op: str, cpp_autograd: bool) -> None:
+    """Raise AutogradError unless ``spec`` (or None) agrees with the library on op's autograd.
+
+    An op has one autograd kernel: the spec's Python formula (``OpSpec.backward``), registered
+    by :func:`register_python`, or the library's C++ one (``WB_AUTOGRAD``, registered with its
+    other kernels), which the spec declares with ``OpSpec.cpp_autograd`` so that the check's
+    gradcheck and ``wb bench --backward`` know the op is differentiable.
+    """
+    if spec is None:
+        return
+    declared = bool(getattr(spec, "cpp_autograd", False))
+    code = getattr(spec.reference, "__code__", None)
+    where = f"its spec ({code.co_filename})" if code is not None else "its spec"
+    if cpp_autograd and spec.backward is not None:
+        raise AutogradError(
+            f"op {op}: {where} declares a Python backward (OpSpec.backward), but its library "
+            "registers a C++ autograd kernel for it (WB_AUTOGRAD in its binding); an op has one "
+            "autograd kernel: remove backward= and setup_context= from the OpSpec and set "
+            "cpp_autograd=True, or remove the WB_AUTOGRAD line"
+        )
+    if cpp_autograd and not declared:
+        raise AutogradError(
+            f"op {op}: its library registers a C++ autograd kernel (WB_AUTOGRAD in its binding), "
+            f"but {where} does not declare it: set cpp_autograd=True in its OpSpec (the check's "
+            "gradcheck and `wb bench --backward` read it)"
+        )
+    if declared and not cpp_autograd:
+        raise AutogradError(
+            f"op {op}: {where} sets cpp_autograd=True, but its library registers no C++ "
+            f'autograd kernel for it: add WB_AUTOGRAD("{op}", ...) to its binding (wb/autograd.h), '
+            "or drop cpp_autograd and give the spec a Python backward"
+        )
+
+
 def register_kernels(cdll: ctypes.CDLL, ns: str) -> str | None:
     """Add the library's kernels under ``ns`` (``wb_register``): None, or the library's error."""
     err = ctypes.create_string_buffer(8192)
     cdll.wb_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     if cdll.wb_register(ns.encode(), err, len(err)) != 0:
+        return err.value.decode()
+    return None
+
+
+def register_autograd(cdll: ctypes.CDLL, ns: str) -> str | None:
+    """Add only the library's C++ autograd kernels under ``ns`` (``wb_register_autograd``): the
+    public namespace of a routed family, whose other kernels are routers. None, or the error."""
+    err = ctypes.create_string_buffer(8192)
+    cdll.wb_register_autograd.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    if cdll.wb_register_autograd(ns.encode(), err, len(err)) != 0:
         return err.value.decode()
     return None
 
@@ -137,7 +195,8 @@ def define(ns: str, schema: str) -> torch.library.Library:
 
 
 def register_python(ns: str, spec: Any, schema: str) -> torch.library.Library:
-    """Register an OpSpec's fake function and, when it has one, its autograd formula.
+    """Register an OpSpec's fake function and, when it has one, its autograd formula (an op
+    with a C++ autograd kernel has none: :func:`check_autograd` refuses a spec that gives one).
 
     An op that returns one of the arguments it writes (``scale_(Tensor(a!) x, float s) ->
     Tensor(a!)``) gets a functional twin instead of a fake function (see :func:`returns_alias`);
@@ -367,12 +426,17 @@ def load_package(package: str, folder: str | os.PathLike[str]) -> Package:
         except (OSError, VersionError) as e:
             raise ImportError(f"{package}: cannot open the library of {family['name']}: {e}") from e
         loaded._keep.append(cdll)
+        autograd = autograd_ops(cdll)
         for module in family.get("modules", []):  # device-only TUs: their cubins, per arch
             images = [(i["arch"], str(root / i["cubin"]), i["lowered"]) for i in module["images"]]
             error = load_module(cdll, module["file"], images)
             if error is not None:
                 raise ImportError(f"{package}: loading {module['file']}: {error}")
         for name, schema in schemas.items():
+            try:
+                check_autograd(specs.get(name), name, name in autograd)
+            except AutogradError as e:
+                raise ImportError(f"{package}: {e}") from e
             loaded._keep.append(define(ns, schema))
             if name in specs or returns_alias(schema):
                 loaded._keep.append(register_python(ns, specs.get(name), schema))

@@ -67,6 +67,11 @@ class OpSpec:
     ``fake`` with ``torch.library.register_fake`` and, when ``backward`` is set,
     ``backward``/``setup_context`` with ``torch.library.register_autograd``. Inside both,
     ``ctx.ops`` is ``torch.ops.<ns>`` so a backward can call the family's own ops.
+
+    An op may instead be differentiated by a C++ autograd kernel in its binding (``WB_AUTOGRAD``,
+    ``bindings/include/wb/autograd.h``): its spec then sets ``cpp_autograd=True`` and no
+    ``backward``. The loader checks the spec against the library and refuses a disagreement
+    either way (two autograd kernels, or a declared one that the library lacks).
     """
 
     name: str
@@ -75,6 +80,9 @@ class OpSpec:
     fake: Callable[..., torch.Tensor]
     backward: Callable[..., tuple[Any, ...]] | None = None
     setup_context: Callable[..., None] | None = None
+    # True when the op's binding registers its autograd kernel in C++ (WB_AUTOGRAD): the op is
+    # differentiable (gradcheck, ``wb bench --backward``) with no Python ``backward``.
+    cpp_autograd: bool = False
     dtypes: Sequence[torch.dtype] = FLOATING
     devices: Sequence[str] = ("cpu", "cuda")
     tolerances: dict[torch.dtype, tuple[float, float]] = field(
@@ -107,6 +115,12 @@ class OpSpec:
     why: str = ""
 
     def __post_init__(self) -> None:
+        if self.cpp_autograd and (self.backward is not None or self.setup_context is not None):
+            raise ValueError(
+                f"op spec {self.name!r}: cpp_autograd=True says its binding's C++ kernel "
+                "(WB_AUTOGRAD) differentiates it, so it takes no backward= or setup_context=: "
+                "an op has one autograd kernel"
+            )
         if (not self.specials or self.specials_exclude) and not self.why.strip():
             raise ValueError(
                 f"op spec {self.name!r}: specials=False or specials_exclude needs a reason, "
@@ -122,8 +136,8 @@ class OpSpec:
 
     @property
     def differentiable(self) -> bool:
-        """Whether the op has a backward (and so a float64 gradcheck)."""
-        return self.backward is not None
+        """Whether the op has a backward, in Python or in C++ (and so a float64 gradcheck)."""
+        return self.backward is not None or self.cpp_autograd
 
 
 def randn(

@@ -14,6 +14,13 @@ Accumulated in float32 (float64 for float64 inputs); mean and rstd have that acc
 (float32 for float16 and bfloat16 inputs), as torch.ops.aten.native_layer_norm returns them. The
 references call PyTorch's own fused kernels (native_layer_norm and native_layer_norm_backward),
 so ``wb bench`` times the kernels against what F.layer_norm runs forward and backward.
+
+Autograd: layer_norm's is C++ (``cpp_autograd=True``: ``LayerNormFunction`` in
+bindings/layer_norm.cpp), so a training step runs no Python of its own. Its forward saves x,
+weight, mean and rstd; mean and rstd are not differentiable; its backward calls
+layer_norm_backward. When that backward is itself differentiated (create_graph), it recomputes
+mean and rstd from x with differentiable ops (the saved ones carry no dependence on x) and goes
+through layer_norm_backward's autograd formula below, in Python: the double backward.
 """
 
 from __future__ import annotations
@@ -70,7 +77,7 @@ def _params(x: torch.Tensor, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def _stats(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """mean and rstd of x's rows in the accumulation type, differentiable."""
+    """mean and rstd of x's rows in the accumulation type (the backward samples' statistics)."""
     xf = x.to(_acc(x.dtype))
     mean = xf.mean(-1)
     return mean, torch.rsqrt((xf - mean.unsqueeze(-1)).square().mean(-1) + eps)
@@ -162,31 +169,6 @@ def layer_norm_fake(
         torch.empty(x.shape[:-1], dtype=acc, device=x.device),
         torch.empty(x.shape[:-1], dtype=acc, device=x.device),
     )
-
-
-def layer_norm_setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    x, weight, _bias, eps = inputs
-    _y, mean, rstd = output
-    ctx.mark_non_differentiable(mean, rstd)  # statistics: only y is differentiated
-    ctx.save_for_backward(x, weight, mean, rstd)
-    ctx.eps = eps
-
-
-def layer_norm_vjp(ctx: Any, grad_y: torch.Tensor, *_stat_grads: Any) -> tuple[Any, ...]:
-    """(dx, dweight, dbias, None) through the family's layer_norm_backward.
-
-    When the backward is itself differentiated (create_graph), mean and rstd are recomputed from
-    x with differentiable operations: the saved ones carry no dependence on x.
-    """
-    x, weight, mean, rstd = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    if not any(needs[:3]):
-        return None, None, None, None
-    if torch.is_grad_enabled():
-        mean, rstd = _stats(x, ctx.eps)
-    dx, dweight, dbias = ctx.ops.layer_norm_backward(grad_y, x, mean, rstd, weight)
-    return (dx if needs[0] else None, dweight if needs[1] else None, dbias if needs[2] else None,
-            None)  # fmt: skip
 
 
 # ---- layer_norm_backward -------------------------------------------------------------------
@@ -339,8 +321,7 @@ OPS = [
         reference=layer_norm_reference,
         samples=layer_norm_samples,
         fake=layer_norm_fake,
-        backward=layer_norm_vjp,
-        setup_context=layer_norm_setup_context,
+        cpp_autograd=True,  # LayerNormFunction in bindings/layer_norm.cpp
         flops=layer_norm_flops,
         bench_sizes=layer_norm_bench_sizes,
     ),

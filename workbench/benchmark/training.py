@@ -2,11 +2,12 @@
 
 A kernel engineer who writes a backward kernel wants the training step timed, not the forward
 alone: for layer_norm, what counts is ``F.layer_norm`` forward plus its backward against the
-op's forward plus the backward its spec registers. Each candidate (the op through its autograd
-formula, the spec's reference in eager PyTorch, ``torch.compile`` of the reference) becomes one
-step: the forward on inputs that require grad, then ``torch.autograd.grad`` of its first output
-with a fixed upstream gradient (random, drawn once per size). The step returns the input
-gradients, which are checked against the reference's in float64 before anything is timed.
+op's forward plus its backward. Each candidate (the op through its autograd kernel, the spec's
+Python formula or the binding's C++ one; the spec's reference in eager PyTorch; ``torch.compile``
+of the reference) becomes one step: the forward on inputs that require grad, then
+``torch.autograd.grad`` of its first output with a fixed upstream gradient (random, drawn once
+per size). The step returns the input gradients, which are checked against the reference's in
+float64 before anything is timed.
 
 A step is timed as a user's eager training loop runs it: back to back, by wall clock over blocks
 of steps (``blocked_autorange``, the GPU synchronized at each block's ends). The host's work
@@ -54,10 +55,11 @@ def step(fn: Callable[..., Any]) -> Step:
 def samples(spec: OpSpec, found: list[Sample], seed: int) -> list[Sample]:
     """The sweep's samples with floating inputs that require grad and the upstream gradient
     appended (the shape of the reference's first output)."""
-    if spec.backward is None:
+    if not spec.differentiable:
         raise WorkbenchError(
             f"{spec.name} has no backward in its spec: --backward times forward and backward "
-            "together, so the op needs a backward formula (OpSpec.backward)"
+            "together, so the op needs a backward formula (OpSpec.backward) or a C++ autograd "
+            "kernel (WB_AUTOGRAD in its binding, OpSpec.cpp_autograd=True)"
         )
     gen = torch.Generator().manual_seed(seed)
     out = []

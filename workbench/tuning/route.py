@@ -13,7 +13,9 @@ A family with a stored record (:mod:`workbench.tuning.store`) is loaded like any
    no table covers (another dtype, another GPU, an op that was not tuned) goes to the plain build.
 
 ``<ns>::<op>`` keeps its schema, fake function and autograd formula: ``torch.compile``, CUDA
-graphs and ``opcheck`` see one op as before, and no Python runs in the call path.
+graphs and ``opcheck`` see one op as before, and no Python runs in the call path. A family with
+C++ autograd kernels (``WB_AUTOGRAD``) has them registered under ``<ns>`` as well
+(``wb_register_autograd``); they call ``<ns>::<op>`` below autograd, which reaches the routers.
 
 Private namespaces stay defined for the life of the process, and so their libraries stay mapped
 (the dispatcher keeps a pointer into the library that first registered a kernel of an op; see
@@ -180,6 +182,10 @@ def _route(ns: str, handle: Any, record: dict[str, Any], prepare: PreparePoint |
             error = runtime.route(handle.cdll, ns, op, key, arg, home, text)
             if error is not None:
                 raise LoadError(f"routing {ns}::{op} for {key} failed: {error}")
+    if handle.autograd:  # C++ autograd kernels: under ns too, above its routers
+        error = runtime.register_autograd(handle.cdll, ns)
+        if error is not None:
+            raise LoadError(f"registering the autograd kernels of {family} under {ns}: {error}")
 
 
 def apply_quietly(
