@@ -96,6 +96,15 @@ def layer_norm_reference(
     return y.to(x.dtype), mean.squeeze(-1).to(acc), rstd.squeeze(-1).to(acc)
 
 
+def layer_norm_anchor(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """What a user calls instead: ``F.layer_norm`` (y alone; its statistics stay inside ATen's
+    kernel and autograd node). ``wb bench`` times it as "vs anchor", forward and, with
+    ``--backward``, forward and backward together."""
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
 def _layer_norm_sample(
     label: str, shape: tuple[int, ...], strided: bool, dtype: torch.dtype, device: Any, gen: Any
 ) -> Sample:
@@ -319,6 +328,7 @@ OPS = [
     OpSpec(
         name="layer_norm",
         reference=layer_norm_reference,
+        anchor=layer_norm_anchor,
         samples=layer_norm_samples,
         fake=layer_norm_fake,
         cpp_autograd=True,  # LayerNormFunction in bindings/layer_norm.cpp

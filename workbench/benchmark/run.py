@@ -232,7 +232,7 @@ def bench_op(
         candidates[EAGER] = partial(_by_schema, sig, spec.reference)
         if compile:
             candidates[COMPILED] = partial(_by_schema, sig, torch.compile(spec.reference))
-        if spec.anchor is not None and not backward:
+        if spec.anchor is not None and (spec.differentiable or not backward):
             candidates[ANCHOR] = partial(_by_schema, sig, spec.anchor)
         if backward:  # each candidate becomes forward + backward (workbench.benchmark.training)
             samples = training.samples(spec, samples, seed)
