@@ -1,17 +1,18 @@
 // registry.cpp: the entry points of every library the workbench builds (one copy per library).
 //
-// The driver opens a library with RTLD_LOCAL, reads its schemas, defines them from Python, and
-// calls wb_register(ns). Errors are returned as text instead of escaping as C++ exceptions, so a
-// bad build is reported and never aborts the process. wb_unregister(ns) removes this library's
-// kernels under ns from the dispatcher; the driver calls it before dlclose on reload.
+// The driver opens a library with RTLD_LOCAL, reads its schemas (wb_describe), defines them
+// from Python, and calls wb_register(ns). Errors are returned as text instead of escaping as C++
+// exceptions, so a bad build is reported and never aborts the process. wb_unregister(ns) removes
+// this library's kernels under ns from the dispatcher; the driver calls it before dlclose on
+// reload.
 //
 // wb_kernel_count / wb_kernel_name list the kernels that host launchers name in device-only TUs
 // (wb/module.h), wb_kernel_used says which of them this process has launched; wb_module_load
 // hands over their cubins (wb/registry_modules.h).
 //
 // WB_AUTOGRAD kernels (wb/autograd.h) are registered by wb_register under dispatch key Autograd,
-// after the other kernels; wb_autograd_count / wb_autograd_name list their ops, so the driver
-// registers no Python autograd formula for them. wb_register_autograd(ns) registers them alone
+// after the other kernels; wb_describe lists their ops, so the driver registers no Python
+// autograd formula for them. wb_register_autograd(ns) registers them alone
 // (the public namespace of a routed family, whose other kernels are routers), and
 // wb_autograd_recorded() says whether one has recorded a graph: its nodes run this library's
 // code for as long as the graph lives, so the driver never unmaps such a library.
@@ -229,10 +230,19 @@ void note_autograd_recorded() { autograd_recorded.store(true, std::memory_order_
 // Bumped when the meaning of these entry points changes; the driver refuses other versions.
 WB_EXPORT int wb_abi_version() { return 7; }
 
-WB_EXPORT int wb_schema_count() { return static_cast<int>(schemas().size()); }
-
-WB_EXPORT const char* wb_schema(int i) {
-  return i >= 0 && i < wb_schema_count() ? schemas()[i] : nullptr;
+// What the driver reads when it opens the library, in one call: lines of the entry-point
+// version, then "schema\t" + each schema, then "autograd\t" + each op with a C++ autograd
+// kernel (one dlsym and one call per library, where an entry point per list took five and a
+// call per schema: a warm start opens every library of the registry). The first line stays the
+// version in every later version.
+WB_EXPORT const char* wb_describe() {
+  static const std::string text = [] {
+    std::string out = std::to_string(wb_abi_version()) + "\n";
+    for (const char* schema : schemas()) out += std::string("schema\t") + schema + "\n";
+    for (const auto& e : autograds()) out += std::string("autograd\t") + e.op + "\n";
+    return out;
+  }();
+  return text.c_str();
 }
 
 // Registers this library's kernels under namespace ns. Returns 0, or 1 with the error in err.
@@ -257,12 +267,6 @@ WB_EXPORT int wb_register(const char* ns, char* err, size_t err_size) {
 }
 
 WB_EXPORT void wb_unregister(const char* ns) { live().erase(ns); }
-
-// The ops that have a WB_AUTOGRAD kernel: op i's name, or nullptr.
-WB_EXPORT int wb_autograd_count() { return static_cast<int>(autograds().size()); }
-WB_EXPORT const char* wb_autograd_name(int i) {
-  return i >= 0 && i < wb_autograd_count() ? autograds()[i].op : nullptr;
-}
 
 // Registers only this library's autograd kernels under ns (the public namespace of a routed
 // family: its routers redispatch below autograd). Removed by wb_unregister(ns). Returns 0, or 1

@@ -23,10 +23,10 @@ from workbench.project import WB_KERNEL_INCLUDE
 
 NS = f"wbreload{os.getpid()}"
 ENTRY_POINTS = {
-    *("wb_abi_version", "wb_schema_count", "wb_schema"),
+    *("wb_abi_version", "wb_describe"),
     *("wb_register", "wb_unregister", "wb_route"),
     *("wb_kernel_count", "wb_kernel_name", "wb_kernel_used", "wb_module_load"),
-    *("wb_autograd_count", "wb_autograd_name", "wb_register_autograd", "wb_autograd_recorded"),
+    *("wb_register_autograd", "wb_autograd_recorded"),
 }
 
 

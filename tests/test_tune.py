@@ -107,7 +107,7 @@ TUNE = TuneSpace({"STEP": [2, 3, 5]}, where=lambda p: p["STEP"] != 3)
 
 def _call(built: build.Built, ns: str) -> torch.Tensor:
     """Open a variant's library, register it under its own namespace and call its op."""
-    cdll, schemas = runtime.open_library(built.library)
+    cdll, schemas, _ = runtime.open_library(built.library)
     keep = [runtime.define(ns, schema) for schema in schemas.values()]
     assert runtime.register_kernels(cdll, ns) is None
     try:

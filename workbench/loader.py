@@ -3,7 +3,7 @@
 How a build becomes ``torch.ops.<ns>.<op>``, and how an edited build replaces it in place:
 
 1. The library is opened with RTLD_LOCAL (hidden visibility: two builds never bind to each
-   other's symbols) and its schemas are read through ``wb_schema``; nothing registers on open.
+   other's symbols) and its schemas are read through ``wb_describe``; nothing registers on open.
 2. Each schema is defined once per process from Python (one ``torch.library.Library`` per op),
    so the op, its fake function and its autograd formula outlive any one build.
 3. ``wb_register(ns)`` adds the build's kernels. To swap builds: open the new library, call
@@ -263,12 +263,12 @@ def open_library(built: Built) -> Handle:
     if _prefetch is not None:
         _prefetch.wait(os.fspath(built.library))
     try:
-        cdll, schemas = runtime.open_library(built.library)
+        cdll, schemas, autograd = runtime.open_library(built.library)
     except OSError as e:
         raise LoadError(_open_error(built, str(e))) from e
     except runtime.VersionError as e:
         raise LoadError(str(e)) from e
-    return Handle(built, cdll, schemas, runtime.autograd_ops(cdll))
+    return Handle(built, cdll, schemas, autograd)
 
 
 def _open_error(built: Built, error: str) -> str:

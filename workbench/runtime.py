@@ -36,36 +36,41 @@ def op_name(schema: str) -> str:
     return schema.split("(", 1)[0].split(".", 1)[0].strip()
 
 
-def open_library(path: str | os.PathLike[str]) -> tuple[ctypes.CDLL, dict[str, str]]:
-    """Open a built library (RTLD_LOCAL: it binds to nobody) and read its schemas by op name.
+def open_library(
+    path: str | os.PathLike[str],
+) -> tuple[ctypes.CDLL, dict[str, str], frozenset[str]]:
+    """Open a built library (RTLD_LOCAL: it binds to nobody); its schemas by op name and the
+    ops to which it gives a C++ autograd kernel (``WB_AUTOGRAD``), read by one call
+    (``wb_describe``).
 
     Opening registers nothing. Raises OSError when the loader refuses the file.
     """
     cdll = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
-    version = cdll.wb_abi_version()
+    try:
+        describe = cdll.wb_describe
+    except AttributeError:  # a library older than the call: its version says so
+        describe = None
+    lines = _describe(describe).splitlines() if describe is not None else []
+    version = int(lines[0]) if lines else cdll.wb_abi_version()
     if version != ABI_VERSION:
         _ctypes.dlclose(cdll._handle)
         raise VersionError(f"{path} has entry-point version {version}, want {ABI_VERSION}")
     # Each other entry point gets its types where it is called: looking one up costs a dlsym and
-    # a Python object, and most of them are never called in a process (a warm start of 30
-    # libraries looked up 90 it did not use).
-    cdll.wb_schema.restype = ctypes.c_char_p
-    cdll.wb_schema.argtypes = [ctypes.c_int]
-    schemas = {}
-    for i in range(cdll.wb_schema_count()):
-        schema = cdll.wb_schema(i).decode()
-        schemas[op_name(schema)] = schema
-    return cdll, schemas
+    # a Python object, and most of them are never called in a process.
+    schemas, autograd = {}, set()
+    for line in lines[1:]:
+        kind, _, text = line.partition("\t")
+        if kind == "schema":
+            schemas[op_name(text)] = text
+        elif kind == "autograd":
+            autograd.add(text)
+    return cdll, schemas, frozenset(autograd)
 
 
-def autograd_ops(cdll: ctypes.CDLL) -> frozenset[str]:
-    """The ops to which the library gives a C++ autograd kernel (``WB_AUTOGRAD``)."""
-    count = cdll.wb_autograd_count()
-    if count == 0:  # most libraries: one entry point looked up, not two
-        return frozenset()
-    cdll.wb_autograd_name.restype = ctypes.c_char_p
-    cdll.wb_autograd_name.argtypes = [ctypes.c_int]
-    return frozenset(cdll.wb_autograd_name(i).decode() for i in range(count))
+def _describe(describe: Any) -> str:
+    describe.restype = ctypes.c_char_p
+    describe.argtypes = []
+    return str(describe().decode())
 
 
 class AutogradError(RuntimeError):
@@ -422,11 +427,10 @@ def load_package(package: str, folder: str | os.PathLike[str]) -> Package:
             module = importlib.import_module(f"{package}._specs.{family['name']}")
             specs = {s.name: s for s in getattr(module, "OPS", [])}
         try:
-            cdll, schemas = open_library(root / family["library"])
+            cdll, schemas, autograd = open_library(root / family["library"])
         except (OSError, VersionError) as e:
             raise ImportError(f"{package}: cannot open the library of {family['name']}: {e}") from e
         loaded._keep.append(cdll)
-        autograd = autograd_ops(cdll)
         for module in family.get("modules", []):  # device-only TUs: their cubins, per arch
             images = [(i["arch"], str(root / i["cubin"]), i["lowered"]) for i in module["images"]]
             error = load_module(cdll, module["file"], images)

@@ -4,7 +4,7 @@
 //   WB_AUTOGRAD("layer_norm", &layer_norm_autograd);
 //
 // The function becomes the op's kernel for dispatch key Autograd when the library registers
-// (wb_register), and the driver reads the op's name (wb_autograd_count / wb_autograd_name): the
+// (wb_register), and the driver reads the op's name (wb_describe): the
 // op's spec then declares `cpp_autograd=True` and no Python `backward`. It runs only when a graph
 // may be recorded (grad mode on and a tensor argument that requires grad); every other call goes
 // below autograd to the op's own kernels without calling it, and no Python runs either way.

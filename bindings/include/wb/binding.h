@@ -5,7 +5,7 @@
 //   WB_DISPATCH(WB_FLOATING, x.scalar_type(), "scale", "x", [&] { run<scalar_t>(...); });
 //
 // Nothing here touches the dispatcher while the library loads. The driver reads the schemas
-// (wb_schema_count / wb_schema), defines them once per process from Python, and then calls
+// (wb_describe), defines them once per process from Python, and then calls
 // wb_register(ns) to add this build's kernels and wb_unregister() before the library is closed,
 // so an edited build replaces the old one under the same torch.ops.<ns>.<op> name.
 #pragma once
