@@ -31,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,21 @@ void write_error(const std::string& message, char* buf, size_t size) {
   if (buf == nullptr || size == 0) return;
   std::strncpy(buf, message.c_str(), size - 1);
   buf[size - 1] = '\0';
+}
+
+// Runs `body` for an entry point: 0, or 1 with its exception's message in err (an exception
+// never crosses into the driver).
+template <typename Body>
+int guarded(char* err, size_t err_size, Body&& body) {
+  try {
+    body();
+    return 0;
+  } catch (const c10::Error& e) {
+    write_error(e.what_without_backtrace(), err, err_size);
+  } catch (const std::exception& e) {
+    write_error(e.what(), err, err_size);
+  }
+  return 1;
 }
 
 // --- routing tuned ops ------------------------------------------------------------------------
@@ -247,8 +263,8 @@ WB_EXPORT const char* wb_describe() {
 
 // Registers this library's kernels under namespace ns. Returns 0, or 1 with the error in err.
 WB_EXPORT int wb_register(const char* ns, char* err, size_t err_size) {
-  Registrations regs;
-  try {
+  Registrations regs;  // on an error it goes out of scope: whatever was registered is removed
+  return guarded(err, err_size, [&] {
     TORCH_CHECK(live().count(ns) == 0, "already registered under namespace ", ns);
     for (const auto& e : impls()) {
       regs.push_back(
@@ -257,13 +273,7 @@ WB_EXPORT int wb_register(const char* ns, char* err, size_t err_size) {
     }
     register_autograd(ns, regs);
     live()[ns] = std::move(regs);
-    return 0;
-  } catch (const c10::Error& e) {
-    write_error(e.what_without_backtrace(), err, err_size);
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, err_size);
-  }
-  return 1;  // regs goes out of scope: whatever was registered is removed again
+  });
 }
 
 WB_EXPORT void wb_unregister(const char* ns) { live().erase(ns); }
@@ -273,17 +283,11 @@ WB_EXPORT void wb_unregister(const char* ns) { live().erase(ns); }
 // with the error in err.
 WB_EXPORT int wb_register_autograd(const char* ns, char* err, size_t err_size) {
   Registrations regs;
-  try {
+  return guarded(err, err_size, [&] {
     register_autograd(ns, regs);
     auto& live_regs = live()[ns];
     for (auto& r : regs) live_regs.push_back(std::move(r));
-    return 0;
-  } catch (const c10::Error& e) {
-    write_error(e.what_without_backtrace(), err, err_size);
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, err_size);
-  }
-  return 1;
+  });
 }
 
 // 1 once one of this library's autograd kernels may have recorded a graph (it ran with grad
@@ -298,7 +302,7 @@ WB_EXPORT int wb_autograd_recorded() {
 // the error in err.
 WB_EXPORT int wb_route(const char* ns, const char* op, const char* key, int arg,
                        const char* fallback_ns, const char* tables, char* err, size_t err_size) {
-  try {
+  return guarded(err, err_size, [&] {
     TORCH_CHECK(arg >= 0, "routing ", op, ": no tensor argument to bucket by");
     auto router = std::make_unique<Router>(c10::parseDispatchKey(key), static_cast<size_t>(arg),
                                            find_op(fallback_ns, op), parse_tables(tables, op));
@@ -306,13 +310,7 @@ WB_EXPORT int wb_route(const char* ns, const char* op, const char* key, int arg,
                                                 c10::parseDispatchKey(key), __FILE__, __LINE__);
     lib->impl(op, torch::CppFunction::makeFromBoxedFunctor(std::move(router)));
     live()[ns].push_back(std::move(lib));
-    return 0;
-  } catch (const c10::Error& e) {
-    write_error(e.what_without_backtrace(), err, err_size);
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, err_size);
-  }
-  return 1;
+  });
 }
 
 // The kernels host launchers name in device-only TUs, registered while the library loaded:
@@ -330,16 +328,12 @@ WB_EXPORT int wb_kernel_used(int i) { return wb::detail::kernel_used(i) ? 1 : 0;
 WB_EXPORT int wb_module_load(const char* file, int count, const int* majors, const int* minors,
                              const int* specific, const char* const* paths,
                              const char* const* lowered, char* err, size_t err_size) {
-  try {
+  return guarded(err, err_size, [&] {
     std::vector<wb::detail::ImageIn> in;
     for (int i = 0; i < count; ++i) {
       in.push_back({majors[i], minors[i], specific[i] != 0, paths[i], lowered[i]});
     }
     const std::string error = wb::detail::load_module(file, in);
-    if (error.empty()) return 0;
-    write_error(error, err, err_size);
-  } catch (const std::exception& e) {
-    write_error(e.what(), err, err_size);
-  }
-  return 1;
+    if (!error.empty()) throw std::runtime_error(error);
+  });
 }
