@@ -89,3 +89,10 @@ def write_compiler_wrapper(path: Path, version: str, slow_env: str | None = None
     tmp.write_text(text)
     tmp.chmod(0o755)
     os.replace(tmp, path)
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Replace ``old`` (which must be there) with ``new`` in the file at ``path``."""
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new))

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 import workbench
 from tests.conftest import DEVICES
-from tests.reliability_helpers import ROOT, child_env, script
+from tests.reliability_helpers import ROOT, child_env, edit, script
 from workbench import loader, runtime
 from workbench.errors import LoadError
 from workbench.spec import OpSpec
@@ -221,17 +221,11 @@ def restored(copy: workbench.Library, registry: Path) -> Iterator[workbench.Libr
     copy.reload()
 
 
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, f"{old!r} not in {path}"
-    path.write_text(text.replace(old, new))
-
-
 def test_a_spec_with_a_python_backward_for_a_cpp_autograd_op_is_refused(
     restored: workbench.Library, registry: Path
 ) -> None:
     spec = registry / "layer_norm" / "spec.py"
-    _edit(spec, "cpp_autograd=True,", "backward=lambda ctx, g, *_: (g, None, None, None),")
+    edit(spec, "cpp_autograd=True,", "backward=lambda ctx, g, *_: (g, None, None, None),")
     with pytest.raises(LoadError, match=r"op layer_norm: its spec \(.*spec\.py\) declares a "):
         restored.reload()
     x, w, b, g = _inputs()  # the last good spec and build stay

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import workbench
+from tests.reliability_helpers import edit
 from workbench import knobs, loader, scaffold, ship
 from workbench.api import BuildWarning
 
@@ -45,12 +46,6 @@ def lib(loaded: workbench.Library, registry: Path) -> Iterator[workbench.Library
         if p.read_bytes() != data:
             p.write_bytes(data)
     loaded.reload(on_error="warn")
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, f"{old!r} not in {path}"
-    path.write_text(text.replace(old, new))
 
 
 def live_library(family: str) -> Path | None:

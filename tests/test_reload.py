@@ -17,6 +17,7 @@ import torch
 
 import workbench
 from tests.conftest import DEVICES, HAS_CUDA
+from tests.reliability_helpers import edit
 from workbench import scaffold
 from workbench.errors import BuildError, LoadError
 from workbench.project import WB_KERNEL_INCLUDE
@@ -59,12 +60,6 @@ def lib(loaded: workbench.Library, registry: Path) -> Iterator[workbench.Library
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
     loaded.reload()
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, f"{old!r} not in {path}"
-    path.write_text(text.replace(old, new))
 
 
 def kernel_tus(family: str) -> list[str]:
