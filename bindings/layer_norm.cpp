@@ -252,6 +252,9 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["ns"] = ops.ns();
     ctx->mark_non_differentiable({mean, rstd});
+    // mean and rstd never have a gradient: left undefined, not made tensors of zeros (two
+    // allocations and two fill kernels in every backward).
+    ctx->set_materialize_grads(false);
     return {y, mean, rstd};
   }
 
@@ -260,7 +263,7 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     const bool want[3] = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
                           ctx->needs_input_grad(2)};
     variable_list out(5);
-    if (!want[0] && !want[1] && !want[2]) return out;
+    if (!grads[0].defined() || (!want[0] && !want[1] && !want[2])) return out;  // no dy: none
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &weight = saved[1];
     const wb::Ops ops(ctx->saved_data["ns"].toStringRef());

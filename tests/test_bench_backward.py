@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import time
 from typing import Any
 
 import pytest
@@ -25,6 +27,24 @@ def test_backward_times_the_training_step_of_every_candidate(lib: Any) -> None:
     assert all(m.method.startswith("wall clock") for m in s.times.values())
     assert s.bytes == 0 and s.roofline(r.calibration) is None
     assert "rms_norm+backward" in result.table()
+
+
+def test_a_step_timing_rests_on_many_short_blocks() -> None:
+    calls = 0
+
+    def fn() -> None:
+        nonlocal calls
+        calls += 1
+        time.sleep(0.001)
+
+    m = training.time_steps(fn, (), torch.device("cpu"), min_time=0.0)
+    assert m.stats.n >= training.MIN_BLOCKS
+    found = re.match(r"wall clock, (\d+) blocks x (\d+) steps", m.method)
+    assert found is not None, m.method
+    blocks, number = int(found[1]), int(found[2])
+    assert blocks == m.stats.n and number >= 2  # ~10 ms blocks of ~1 ms steps
+    assert calls >= blocks * number
+    assert 0.001 <= m.stats.median < 0.003
 
 
 def test_the_step_returns_the_input_gradients_of_the_op(lib: Any) -> None:

@@ -10,7 +10,7 @@ per size). The step returns the input gradients, which are checked against the r
 float64 before anything is timed.
 
 A step is timed as a user's eager training loop runs it: back to back, by wall clock over blocks
-of steps (``blocked_autorange``, the GPU synchronized at each block's ends). The host's work
+of steps (the GPU synchronized at each block's ends). The host's work
 (Python autograd, dispatch) overlaps the GPU's as it does in a real loop, and counts where it is
 the longer of the two; CUDA events around one step, or a graph replay, would count only one side
 of that.
@@ -18,12 +18,12 @@ of that.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils import benchmark
 
 from workbench.benchmark.stats import Measurement, summarize
 from workbench.errors import WorkbenchError
@@ -105,24 +105,38 @@ def verify(kernel: Step, spec: OpSpec, sample: Sample, dtype: torch.dtype) -> No
         )
 
 
+# A block of back-to-back steps lasts about this long (so that a synchronization at its ends is
+# noise), and a timing takes at least this many blocks (so that the median and the quartiles the
+# verdicts compare rest on enough of them: one or two long blocks gave A/A spreads of 6-55%).
+BLOCK_SECONDS = 0.01
+MIN_BLOCKS = 25
+
+
 def time_steps(
     fn: Step, args: tuple[Any, ...], device: torch.device, min_time: float
 ) -> Measurement:
-    """Median and IQR of one step's wall time over blocks of back-to-back steps."""
+    """Median and IQR of one step's wall time over blocks of back-to-back steps: at least
+    MIN_BLOCKS blocks of about BLOCK_SECONDS each, and at least ``min_time`` in all."""
 
     def synchronized() -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter()
 
-    start = time.perf_counter()
-    while time.perf_counter() - start < 0.2:  # warm-up: caches, allocator, compiled graphs
+    start = synchronized()
+    warm = 0
+    while time.perf_counter() - start < 0.2 or warm < 3:  # caches, allocator, compiled graphs
         fn(*args)
-    timer = benchmark.Timer(
-        stmt="fn(*args)", globals={"fn": fn, "args": args}, timer=synchronized,
-        num_threads=torch.get_num_threads(),
-    )  # fmt: skip
-    m = timer.blocked_autorange(min_run_time=max(min_time, 0.2))
+        warm += 1
+    per_step = (synchronized() - start) / warm
+    number = max(1, math.ceil(BLOCK_SECONDS / per_step))
+    blocks = max(MIN_BLOCKS, math.ceil(min_time / (number * per_step)))
+    times = []
+    for _ in range(blocks):
+        begin = synchronized()
+        for _ in range(number):
+            fn(*args)
+        times.append((synchronized() - begin) / number)
     where = "GPU synchronized per block" if device.type == "cuda" else "CPU"
-    method = f"wall clock, {len(m.times)} blocks x {m.number_per_run} steps back to back, {where}"
-    return Measurement(summarize(list(m.times)), method)
+    method = f"wall clock, {blocks} blocks x {number} steps back to back, {where}"
+    return Measurement(summarize(times), method)
