@@ -77,3 +77,20 @@ def test_a_wrong_gradient_is_not_timed(lib: Any) -> None:
 def test_an_op_without_backward_is_refused_with_the_reason(lib: Any) -> None:
     with pytest.raises(WorkbenchError, match=r"add_out has no backward in its spec"):
         workbench.bench("add_out", lib=lib, device="cpu", backward=True, **FAST)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_on_cuda_each_step_is_also_timed_by_graph_replay(lib: Any) -> None:
+    fast = dict(FAST, compile=True)
+    result = workbench.bench(
+        "layer_norm", lib=lib, device="cuda", sizes=["4096x1024"], backward=True, **fast
+    )
+    wall, graph = result.ops
+    assert (wall.op, graph.op) == ("layer_norm+backward", "layer_norm+backward (graph)")
+    (w,), (g,) = wall.sizes, graph.sizes
+    assert set(g.times) == {"kernel", "kernel (A/A)", "eager", "compiled", "anchor"}
+    for name, m in g.times.items():  # every candidate, torch.compile's too, was captured
+        assert m.method.startswith("CUDA graph"), (name, m.method, m.warnings)
+    # A replay has no host share: the op's step costs the GPU less than an eager loop's step.
+    assert g.times["kernel"].stats.median < w.times["kernel"].stats.median
+    assert "layer_norm+backward (graph)" in result.table()

@@ -213,9 +213,11 @@ def bench_op(
     calibration: calibrate.Calibration | None,
     rounds: int | None = None,
     backward: bool = False,
+    graph: bool = False,
 ) -> OpResult:
     """Verify, then time one op over its sweep (see the module docstring); ``rounds`` and
-    ``backward`` as in ``bench``, which checks them."""
+    ``backward`` as in ``bench``, which checks them. ``graph`` (with ``backward``, on CUDA):
+    time each training step by CUDA graph replay (the GPU's time) instead of by wall clock."""
     spec = _spec(lib, name, device, dtype)
     # float32 matmuls at the precision the spec allows (OpSpec.allow_tf32), for all candidates.
     with float32_precision(spec.allow_tf32):
@@ -245,7 +247,10 @@ def bench_op(
         methods = ["steps"] * len(samples)
         timer: Callable[[Callable[..., Any], tuple[Any, ...], str], Measurement]
         timer = partial(_time_steps, device=device, min_time=min_time)
-        if not backward:
+        if backward and graph:  # the steps' GPU time: the timer of forward ops, by replay
+            methods = ["graph"] * len(samples)
+            timer = _timer(device, min_time)
+        elif not backward:
             methods = _methods(candidates[KERNEL], samples, device)
             timer = _timer(device, min_time)
 
@@ -260,7 +265,7 @@ def bench_op(
                 bytes_moved, flops = spec.bytes_moved(s.args, out), spec.flops(s.args, out)
             results.append(SizeResult(s.label, bytes_moved, flops, chosen, rounds=medians))
         return OpResult(
-            op=f"{name}+backward" if backward else name,
+            op=(f"{name}+backward" + (" (graph)" if graph else "")) if backward else name,
             device=calibrate.device_name(device),
             device_type=device.type,
             dtype=str(dtype).removeprefix("torch."),
@@ -331,7 +336,9 @@ def bench(
     blocked_autorange run). ``roofline``: attach this device's ceilings (measured once per device
     and cached). ``save``: store the result under the build key. ``backward``: time forward and
     backward together (each candidate a training step; ops whose spec has a backward), reported
-    as ``<op>+backward``, with no roofline.
+    as ``<op>+backward`` (wall clock over back-to-back steps, as an eager loop runs them), with
+    no roofline; on CUDA also as ``<op>+backward (graph)``, each step timed by CUDA graph replay
+    (the GPU's time, which the host's share of a single op's step hides).
     """
     if min_time <= 0:
         raise WorkbenchError(f"min_time must be positive, got {min_time}")
@@ -344,7 +351,10 @@ def bench(
     names = [ops] if isinstance(ops, str) else list(ops or sorted(lib.specs))
     cal = calibrate.load_or_measure(dev) if roofline else None
     result = BenchResult()
-    for name in names:
+    runs = [(name, False) for name in names]
+    if backward and dev.type == "cuda":
+        runs = [(name, graph) for name in names for graph in (False, True)]
+    for name, graph in runs:
         r = bench_op(
             lib,
             name,
@@ -357,6 +367,7 @@ def bench(
             calibration=cal,
             rounds=rounds,
             backward=backward,
+            graph=graph,
         )
         if vs is not None:
             r.previous = store.previous(r.op, r.device, r.dtype, r.build_key, vs)

@@ -10,10 +10,12 @@ per size). The step returns the input gradients, which are checked against the r
 float64 before anything is timed.
 
 A step is timed as a user's eager training loop runs it: back to back, by wall clock over blocks
-of steps (the GPU synchronized at each block's ends). The host's work
-(Python autograd, dispatch) overlaps the GPU's as it does in a real loop, and counts where it is
-the longer of the two; CUDA events around one step, or a graph replay, would count only one side
-of that.
+of steps (the GPU synchronized at each block's ends). The host's work (Python autograd, dispatch)
+overlaps the GPU's as it does in a real loop, and counts where it is the longer of the two. On
+CUDA the bench also times each step by CUDA graph replay (``<op>+backward (graph)``): the GPU's
+time alone, which is what the op costs inside a model whose host runs ahead of the GPU, and which
+a single op's step hides wherever its host share (``torch.autograd.grad``'s engine, Python) is
+the longer.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backward",
         action="store_true",
-        help="time forward and backward together (ops whose spec has a backward)",
+        help="time forward and backward together (ops whose spec has a backward); on cuda "
+        "by wall clock and by CUDA graph replay",
     )
     p.add_argument("--seed", type=int, default=0, help="inputs and timing order")
     p.add_argument("--no-save", action="store_true", help="do not store results for --vs")
