@@ -168,14 +168,22 @@ def _events_samples(
 
 
 def _copies(args: tuple[Any, ...], device: torch.device) -> list[tuple[Any, ...]]:
-    """The inputs themselves, then clones, until they span twice the L2 size (or MAX_COPIES)."""
+    """The inputs themselves, then clones, until they span twice the L2 size (or MAX_COPIES).
+
+    A clone of an input that requires grad (a training step's) is a leaf of its own: a plain
+    clone would tie each copy's graph to the original's gradient accumulator, made on another
+    stream than the capture's (torch warns of the mismatch and may synchronize)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     per_set = sum(t.numel() * t.element_size() for t in tensors)
     count = min(max(1, math.ceil(flush_bytes(device) / max(per_set, 1))), MAX_COPIES)
     sets = [args]
     for _ in range(count - 1):
-        sets.append(tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args))
+        sets.append(tuple(_leaf_copy(a) if isinstance(a, torch.Tensor) else a for a in args))
     return sets
+
+
+def _leaf_copy(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone().requires_grad_(t.requires_grad)
 
 
 def _graph_samples(
