@@ -50,13 +50,22 @@ __global__ void __launch_bounds__(kMaxGroup)
     const int64_t row = first + gi;
     const bool active = row < rows;
     const V* xr = reinterpret_cast<const V*>(x + (active ? row : 0) * hidden);  // [nvec]
-    // Only x is held through the two sums; weight and bias (the same for every row, so served
-    // by L1 or L2) are read where y is written, which halves the registers K = 8 needs.
-    V xv[K];
+    // With K >= 4 only x is held through the two sums; weight and bias (the same for every row,
+    // so served by L1 or L2) are read where y is written, which halves the registers K = 8 needs.
+    // With K <= 2 (short rows, or few rows spread over more threads) they are loaded with x, so
+    // that their latency hides behind the sums instead of following them.
+    constexpr bool kHoldParams = K <= 2;
+    V xv[K], wv[kHoldParams ? K : 1], bv[kHoldParams ? K : 1];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int i = lane + k * group;
-      if (active && i < nvec) xv[k] = xr[i];
+      if (active && i < nvec) {
+        xv[k] = xr[i];
+        if constexpr (kHoldParams) {
+          wv[k] = w[i];
+          bv[k] = b[i];
+        }
+      }
     }
     A sum[1] = {A(0)};
 #pragma unroll
@@ -87,11 +96,18 @@ __global__ void __launch_bounds__(kMaxGroup)
     for (int k = 0; k < K; ++k) {
       const int i = lane + k * group;
       if (i < nvec) {
-        const V wv = w[i], bv = b[i];
+        V wk, bk;
+        if constexpr (kHoldParams) {
+          wk = wv[k];
+          bk = bv[k];
+        } else {
+          wk = w[i];
+          bk = b[i];
+        }
         V o;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
-          o.v[j] = from_acc<T>((to_acc(xv[k].v[j]) - mu) * r * to_acc(wv.v[j]) + to_acc(bv.v[j]));
+          o.v[j] = from_acc<T>((to_acc(xv[k].v[j]) - mu) * r * to_acc(wk.v[j]) + to_acc(bk.v[j]));
         }
         yr[i] = o;
       }
@@ -215,7 +231,11 @@ void launch(const T* x, const T* weight, const T* bias, acc_t<T> eps, T* y, acc_
         <<<blocks, kLongThreads, 0, s>>>(x, weight, bias, eps, y, mean, rstd, rows, hidden);
     return;
   }
-  const RegShape shape = reg_shape(nvec);
+  // Fewer rows than SMs: each row spread over up to 512 threads of its own block (K = 2, weight
+  // and bias loaded with x), where its few loads per thread shorten the row's latency, which
+  // then decides the kernel's time.
+  const bool few = rows < device_info().sms;
+  const RegShape shape = reg_shape(nvec, few ? 2 : kMaxK);
   int groups = shape.group < kBlockThreads ? kBlockThreads / shape.group : 1;
   // Few rows: one row per block, so that they spread over every SM.
   if (ceil_div(rows, groups) < device_info().sms) groups = 1;

@@ -99,26 +99,33 @@ __global__ void __launch_bounds__(kMaxGroup)
     const int64_t offset = (active ? row : 0) * hidden;
     const V* gr = reinterpret_cast<const V*>(grad + offset);  // [nvec]
     const V* xr = reinterpret_cast<const V*>(x + offset);     // [nvec]
-    // grad and x stay in registers until dx is written; weight (the same for every row, so
-    // served by L1 or L2) is read again where it is used, which keeps K = 8 within 128
-    // registers.
-    V gv[K], xv[K];
+    // grad and x stay in registers until dx is written; with K >= 4 weight (the same for every
+    // row, so served by L1 or L2) is read again where it is used, which keeps K = 8 within 128
+    // registers. With K <= 2 (few rows, spread over more threads) it is loaded with them once.
+    constexpr bool kHoldWeight = K <= 2;
+    const A m = active ? mean[row] : A(0);
+    const A r = active ? rstd[row] : A(0);
+    V gv[K], xv[K], wh[kHoldWeight ? K : 1];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int i = lane + k * group;
       if (active && i < nvec) {
         gv[k] = gr[i];
         xv[k] = xr[i];
+        if constexpr (kHoldWeight) wh[k] = w[i];
       }
     }
-    const A m = active ? mean[row] : A(0);
-    const A r = active ? rstd[row] : A(0);
     A sums[2] = {A(0), A(0)};  // sum of u, sum of u * xhat
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int i = lane + k * group;
       if (active && i < nvec) {
-        const V wv = w[i];
+        V wv;
+        if constexpr (kHoldWeight) {
+          wv = wh[k];
+        } else {
+          wv = w[i];
+        }
         VA aw = acc_w[i], ab = acc_b[i];
 #pragma unroll
         for (int j = 0; j < N; ++j) {
@@ -142,7 +149,12 @@ __global__ void __launch_bounds__(kMaxGroup)
     for (int k = 0; k < K; ++k) {
       const int i = lane + k * group;
       if (i < nvec) {
-        const V wv = w[i];
+        V wv;
+        if constexpr (kHoldWeight) {
+          wv = wh[k];
+        } else {
+          wv = w[i];
+        }
         V o;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
@@ -339,7 +351,8 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
   const int64_t row_smem = 2 * hidden * static_cast<int64_t>(sizeof(A));
   const DeviceInfo device = device_info();
   if (nvec <= kRegVectors && row_smem <= smem_limit()) {
-    const RegShape shape = reg_shape(nvec, kBackwardK);
+    // Fewer rows than SMs: K = 2, each row over up to 512 threads (as the forward does).
+    const RegShape shape = reg_shape(nvec, rows < device.sms ? 2 : kBackwardK);
     plan.path = kRegs;
     plan.k = shape.k;
     plan.group = shape.group;
