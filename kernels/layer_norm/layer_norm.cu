@@ -96,14 +96,8 @@ __global__ void __launch_bounds__(kMaxGroup)
     for (int k = 0; k < K; ++k) {
       const int i = lane + k * group;
       if (i < nvec) {
-        V wk, bk;
-        if constexpr (kHoldParams) {
-          wk = wv[k];
-          bk = bv[k];
-        } else {
-          wk = w[i];
-          bk = b[i];
-        }
+        const V wk = held_or_read<kHoldParams>(wv, w, k, i);
+        const V bk = held_or_read<kHoldParams>(bv, b, k, i);
         V o;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
@@ -234,11 +228,11 @@ void launch(const T* x, const T* weight, const T* bias, acc_t<T> eps, T* y, acc_
   // Fewer rows than SMs: each row spread over up to 512 threads of its own block (K = 2, weight
   // and bias loaded with x), where its few loads per thread shorten the row's latency, which
   // then decides the kernel's time.
-  const bool few = rows < device_info().sms;
-  const RegShape shape = reg_shape(nvec, few ? 2 : kMaxK);
+  const int sms = device_info().sms;
+  const RegShape shape = reg_shape(nvec, rows < sms ? 2 : kMaxK);
   int groups = shape.group < kBlockThreads ? kBlockThreads / shape.group : 1;
   // Few rows: one row per block, so that they spread over every SM.
-  if (ceil_div(rows, groups) < device_info().sms) groups = 1;
+  if (ceil_div(rows, groups) < sms) groups = 1;
   const auto blocks = static_cast<int>(min_of<int64_t>(ceil_div(rows, groups), INT32_MAX));
   with_k(shape.k, [&](auto k) {
     layer_norm_regs_kernel<N, decltype(k)::value><<<blocks, groups * shape.group, 0, s>>>(

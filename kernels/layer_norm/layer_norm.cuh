@@ -71,6 +71,17 @@ auto with_k(int k, F f) {
 // thread. Every thread of the block must call it: unless a group is one warp, it synchronizes the
 // block. buf is __shared__ A[NV * 32]. The order is fixed: a butterfly within each warp, then
 // one over the group's warps.
+// A row's vector k (index i) of a parameter: held[k] where the kernel loaded it with the row
+// (kHeld), else p[i], read again where it is used (the same for every row: L1 or L2 serves it).
+template <bool kHeld, typename V>
+__device__ __forceinline__ V held_or_read(const V* held, const V* p, int k, int i) {
+  if constexpr (kHeld) {
+    return held[k];
+  } else {
+    return p[i];
+  }
+}
+
 template <int NV, typename A>
 __device__ __forceinline__ void group_sum(A (&v)[NV], int group, A* buf) {
 #pragma unroll

@@ -120,12 +120,7 @@ __global__ void __launch_bounds__(kMaxGroup)
     for (int k = 0; k < K; ++k) {
       const int i = lane + k * group;
       if (active && i < nvec) {
-        V wv;
-        if constexpr (kHoldWeight) {
-          wv = wh[k];
-        } else {
-          wv = w[i];
-        }
+        const V wv = held_or_read<kHoldWeight>(wh, w, k, i);
         VA aw = acc_w[i], ab = acc_b[i];
 #pragma unroll
         for (int j = 0; j < N; ++j) {
@@ -149,12 +144,7 @@ __global__ void __launch_bounds__(kMaxGroup)
     for (int k = 0; k < K; ++k) {
       const int i = lane + k * group;
       if (i < nvec) {
-        V wv;
-        if constexpr (kHoldWeight) {
-          wv = wh[k];
-        } else {
-          wv = w[i];
-        }
+        const V wv = held_or_read<kHoldWeight>(wh, w, k, i);
         V o;
 #pragma unroll
         for (int j = 0; j < N; ++j) {
