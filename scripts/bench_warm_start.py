@@ -11,7 +11,8 @@ Inside ``load()`` the phases are timed by wrapping the functions that do them:
 
 - ``index``: the warm-start index (``workbench.warm``: identity, reading the index, the stat
   stamps of every input per family);
-- ``spec``: importing each family's ``spec.py``;
+- ``spec``: each family's ``spec.py``: reading it, and running it where its facts are not
+  recorded (``workbench.specfile``; an older tree: importing it);
 - ``open``: ``dlopen`` of each family's library and reading its schemas;
 - ``device``: the modules of device-only TUs (``workbench.device.sync``: the kernels the launchers
   name, the warm record's stamps, handing the library its cubins);
@@ -74,13 +75,13 @@ t0 = time.perf_counter()
 import importlib
 import workbench
 mods = {{}}
-for name in ("build", "device", "loader", "runtime", "warm"):
+for name in ("build", "device", "loader", "runtime", "specfile", "warm"):
     try:  # an older tree (--tree) may lack one
         mods[name] = importlib.import_module("workbench." + name)
     except ImportError:
         mods[name] = None
-build, device_tus, loader, runtime, warm = (
-    mods[n] for n in ("build", "device", "loader", "runtime", "warm")
+build, device_tus, loader, runtime, specfile, warm = (
+    mods[n] for n in ("build", "device", "loader", "runtime", "specfile", "warm")
 )
 spent["import"] = time.perf_counter() - t0
 
@@ -98,7 +99,8 @@ def timed(module, name, phase):
 
 for module, name, phase in [
     (warm, "identity", "index"), (warm, "Index", "index"), (build, "from_index", "index"),
-    (loader, "load_spec_module", "spec"), (runtime, "open_library", "open"),
+    (loader, "load_spec_module", "spec"), (specfile, "family_specs", "spec"),
+    (runtime, "open_library", "open"),
     (runtime, "define", "define"), (runtime, "register_python", "python"),
     (runtime, "register_kernels", "kernels"), (device_tus, "sync", "device"),
 ]:

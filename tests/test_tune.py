@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.registry_fixture import write_registry
-from workbench import build, loader, project, runtime
+from workbench import build, project, runtime, specfile
 from workbench.config import make_config
 from workbench.tuning.space import TuneError, TuneSpace, defines, label, space_of, variant
 
@@ -125,7 +125,7 @@ def test_each_variant_is_its_own_cached_build(tmp_path: Path, compiled: list[str
     proj = project.discover(kernels, namespace="wbtune")
     family = proj.families[0]
     config = make_config(devices="cpu")
-    module = loader.load_spec_module(family.name, "wbtune", family.spec_path)
+    module = specfile.load_module(family.name, "wbtune", family.spec_path)
     space = space_of(module)
     assert space is not None and [p["STEP"] for p in space.points()] == [2, 5]
 

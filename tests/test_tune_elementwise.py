@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import loader
+from workbench import specfile
 from workbench.config import make_config
 from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE, discover
 from workbench.tuning.space import TuneSpace, Value, defines, label
@@ -29,7 +29,7 @@ BY_SIZE, SKIP, KEEP = 0, 1, 2
 
 def _space(family: str) -> TuneSpace:
     project = discover(BUNDLED_KERNELS)
-    module = loader.load_spec_module(family, "wbtune_ew", project.family(family).spec_path)
+    module = specfile.load_module(family, "wbtune_ew", project.family(family).spec_path)
     assert module is not None
     assert isinstance(module.TUNE, TuneSpace)
     return module.TUNE

@@ -12,15 +12,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench import build, cache, knobs, loader, warm
+from workbench import build, cache, knobs, loader, specfile, warm
 from workbench.config import Config, make_config
 from workbench.errors import BuildError, LoadError, WorkbenchError
 from workbench.project import Family, Project, discover
-from workbench.spec import OpSpec
 from workbench.tuning import store as tune_store
 
 if TYPE_CHECKING:  # the team cache's module is imported only where a build used it
     from workbench import launcher as team
+    from workbench.spec import OpSpec
 
 # Called with the builds a load is about to open, under its use locks: tests use it to hold a
 # load between finding its libraries and opening them while another process runs gc or clean.
@@ -104,7 +104,8 @@ class Library:
         self.on_error = _on_error(on_error)
         self._selected = tuple(families) if families else None
         self._jobs = jobs
-        self._specs: dict[str, dict[str, OpSpec]] = {}  # family -> op -> spec
+        # family -> its spec.py (imported when first needed: see workbench.specfile)
+        self._specs: dict[str, specfile.FamilySpecs | None] = {}
         self.families: dict[str, build.Built] = {}
         self.failed: dict[str, WorkbenchError] = {}
         self._tune_records: frozenset[str] | None = None  # the stored tune records, per reload
@@ -113,8 +114,14 @@ class Library:
 
     @property
     def specs(self) -> dict[str, OpSpec]:
-        """The op specs of the live builds, by op name."""
-        return {name: spec for specs in self._specs.values() for name, spec in specs.items()}
+        """The op specs of the live builds, by op name (imports the spec.py files not imported
+        yet)."""
+        return {
+            name: spec
+            for specs in self._specs.values()
+            if specs is not None
+            for name, spec in specs.ops().items()
+        }
 
     @property
     def ops(self) -> list[str]:
@@ -174,6 +181,7 @@ class Library:
                         failed[result.family] = e
         for name in [n for n in self.families if n not in names]:
             self._deactivate(name, report)
+        specfile.save()  # the facts of spec texts run for the first time
         report.failed = self.failed = failed
         report.seconds = time.perf_counter() - start
         shared = report.team_cache
@@ -228,8 +236,7 @@ class Library:
         return built, errors
 
     def _activate(self, family: Family, result: build.Built, report: LoadReport) -> None:
-        module = loader.load_spec_module(family.name, self.namespace, family.spec_path)
-        specs = loader.specs_of(module)
+        specs = specfile.family_specs(family.name, self.namespace, family.spec_path)
         from workbench import device
 
         has_device = device.has_modules(family, self.config)
@@ -238,7 +245,8 @@ class Library:
             if has_device:
                 self._sync_device(family, handle, report)
 
-        swap = loader.activate(self.namespace, result, specs, prepare)
+        deferred = specs.deferred if specs is not None else {}
+        swap = loader.activate(self.namespace, result, deferred, prepare)
         report.swap_seconds += swap.seconds
         report.redefined += swap.redefined
         if not swap.swapped and has_device:  # the same library: a device-only TU may have changed

@@ -213,9 +213,11 @@ def plan(family: Family, kernels: list[tuple[str, str]]) -> list[tuple[str, Path
     for file, name in kernels:
         by_file.setdefault(file, []).append(name)
     out = []
+    # The device-only TUs discovery found in the family's folder (no stat per warm start).
+    tus = {s.path.name for s in family.sources if s.kind == "device"}
     for file, names in sorted(by_file.items()):
         source = family.dir / file
-        if not file.endswith(DEVICE_SUFFIX) or not os.path.isfile(source):
+        if file not in tus:
             raise BuildError(
                 f"the launchers of {family.name} launch {names[0]} from {file}, which is not a "
                 f"device-only TU of the family: name a file *{DEVICE_SUFFIX} in {family.dir} "

@@ -24,23 +24,25 @@ from __future__ import annotations
 import _ctypes
 import contextlib
 import ctypes
-import hashlib
-import importlib.util
-import marshal
 import os
 import sys
 import threading
 import time
 import types
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from workbench import runtime
 from workbench.build import Built
-from workbench.errors import CacheError, LoadError
-from workbench.spec import OpSpec
+from workbench.errors import LoadError
+
+if TYPE_CHECKING:  # not imported by a warm load: see workbench.specfile
+    from workbench.spec import OpSpec
+
+# An op's spec as the loader takes it: an OpSpec, or a specfile.DeferredSpec standing in for one.
+Spec = Any
 
 # The records here are plain classes, not dataclasses: creating a dataclass costs about 0.5 ms
 # at import, and import is part of every warm start.
@@ -51,9 +53,9 @@ class _OpDef:
         self.schema = schema
         self.definition = definition
         self.python: torch.library.Library | None = None  # fake + autograd
-        self.spec: OpSpec | None = None  # what ``python`` was registered from
+        self.spec: Spec | None = None  # what ``python`` was registered from
 
-    def register_python(self, ns: str, spec: OpSpec | None) -> None:
+    def register_python(self, ns: str, spec: Spec | None) -> None:
         if self.python is not None:
             self.python._destroy()
             self.python = None
@@ -125,7 +127,7 @@ class Handle:
         """Whether one of its C++ autograd kernels may have recorded a graph (see ``_retired``)."""
         return bool(self.autograd) and self.cdll.wb_autograd_recorded() != 0
 
-    def check_autograd(self, specs: dict[str, OpSpec]) -> None:
+    def check_autograd(self, specs: dict[str, Spec]) -> None:
         """Raise LoadError unless each op's spec agrees with this library on its autograd."""
         for name in self.schemas:
             try:
@@ -170,8 +172,6 @@ class _Namespace:
         self.handles: dict[str, Handle] = {}  # family -> live handle
         # Ops that have had a kernel registered since they were defined (see _retired).
         self.signed: set[str] = set()
-        # family -> (the text of its spec.py, the module imported from it)
-        self.specs: dict[str, tuple[bytes, types.ModuleType | None]] = {}
 
 
 # Process-wide state: torch's dispatcher is process-wide too.
@@ -292,65 +292,20 @@ def _open_error(built: Built, error: str) -> str:
     )
 
 
-def load_spec_module(family: str, ns: str, path: Path | None) -> types.ModuleType | None:
-    """Import (or re-import after an edit) a family's spec.py under a private module name."""
-    state = _namespaces.setdefault(ns, _Namespace())
-    if path is None:
-        return None
-    try:
-        text = path.read_bytes()  # the text itself: an edit that keeps size and mtime shows
-    except OSError as e:
-        raise LoadError(f"cannot read the op spec {path}: {e}") from e
-    cached = state.specs.get(family)
-    if cached is not None and cached[0] == text:
-        return cached[1]
-    name = f"workbench._specs.{ns}.{family}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise LoadError(f"cannot import the op spec {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    exec(_spec_code(path, text), module.__dict__)
-    state.specs[family] = (text, module)
-    return module
-
-
-def _spec_code(path: Path, text: bytes) -> types.CodeType:
-    """The compiled code of a spec.py's ``text``, kept in the cache by its content.
-
-    Python keeps bytecode beside a source only where it may write there and
-    PYTHONDONTWRITEBYTECODE is unset; without it every new process compiled every family's spec
-    again (about 1 ms each: 30 ms of a 30-family warm start on an H100 host). The code is keyed
-    by the text, the path (it names the source in tracebacks) and the interpreter's bytecode
-    version, and runs from the very bytes the loader compared to notice an edit.
-    """
-    from workbench import cache
-
-    key = hashlib.sha256(
-        importlib.util.MAGIC_NUMBER + str(path).encode() + b"\0" + text
-    ).hexdigest()[:32]
-    try:
-        stored: str | None = os.path.join(cache.root(), "specs", f"{key}.code")
-    except CacheError:  # no usable cache: compile, as Python would
-        stored = None
-    if stored is not None:
-        with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
-            with open(stored, "rb") as f:
-                code = marshal.loads(f.read())
-            if isinstance(code, types.CodeType):
-                return code
-    code = compile(text, str(path), "exec", dont_inherit=True)
-    if stored is not None:
-        with contextlib.suppress(OSError):
-            os.makedirs(os.path.dirname(stored), exist_ok=True)
-            cache.write_atomic(Path(stored), marshal.dumps(code))
-    return code
-
-
 def specs_of(module: types.ModuleType | None) -> dict[str, OpSpec]:
     if module is None:
         return {}
     return {s.name: s for s in getattr(module, "OPS", [])}
+
+
+def registered_spec(ns: str, op: str) -> OpSpec | None:
+    """The spec whose fake function and autograd formula ``ns::op`` has (imported if need be)."""
+    state = _namespaces.get(ns)
+    op_def = state.defs.get(op) if state is not None else None
+    spec = op_def.spec if op_def is not None else None
+    resolve = getattr(spec, "resolve", None)  # a specfile.DeferredSpec
+    found: OpSpec | None = resolve() if resolve is not None else spec
+    return found
 
 
 def _sync_defs(
@@ -358,7 +313,7 @@ def _sync_defs(
     state: _Namespace,
     old: Handle | None,
     new: Handle,
-    specs: dict[str, OpSpec],
+    specs: dict[str, Spec],
     swap: Swap,
 ) -> None:
     """Define new or changed schemas; drop ops that the new build no longer has."""
@@ -377,7 +332,7 @@ def _sync_defs(
             swap.redefined.append(name)
 
 
-def _define(ns: str, state: _Namespace, name: str, schema: str, spec: OpSpec | None) -> None:
+def _define(ns: str, state: _Namespace, name: str, schema: str, spec: Spec | None) -> None:
     """(Re)define op ``name`` with ``schema`` and register the spec's Python functions."""
     if name in state.defs:
         state.defs.pop(name).destroy()
@@ -390,7 +345,7 @@ def _define(ns: str, state: _Namespace, name: str, schema: str, spec: OpSpec | N
 def activate(
     ns: str,
     built: Built,
-    specs: dict[str, OpSpec],
+    specs: dict[str, Spec],
     prepare: Callable[[Handle], object] | None = None,
 ) -> Swap:
     """Make ``built`` the live build of its family (a no-op if it already is).
@@ -449,7 +404,7 @@ def activate(
     return swap
 
 
-def _restore(ns: str, state: _Namespace, old: Handle, specs: dict[str, OpSpec | None]) -> None:
+def _restore(ns: str, state: _Namespace, old: Handle, specs: dict[str, Spec | None]) -> None:
     """Put the last good build back after a failed swap: its schemas, then its kernels."""
     for name, schema in old.schemas.items():
         current = state.defs.get(name)

@@ -88,6 +88,8 @@ def check_autograd(spec: Any, op: str, cpp_autograd: bool) -> None:
     if spec is None:
         return
     declared = bool(getattr(spec, "cpp_autograd", False))
+    if cpp_autograd == declared and not (cpp_autograd and spec.backward is not None):
+        return  # agreed (the spec's reference, named below, is not looked up: it may import)
     code = getattr(spec.reference, "__code__", None)
     where = f"its spec ({code.co_filename})" if code is not None else "its spec"
     if cpp_autograd and spec.backward is not None:
@@ -339,7 +341,9 @@ def _register_fake(lib: torch.library.Library, qualname: str, fake: Any) -> None
     here instead. Where torch's internals differ, torch's function is called.
     """
     code = getattr(fake, "__code__", None)
-    source = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(fake)
+    source = getattr(fake, "wb_source", None)  # a stand-in's (workbench.specfile): the spec's
+    if source is None:
+        source = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(fake)
     try:
         holder = torch._library.simple_registry.singleton.find(qualname).fake_impl
         handle = holder.register(fake, source, lib=lib)

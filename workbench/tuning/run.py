@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench import build, cache, knobs, loader
+from workbench import build, cache, knobs, loader, specfile
 from workbench.benchmark.run import (
     DEFAULT_ROUNDS,
     _check_rounds,
@@ -201,7 +201,7 @@ def family_of(lib: Library, op: str) -> str:
 
 def _space(lib: Library, family: str) -> TuneSpace:
     spec_path = lib.project.family(family).spec_path
-    module = loader.load_spec_module(family, lib.namespace, spec_path)
+    module = specfile.load_module(family, lib.namespace, spec_path)
     space = space_of(module)
     if space is None:
         where = spec_path or f"kernels/{family}/spec.py"

@@ -88,11 +88,9 @@ def spec_of(op: Any) -> OpSpec:
     name = qualified_name(op)
     if name and "::" in name:
         ns, short = name.split("::", 1)
-        state = loader._namespaces.get(ns)
-        for _stamp, module in state.specs.values() if state else ():
-            found = loader.specs_of(module).get(short.split(".", 1)[0])
-            if found is not None:
-                return found
+        found = loader.registered_spec(ns, short.split(".", 1)[0])
+        if found is not None:
+            return found
     raise WorkbenchError(f"no op spec known for {name or op!r}; pass it: workbench.check(op, spec)")
 
 
