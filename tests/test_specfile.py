@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 from registry_fixture import write_registry
 
 import workbench
-from workbench import knobs
+from workbench import knobs, loader
 
 SPEC = """\
 import os
@@ -129,3 +130,8 @@ def test_a_spec_that_declares_other_facts_than_its_record_warns(
     x = torch.ones(4, dtype=torch.float64, requires_grad=True)
     with pytest.raises(Exception, match="has no backward now"):
         torch.autograd.grad(lib.add_offset(x).sum(), x)
+    lib.reload()  # registers what the spec declares now, and records it
+    assert loader.registered_spec("specfacts2", "add_offset").backward is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lib.specs["add_offset"].backward is None

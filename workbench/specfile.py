@@ -118,6 +118,7 @@ class FamilySpecs:
         self._module: types.ModuleType | None = None
         self._specs: dict[str, OpSpec] | None = None
         self._lock = threading.Lock()
+        self.stale = False  # its spec.py, run, declared other facts than its record
         facts = _store().get(self.key)
         if facts is None:  # new or edited: run it now, so its errors show at this load
             facts = facts_of(self.ops())
@@ -142,7 +143,8 @@ class FamilySpecs:
                 self._module = import_text(self.family, self.ns, self.path, self.text)
                 self._specs = {s.name: s for s in getattr(self._module, "OPS", [])}
                 if hasattr(self, "_facts") and facts_of(self._specs) != self._facts:
-                    _store().forget(self.key)
+                    _store().forget(self.key)  # the next load runs it and registers anew
+                    self.stale = True
                     warnings.warn(
                         f"{self.path} declares other ops, fake functions or backwards than when "
                         "its text was first loaded (does it depend on the environment?); the "
@@ -173,7 +175,7 @@ def family_specs(family: str, ns: str, path: Path | None) -> FamilySpecs | None:
     except OSError as e:
         raise LoadError(f"cannot read the op spec {path}: {e}") from e
     current = _families.get((ns, family))
-    if current is not None and current.text == text and current.path == path:
+    if current is not None and current.text == text and current.path == path and not current.stale:
         return current
     made = FamilySpecs(family, ns, path, text)
     _families[(ns, family)] = made
