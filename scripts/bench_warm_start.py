@@ -21,8 +21,10 @@ Inside ``load()`` the phases are timed by wrapping the functions that do them:
 - ``kernels``: the library registering its CPU/CUDA kernels with the dispatcher;
 - ``other``: the rest of ``load()`` (discovery of the registry, configuration, the summary line).
 
-Prints a JSON line per process with ``--json``, and a markdown table last: min, median and max
-over the processes of each phase and of the total.
+Prints a JSON line per process with ``--json``, then a markdown table: min, median and max over
+the processes of each phase and of the total; and last, in how many processes the load left the
+called op's spec.py unrun (``spec_deferred``) and its backward and fake function then worked on
+the device (``grad_ok``, ``fake_ok``), checked after the timing.
 
 ``--tree DIR`` measures the workbench of another checkout (e.g. an older commit's, for a
 before/after on one host): its package is imported and its ``wb new`` template writes the
@@ -125,6 +127,17 @@ if device == "cuda":
 spent["call"] = time.perf_counter() - t2
 spent["total"] = time.perf_counter() - t0
 assert len(lib.ops) == {count}, lib.ops
+# Untimed: whether the load left the spec.py unrun (workbench.specfile), and that its backward
+# (alpha * grad) and fake function then work on the device all the same.
+op = getattr(lib, {family!r})
+checks = {{"spec_deferred": "workbench._specs.warmstart." + {family!r} not in sys.modules}}
+x = torch.ones(4, device=device, requires_grad=True)
+(grad,) = torch.autograd.grad(op(x, 2.0).sum(), x)
+checks["grad_ok"] = bool((grad == 2.0).all())
+from torch._subclasses.fake_tensor import FakeTensorMode
+with FakeTensorMode() as mode:
+    fake = op(mode.from_tensor(torch.empty(3, device=device)), 1.0)
+checks["fake_ok"] = tuple(fake.shape) == (3,)
 if profile:
     text = io.StringIO()
     for order in ("tottime", "cumulative"):
@@ -132,7 +145,7 @@ if profile:
     sys.stderr.write(text.getvalue())
     if {dump!r}:
         prof.dump_stats({dump!r})
-print(json.dumps(dict(spent)))
+print(json.dumps({{**spent, **checks}}))
 """
 
 
@@ -227,6 +240,8 @@ def main() -> None:
     summary = summarize(runs)
     print(json.dumps({"families": args.families, "cold_s": cold, "summary": summary}))
     print(table(summary, len(runs)))
+    counts = {k: sum(bool(r.get(k)) for r in runs) for k in ("spec_deferred", "grad_ok", "fake_ok")}
+    print(", ".join(f"{k}: {n} of {len(runs)}" for k, n in counts.items()))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 #   bash scripts/gpu_evidence.sh matmul               # matmul's tests, check, and bench per path
 #   bash scripts/gpu_evidence.sh reductions           # softmax, layer_norm, inplace, histogram,
 #                                                     # index_add: tests, check, bench
-#   bash scripts/gpu_evidence.sh warm                 # the warm start of 30 families, per phase
+#   bash scripts/gpu_evidence.sh warm [OTHER_TREE]    # the warm start of 30 families, per phase
+#                                                     # (and another checkout's, in turn)
 #   bash scripts/gpu_evidence.sh tune                 # tuning's CUDA tests; matmul tuned on two
 #                                                     # shapes, then benched against cuBLAS
 #   bash scripts/gpu_evidence.sh compile              # nvcc's host and device phases per CUDA TU
@@ -89,8 +90,21 @@ case "${1:-}" in
     for f in "$LOGS"/bench_*.log; do echo "== $f"; cat "$f"; done
     ;;
   warm)
-    step warm "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --profile
-    tail -n 14 "$LOGS/warm.log"
+    # With a second checkout (bash scripts/gpu_evidence.sh warm OTHER_TREE): both trees, in
+    # turn, twice, on the same host (each with its own registry and cache).
+    base=${2:-}
+    step warm "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
+      --work "$LOGS/new" --profile --dump "$LOGS/warm.pstats"
+    [ -n "$base" ] && step warm_base "$PY" scripts/bench_warm_start.py --families 30 \
+      --processes 10 --json --work "$LOGS/base" --tree "$base"
+    step warm2 "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
+      --work "$LOGS/new"
+    [ -n "$base" ] && step warm_base2 "$PY" scripts/bench_warm_start.py --families 30 \
+      --processes 10 --json --work "$LOGS/base" --tree "$base"
+    rm -rf "$LOGS/new" "$LOGS/base"
+    for log in warm warm_base warm2 warm_base2; do
+      [ -f "$LOGS/$log.log" ] && echo "== $log" && tail -n 15 "$LOGS/$log.log"
+    done
     ;;
   tune)
     step tune_tests "$PY" -m pytest -p no:cacheprovider -q -rfEs tests/test_tune_cuda.py
