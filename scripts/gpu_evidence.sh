@@ -90,8 +90,8 @@ case "${1:-}" in
     for f in "$LOGS"/bench_*.log; do echo "== $f"; cat "$f"; done
     ;;
   warm)
-    # With a second checkout (bash scripts/gpu_evidence.sh warm OTHER_TREE): both trees, in
-    # turn, twice, on the same host (each with its own registry and cache).
+    # With a second checkout (bash scripts/gpu_evidence.sh warm OTHER_TREE): this tree, the
+    # other, this one again, on the same host (each tree with its own registry and cache).
     base=${2:-}
     step warm "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
       --work "$LOGS/new" --profile --dump "$LOGS/warm.pstats"
@@ -99,10 +99,8 @@ case "${1:-}" in
       --processes 10 --json --work "$LOGS/base" --tree "$base"
     step warm2 "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
       --work "$LOGS/new"
-    [ -n "$base" ] && step warm_base2 "$PY" scripts/bench_warm_start.py --families 30 \
-      --processes 10 --json --work "$LOGS/base" --tree "$base"
     rm -rf "$LOGS/new" "$LOGS/base"
-    for log in warm warm_base warm2 warm_base2; do
+    for log in warm warm_base warm2; do
       [ -f "$LOGS/$log.log" ] && echo "== $log" && tail -n 15 "$LOGS/$log.log"
     done
     ;;
