@@ -18,7 +18,8 @@
 #
 # Logs and result tables are packed into $OUT/logs.tar.gz (default $OUT: a new temporary
 # folder), with summary.txt beside it: one archive, since a GPU host may hand back only a few
-# files of a run. A summary prints last. The steps share one cache ($WB_CACHE_DIR, default: a
+# files of a run. The warm step with another tree takes about 5 minutes on an H100 host (two
+# cold builds of 30 families, then 30 new processes). A summary prints last. The steps share one cache ($WB_CACHE_DIR, default: a
 # new temporary folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,11 +30,14 @@ export OUT LOGS
 export WB_CACHE_DIR=${WB_CACHE_DIR:-$(mktemp -d)}
 PY=${PYTHON:-python3}
 
+# Each step's output also goes, as it is written, to $OUT/progress.log (one file), so that a run
+# cut off at its time limit still hands back what its steps printed.
 step() {
   local name=$1
   shift
   local start=$SECONDS
-  "$@" >"$LOGS/$name.log" 2>&1
+  echo "== $name: $*" >>"$OUT/progress.log"
+  "$@" 2>&1 | tee "$LOGS/$name.log" >>"$OUT/progress.log"
   local rc=$?
   printf '%-18s rc=%-3s %4ss\n' "$name" "$rc" "$((SECONDS - start))" >>"$LOGS/summary.txt"
   return "$rc"
