@@ -375,7 +375,12 @@ class _Warm:
                 seen[path] = warm._current(path)
             if seen[path] != stamp:
                 return None
-        return [Image(i["arch"], i["key"], i["path"], i["lowered"]) for i in entry["images"]]
+        images = entry["images"]
+        # A cubin removed since (wb gc, wb clean --all) is compiled again, not handed to a
+        # library that would fail at the kernel's first launch (one stat per cubin).
+        if not all(os.path.exists(i["path"]) for i in images):
+            return None
+        return [Image(i["arch"], i["key"], i["path"], i["lowered"]) for i in images]
 
     def record(
         self, source: str, identity: list[Any], inputs: list[str], images: list[Image]

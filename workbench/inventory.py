@@ -99,6 +99,25 @@ def referenced_objects(kept: list[Entry]) -> set[str]:
     return {str(tu.get("key")) for e in kept for tu in e.manifest.get("tus", [])}
 
 
+def cubins() -> list[Path]:
+    """Every cubin of a device-only TU in the cache (workbench.device)."""
+    return sorted((cache.root() / "cubin").glob("*/*.cubin"))
+
+
+def referenced_cubins() -> set[str]:
+    """The cubins the device-only TUs' warm record hands the next load (``warm/device.json``):
+    those a load finds without compiling. Any other cubin is an older version's (or a tuning
+    variant's), compiled again on demand."""
+    record = cache.read_json(cache.root() / "warm" / "device.json")
+    tus = record.get("tus", {}) if isinstance(record, dict) else {}
+    found = set()
+    for entry in tus.values() if isinstance(tus, dict) else ():
+        for image in entry.get("images", []) if isinstance(entry, dict) else ():
+            if isinstance(image, dict) and "path" in image:
+                found.add(os.path.abspath(str(image["path"])))
+    return found
+
+
 def mapped_by(paths: list[Path]) -> dict[Path, list[int]]:
     """Which running processes (that we may inspect) have each library mapped."""
     wanted = {str(p.resolve()): p for p in paths}
@@ -134,7 +153,8 @@ def remove_entry(entry: Entry) -> int:
 
 
 def remove_object(obj: Path) -> int:
-    """Remove one object and its compile log (the caller holds the objects lock)."""
+    """Remove one object and its compile log, or a cubin and its metadata (the caller holds the
+    objects lock)."""
     size = 0
     for path in (obj, obj.with_suffix(".json")):
         try:

@@ -3,7 +3,8 @@
 Each family's libraries are removed under its use lock and its build lock, so no build of it
 is half-way and no process is between finding a library and opening it (clean waits for
 those). A process that already loaded a library keeps running it: Linux keeps an unlinked file
-alive while it is mapped. --all also removes every object, precompiled header and probe.
+alive while it is mapped. --all also removes every object, precompiled header, probe, cubin of a
+device-only TU and warm-start record.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def _clean_all() -> int:
     with cache.lock("objects"):
         for obj in inventory.objects():
             freed += inventory.remove_object(obj)
-        for name in ("deps", "pch", "toolchain", "failed", "specs"):
+        # cubin/ with warm/: a warm record must never hand a load a cubin that is gone.
+        for name in ("deps", "pch", "toolchain", "failed", "specs", "cubin", "warm"):
             freed += inventory.tree_size(root / name)
             shutil.rmtree(root / name, ignore_errors=True)
         for d in inventory.dead_tmp_dirs():

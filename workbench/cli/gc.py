@@ -2,8 +2,9 @@
 
 Safe beside running processes: a family's builds are removed only under its build lock and
 its use lock (a family being built, or being loaded by a process that has found its library
-and not yet opened it, is skipped), objects only under the objects lock, and a library that a
-running process has mapped is kept.
+and not yet opened it, is skipped), objects and cubins only under the objects lock, and a
+library that a running process has mapped is kept. Cubins of device-only TUs go when no warm
+record hands them to a load any more (see ``_remove_cubins``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 class Report:
     entries: int = 0
     objects: int = 0
+    cubins: int = 0
     tmp_dirs: int = 0
     freed: int = 0
     skipped: list[str] = field(default_factory=list)
@@ -48,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(report.__dict__)
         return 0
     print(
-        f"removed {report.entries} build(s), {report.objects} object(s), "
-        f"{report.tmp_dirs} abandoned build folder(s); freed {inventory.human(report.freed)}"
+        f"removed {report.entries} build(s), {report.objects} object(s), {report.cubins} "
+        f"cubin(s), {report.tmp_dirs} abandoned build folder(s); freed "
+        f"{inventory.human(report.freed)}"
     )
     for line in report.skipped:
         print(f"kept: {line}")
@@ -81,6 +84,7 @@ def collect(keep: int | None, limit: int | None) -> Report:
             report.skipped.append("objects: a build is running; run gc again later")
             return report
         _remove_objects(report, limit)
+        _remove_cubins(report, limit)
     return report
 
 
@@ -88,7 +92,42 @@ def _size() -> int:
     from workbench import cache, inventory
 
     root = cache.root()
-    return sum(inventory.tree_size(root / d) for d in ("lib", "obj", "tmp"))
+    return sum(inventory.tree_size(root / d) for d in ("lib", "obj", "tmp", "cubin"))
+
+
+# A cubin written less than this long ago is kept even when no record names it yet: a load may
+# be between compiling it and recording it (or have handed it to its library, which reads it at
+# the kernel's first launch).
+CUBIN_GRACE_SECONDS = 600.0
+
+
+def _remove_cubins(report: Report, limit: int | None) -> None:
+    """Cubins of device-only TUs that no warm record hands to a load (an earlier version of a
+    kernel file, a tuning variant's); then, over the limit, the recorded ones too, oldest first
+    (a load finds them missing and compiles them again). None written in the grace period.
+
+    A process that was handed a removed cubin and has not read it yet (a library reads a cubin
+    at its kernel's first launch) gets an error there that says to reload, and the reload
+    compiles it again."""
+    import os
+    import time
+
+    from workbench import inventory
+
+    used = inventory.referenced_cubins()
+    now = time.time()
+    old = [c for c in inventory.cubins() if now - _mtime(c) >= CUBIN_GRACE_SECONDS]
+    spare = [c for c in old if os.path.abspath(c) not in used]
+    for cubin in spare:
+        report.freed += inventory.remove_object(cubin)
+        report.cubins += 1
+    if limit is None:
+        return
+    for cubin in sorted((c for c in old if c not in spare), key=_mtime):
+        if _size() <= limit:
+            break
+        report.freed += inventory.remove_object(cubin)
+        report.cubins += 1
 
 
 def _remove(entry: Entry, report: Report) -> None:
