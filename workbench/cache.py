@@ -34,10 +34,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from workbench import knobs
 from workbench.errors import CacheError
+
+T = TypeVar("T")
 
 LAYOUT = "v1"
 SUBDIRS = ("obj", "deps", "lib", "tmp", "locks", "failed")
@@ -55,6 +57,16 @@ _ready: dict[tuple[str | None, ...], tuple[Path, str]] = {}
 def location() -> tuple[str | None, ...]:
     """The knobs that place the cache: equal tuples, the same cache folder (nothing read)."""
     return (knobs.get("WB_CACHE_DIR"), knobs.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
+
+
+def per_cache(table: dict[tuple[str | None, ...], T], make: Callable[[], T]) -> T:
+    """What ``table`` keeps for the current cache folder, made by ``make`` on first use: one
+    object per cache folder and process (a record read once, saved when changed)."""
+    where = location()
+    found = table.get(where)
+    if found is None:
+        found = table[where] = make()
+    return found
 
 
 def root() -> Path:

@@ -428,11 +428,7 @@ _warm_state: dict[tuple[str | None, ...], _Warm] = {}
 
 def _warm() -> _Warm:
     """The warm record of the current cache (one per cache folder and process)."""
-    where = cache.location()
-    found = _warm_state.get(where)
-    if found is None:
-        found = _warm_state[where] = _Warm()
-    return found
+    return cache.per_cache(_warm_state, _Warm)
 
 
 def _cached(arch: str, key: str) -> Image | None:

@@ -277,16 +277,12 @@ class _Store:
         self.dirty = False
 
 
-_stores: dict[Any, _Store] = {}
+_stores: dict[tuple[str | None, ...], _Store] = {}
 
 
 def _store() -> _Store:
     """The record of the current cache (one per cache folder and process)."""
-    where = cache.location()
-    found = _stores.get(where)
-    if found is None:
-        found = _stores[where] = _Store()
-    return found
+    return cache.per_cache(_stores, _Store)
 
 
 def save() -> None:
