@@ -119,12 +119,13 @@ class FamilySpecs:
         self._specs: dict[str, OpSpec] | None = None
         self._lock = threading.Lock()
         self.stale = False  # its spec.py, run, declared other facts than its record
-        facts = _store().get(self.key)
+        # The record the stand-ins were made from (None: made from the spec just run).
+        self._facts = _store().get(self.key)
+        facts = self._facts
         if facts is None:  # new or edited: run it now, so its errors show at this load
             facts = facts_of(self.ops())
             _store().put(self.key, facts)
         self.deferred = {f["name"]: DeferredSpec(self, f) for f in facts}
-        self._facts = facts
 
     @property
     def imported(self) -> bool:
@@ -138,11 +139,13 @@ class FamilySpecs:
 
     def ops(self) -> dict[str, OpSpec]:
         """The spec's OpSpecs by op name (imports the spec.py the first time)."""
+        if self._specs is not None:  # every call of a stand-in comes here: no lock once imported
+            return self._specs
         with self._lock:
             if self._specs is None:
                 self._module = import_text(self.family, self.ns, self.path, self.text)
                 self._specs = {s.name: s for s in getattr(self._module, "OPS", [])}
-                if hasattr(self, "_facts") and facts_of(self._specs) != self._facts:
+                if self._facts is not None and facts_of(self._specs) != self._facts:
                     _store().forget(self.key)  # the next load runs it and registers anew
                     self.stale = True
                     warnings.warn(
