@@ -11,6 +11,11 @@
 <root>/v1/toolchain/<id>.json          cached compiler version probes
 <root>/v1/pch/<id>/wb/torch_pch.h.gch  the precompiled torch header, first on binding TUs' path
 <root>/v1/team-cache.json              sccache's counters over the last build through a launcher
+<root>/v1/cubin/<k[:2]>/<key>.cubin    NVRTC's cubins of device-only TUs, with <key>.json
+<root>/v1/warm/                        warm-start records: <id>.json per registry (the libraries'
+                                       stamps), device.json (device-only TUs), specs.json (what
+                                       each spec.py text declares)
+<root>/v1/specs/<key>.code             the compiled code of each spec.py text
 
 Locks: ``<family>.lock`` serialises the builds of a family and the removal of its libraries;
 ``objects.lock`` is held shared by every build and exclusively by whoever deletes objects;
