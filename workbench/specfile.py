@@ -128,10 +128,6 @@ class FamilySpecs:
         self.deferred = {f["name"]: DeferredSpec(self, f) for f in facts}
 
     @property
-    def imported(self) -> bool:
-        return self._specs is not None
-
-    @property
     def module(self) -> types.ModuleType:
         self.ops()
         assert self._module is not None
