@@ -28,7 +28,6 @@ import os
 import sys
 import threading
 import time
-import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -290,12 +289,6 @@ def _open_error(built: Built, error: str) -> str:
         "defines. A kernel template declared in a header but not instantiated for this type "
         "(WB_INSTANTIATE) is the usual cause."
     )
-
-
-def specs_of(module: types.ModuleType | None) -> dict[str, OpSpec]:
-    if module is None:
-        return {}
-    return {s.name: s for s in getattr(module, "OPS", [])}
 
 
 def registered_spec(ns: str, op: str) -> OpSpec | None:

@@ -333,6 +333,16 @@ def _like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
 
 
+def source_of(fn: Any) -> str:
+    """``file:line`` of a function, as torch names a fake function in its errors; a stand-in of
+    ``workbench.specfile`` carries its spec function's own (``wb_source``)."""
+    source = getattr(fn, "wb_source", None)
+    if source is not None:
+        return str(source)
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(fn)
+
+
 def _register_fake(lib: torch.library.Library, qualname: str, fake: Any) -> None:
     """``torch.library.register_fake(qualname, fake, lib=lib)``, without its caller lookup.
 
@@ -340,10 +350,7 @@ def _register_fake(lib: torch.library.Library, qualname: str, fake: Any) -> None
     loading an op) to name them in error messages; the fake function's own location is named
     here instead. Where torch's internals differ, torch's function is called.
     """
-    code = getattr(fake, "__code__", None)
-    source = getattr(fake, "wb_source", None)  # a stand-in's (workbench.specfile): the spec's
-    if source is None:
-        source = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(fake)
+    source = source_of(fake)
     try:
         holder = torch._library.simple_registry.singleton.find(qualname).fake_impl
         handle = holder.register(fake, source, lib=lib)

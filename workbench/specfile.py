@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench import cache
+from workbench import cache, runtime
 from workbench.errors import CacheError, LoadError
 
 if TYPE_CHECKING:
@@ -44,20 +44,12 @@ FACTS_VERSION = 1
 MAX_RECORDS = 512
 
 
-def _source(fn: Any) -> str | None:
-    """``file:line`` of a function (what torch names in a fake function's errors)."""
-    if fn is None:
-        return None
-    code = getattr(fn, "__code__", None)
-    return f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(fn)
-
-
 def facts_of(specs: dict[str, OpSpec]) -> list[dict[str, Any]]:
     """What the loader registers from each spec: the facts a warm load works from."""
     return [
         {
             "name": name,
-            "fake": _source(spec.fake),
+            "fake": runtime.source_of(spec.fake) if spec.fake is not None else None,
             "backward": spec.backward is not None,
             "setup_context": spec.setup_context is not None,
             "cpp_autograd": bool(spec.cpp_autograd),
@@ -179,11 +171,6 @@ def family_specs(family: str, ns: str, path: Path | None) -> FamilySpecs | None:
     made = FamilySpecs(family, ns, path, text)
     _families[(ns, family)] = made
     return made
-
-
-def known(ns: str) -> list[FamilySpecs]:
-    """The current specs of every family loaded under ``ns`` in this process."""
-    return [s for (n, _), s in _families.items() if n == ns]
 
 
 def load_module(family: str, ns: str, path: Path | None) -> types.ModuleType | None:

@@ -117,13 +117,13 @@ def _remove_cubins(report: Report, limit: int | None) -> None:
     used = inventory.referenced_cubins()
     now = time.time()
     old = [c for c in inventory.cubins() if now - _mtime(c) >= CUBIN_GRACE_SECONDS]
-    spare = [c for c in old if os.path.abspath(c) not in used]
-    for cubin in spare:
+    recorded = [c for c in old if os.path.abspath(c) in used]
+    for cubin in (c for c in old if os.path.abspath(c) not in used):
         report.freed += inventory.remove_object(cubin)
         report.cubins += 1
     if limit is None:
         return
-    for cubin in sorted((c for c in old if c not in spare), key=_mtime):
+    for cubin in sorted(recorded, key=_mtime):
         if _size() <= limit:
             break
         report.freed += inventory.remove_object(cubin)
