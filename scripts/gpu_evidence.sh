@@ -18,8 +18,8 @@
 #
 # Logs and result tables are packed into $OUT/logs.tar.gz (default $OUT: a new temporary
 # folder), with summary.txt beside it: one archive, since a GPU host may hand back only a few
-# files of a run. The warm step with another tree takes about 5 minutes on an H100 host (two
-# cold builds of 30 families, then 30 new processes). A summary prints last. The steps share one cache ($WB_CACHE_DIR, default: a
+# files of a run. The warm step with another tree takes about 6 minutes on an H100 host (two
+# cold builds of 30 families, then 40 new processes). A summary prints last. The steps share one cache ($WB_CACHE_DIR, default: a
 # new temporary folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -96,16 +96,20 @@ case "${1:-}" in
   warm)
     # With a second checkout (bash scripts/gpu_evidence.sh warm OTHER_TREE): this tree, the
     # other, this one again, on the same host (each tree with its own registry and cache).
+    # This tree registers each family at the first lookup of its ops (workbench.deferred);
+    # warm_eager is the same tree and cache with WB_EAGER=1 (every family at load).
     base=${2:-}
     step warm "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
       --work "$LOGS/new" --profile --dump "$LOGS/warm.pstats"
     [ -n "$base" ] && step warm_base "$PY" scripts/bench_warm_start.py --families 30 \
       --processes 10 --json --work "$LOGS/base" --tree "$base"
+    step warm_eager "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
+      --work "$LOGS/new" --eager
     step warm2 "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
       --work "$LOGS/new"
     rm -rf "$LOGS/new" "$LOGS/base"
-    for log in warm warm_base warm2; do
-      [ -f "$LOGS/$log.log" ] && echo "== $log" && tail -n 15 "$LOGS/$log.log"
+    for log in warm warm_base warm_eager warm2; do
+      [ -f "$LOGS/$log.log" ] && echo "== $log" && tail -n 17 "$LOGS/$log.log"
     done
     ;;
   tune)

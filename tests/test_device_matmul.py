@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from workbench import build, device, nvrtc
+from workbench import build, device, lister, nvrtc
 from workbench.config import make_config
 from workbench.project import Family, discover
 from workbench.tuning.space import TuneSpace, space_of, variant
@@ -33,7 +33,7 @@ def test_a_tile_variant_compiles_only_the_device_only_tu_and_is_a_build_of_its_o
     config = make_config(archs=("sm_90a",), link=False)
     plain = build.ensure(project, plain_family, config)
     # The launcher names the four kernels and the tile variable, read from its compiled object.
-    kernels = device.listed_kernels(project, plain_family, config, plain)
+    kernels = lister.listed_kernels(project, plain_family, config, plain)
     assert sorted(e for f, e in kernels if f == FILE) == WGMMA_NAMES
 
     tile = variant(plain_family, POINT)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import build, device, nvrtc, scaffold
+from workbench import build, device, lister, nvrtc, scaffold
 from workbench.config import make_config
 from workbench.errors import BuildError
 from workbench.project import BUNDLED_KERNELS, discover
@@ -141,7 +141,7 @@ def test_smoke_lists_the_launchers_kernels_without_torch_cuda_or_a_gpu(tmp_path:
     family = project.family("scale")
     config = make_config(archs=("sm_90a",), link=False)
     built = build.ensure(project, family, config)
-    listed = device.listed_kernels(project, family, config, built)
+    listed = lister.listed_kernels(project, family, config, built)
     assert sorted(listed) == sorted(scale_names())
     kept = list((Path(build.cache.root()) / "lister").glob("*.json"))
     assert any(json.loads(p.read_text()) == [list(x) for x in listed] for p in kept)

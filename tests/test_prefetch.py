@@ -61,7 +61,8 @@ def test_a_load_prefetches_its_libraries_and_leaves_none_behind(
 
     loader.Prefetch.__init__ = spy  # type: ignore[method-assign]
     try:
-        other = workbench.load(namespace="wbprefetch")
+        # eager: a load that registers families at the first lookup of an op opens none of them
+        other = workbench.load(namespace="wbprefetch", eager=True)
     finally:
         loader.Prefetch.__init__ = inner  # type: ignore[method-assign]
     opened = {os.fspath(b.library) for b in other.families.values() if b.library is not None}

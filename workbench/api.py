@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench import build, cache, knobs, loader, specfile, warm
+from workbench import build, cache, deferred, knobs, loader, specfile, warm
 from workbench.config import Config, make_config
 from workbench.errors import BuildError, LoadError, WorkbenchError
 from workbench.project import Family, Project, discover
@@ -20,6 +20,7 @@ from workbench.tuning import store as tune_store
 
 if TYPE_CHECKING:  # the team cache's module is imported only where a build used it
     from workbench import launcher as team
+    from workbench.device import Module
     from workbench.spec import OpSpec
 
 # Called with the builds a load is about to open, under its use locks: tests use it to hold a
@@ -44,6 +45,8 @@ class LoadReport:
         self.swap_seconds = 0.0  # opening, registering and closing libraries
         self.failed: dict[str, WorkbenchError] = {}  # families whose build or load failed
         self.tuned: list[str] = []  # families whose ops route to tuned variants (wb tune)
+        # Families left for the first lookup of one of their ops (workbench.deferred).
+        self.deferred: list[str] = []
         # Device-only TUs (workbench.device): families whose module alone was swapped, the TUs
         # NVRTC compiled, and the seconds spent compiling and loading modules.
         self.device_only: list[str] = []
@@ -88,6 +91,9 @@ class Library:
     ``reload()`` rebuilds what changed on disk and swaps it in under the same names.
     ``failed`` maps each family whose last build (or load) failed to its error; such a family
     keeps its last good build, if it had one.
+
+    A family this cache has loaded before, untouched since, is registered with torch at the first
+    lookup of one of its ops (:mod:`workbench.deferred`), unless ``eager`` (or WB_EAGER=1).
     """
 
     def __init__(
@@ -97,6 +103,7 @@ class Library:
         families: Sequence[str] | None,
         jobs: int | None,
         on_error: str = "raise",
+        eager: bool | None = None,
     ) -> None:
         self.project = project
         self.config = config
@@ -110,6 +117,8 @@ class Library:
         self.failed: dict[str, WorkbenchError] = {}
         self._tune_records: frozenset[str] | None = None  # the stored tune records, per reload
         self._stamps: dict[str, list[int] | None] = {}  # of device-only TUs' inputs, per reload
+        self.eager = knobs.eager() if eager is None else eager
+        self._index: warm.Index | None = None  # the warm-start index of the last reload
         self.last = self.reload(_first=True)
 
     @property
@@ -125,8 +134,18 @@ class Library:
 
     @property
     def ops(self) -> list[str]:
-        handles = loader.live_handles(self.namespace)
-        return sorted(op for fam in self.families for op in handles[fam].schemas)
+        handles = loader.handles(self.namespace)
+        waiting = deferred.pending(self.namespace)
+        return sorted(
+            op
+            for fam in self.families
+            for op in (handles[fam].schemas if fam in handles else waiting[fam].schemas)
+        )
+
+    def register_all(self) -> None:
+        """Register the families still waiting for the first lookup of one of their ops (for a
+        caller that finds ops in torch's dispatcher by name, without Python)."""
+        deferred.activate_all(self.namespace)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in self.ops:
@@ -166,22 +185,28 @@ class Library:
                 hook(built)
             report = LoadReport(built)
             self._tune_records = tune_store.listing()  # one directory read for every family
-            live = loader.live_handles(self.namespace)
+            live = loader.handles(self.namespace)
+            later = {b.family: d for b in built if (d := self._deferrable(b, live)) is not None}
             fresh = [
                 os.fspath(b.library)
                 for b in built
                 if b.library is not None
+                and b.family not in later
                 and (b.family not in live or live[b.family].built.library != b.library)
             ]
             with loader.prefetch(fresh):  # opened in a thread meanwhile
                 for result in built:
+                    family = project.family(result.family)
                     try:
-                        self._activate(project.family(result.family), result, report)
+                        described = later.get(result.family)
+                        if described is None or not self._defer(family, result, described, report):
+                            self._activate(family, result, report)
                     except (LoadError, BuildError) as e:  # the last good build stays
                         failed[result.family] = e
         for name in [n for n in self.families if n not in names]:
             self._deactivate(name, report)
         specfile.save()  # the facts of spec texts run for the first time
+        self._save_index()
         report.failed = self.failed = failed
         report.seconds = time.perf_counter() - start
         shared = report.team_cache
@@ -229,28 +254,40 @@ class Library:
                         results[name] = future.result()
                     except WorkbenchError as e:
                         results[name] = e
-        with contextlib.suppress(OSError):  # the index only saves time
-            index.save()
+        self._index = index
+        self._save_index()
         built = [r for r in results.values() if isinstance(r, build.Built)]
         errors = {n: r for n, r in results.items() if isinstance(r, WorkbenchError)}
         return built, errors
 
-    def _activate(self, family: Family, result: build.Built, report: LoadReport) -> None:
-        specs = specfile.family_specs(family.name, self.namespace, family.spec_path)
+    def _activate(
+        self,
+        family: Family,
+        result: build.Built,
+        report: LoadReport,
+        read: tuple[specfile.FamilySpecs | None, list[Module] | None] | None = None,
+    ) -> None:
+        """Register ``result`` as the family's live build. ``read``: the specs and the device
+        modules that the load which deferred it found (default: found now)."""
+        if read is None:
+            specs = specfile.family_specs(family.name, self.namespace, family.spec_path)
+            ready = None
+        else:
+            specs, ready = read
         from workbench import device
 
         has_device = device.has_modules(family, self.config)
 
         def prepare(handle: loader.Handle) -> None:  # a new library: its modules before its ops
             if has_device:
-                self._sync_device(family, handle, report)
+                self._sync_device(family, handle, report, ready)
 
         deferred = specs.deferred if specs is not None else {}
         swap = loader.activate(self.namespace, result, deferred, prepare)
         report.swap_seconds += swap.seconds
         report.redefined += swap.redefined
         if not swap.swapped and has_device:  # the same library: a device-only TU may have changed
-            handle = loader.live_handles(self.namespace)[family.name]
+            handle = loader.handles(self.namespace)[family.name]
             if self._sync_device(family, handle, report):
                 report.device_only.append(family.name)
                 swap.swapped = True
@@ -259,14 +296,112 @@ class Library:
             report.swapped.append(family.name)
         self._specs[family.name] = specs
         self.families[family.name] = result
+        if self._index is not None and swap.swapped and result.library is not None:
+            handle = loader.handles(self.namespace)[family.name]
+            self._index.describe(
+                family.name, os.fspath(result.library), handle.schemas, sorted(handle.autograd)
+            )
         self.route(family.name, report)
 
-    def _sync_device(self, family: Family, handle: loader.Handle, report: LoadReport) -> bool:
-        """Compile and load the family's changed device-only TUs (workbench.device)."""
+    def _save_index(self) -> None:
+        if self._index is not None:
+            with contextlib.suppress(OSError):  # the index only saves time
+                self._index.save()
+
+    def _deferrable(
+        self, result: build.Built, live: dict[str, loader.Handle]
+    ) -> dict[str, Any] | None:
+        """What the library of ``result`` declared when this cache last opened it, if the family
+        can wait for the first lookup of one of its ops (workbench.deferred); else None."""
+        if self.eager or result.library is None or result.family in live or self._index is None:
+            return None
+        described = self._index.described(result.family, os.fspath(result.library))
+        if described is None:  # never opened here (or since it was built): opened now
+            return None
+        if tune_store.lookup(result.family, result.key, self._tune_records) is not None:
+            return None  # routed to tuned variants: registered now (workbench.tuning.route)
+        return described
+
+    def _defer(
+        self, family: Family, result: build.Built, described: dict[str, Any], report: LoadReport
+    ) -> bool:
+        """Leave the family for the first lookup of one of its ops; False where it must be
+        registered now. What a load reports at once still does: a new spec.py runs now, a spec
+        that disagrees with the library on autograd is registered now (and refused), and the
+        device-only TUs are compiled now if they changed."""
+        from workbench import device, runtime
+
+        specs = specfile.family_specs(family.name, self.namespace, family.spec_path)
+        given = specs.deferred if specs is not None else {}
+        schemas, autograd = dict(described["schemas"]), set(described["autograd"])
+        try:
+            for name in schemas:
+                runtime.check_autograd(given.get(name), name, name in autograd)
+        except runtime.AutogradError:
+            return False  # registered now, which raises the error
+        assert result.library is not None
+        if device.has_modules(family, self.config):
+            start = time.perf_counter()
+            modules = device.prepare(
+                self.project, family, self.config, result.library, self._stamps
+            )
+            report.device_seconds += time.perf_counter() - start
+            if modules is None:
+                return False
+            report.device_compiled += [m.source for m in modules if m.compiled]
+        else:
+            modules = None
+        name = family.name
+
+        def activate() -> None:
+            self._activate_deferred(name, result, specs, modules)
+
+        deferred.defer(self.namespace, deferred.Pending(name, schemas, activate))
+        self._specs[name] = specs
+        self.families[name] = result
+        report.deferred.append(name)
+        return True
+
+    def _activate_deferred(
+        self,
+        name: str,
+        result: build.Built,
+        specs: specfile.FamilySpecs | None,
+        modules: list[Module] | None,
+    ) -> None:
+        """Register a deferred family, at the first lookup of one of its ops."""
+        report = LoadReport([result])
+        family = self.project.family(name)
+        with cache.use_locks([name]):
+            read: tuple[specfile.FamilySpecs | None, list[Module] | None] | None
+            read = (specs, modules)
+            if result.library is not None and not result.library.exists():
+                # Removed from the cache since the load (wb gc, wb clean): built again.
+                from workbench import ninja
+
+                jobs = self._jobs or ninja.default_jobs()
+                result, read = build.ensure(self.project, family, self.config, jobs, _say), None
+            try:
+                self._activate(family, result, report, read)
+            except (LoadError, BuildError) as e:
+                self.failed[name] = e
+                raise
+        self.failed.pop(name, None)
+        self._save_index()
+
+    def _sync_device(
+        self,
+        family: Family,
+        handle: loader.Handle,
+        report: LoadReport,
+        ready: list[Module] | None = None,
+    ) -> bool:
+        """Compile and load the family's changed device-only TUs (workbench.device); ``ready``:
+        the modules a deferring load found, loaded as they are."""
         from workbench import device
 
         start = time.perf_counter()
-        swapped = device.sync(self.project, family, self.config, handle, self._stamps)
+        swapped = device.sync(self.project, family, self.config, handle, self._stamps, ready=ready)
         report.device_seconds += time.perf_counter() - start
         report.device_compiled += [m.source for m in swapped if m.compiled]
         return bool(swapped)
@@ -274,7 +409,7 @@ class Library:
     def route(self, family: str, report: LoadReport | None = None) -> None:
         """Send the family's ops to their tuned winners, as stored for its live build (or back
         to the plain build when nothing is stored): see :mod:`workbench.tuning.route`."""
-        handle = loader.live_handles(self.namespace)[family]
+        handle = loader.handles(self.namespace)[family]
         record = tune_store.lookup(family, handle.built.key, self._tune_records)
         if record is None and handle.routes is None:
             return  # the common case, without importing the router
@@ -309,8 +444,10 @@ class Library:
             else self.config.cpu_reason
         )
         failed = f"; {len(report.failed)} failed: {', '.join(report.failed)}" * bool(report.failed)
+        later = len(report.deferred)
+        waiting = f" ({later} registered at the first lookup of an op)" * bool(later)
         return (
-            f"{len(report.built)} op families into torch.ops.{self.namespace}: {what}, "
+            f"{len(report.built)} op families into torch.ops.{self.namespace}{waiting}: {what}, "
             f"{report.seconds:.3f} s; {cuda}{failed}"
         )
 
@@ -378,6 +515,7 @@ def load(
     devices: str | None = None,
     jobs: int | None = None,
     on_error: str = "raise",
+    eager: bool | None = None,
 ) -> Library:
     """Build (or find in the cache) the kernel registry under ``path`` and load its ops.
 
@@ -391,11 +529,16 @@ def load(
     names each failed family and its first compiler error. With ``on_error="warn"`` a
     :class:`BuildWarning` says the same, and the Library is returned with the good families and
     ``lib.failed`` (family -> error); ``lib.reload()`` then warns too.
+
+    A family this cache has loaded before, untouched since, is registered with torch at the
+    first lookup of one of its ops (``torch.ops.<ns>.<op>``, ``lib.<op>``): see
+    :mod:`workbench.deferred`. ``eager=True`` (or WB_EAGER=1) registers every family at load.
     """
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     project = discover(path, namespace)
-    return Library(project, make_config(devices), families, jobs, _on_error(on_error))
+    config = make_config(devices)
+    return Library(project, config, families, jobs, _on_error(on_error), eager)
 
 
 __all__ = ["BuildWarning", "Library", "LoadReport", "load"]

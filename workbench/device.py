@@ -502,13 +502,15 @@ def sync(
     handle: Handle,
     seen: dict[str, list[int] | None] | None = None,
     only: set[tuple[str, str]] | None = None,
+    ready: list[Module] | None = None,
 ) -> list[Module]:
     """Compile and load what changed among the family's device-only TUs; the modules swapped.
 
     ``seen``: stamps already read by this load (see :func:`ensure`). ``only``: compile just
     these of the kernels the launchers name (``wb tune``'s variants, which are checked and timed
     on inputs that launch no other); a launch of any other kernel then fails and names it, until
-    a ``sync`` without ``only`` completes the modules."""
+    a ``sync`` without ``only`` completes the modules. ``ready``: the modules :func:`prepare`
+    found for this library (a deferred family's), loaded as they are."""
     if handle.kernels is None:
         handle.kernels = _warm().kernels_of(handle)
     kernels = handle.kernels if only is None else [k for k in handle.kernels if k in only]
@@ -516,87 +518,28 @@ def sync(
         _warm().save()
         return []
     swapped = []
-    for module in ensure(project, family, config, kernels, seen):
+    modules = ready if ready is not None else ensure(project, family, config, kernels, seen)
+    for module in modules:
         if handle.modules.get(module.file) != module.key:
             load(handle, module)
             swapped.append(module)
     return swapped
 
 
-# Run in a child process by listed_kernels: a launcher's static initialiser that crashes takes
-# down the child, not the caller.
-_LIST = """
-import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1])
-lib.wb_kernel_name.restype = ctypes.c_char_p
-for i in range(lib.wb_kernel_count()):
-    print(lib.wb_kernel_name(i).decode())
-"""
-
-
-def listed_kernels(
-    project: Project, family: Family, config: Config, built: build.Built
-) -> list[tuple[str, str]]:
-    """The kernels the family's compiled CUDA launchers name, read without torch or a GPU.
-
-    For builds that cannot be linked against torch here (``wb smoke`` on a CPU build of torch):
-    the launchers' objects are linked with ``bindings/kernel_lister.cpp`` and the CUDA runtime
-    into a small library, which a child process loads to read the names (kept in the cache by
-    the objects' keys).
-    """
-    import subprocess
-    import sys
-    import tempfile
-
-    from workbench.project import WB_BINDING_INCLUDE, WB_KERNEL_INCLUDE, WB_ROOT
-
-    lister = WB_ROOT / "bindings" / "kernel_lister.cpp"
-    tus = [t for t in built.manifest.get("tus", []) if t["kind"] == "cuda"]
-    objects = [build._object_path(str(t["key"])) for t in tus]
-    if not objects:
-        return []
-    key = digest("lister", config.id, [o.name for o in objects], file_digest(str(lister)))
-    kept = cache.root() / "lister" / f"{key[:32]}.json"
-    found = cache.read_json(kept)
-    if isinstance(found, list):
-        return [(str(f), str(e)) for f, e in found]
-    if config.cuda_home is None:
-        raise BuildError("listing device kernels needs the CUDA runtime: set CUDA_HOME")
-    libdirs = [config.cuda_home / d for d in ("lib64", "lib", "targets/x86_64-linux/lib")]
-    libdir = next((d for d in libdirs if (d / "libcudart.so").exists()), libdirs[0])
-    with tempfile.TemporaryDirectory(prefix="wb-lister-") as tmp:
-        obj, lib = Path(tmp) / "lister.o", Path(tmp) / "lister.so"
-        compile_cmd = [
-            str(config.cxx),
-            "-std=c++17",
-            "-fPIC",
-            "-fvisibility=hidden",
-            f"-I{WB_BINDING_INCLUDE}",
-            f"-I{WB_KERNEL_INCLUDE}",
-            "-c",
-            str(lister),
-            "-o",
-            str(obj),
-        ]
-        link_cmd = [str(config.cxx), "-shared", "-o", str(lib), *map(str, objects), str(obj)]
-        link_cmd += [f"-L{libdir}", "-lcudart", f"-Wl,-rpath,{libdir}"]
-        for cmd in (compile_cmd, link_cmd):
-            proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-            if proc.returncode != 0:
-                raise BuildError(
-                    f"listing the device kernels of {family.name} failed:\n{proc.stderr.strip()}",
-                    proc.stderr,
-                )
-        proc = subprocess.run(
-            [sys.executable, "-c", _LIST, str(lib)], capture_output=True, text=True, timeout=120
-        )
-    if proc.returncode != 0:
-        raise BuildError(
-            f"loading the launchers of {family.name} to list their kernels failed:\n"
-            f"{proc.stderr.strip()[-2000:]}",
-            proc.stderr,
-        )
-    names = [tuple(line.split("\t", 1)) for line in proc.stdout.splitlines() if "\t" in line]
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_atomic(kept, json.dumps(names))
-    return [(f, e) for f, e in names]
+def prepare(
+    project: Project,
+    family: Family,
+    config: Config,
+    library: Path,
+    seen: dict[str, list[int] | None] | None = None,
+) -> list[Module] | None:
+    """For a family left unregistered by a load (:mod:`workbench.deferred`): compile what changed
+    among its device-only TUs now, so a compile error shows at load; the first lookup of an op
+    then only loads these modules (:func:`sync`'s ``ready``). None where the kernels the
+    library's launchers name were never recorded (the library was never opened here): the
+    family is then registered at load."""
+    found = _warm().kernels.get(os.fspath(library))
+    if not isinstance(found, list):
+        return None
+    kernels = [(str(f), str(e)) for f, e in found]
+    return ensure(project, family, config, kernels, seen) if kernels else []

@@ -139,6 +139,11 @@ def quiet() -> bool:
     return (get("WB_QUIET") or "0") not in ("", "0")
 
 
+def eager() -> bool:
+    """WB_EAGER=1 registers every family at load, none at the first lookup of its ops."""
+    return (get("WB_EAGER") or "0") not in ("", "0")
+
+
 # Variables that reach the compilers without appearing on their command line; a change to any
 # of them changes the build identity.
 COMPILER_ENV = (

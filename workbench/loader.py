@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench import runtime
+from workbench import deferred, runtime
 from workbench.build import Built
 from workbench.errors import LoadError
 
@@ -293,6 +293,7 @@ def _open_error(built: Built, error: str) -> str:
 
 def registered_spec(ns: str, op: str) -> OpSpec | None:
     """The spec whose fake function and autograd formula ``ns::op`` has (imported if need be)."""
+    deferred.activate_op(ns, op)
     state = _namespaces.get(ns)
     op_def = state.defs.get(op) if state is not None else None
     spec = op_def.spec if op_def is not None else None
@@ -347,6 +348,7 @@ def activate(
     device modules); if it raises, the library is closed and the live build stays.
     """
     start = time.perf_counter()
+    deferred.cancel(ns, built.family)  # registered now, whether it was deferred or not
     state = _namespaces.setdefault(ns, _Namespace())
     old = state.handles.get(built.family)
     swap = Swap()
@@ -364,9 +366,7 @@ def activate(
         except BaseException:
             new.close()
             raise
-    clash = [
-        n for n in new.schemas if n in state.defs and _owner(state, n) not in (None, built.family)
-    ]
+    clash = [n for n in new.schemas if _owner(state, n, ns) not in (None, built.family)]
     if clash:
         new.close()
         raise LoadError(f"ops {clash} of {built.family} are already defined by another family")
@@ -410,6 +410,7 @@ def _restore(ns: str, state: _Namespace, old: Handle, specs: dict[str, Spec | No
 
 def deactivate(ns: str, family: str) -> Swap:
     """Remove a family that no longer exists: its kernels, its ops, and its library."""
+    deferred.cancel(ns, family)
     state = _namespaces.get(ns)
     swap = Swap()
     if state is None or family not in state.handles:
@@ -462,12 +463,20 @@ def _cuda_graphs_recorded() -> bool:
         return True
 
 
-def _owner(state: _Namespace, op: str) -> str | None:
+def _owner(state: _Namespace, op: str, ns: str | None = None) -> str | None:
     for family, handle in state.handles.items():
         if op in handle.schemas:
             return family
-    return None
+    return deferred.owner(ns, op) if ns is not None else None
 
 
 def live_handles(ns: str) -> dict[str, Handle]:
+    """The open library of each family of ``ns``, deferred ones registered first (see
+    :mod:`workbench.deferred`)."""
+    deferred.activate_all(ns)
+    return handles(ns)
+
+
+def handles(ns: str) -> dict[str, Handle]:
+    """The open library of each registered family of ``ns`` (deferred ones left so)."""
     return dict(_namespaces.get(ns, _Namespace()).handles)

@@ -87,8 +87,32 @@ class Index:
                 return
             stamps[path] = list(stamp)
         entry = {"sources": sources, "stamps": stamps, "build": build}
-        if self.entries.get(family) != entry:
+        old = self.entries.get(family)
+        if isinstance(old, dict) and "described" in old and old.get("build") == build:
+            entry["described"] = old["described"]  # the same library: what it declared holds
+        if old != entry:
             self.entries[family] = entry
+            self.dirty = True
+
+    def described(self, family: str, library: str) -> dict[str, Any] | None:
+        """What ``library`` (the family's recorded build) declared when it was last opened: its
+        ``schemas`` (op -> schema) and ``autograd`` ops; None if it was never opened here."""
+        entry = self.entries.get(family)
+        found = entry.get("described") if isinstance(entry, dict) else None
+        if not isinstance(found, dict) or found.get("library") != library:
+            return None
+        return found
+
+    def describe(
+        self, family: str, library: str, schemas: dict[str, str], autograd: list[str]
+    ) -> None:
+        """Record what ``library`` declared when opened (see :mod:`workbench.deferred`)."""
+        entry = self.entries.get(family)
+        if not isinstance(entry, dict) or entry.get("build", {}).get("library") != library:
+            return  # not the recorded build (a variant, or a build too recent to record)
+        found = {"library": library, "schemas": schemas, "autograd": sorted(autograd)}
+        if entry.get("described") != found:
+            entry["described"] = found
             self.dirty = True
 
     def forget(self, family: str) -> None:

@@ -141,12 +141,12 @@ def compile_rows(
 
 def device_rows(project: Project, family: Family, config: Config, built: Built) -> list[Row]:
     """One row per (device-only TU, arch): NVRTC's cubin for the kernels the launchers name."""
-    from workbench import device
+    from workbench import device, lister
     from workbench.errors import WorkbenchError
 
     start = time.perf_counter()
     try:
-        kernels = device.listed_kernels(project, family, config, built)
+        kernels = lister.listed_kernels(project, family, config, built)
         modules = device.ensure(project, family, config, kernels)
     except WorkbenchError as e:
         secs = time.perf_counter() - start

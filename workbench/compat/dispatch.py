@@ -13,7 +13,9 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-REGISTRY_KWARGS = frozenset({"path", "namespace", "families", "devices", "jobs", "on_error"})
+REGISTRY_KWARGS = frozenset(
+    {"path", "namespace", "families", "devices", "jobs", "on_error", "eager"}
+)
 DROPIN_KWARGS = frozenset(
     {
         "name",
