@@ -233,3 +233,20 @@ def test_a_device_only_edit_of_a_deferred_family_compiles_at_load_and_runs_at_fi
     assert torch.equal(lib.op01(x, 2.0), torch.full((4,), 13.0, device="cuda"))
     assert torch.equal(lib.op00(x, 2.0), torch.full((4,), 2.0, device="cuda"))
     assert deferred.pending(ns) == {}
+
+
+def test_a_spec_that_disagrees_with_its_library_on_autograd_is_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    """The deferring load checks the edited spec against what the library declared, so the error
+    shows at load, as an eager load's does, not at the op's first lookup."""
+    kernels = _known(tmp_path, 1)
+    spec = kernels / "op00" / "spec.py"
+    old = "        backward=op00_backward,\n        setup_context=op00_setup_context,\n"
+    assert old in spec.read_text()  # a valid spec, whose claim the library contradicts
+    spec.write_text(spec.read_text().replace(old, "        cpp_autograd=True,\n"))
+    assert "cpp_autograd=True" in spec.read_text()
+    ns = _ns()
+    with pytest.raises(LoadError, match="cpp_autograd"):
+        workbench.load(kernels, namespace=ns, devices="cpu")
+    assert deferred.pending(ns) == {}

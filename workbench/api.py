@@ -199,8 +199,10 @@ class Library:
                     family = project.family(result.family)
                     try:
                         described = later.get(result.family)
-                        if described is None or not self._defer(family, result, described, report):
+                        if described is None:
                             self._activate(family, result, report)
+                        else:
+                            self._defer(family, result, described, report)
                     except (LoadError, BuildError) as e:  # the last good build stays
                         failed[result.family] = e
         for name in [n for n in self.families if n not in names]:
@@ -299,7 +301,7 @@ class Library:
         if self._index is not None and swap.swapped and result.library is not None:
             handle = loader.handles(self.namespace)[family.name]
             self._index.describe(
-                family.name, os.fspath(result.library), handle.schemas, sorted(handle.autograd)
+                family.name, os.fspath(result.library), handle.schemas, handle.autograd
             )
         self.route(family.name, report)
 
@@ -324,33 +326,33 @@ class Library:
 
     def _defer(
         self, family: Family, result: build.Built, described: dict[str, Any], report: LoadReport
-    ) -> bool:
-        """Leave the family for the first lookup of one of its ops; False where it must be
-        registered now. What a load reports at once still does: a new spec.py runs now, a spec
-        that disagrees with the library on autograd is registered now (and refused), and the
+    ) -> None:
+        """Leave the family for the first lookup of one of its ops, or register it now where it
+        cannot wait. What a load reports at once still does: a new spec.py runs now, a spec that
+        disagrees with the library on autograd is registered now (and refused), and the
         device-only TUs are compiled now if they changed."""
-        from workbench import device, runtime
+        from workbench import device
 
         specs = specfile.family_specs(family.name, self.namespace, family.spec_path)
         given = specs.deferred if specs is not None else {}
-        schemas, autograd = dict(described["schemas"]), set(described["autograd"])
+        schemas = dict(described["schemas"])
         try:
-            for name in schemas:
-                runtime.check_autograd(given.get(name), name, name in autograd)
-        except runtime.AutogradError:
-            return False  # registered now, which raises the error
+            loader.check_autograd(schemas, set(described["autograd"]), given)
+        except LoadError:  # registered now, which raises the error
+            self._activate(family, result, report, (specs, None))
+            return
         assert result.library is not None
+        modules = None
         if device.has_modules(family, self.config):
             start = time.perf_counter()
             modules = device.prepare(
                 self.project, family, self.config, result.library, self._stamps
             )
             report.device_seconds += time.perf_counter() - start
-            if modules is None:
-                return False
+            if modules is None:  # the kernels its launchers name are not recorded
+                self._activate(family, result, report, (specs, None))
+                return
             report.device_compiled += [m.source for m in modules if m.compiled]
-        else:
-            modules = None
         name = family.name
 
         def activate() -> None:
@@ -360,7 +362,6 @@ class Library:
         self._specs[name] = specs
         self.families[name] = result
         report.deferred.append(name)
-        return True
 
     def _activate_deferred(
         self,

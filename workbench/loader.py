@@ -28,7 +28,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -128,11 +128,7 @@ class Handle:
 
     def check_autograd(self, specs: dict[str, Spec]) -> None:
         """Raise LoadError unless each op's spec agrees with this library on its autograd."""
-        for name in self.schemas:
-            try:
-                runtime.check_autograd(specs.get(name), name, name in self.autograd)
-            except runtime.AutogradError as e:
-                raise LoadError(str(e)) from e
+        check_autograd(self.schemas, self.autograd, specs)
 
     def close(self) -> None:
         """Unregister, then unmap the library, unless it must stay mapped: see ``_retired``."""
@@ -141,6 +137,17 @@ class Handle:
             _retired.append(self.cdll)
         else:
             _ctypes.dlclose(self.cdll._handle)
+
+
+def check_autograd(ops: Iterable[str], autograd: Collection[str], specs: dict[str, Spec]) -> None:
+    """Raise LoadError unless the spec of each of a library's ``ops`` agrees with it on autograd
+    (``autograd``: the ops it gives a C++ autograd kernel); also for a library not opened yet,
+    from what it declared when last opened (workbench.deferred)."""
+    for name in ops:
+        try:
+            runtime.check_autograd(specs.get(name), name, name in autograd)
+        except runtime.AutogradError as e:
+            raise LoadError(str(e)) from e
 
 
 # Two kinds of library are never unmapped.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ class Index:
         return found
 
     def describe(
-        self, family: str, library: str, schemas: dict[str, str], autograd: list[str]
+        self, family: str, library: str, schemas: dict[str, str], autograd: Iterable[str]
     ) -> None:
         """Record what ``library`` declared when opened (see :mod:`workbench.deferred`)."""
         entry = self.entries.get(family)
