@@ -125,26 +125,26 @@ def run(
     (build_dir / "build.ninja").write_text(ninja_text(jobs, parallel, launcher))
     env = dict(os.environ, NINJA_STATUS="[%f/%t %es] ")
     start = time.perf_counter()
-    proc = subprocess.Popen(
+    log: list[str] = []
+    with subprocess.Popen(
         [find_ninja(), "-C", str(build_dir), f"-j{parallel}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         text=True,
         env=env,
-    )
-    log: list[str] = []
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            log.append(line)
-            if on_line is not None and line.startswith(STATUS_PREFIX):
-                on_line(line.rstrip())
-        code = proc.wait()
-    except BaseException:  # KeyboardInterrupt included: never leave compilers running
-        proc.kill()
-        proc.wait()
-        raise
+    ) as proc:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                log.append(line)
+                if on_line is not None and line.startswith(STATUS_PREFIX):
+                    on_line(line.rstrip())
+            code = proc.wait()
+        except BaseException:  # KeyboardInterrupt included: never leave compilers running
+            proc.kill()
+            proc.wait()
+            raise
     if code != 0:
         raise BuildError(_failure_summary(log), "".join(log))
     result = Result(time.perf_counter() - start, tu_output=_edge_output(log))

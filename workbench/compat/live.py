@@ -10,7 +10,12 @@ edited build of the same extension name:
    the operator (and every ``torch.ops`` handle to it) alive across the swap;
 3. ``wbc_unregister()`` the old build, ``wbc_register()`` the new one; if that fails, register the
    old one again: the last good build keeps working;
-4. drop the placeholders; close the old library (a plain library; Python keeps modules open) and
+4. an op the old build defined and the new one does not (an emptied file, a deleted or renamed
+   op, a renamed namespace) is kept in the dispatcher with its old schema and a kernel that
+   raises ``RemovedOpError`` naming it: a ``torch.ops`` handle held across the reload then
+   raises a Python error instead of calling into an operator the dispatcher has freed; a later
+   build that defines the op again replaces it;
+5. drop the placeholders; close the old library (a plain library; Python keeps modules open) and
    point the old module object's attributes at the new build.
 """
 
@@ -20,8 +25,10 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import os
+import sys
 import types
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.errors import LoadError
@@ -38,6 +45,8 @@ class Live:
     module: types.ModuleType | None
     deferred: bool  # built with wb_compat.h: registers through wbc_register
     registered: bool = False
+    # The ops its registration defined: qualified name ("ns::op.overload") -> schema text.
+    defined: dict[str, str] = field(default_factory=dict)
 
     def namespaces(self) -> list[str]:
         if not self.deferred:
@@ -48,10 +57,13 @@ class Live:
     def register(self) -> None:
         if not self.deferred or self.registered:
             return
+        namespaces = self.namespaces()
+        before = _schemas(namespaces)
         err = ctypes.create_string_buffer(8192)
         if self.cdll.wbc_register(err, len(err)) != 0:
             raise LoadError(f"registering the ops of {self.path.name} failed: {err.value.decode()}")
         self.registered = True
+        self.defined = {k: v for k, v in _schemas(namespaces).items() if k not in before}
 
     def unregister(self) -> None:
         if self.registered:
@@ -60,6 +72,77 @@ class Live:
 
 
 _live: dict[str, Live] = {}  # extension name -> its live build
+
+
+class RemovedOpError(LoadError, RuntimeError):
+    """A call of an op that the extension's newest build no longer defines."""
+
+
+def _schemas(namespaces: list[str]) -> dict[str, str]:
+    """Every op of ``namespaces`` that has a schema now: qualified name -> schema text."""
+    import torch
+
+    if not namespaces:
+        return {}
+    wanted = {ns + "::" for ns in namespaces}
+    out: dict[str, str] = {}
+    for full in torch._C._dispatch_get_all_op_names():
+        head, sep, rest = full.partition("::")
+        if not sep or head + "::" not in wanted:
+            continue
+        op, _, overload = rest.partition(".")
+        try:
+            out[full] = str(torch._C._get_schema(f"{head}::{op}", overload))
+        except RuntimeError:  # an op with kernels but no schema (a placeholder's, an impl's)
+            continue
+    return out
+
+
+@dataclass
+class _Tombstones:
+    """The ops an extension's reloads removed, each defined again with a raising kernel."""
+
+    extension: str
+    schemas: dict[str, str]  # qualified name -> schema text
+    libs: list[object] = field(default_factory=list)
+
+    def namespaces(self) -> list[str]:
+        return sorted({name.split("::", 1)[0] for name in self.schemas})
+
+    def install(self, build: str) -> None:
+        import torch
+
+        for ns in self.namespaces():
+            lib = torch.library.Library(ns, "FRAGMENT")
+            self.libs.append(lib)
+            for name, schema in sorted(self.schemas.items()):
+                if not name.startswith(ns + "::"):
+                    continue
+                try:
+                    lib.define(schema.split("::", 1)[1])
+                except RuntimeError:  # defined again by another library: nothing to guard
+                    continue
+                kernel = _raiser(self.extension, name, build)
+                lib.impl(name.split("::", 1)[1], kernel, "CompositeImplicitAutograd")
+
+    def remove(self) -> None:
+        for lib in self.libs:
+            lib._destroy()  # type: ignore[attr-defined]
+        self.libs.clear()
+
+
+def _raiser(extension: str, name: str, build: str) -> object:
+    def removed(*args: object, **kwargs: object) -> object:
+        raise RemovedOpError(
+            f"{name} is no longer defined: the newest build of the extension {extension!r} "
+            f"({build}) does not define it (a deleted or renamed op or namespace, or a source "
+            "saved empty). Restore its TORCH_LIBRARY definition and load again, or stop calling it."
+        )
+
+    return removed
+
+
+_removed: dict[str, _Tombstones] = {}  # extension name -> the ops its reloads removed
 
 
 def _import_extension(name: str, path: Path) -> types.ModuleType:
@@ -138,17 +221,23 @@ def activate(name: str, path: Path, python_module: bool) -> Live:
     if old is not None and old.path == path:
         return old
     new = _open(name, path, python_module, first=old is None)
-    holders = _hold_ops(old.namespaces()) if old is not None else []
+    gone = _removed.pop(name, _Tombstones(name, {}))
+    held = (old.namespaces() if old is not None else []) + gone.namespaces()
+    holders = _hold_ops(sorted(set(held)))
     try:
         if old is not None:
             old.unregister()
+        gone.remove()
         try:
             new.register()
         except LoadError:
             if old is not None:
                 old.register()  # the last good build keeps working
+            _bury(name, gone.schemas, old.path.name if old is not None else path.name, say=False)
             _close(new)
             raise
+        lost = {**gone.schemas, **(old.defined if old is not None else {})}
+        _bury(name, {k: v for k, v in lost.items() if k not in new.defined}, path.name)
     finally:
         for lib in holders:
             lib._destroy()  # type: ignore[attr-defined]
@@ -158,6 +247,38 @@ def activate(name: str, path: Path, python_module: bool) -> Live:
     if not python_module:
         _note_loaded_library(path)
     return new
+
+
+def _bury(name: str, schemas: dict[str, str], build: str, say: bool = True) -> None:
+    """Keep the ops ``schemas`` names callable, each raising ``RemovedOpError``; say so."""
+    if not schemas:
+        return
+    tombs = _Tombstones(name, schemas)
+    tombs.install(build)
+    _removed[name] = tombs
+    if not say:
+        return
+    warnings.warn(
+        f"the new build of the extension {name!r} ({build}) no longer defines "
+        f"{', '.join(sorted(schemas))}: calling it raises RemovedOpError until a build defines "
+        "it again",
+        RemovedOpWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside the workbench: the user's load call."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("workbench"):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+class RemovedOpWarning(UserWarning):
+    """A reload whose new build no longer defines ops the old one did."""
 
 
 def _retire(old: Live, new: Live) -> None:
