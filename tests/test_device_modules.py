@@ -43,7 +43,7 @@ def test_a_kernel_cu_file_is_a_device_only_tu_outside_the_library() -> None:
     kinds = {s.path.name: s.kind for s in family.sources}
     assert kinds["scale.kernel.cu"] == "device" and kinds["scale.cu"] == "cuda"
     config = make_config(archs=ARCHS, link=False)
-    names = [s.path.name for s in build._sources(family, config)]
+    names = [s.path.name for s in build.family_sources(family, config)]
     assert "scale.kernel.cu" not in names and "scale.cu" in names
 
 

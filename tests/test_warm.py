@@ -43,13 +43,13 @@ def _indexed_registry(root: Path) -> tuple[Path, Path]:
 def planned(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The families that went through the full check (planning and hashing)."""
     names: list[str] = []
-    real = build._plan
+    real = build.plan_tus
 
     def spy(project, family, config):  # type: ignore[no-untyped-def]
         names.append(family.name)
         return real(project, family, config)
 
-    monkeypatch.setattr(build, "_plan", spy)
+    monkeypatch.setattr(build, "plan_tus", spy)
     yield names
 
 

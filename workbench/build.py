@@ -98,7 +98,7 @@ class Built:
         return self._manifest
 
 
-def _sources(family: Family, config: Config) -> list[Source]:
+def family_sources(family: Family, config: Config) -> list[Source]:
     """The TUs of the family's library: device-only TUs are not among them (workbench.device)."""
     cuda = config.with_cuda
     srcs = [s for s in family.sources if s.kind != "device" and (s.kind != "cuda" or cuda)]
@@ -121,7 +121,7 @@ def _headers_from_depfile(depfile: Path, source: Path, config: Config) -> list[s
     return sorted(set(keep))
 
 
-class _TU:
+class TU:
     def __init__(
         self,
         source: Source,
@@ -143,7 +143,7 @@ class _TU:
         return self.key
 
 
-def _object_path(key: str) -> Path:
+def object_path(key: str) -> Path:
     return cache.root() / "obj" / key[:2] / f"{key}.o"
 
 
@@ -162,7 +162,7 @@ def _tu_defines(project: Project, family: Family, src: Source, config: Config) -
     if not isinstance(headers, list):
         return family.defines
     for path in [str(src.path), *headers]:
-        if _mentions_tune(path):
+        if mentions_tune(path):
             return family.defines
     return ()
 
@@ -170,10 +170,12 @@ def _tu_defines(project: Project, family: Family, src: Source, config: Config) -
 def shares_host_objects(project: Project, family: Family, config: Config) -> bool:
     """Whether every host TU of ``family`` (a tuning variant) keeps the plain build's object:
     its -D options reach no TU but its device-only ones (see :func:`_tu_defines`)."""
-    return not any(_tu_defines(project, family, src, config) for src in _sources(family, config))
+    return not any(
+        _tu_defines(project, family, src, config) for src in family_sources(family, config)
+    )
 
 
-def _mentions_tune(path: str) -> bool:
+def mentions_tune(path: str) -> bool:
     try:
         st = os.stat(path)
     except OSError:
@@ -190,19 +192,19 @@ def _mentions_tune_at(path: str, mtime_ns: int, size: int) -> bool:
         return True
 
 
-def _plan(project: Project, family: Family, config: Config) -> list[_TU]:
+def plan_tus(project: Project, family: Family, config: Config) -> list[TU]:
     tus = []
-    for src in _sources(family, config):
+    for src in family_sources(family, config):
         own = _tu_defines(project, family, src, config)
         cmd = config.compile_command(project, src, Path("@OUT@"), own)
         headers = cache.read_json(_deps_file(src.path, cmd))
-        tu = _TU(src, cmd, headers if isinstance(headers, list) else None, own)
+        tu = TU(src, cmd, headers if isinstance(headers, list) else None, own)
         tu.compute_key(config)
         tus.append(tu)
     return tus
 
 
-def _library_key(tus: list[_TU], config: Config, device: tuple[str, ...] = ()) -> str | None:
+def _library_key(tus: list[TU], config: Config, device: tuple[str, ...] = ()) -> str | None:
     """The key of the library linked from ``tus``; ``device``: a variant's -D options that reach
     its device-only TUs (:func:`workbench.device.device_defines`), which make it another build."""
     if any(tu.key is None for tu in tus):
@@ -214,13 +216,13 @@ def _library_key(tus: list[_TU], config: Config, device: tuple[str, ...] = ()) -
     return digest(*parts)
 
 
-def _key(project: Project, family: Family, config: Config, tus: list[_TU]) -> str | None:
+def _key(project: Project, family: Family, config: Config, tus: list[TU]) -> str | None:
     from workbench.device import device_defines
 
     return _library_key(tus, config, device_defines(project, family, config))
 
 
-def _library_dir(family: Family, key: str) -> Path:
+def library_dir(family: Family, key: str) -> Path:
     return cache.root() / "lib" / family.name / key[:32]
 
 
@@ -232,7 +234,7 @@ def find_cached(family: Family, key: str | None) -> Built | None:
     """
     if key is None:
         return None
-    entry = cache.read_entry(_library_dir(family, key), key, "library")
+    entry = cache.read_entry(library_dir(family, key), key, "library")
     if entry is None:
         return None
     manifest, lib = entry
@@ -241,15 +243,15 @@ def find_cached(family: Family, key: str | None) -> Built | None:
 
 def current_key(project: Project, family: Family, config: Config) -> str | None:
     """The library key the current sources would build to; None if a TU was never compiled."""
-    return _key(project, family, config, _plan(project, family, config))
+    return _key(project, family, config, plan_tus(project, family, config))
 
 
 def attempt_fingerprint(project: Project, family: Family, config: Config) -> str:
     """A digest of everything a build attempt starts from, known even before any compile."""
-    return _fingerprint(_plan(project, family, config), config)
+    return _fingerprint(plan_tus(project, family, config), config)
 
 
-def _fingerprint(tus: list[_TU], config: Config) -> str:
+def _fingerprint(tus: list[TU], config: Config) -> str:
     parts = []
     for tu in tus:
         files = [str(tu.source.path), *(tu.headers or [])]
@@ -282,7 +284,7 @@ def ensure(
         return hit
     built = _ensure(project, family, config, jobs, on_line, progress)
     if index is not None:
-        sources = [str(s.path) for s in _sources(family, config)]
+        sources = [str(s.path) for s in family_sources(family, config)]
         library = str(built.library) if built.library else None
         # A linked build's manifest is read from its cache entry when needed: most warm starts
         # never need it, and 30 copies of it made the index slow to read.
@@ -294,7 +296,7 @@ def ensure(
 
 def from_index(family: Family, config: Config, index: warm.Index) -> Built | None:
     """The family's build as the warm-start index recorded it, if its inputs are untouched."""
-    entry = index.lookup(family.name, [str(s.path) for s in _sources(family, config)])
+    entry = index.lookup(family.name, [str(s.path) for s in family_sources(family, config)])
     if entry is None:
         return None
     b = entry["build"]
@@ -313,7 +315,7 @@ def _ensure(
     progress: Progress | None,
 ) -> Built:
     start = time.perf_counter()
-    tus = _plan(project, family, config)
+    tus = plan_tus(project, family, config)
     hit = find_cached(family, _key(project, family, config, tus))
     if hit is not None:
         return hit
@@ -328,7 +330,7 @@ def _ensure(
     before = time.monotonic()
     with cache.lock(family.build_name, on_wait=waiting):
         locked_at = time.monotonic()
-        tus = _plan(project, family, config)  # look again: the other process may have built it
+        tus = plan_tus(project, family, config)  # look again: the other process may have built it
         built = find_cached(family, _key(project, family, config, tus))
         if built is None:
             built = _build_recorded(project, family, config, tus, jobs, on_line, progress)
@@ -341,7 +343,7 @@ def _build_recorded(
     project: Project,
     family: Family,
     config: Config,
-    tus: list[_TU],
+    tus: list[TU],
     jobs: int | None,
     on_line: Callable[[str], None] | None,
     progress: Progress | None,
@@ -377,7 +379,7 @@ def _build_locked(
     project: Project,
     family: Family,
     config: Config,
-    tus: list[_TU],
+    tus: list[TU],
     jobs: int | None,
     on_line: Callable[[str], None] | None,
     progress: Progress | None,
@@ -387,7 +389,7 @@ def _build_locked(
 
     tmp = cache.make_tmp_dir(family.name)
     try:
-        stale = [tu for tu in tus if tu.key is None or not _object_path(tu.key).exists()]
+        stale = [tu for tu in tus if tu.key is None or not object_path(tu.key).exists()]
         outputs = {id(tu): tmp / f"{i}_{tu.source.path.stem}.o" for i, tu in enumerate(stale)}
         ninja_jobs = [
             ninja.Job(
@@ -467,7 +469,7 @@ def _status_sink(
 def _store_objects(
     family: Family,
     config: Config,
-    stale: list[_TU],
+    stale: list[TU],
     outputs: dict[int, Path],
     result: ninja.Result,
 ) -> None:
@@ -476,7 +478,7 @@ def _store_objects(
         tu.headers = _headers_from_depfile(Path(f"{out}.d"), tu.source.path, config)
         key = tu.compute_key(config)
         assert key is not None
-        dest = _object_path(key)
+        dest = object_path(key)
         dest.parent.mkdir(exist_ok=True)
         log = {"seconds": result.tu_seconds.get(src), "output": result.tu_output.get(src, "")}
         cache.write_atomic(dest.with_suffix(".json"), _json_text(log))  # before the object
@@ -488,7 +490,7 @@ def _store_objects(
 
 def compile_log(key: str) -> dict[str, Any]:
     """The seconds and compiler output of the compile that made object ``key`` ({} if none)."""
-    data = cache.read_json(_object_path(key).with_suffix(".json"))
+    data = cache.read_json(object_path(key).with_suffix(".json"))
     return data if isinstance(data, dict) else {}
 
 
@@ -500,7 +502,7 @@ def _link(
     project: Project,
     family: Family,
     config: Config,
-    tus: list[_TU],
+    tus: list[TU],
     key: str,
     tmp: Path,
     same: Built | None = None,
@@ -511,7 +513,7 @@ def _link(
 
     folder = tmp / "lib"
     folder.mkdir()
-    objects = [_object_path(tu.key) for tu in tus if tu.key is not None]
+    objects = [object_path(tu.key) for tu in tus if tu.key is not None]
     lib_name = f"lib{family.name}.{key[:16]}.so" if config.link else None
     if lib_name is not None and same is not None and same.library is not None:
         shutil.copyfile(same.library, folder / lib_name)
@@ -525,7 +527,7 @@ def _link(
     manifest = _manifest(project, family, config, tus, key, lib_name, folder)
     cache.write_atomic(folder / "manifest.json", _json_text(manifest))  # last: "complete"
     cache.install_entry(
-        folder, _library_dir(family, key), lambda: find_cached(family, key) is not None
+        folder, library_dir(family, key), lambda: find_cached(family, key) is not None
     )
     built = find_cached(family, key)
     assert built is not None
@@ -550,7 +552,7 @@ def _manifest(
     project: Project,
     family: Family,
     config: Config,
-    tus: list[_TU],
+    tus: list[TU],
     key: str,
     lib_name: str | None,
     folder: Path,

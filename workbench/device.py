@@ -153,7 +153,7 @@ def _options(
 ) -> list[str]:
     """The NVRTC options of one TU: a variant's -D options only where the TU can read them."""
     options = _base_options(project, family, config)
-    if family.defines and not any(build._mentions_tune(p) for p in [str(source), *headers]):
+    if family.defines and not any(build.mentions_tune(p) for p in [str(source), *headers]):
         options = [o for o in options if o not in family.defines]
     return options
 
@@ -192,7 +192,7 @@ def device_defines(project: Project, family: Family, config: Config) -> tuple[st
         if src.kind != "device":
             continue
         headers = includes(src.path, project.include_dirs)
-        if any(build._mentions_tune(p) for p in [str(src.path), *headers]):
+        if any(build.mentions_tune(p) for p in [str(src.path), *headers]):
             return family.defines
     return ()
 
@@ -372,7 +372,7 @@ class _Warm:
             return None
         for path, stamp in entry.get("stamps", {}).items():
             if path not in seen:
-                seen[path] = warm._current(path)
+                seen[path] = warm.read_stamp(path)
             if seen[path] != stamp:
                 return None
         images = entry["images"]
@@ -390,7 +390,7 @@ class _Warm:
         now = time.time()
         stamps = {}
         for path in inputs:  # the cubins are files of the cache, named by their keys
-            stamp = warm._stamp(path, now)
+            stamp = warm.stamp_of(path, now)
             if stamp is None:
                 with self.lock:
                     if self.entries.pop(source, None) is not None:

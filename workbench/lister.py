@@ -41,7 +41,7 @@ def listed_kernels(
 
     lister = WB_ROOT / "bindings" / "kernel_lister.cpp"
     tus = [t for t in built.manifest.get("tus", []) if t["kind"] == "cuda"]
-    objects = [build._object_path(str(t["key"])) for t in tus]
+    objects = [build.object_path(str(t["key"])) for t in tus]
     if not objects:
         return []
     key = digest("lister", config.id, [o.name for o in objects], file_digest(str(lister)))

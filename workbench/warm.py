@@ -29,7 +29,7 @@ _RACY_SECONDS = 2.0
 Stamp = tuple[int, int, int]
 
 
-def _stamp(path: str, now: float) -> Stamp | None:
+def stamp_of(path: str, now: float) -> Stamp | None:
     """The file's (size, mtime_ns, inode), or None if missing or too recent to trust."""
     try:
         st = os.stat(path)
@@ -40,7 +40,7 @@ def _stamp(path: str, now: float) -> Stamp | None:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def _current(path: str) -> list[int] | None:
+def read_stamp(path: str) -> list[int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -62,7 +62,7 @@ class Index:
 
     def _matches(self, path: str, stamp: list[int]) -> bool:
         if path not in self._seen:
-            self._seen[path] = _current(path)
+            self._seen[path] = read_stamp(path)
         return self._seen[path] == stamp
 
     def lookup(self, family: str, sources: list[str]) -> dict[str, Any] | None:
@@ -82,7 +82,7 @@ class Index:
         now = time.time()
         stamps = {}
         for path in [*inputs, *([library] if library else [])]:
-            stamp = _stamp(path, now)
+            stamp = stamp_of(path, now)
             if stamp is None:
                 self.forget(family)
                 return

@@ -27,7 +27,7 @@ def entries(project: Project, config: Config) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     seen: set[Path] = set()
     for family in project.families:
-        for i, src in enumerate(build._sources(family, config)):
+        for i, src in enumerate(build.family_sources(family, config)):
             if src.path in seen:
                 continue
             seen.add(src.path)

@@ -42,7 +42,7 @@ def family_status(project: Project, family: Family, config: Config) -> dict[str,
     elif found:
         row["state"] = "stale"
     if shown is not None:
-        entry = inventory.Entry(family.name, build._library_dir(family, shown["key"]), shown)
+        entry = inventory.Entry(family.name, build.library_dir(family, shown["key"]), shown)
         row.update(
             hash=entry.key[:12],
             last_build=entry.created,

@@ -144,7 +144,7 @@ def explain(project: Project, family: Family, config: Config) -> tuple[str, list
     if not found:
         return f"{family.name} was never built in this cache: nothing to compare", []
     last = found[0].manifest
-    plan = build._plan(project, family, config)
+    plan = build.plan_tus(project, family, config)
     new_inputs = {
         p: file_digest(p) for tu in plan for p in [str(tu.source.path), *(tu.headers or [])]
     }
