@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from workbench import knobs, toolchain
-from workbench.build import _TU, _headers_from_depfile
+from workbench.build import TU, _headers_from_depfile
 from workbench.config import Config
 from workbench.errors import WorkbenchError
 from workbench.ninja import Job, ninja_text
@@ -54,8 +54,8 @@ def test_compiler_env_knobs_reach_the_key() -> None:
     assert env == {"CXX": "clang++"}
 
 
-def _tu(tmp_path: Path, headers: list[str], command: tuple[str, ...] = ("c++", "-O3")) -> _TU:
-    return _TU(Source(tmp_path / "k.cpp", "cpu"), command, headers)
+def _tu(tmp_path: Path, headers: list[str], command: tuple[str, ...] = ("c++", "-O3")) -> TU:
+    return TU(Source(tmp_path / "k.cpp", "cpu"), command, headers)
 
 
 def test_tu_key_follows_source_and_header_content(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_a_deleted_header_changes_the_key(tmp_path: Path) -> None:
 
 
 def test_an_uncompiled_tu_has_no_key(tmp_path: Path) -> None:
-    tu = _TU(Source(tmp_path / "k.cpp", "cpu"), ("c++",), None)
+    tu = TU(Source(tmp_path / "k.cpp", "cpu"), ("c++",), None)
     assert tu.compute_key(make_config()) is None
 
 
@@ -172,26 +172,51 @@ def test_discover_rejects_a_bad_namespace(tmp_path: Path) -> None:
         discover(_registry(tmp_path), namespace="my-ops")
 
 
+# What ``import workbench`` did, seen by an audit hook installed before it (CPython's own
+# events: a process started, a folder made, a file opened for writing, a shared library loaded).
+IMPORT_AND_AUDIT = """
+import json, os, sys
+WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+SPAWN = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.spawn", "os.system")
+seen = []
+def hook(event, args):
+    if event in SPAWN or event in ("os.mkdir", "ctypes.dlopen"):
+        seen.append([event, str(args[0])])
+    elif event == "open" and isinstance(args[2], int) and args[2] & WRITE:
+        seen.append([event, str(args[0])])
+sys.addaudithook(hook)
+import workbench
+version = workbench.__version__
+heavy = [m for m in ("torch", "subprocess") if m in sys.modules]
+print(json.dumps({"events": seen, "heavy": heavy, "version": version}))
+"""
+
+
 def test_import_does_no_heavy_work(tmp_path: Path) -> None:
-    cache = tmp_path / "never-created"
-    code = textwrap.dedent(
-        """
-        import sys, workbench
-        assert "torch" not in sys.modules, "import workbench imported torch"
-        assert "subprocess" not in sys.modules or True
-        print(workbench.__version__)
-        """
-    )
-    env = {"WB_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    """STYLE 9: ``import workbench`` probes no compiler, initialises no CUDA, makes no folder."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        "WB_CACHE_DIR": str(tmp_path / "cache"),
+        "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+        "HOME": str(home),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONDONTWRITEBYTECODE": "1",  # the interpreter's own __pycache__ folders stay out
+    }
     out = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", IMPORT_AND_AUDIT],
         env=env,
         capture_output=True,
         text=True,
         cwd=Path(__file__).parent.parent,
     )
     assert out.returncode == 0, out.stderr
-    assert not cache.exists()
+    report = json.loads(out.stdout)
+    assert report["events"] == []  # nothing started, made, written or dlopened
+    assert report["heavy"] == []  # no torch (so no CUDA), nothing that runs a compiler
+    assert report["version"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+    assert list(home.iterdir()) == []
 
 
 def test_a_present_sm90_gpu_is_built_with_its_arch_specific_features() -> None:
