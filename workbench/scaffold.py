@@ -14,6 +14,8 @@ files whose text is already there, so rewriting an unchanged family rebuilds not
 
 from __future__ import annotations
 
+import contextlib
+import keyword
 import re
 from pathlib import Path
 
@@ -283,23 +285,147 @@ OPS = [
 # Names discovery passes over: kernels/include holds the headers every family shares.
 RESERVED = ("include",)
 
+# C++ keywords and alternative tokens (C++20): a family's name is the stem of its C++ names.
+CPP_KEYWORDS = frozenset(
+    [
+        "alignas",
+        "alignof",
+        "and",
+        "and_eq",
+        "asm",
+        "auto",
+        "bitand",
+        "bitor",
+        "bool",
+        "break",
+        "case",
+        "catch",
+        "char",
+        "char8_t",
+        "char16_t",
+        "char32_t",
+        "class",
+        "compl",
+        "concept",
+        "const",
+        "consteval",
+        "constexpr",
+        "constinit",
+        "const_cast",
+        "continue",
+        "co_await",
+        "co_return",
+        "co_yield",
+        "decltype",
+        "default",
+        "delete",
+        "do",
+        "double",
+        "dynamic_cast",
+        "else",
+        "enum",
+        "explicit",
+        "export",
+        "extern",
+        "false",
+        "float",
+        "for",
+        "friend",
+        "goto",
+        "if",
+        "inline",
+        "int",
+        "long",
+        "mutable",
+        "namespace",
+        "new",
+        "noexcept",
+        "not",
+        "not_eq",
+        "nullptr",
+        "operator",
+        "or",
+        "or_eq",
+        "private",
+        "protected",
+        "public",
+        "register",
+        "reinterpret_cast",
+        "requires",
+        "return",
+        "short",
+        "signed",
+        "sizeof",
+        "static",
+        "static_assert",
+        "static_cast",
+        "struct",
+        "switch",
+        "template",
+        "this",
+        "thread_local",
+        "throw",
+        "true",
+        "try",
+        "typedef",
+        "typeid",
+        "typename",
+        "union",
+        "unsigned",
+        "using",
+        "virtual",
+        "void",
+        "volatile",
+        "wchar_t",
+        "while",
+        "xor",
+        "xor_eq",
+    ]
+)
+# Python's keywords: ``torch.ops.<ns>.class`` cannot be written, and torch's schema parser
+# reads these words as its own tokens (``expected ident but found 'class'``).
+PYTHON_KEYWORDS = frozenset(keyword.kwlist)
+# Attributes of a ``torch.ops.<ns>`` namespace object: an op of that name is hidden behind it.
+TORCH_OPS_ATTRIBUTES = frozenset({"name"})
 
-def check_name(name: str) -> str:
-    """``name`` if it can name a family (its folder, op and ``wb::<name>_family``), else raise.
 
-    The C++ namespace carries the ``_family`` suffix, so no name collides with the registry's
-    own names in namespace ``wb`` (``wb::f16``, ``wb::data``, ...).
-    """
+def _refusal(name: str) -> str | None:
+    """Why ``name`` cannot name a family, or None."""
     if not _IDENT.fullmatch(name):
-        raise ValueError(
-            f"op family name {name!r} must be lower case letters, digits and '_', "
-            "starting with a letter (it becomes a folder, an op name and a C++ namespace)"
+        return (
+            "must be lower case letters, digits and '_', starting with a letter "
+            "(it becomes a folder, an op name and a C++ namespace)"
         )
     if name in RESERVED:
-        raise ValueError(
-            f"op family name {name!r} is reserved (reserved: {', '.join(RESERVED)}): "
+        return (
+            f"is reserved (reserved: {', '.join(RESERVED)}): "
             "kernels/include holds the headers every family shares"
         )
+    if name in PYTHON_KEYWORDS:
+        return (
+            "is a Python keyword: torch's schema parser refuses it as an op name and "
+            f"torch.ops.<ns>.{name} cannot be written"
+        )
+    if name in CPP_KEYWORDS:
+        return "is a C++ keyword or alternative token: it also names the family's C++ code"
+    if name in TORCH_OPS_ATTRIBUTES:
+        return f"is an attribute of every torch.ops namespace: torch.ops.<ns>.{name} is not the op"
+    return None
+
+
+def check_name(name: str) -> str:
+    """``name`` if it can name a family (its folder, op and ``wb::<name>_family``), else raise
+    ValueError saying why.
+
+    Refused: names discovery skips or misreads, Python and C++ keywords (torch's schema parser
+    and ``torch.ops.<ns>.<op>`` need a Python identifier; the C++ code is named after the
+    family), and the attributes of a ``torch.ops`` namespace. The C++ namespace carries the
+    ``_family`` suffix, so no name collides with the registry's own names in namespace ``wb``
+    (``wb::f16``, ``wb::data``, ...).
+    """
+    reason = _refusal(name)
+    if reason is not None:
+        raise ValueError(f"op family name {name!r} {reason}; pick another name")
     return name
 
 
@@ -332,22 +458,76 @@ def family_files(name: str, shift: float = 1.0, layout: str = "device") -> dict[
     }
 
 
+def family_paths(
+    kernels_dir: Path, name: str, shift: float = 1.0, layout: str = "device"
+) -> dict[Path, str]:
+    """The files of family ``name`` in the registry whose kernels folder is ``kernels_dir``,
+    whatever it is called, and their texts.
+
+    Where discovery (:func:`workbench.project.discover`) looks: the kernel sources in
+    ``kernels_dir/<name>/``, the binding in ``bindings/<name>.cpp`` beside ``kernels_dir``.
+    """
+    kernels_dir = Path(kernels_dir)
+    folders = {"kernels": kernels_dir, "bindings": kernels_dir.parent / "bindings"}
+    paths = {}
+    for rel, text in family_files(name, shift, layout).items():
+        top, _, rest = rel.partition("/")
+        paths[folders[top] / rest] = text
+    return paths
+
+
 def write_family(
     kernels_dir: Path, name: str, shift: float = 1.0, layout: str = "device"
 ) -> list[Path]:
     """Write the family ``name`` into ``kernels_dir`` (and ``bindings/`` beside it).
 
-    Returns the files whose text changed.
+    Returns the files whose text changed; a file whose text is already there is left alone.
     """
-    root = Path(kernels_dir).parent
     written = []
-    for rel, text in family_files(name, shift, layout).items():
-        path = root / rel
+    for path, text in family_paths(kernels_dir, name, shift, layout).items():
         if path.is_file() and path.read_text() == text:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         written.append(path)
+    return written
+
+
+class FamilyExists(FileExistsError):
+    """Files of a new family are there already; ``paths`` names them."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        super().__init__(", ".join(map(str, paths)))
+        self.paths = paths
+
+
+def create_family(kernels_dir: Path, name: str, layout: str = "device") -> list[Path]:
+    """``wb new``: write a new family ``name`` into ``kernels_dir``; all its files or none.
+
+    Raises FamilyExists naming what is in the way (the family's folder, its binding or any of
+    its files) before writing anything; a write that fails (OSError) removes the files and
+    folders made before it.
+    """
+    paths = family_paths(kernels_dir, name, layout=layout)
+    folder = Path(kernels_dir) / name
+    in_the_way = [p for p in (folder, *paths) if p.exists()]
+    if in_the_way:
+        raise FamilyExists(in_the_way)
+    made_dirs = {d for p in paths for d in p.parents if not d.exists()}
+    written: list[Path] = []
+    try:
+        for path, text in paths.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("x") as f:  # "x": never over a file that appeared meanwhile
+                written.append(path)
+                f.write(text)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        for d in sorted(made_dirs, key=lambda d: len(d.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
     return written
 
 

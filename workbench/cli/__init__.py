@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from workbench import __version__
 from workbench.cli import (
     bench,
     build,
@@ -13,6 +14,7 @@ from workbench.cli import (
     compile_commands,
     doctor,
     gc,
+    helptext,
     new,
     smoke,
     status,
@@ -58,13 +60,22 @@ def parser() -> argparse.ArgumentParser:
     The global options are accepted before and after the subcommand; given after it, they win.
     """
     p = argparse.ArgumentParser(prog="wb", description="Build, check and time C++/CUDA ops.")
+    p.add_argument("--version", action="version", version=f"wb {__version__}")
     _global_options(p, None)
     globals_after = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: a subcommand that is not given them leaves the values from before it alone.
     _global_options(globals_after, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
     for name, module in COMMANDS.items():
-        module.add_parser(sub.add_parser(name, help=module.__doc__, parents=[globals_after]))
+        module.add_parser(
+            sub.add_parser(
+                name,
+                help=helptext.summary(module.__doc__),
+                description=helptext.description(module.__doc__),
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                parents=[globals_after],
+            )
+        )
     return p
 
 

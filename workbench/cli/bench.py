@@ -53,11 +53,14 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         return _calibrate(args)
     import workbench
+    from workbench.cli.common import project_of, require_specs
     from workbench.errors import WorkbenchError
 
     if args.plot is not None and args.plot.suffix.lower() not in (".png", ".svg"):
         raise WorkbenchError(f"--plot {args.plot} must end in .png or .svg")
+    project_of(args)  # an empty registry says so before anything loads
     lib = workbench.load(args.kernels, namespace=args.namespace)
+    require_specs(args.ops, lib.specs, lib.project.kernels_dir)
     result = workbench.bench(
         args.ops or None,
         lib=lib,

@@ -77,6 +77,7 @@ def _check(args: argparse.Namespace) -> Any:
     import torch
 
     import workbench
+    from workbench.cli.common import project_of, require_specs
     from workbench.verify import isolate
     from workbench.verify.api import sample_warnings
     from workbench.verify.report import Report
@@ -86,12 +87,13 @@ def _check(args: argparse.Namespace) -> Any:
         lib = importlib.import_module(args.package)
         with_cuda = "cuda" in lib.build_info["devices"]
         cpu_reason = f"{args.package} was built for the CPU only"
+        where = f"package {args.package}"
     else:
+        project_of(args)  # an empty registry says so before anything loads
         lib = workbench.load(args.kernels, namespace=args.namespace)
         with_cuda, cpu_reason = lib.config.with_cuda, lib.config.cpu_reason
-    unknown = [op for op in args.ops if op not in lib.specs]
-    if unknown:
-        raise SystemExit(f"wb check: no spec for {unknown}; ops with specs: {sorted(lib.specs)}")
+        where = lib.project.kernels_dir
+    require_specs(args.ops, lib.specs, where)
     devices = _devices(args.device, with_cuda, cpu_reason, torch.cuda.is_available())
     options = Options(trials=args.trials, seed=args.seed, contract=not args.no_contract)
     report = Report()

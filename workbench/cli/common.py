@@ -6,13 +6,38 @@ import argparse
 import json
 import re
 import sys
+from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.project import Family, Project, discover
 
 
 def project_of(args: argparse.Namespace) -> Project:
-    return discover(args.kernels, args.namespace)
+    """The registry ``--kernels`` names (default: the bundled one); an error where it holds no
+    op family, saying how to make one."""
+    project = discover(args.kernels, args.namespace)
+    if not project.families:
+        where = args.kernels or project.kernels_dir
+        raise WorkbenchError(
+            f"no op family found in {project.kernels_dir}: a family is a folder DIR/NAME/ of "
+            f"kernels with its binding in bindings/NAME.cpp beside DIR; make one with "
+            f"`wb new NAME --kernels {where}`"
+        )
+    return project
+
+
+def unknown(what: str, name: str, known: list[str], where: object) -> WorkbenchError:
+    """The error for a name on the command line that names nothing: the name, where it was
+    looked for, and the names there are."""
+    listing = ", ".join(sorted(known)) or "none"
+    return WorkbenchError(f"no {what} {name!r} in {where}; known: {listing}")
+
+
+def require_specs(names: list[str], specs: dict[str, Any], where: object) -> None:
+    """Raise for the first of ``names`` that is not an op with a spec."""
+    for name in names:
+        if name not in specs:
+            raise unknown("op with a spec", name, list(specs), where)
 
 
 def op_names(family: Family, project: Project) -> list[str]:
@@ -34,10 +59,8 @@ def families_of(project: Project, names: list[str]) -> list[Family]:
         match = [f for f in project.families if f.name == name]
         match = match or [f for f in project.families if name in op_names(f, project)]
         if not match:
-            known = ", ".join(f.name for f in project.families) or "none"
-            raise WorkbenchError(
-                f"no op or op family {name!r} under {project.kernels_dir}; families: {known}"
-            )
+            known = [f.name for f in project.families]
+            raise unknown("op or op family", name, known, project.kernels_dir)
         if match[0] not in chosen:
             chosen.append(match[0])
     return chosen

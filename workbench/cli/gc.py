@@ -4,7 +4,8 @@ Safe beside running processes: a family's builds are removed only under its buil
 its use lock (a family being built, or being loaded by a process that has found its library
 and not yet opened it, is skipped), objects and cubins only under the objects lock, and a
 library that a running process has mapped is kept. Cubins of device-only TUs go when no warm
-record hands them to a load any more (see ``_remove_cubins``).
+record hands them to a load any more (an edited kernel's older ones), and over --max-size the
+recorded ones too (compiled again when next needed).
 """
 
 from __future__ import annotations

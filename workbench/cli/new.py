@@ -1,4 +1,10 @@
-"""write a new op family from the template (an elementwise op that builds and passes wb check)"""
+"""write a new op family from the template (an elementwise op that builds and passes wb check)
+
+The family goes where ``workbench.load(DIR)`` and ``wb --kernels DIR`` find it, whatever DIR is
+called: its kernels in DIR/NAME/, its binding in bindings/NAME.cpp beside DIR. Nothing is
+written when any of those files exists already, nor for a name that cannot load (a Python or
+C++ keyword).
+"""
 
 from __future__ import annotations
 
@@ -32,15 +38,21 @@ def run(args: argparse.Namespace) -> int:
         scaffold.check_name(args.name)
     except ValueError as e:
         raise WorkbenchError(str(e)) from e
-    if (kernels / args.name).exists() or (
-        kernels.parent / "bindings" / f"{args.name}.cpp"
-    ).exists():
-        raise WorkbenchError(
-            f"op family {args.name!r} already exists under {kernels}; pick another name"
-        )
     layout = "nvcc" if args.nvcc else "device"
-    for path in scaffold.write_family(kernels, args.name, layout=layout):
+    try:
+        written = scaffold.create_family(kernels, args.name, layout=layout)
+    except scaffold.FamilyExists as e:
+        raise WorkbenchError(
+            f"op family {args.name!r} would overwrite {e}; nothing was written: pick another "
+            "name, or remove those files first"
+        ) from e
+    except OSError as e:
+        raise WorkbenchError(
+            f"cannot write op family {args.name!r} into {kernels}: {e}; "
+            "the files written before the error were removed"
+        ) from e
+    for path in written:
         print(path)
-    where = f"--kernels {kernels} " if args.kernels else ""
+    where = f"--kernels {args.kernels} " if args.kernels else ""
     print(f"next: edit the files above, then `wb {where}check {args.name}`")
     return 0

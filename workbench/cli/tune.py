@@ -41,12 +41,16 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     import workbench
+    from workbench.cli.common import project_of, unknown
     from workbench.errors import WorkbenchError
     from workbench.tuning.space import TuneError
 
     if args.plot is not None and args.plot.suffix.lower() not in (".png", ".svg"):
         raise WorkbenchError(f"--plot {args.plot} must end in .png or .svg")
+    project_of(args)  # an empty registry says so before anything loads
     lib = workbench.load(args.kernels, namespace=args.namespace)
+    if args.op not in lib.ops:
+        raise unknown("op", args.op, lib.ops, lib.project.kernels_dir)
     if args.forget:
         return _forget(lib, args.op)
     try:

@@ -23,6 +23,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench import ship, toolchain
+    from workbench.cli.common import families_of, project_of
 
     try:
         archs = toolchain.parse_arch_list(args.arch) if args.arch else None
@@ -30,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"wb wheel: --arch: {e}") from None
     if args.jobs is not None and args.jobs < 1:
         raise SystemExit(f"wb wheel: -j must be >= 1, got {args.jobs}")
+    project = project_of(args)  # an empty registry says so before anything builds
+    families_of(project, args.families)
     shipped = ship.build_wheel(
         args.kernels,
         name=args.name,
