@@ -99,13 +99,13 @@ case "${1:-}" in
     # This tree registers each family at the first lookup of its ops (workbench.deferred);
     # warm_eager is the same tree and cache with WB_EAGER=1 (every family at load).
     base=${2:-}
-    step warm "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
+    step warm "$PY" -m bench warm_start --families 30 --processes 10 --json \
       --work "$LOGS/new" --profile --dump "$LOGS/warm.pstats"
-    [ -n "$base" ] && step warm_base "$PY" scripts/bench_warm_start.py --families 30 \
+    [ -n "$base" ] && step warm_base "$PY" -m bench warm_start --families 30 \
       --processes 10 --json --work "$LOGS/base" --tree "$base"
-    step warm_eager "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
+    step warm_eager "$PY" -m bench warm_start --families 30 --processes 10 --json \
       --work "$LOGS/new" --eager
-    step warm2 "$PY" scripts/bench_warm_start.py --families 30 --processes 10 --json \
+    step warm2 "$PY" -m bench warm_start --families 30 --processes 10 --json \
       --work "$LOGS/new"
     rm -rf "$LOGS/new" "$LOGS/base"
     for log in warm warm_base warm_eager warm2; do
@@ -122,7 +122,7 @@ case "${1:-}" in
     tail -n 12 "$LOGS/tuned_bench.log"
     ;;
   compile)
-    step device_compile "$PY" scripts/bench_device_compile.py --arch sm_90a --repeats 3
+    step device_compile "$PY" -m bench device_compile --arch sm_90a --repeats 3
     tail -n 20 "$LOGS/device_compile.log"
     ;;
   notebooks)

@@ -1,6 +1,6 @@
 """Many edit-and-reload cycles keep the process bounded: at most two builds of a family stay
 mapped (its first, which torch still points into, and the live one) and no file descriptor
-leaks. Runs ``scripts/bench_reload_memory.py`` as a real process, with fewer cycles."""
+leaks. Runs ``python -m bench reload_memory`` as a real process, with fewer cycles."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def test_reloads_keep_the_first_and_the_live_library_mapped_and_no_fd_leaks(
 ) -> None:
     out = tmp_path / "rows.json"
     proc = subprocess.run(
-        [PYTHON, str(ROOT / "scripts" / "bench_reload_memory.py"), "--cycles", str(CYCLES),
+        [PYTHON, "-m", "bench", "reload_memory", "--cycles", str(CYCLES),
          "--every", "1", "--cache", str(cache_dir), "--json", str(out)],
         env=child_env(), cwd=ROOT, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip

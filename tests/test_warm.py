@@ -222,7 +222,7 @@ def test_the_gpu_answer_kept_across_processes_is_torchs(tmp_path: Path) -> None:
 
 
 def test_the_warm_start_bench_reports_every_phase_and_its_spread(tmp_path: Path) -> None:
-    """scripts/bench_warm_start.py in new processes: per phase min <= median <= max, the phases
+    """python -m bench warm_start in new processes: per phase min <= median <= max, the phases
     inside load() no more than the total, and the registry really loaded (it asserts its ops)."""
     import json
     import subprocess
@@ -230,14 +230,16 @@ def test_the_warm_start_bench_reports_every_phase_and_its_spread(tmp_path: Path)
 
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(
-        [sys.executable, str(root / "scripts" / "bench_warm_start.py"), "--families", "1",
-         "--processes", "2", "--json", "--work", str(tmp_path)],
-        capture_output=True, text=True, timeout=900,
+        [sys.executable, "-m", "bench", "warm_start", "--families", "1", "--processes", "2",
+         "--json", "--work", str(tmp_path)],
+        capture_output=True, text=True, timeout=900, cwd=root,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     runs = [json.loads(line) for line in lines[:2]]
-    summary = json.loads(lines[2])["summary"]
+    report = json.loads(lines[2])
+    summary = report["summary"]
+    assert report["environment"]["commit"] and report["environment"]["torch"]
     phases = ("import", "index", "spec", "open", "define", "python", "kernels", "other", "call")
     for run in runs:
         # The family was loaded before: the load left it for the op's first call, which opened

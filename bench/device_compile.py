@@ -8,28 +8,24 @@ each with ``-time`` (nvcc's own per-phase timing):
 - ``cubin``: ``nvcc -cubin``, the device passes alone (preprocess for the device, cicc,
   ptxas): what a device-only reload would pay through nvcc (issue 21).
 
-Prints a markdown table: per TU the wall time of each run and the full run's split into host
-and device phases, then the totals. Needs nvcc only (no GPU, no torch CUDA build).
+Prints a markdown table: per TU the wall time of each run, the full run's split into host and
+device phases, and the share of the full run's wall time those phases account for (``phases /
+-c``: at most about 1 where nvcc's own timing covers what ran inside the measured compile;
+nvcc, the driver, fatbinary and the process start make up the rest), then the totals. Needs
+nvcc only (no GPU, no torch CUDA build).
 
-Usage: python scripts/bench_device_compile.py [--arch sm_90a] [--repeats 1] [--tu matmul_wgmma]
+Usage: python -m bench device_compile [--arch sm_90a] [--repeats 1] [--tu matmul_wgmma]
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from workbench import toolchain  # noqa: E402
-from workbench.config import CUDA_FLAGS  # noqa: E402
+from bench.common import ROOT, environment, markdown_table, nvcc, parser, run
 
 # nvcc -time phase names, grouped. Anything else (fatbinary, the driver) is "other".
 HOST = ("gcc (preprocessing 4)", "cudafe++", "gcc (compiling)")
@@ -49,14 +45,17 @@ def phases(csv_path: Path) -> dict[str, float]:
     return out
 
 
-def compile_once(nvcc: str, tu: Path, arch: str, mode: str, tmp: Path) -> tuple[float, dict]:
+def compile_once(exe: Path, tu: Path, arch: str, mode: str, tmp: Path) -> tuple[float, dict]:
+    from workbench import toolchain
+    from workbench.config import CUDA_FLAGS
+
     # -cubin runs no host compiler: the host-only options go.
     flags = [f for f in CUDA_FLAGS if mode != "cubin" or not f.startswith("-Xcompiler")]
     out = tmp / f"{tu.stem}.{'cubin' if mode == 'cubin' else 'o'}"
     timing = tmp / f"{tu.stem}-{mode}.csv"
     timing.unlink(missing_ok=True)
     cmd = [
-        nvcc,
+        str(exe),
         "-cubin" if mode == "cubin" else "-c",
         *flags,
         *toolchain.gencode_flags((arch,)),
@@ -68,26 +67,25 @@ def compile_once(nvcc: str, tu: Path, arch: str, mode: str, tmp: Path) -> tuple[
         "-time",
         str(timing),
     ]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"nvcc failed on {tu}:\n{proc.stderr[-3000:]}")
-    return wall, phases(timing)
+    ran = run(cmd, cwd=None, what=f"nvcc on {tu}")
+    return ran.wall, phases(timing)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arch", default="sm_90a", help="one arch, e.g. sm_90a or sm_80")
-    parser.add_argument("--repeats", type=int, default=1, help="median of this many runs")
-    parser.add_argument("--tu", action="append", help="only these TUs (file stems)")
-    args = parser.parse_args()
+def row(name: object, full: float, host: float, device: float, cubin: float) -> list[str]:
+    """A table row; ``host`` and ``device`` in seconds."""
+    cells = (full, host, device, cubin, cubin / full, (host + device) / full)
+    return [str(name), *(f"{c:.2f}" for c in cells)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__name__, __doc__)
+    p.add_argument("--arch", default="sm_90a", help="one arch, e.g. sm_90a or sm_80")
+    p.add_argument("--repeats", type=int, default=1, help="median of this many runs")
+    p.add_argument("--tu", action="append", help="only these TUs (file stems)")
+    args = p.parse_args(argv)
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
-    home = toolchain.find_cuda_home()
-    if home is None:
-        raise SystemExit("no CUDA toolkit found: set CUDA_HOME or put nvcc on PATH")
-    nvcc = home / "bin" / "nvcc"
+    exe = nvcc()
     tus = sorted((ROOT / "kernels").glob("*/*.cu"))
     if args.tu:
         tus = [t for t in tus if t.stem in args.tu]
@@ -99,29 +97,20 @@ def main() -> None:
             runs: dict[str, list[tuple[float, dict]]] = {"full": [], "cubin": []}
             for _ in range(args.repeats):
                 for mode in runs:  # interleaved, so a slow stretch hits both
-                    runs[mode].append(compile_once(str(nvcc), tu, args.arch, mode, Path(tmp)))
+                    runs[mode].append(compile_once(exe, tu, args.arch, mode, Path(tmp)))
             full = statistics.median(w for w, _ in runs["full"])
             cubin = statistics.median(w for w, _ in runs["cubin"])
             split = runs["full"][len(runs["full"]) // 2][1]
             rows.append((tu.relative_to(ROOT / "kernels"), full, cubin, split))
             print(f"{tu.name}: full {full:.2f} s, cubin {cubin:.2f} s", file=sys.stderr)
-    print(f"\n{args.arch}, median of {args.repeats}; seconds\n")
-    print("| TU | nvcc -c | host phases | device phases | nvcc -cubin | -cubin / -c |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, full, cubin, split in rows:
-        print(
-            f"| {name} | {full:.2f} | {split['host'] / 1e3:.2f} | {split['device'] / 1e3:.2f} "
-            f"| {cubin:.2f} | {cubin / full:.2f} |"
-        )
-    full_sum = sum(r[1] for r in rows)
-    cubin_sum = sum(r[2] for r in rows)
+    from workbench import toolchain
+
+    print(f"\n{environment().line('cpu')}, nvcc {toolchain.nvcc_release(exe)}")
+    print(f"{args.arch}, median of {args.repeats}; seconds\n")
+    head = ("TU", "nvcc -c", "host phases", "device phases", "nvcc -cubin", "-cubin / -c")
+    lines = [row(n, f, s["host"] / 1e3, s["device"] / 1e3, c) for n, f, c, s in rows]
     host = sum(r[3]["host"] for r in rows) / 1e3
     device = sum(r[3]["device"] for r in rows) / 1e3
-    print(
-        f"| **all {len(rows)}** | {full_sum:.2f} | {host:.2f} | {device:.2f} | {cubin_sum:.2f} "
-        f"| {cubin_sum / full_sum:.2f} |"
-    )
-
-
-if __name__ == "__main__":
-    main()
+    full_sum, cubin_sum = sum(r[1] for r in rows), sum(r[2] for r in rows)
+    lines.append(row(f"**all {len(rows)}**", full_sum, host, device, cubin_sum))
+    print(markdown_table((*head, "phases / -c"), lines, align="lrrrrrr"))

@@ -30,36 +30,31 @@ of an op (``call``, one family's) rather than in ``load()``. ``rest``, outside t
 first call of every other family's op: where the rest of that cost went. ``--eager`` registers
 every family at load (WB_EAGER=1), as before.
 
-Prints a JSON line per process with ``--json``, then a markdown table: min, median and max over
-the processes of each phase, of the total and of ``rest``; and last, in how many processes the
-load left the called op's spec.py unrun (``spec_deferred``) and its backward and fake function
-then worked on the device (``grad_ok``, ``fake_ok``), checked after the timing, and how many
-families the load left for their first call.
+Prints a JSON line per process with ``--json``, then a JSON line of the summary (with the
+environment), the environment line, and a markdown table: min, median and max over the
+processes of each phase, of the total and of ``rest``; and last, in how many processes the load
+left the called op's spec.py unrun (``spec_deferred``) and its backward and fake function then
+worked on the device (``grad_ok``, ``fake_ok``), checked after the timing, and how many families
+the load left for their first call.
 
 ``--tree DIR`` measures the workbench of another checkout (e.g. an older commit's, for a
 before/after on one host): its package is imported and its ``wb new`` template writes the
 registry; the phases its code lacks count as ``other``.
 
-Usage: python scripts/bench_warm_start.py [--families 30] [--processes 10] [--profile]
+Usage: python -m bench warm_start [--families 30] [--processes 10] [--profile]
        [--tree DIR] [--eager]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from workbench import scaffold  # noqa: E402
+from bench.common import ROOT, Spread, child_env, environment, markdown_table, parser, run_python
 
 PHASES = (
     "import",
@@ -177,88 +172,75 @@ def child(
     code = CHILD.format(
         kernels=str(kernels), family=family, count=count, profile=profile, dump=dump
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=env["PYTHONPATH"].split(os.pathsep)[0],
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"warm-start process failed:\n{proc.stderr[-4000:]}")
+    cwd = Path(env["PYTHONPATH"].split(os.pathsep)[0])
+    ran = run_python(code, env=env, cwd=cwd, what="warm-start process")
     if profile:
-        print(proc.stderr, file=sys.stderr)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        print(ran.stderr, file=sys.stderr)
+    return ran.json()  # type: ignore[no-any-return]
 
 
 def summarize(runs: list[dict]) -> dict[str, dict[str, float]]:
     """Per phase, for the total and for the other ops' first calls: min, median and max over the
     runs, in milliseconds."""
-    out = {}
-    for phase in (*PHASES, "total", "rest"):
-        values = [r.get(phase, 0.0) * 1e3 for r in runs]
-        out[phase] = {
-            "min": min(values),
-            "median": statistics.median(values),
-            "max": max(values),
-        }
-    return out
+    return {
+        phase: Spread.of(r.get(phase, 0.0) * 1e3 for r in runs).to_dict()
+        for phase in (*PHASES, "total", "rest")
+    }
 
 
 def table(summary: dict[str, dict[str, float]], runs: int) -> str:
-    lines = [
-        f"| phase (ms, {runs} new processes) | min | median | max |",
-        "| --- | ---: | ---: | ---: |",
+    rows = [
+        (phase, *(f"{s[k]:.1f}" for k in ("min", "median", "max"))) for phase, s in summary.items()
     ]
-    for phase, s in summary.items():
-        lines.append(f"| {phase} | {s['min']:.1f} | {s['median']:.1f} | {s['max']:.1f} |")
-    return "\n".join(lines)
+    head = (f"phase (ms, {runs} new processes)", "min", "median", "max")
+    return markdown_table(head, rows, align="lrrr")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", type=int, default=30)
-    parser.add_argument("--processes", type=int, default=10)
-    parser.add_argument("--profile", action="store_true", help="cProfile the last process")
-    parser.add_argument("--dump", type=Path, help="with --profile: also write the pstats here")
-    parser.add_argument("--json", action="store_true", help="print each process's phases")
-    parser.add_argument("--work", type=Path, help="registry and cache folder (default: temp)")
-    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout to measure")
-    parser.add_argument("--eager", action="store_true", help="register every family at load")
-    args = parser.parse_args()
+def write_registry(tree: Path, folder: Path, families: int, env: dict[str, str]) -> Path:
+    """A registry of ``families`` template families, written by ``tree``'s own template."""
+    if tree.resolve() == ROOT:
+        from workbench import scaffold
+
+        return scaffold.write_registry(folder, families)
+    write = "import sys; from pathlib import Path; from workbench import scaffold; "
+    write += "print(scaffold.write_registry(Path(sys.argv[1]), int(sys.argv[2])))"
+    ran = run_python(write, str(folder), str(families), env=env, cwd=tree)
+    return Path(ran.last_line)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__name__, __doc__)
+    p.add_argument("--families", type=int, default=30)
+    p.add_argument("--processes", type=int, default=10)
+    p.add_argument("--profile", action="store_true", help="cProfile the last process")
+    p.add_argument("--dump", type=Path, help="with --profile: also write the pstats here")
+    p.add_argument("--json", action="store_true", help="print each process's phases")
+    p.add_argument("--work", type=Path, help="registry and cache folder (default: temp)")
+    p.add_argument("--tree", type=Path, default=ROOT, help="the checkout to measure")
+    p.add_argument("--eager", action="store_true", help="register every family at load")
+    args = p.parse_args(argv)
     if args.families < 1 or args.processes < 1:
         raise SystemExit("--families and --processes must be at least 1")
     with tempfile.TemporaryDirectory(prefix="wb-warm-") as tmp:
         work = args.work or Path(tmp)
-        env = {**os.environ, "WB_CACHE_DIR": str(work / "cache"), "WB_QUIET": "1"}
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: the package from bytecode
-        if args.eager:
-            env["WB_EAGER"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join([str(args.tree.resolve()), env.get("PYTHONPATH", "")])
-        if args.tree.resolve() == ROOT:
-            kernels = scaffold.write_registry(work / "registry", args.families)
-        else:  # the other tree's own template
-            write = "import sys; from pathlib import Path; from workbench import scaffold; "
-            write += "print(scaffold.write_registry(Path(sys.argv[1]), int(sys.argv[2])))"
-            out = subprocess.run(
-                [sys.executable, "-c", write, str(work / "registry"), str(args.families)],
-                env=env, capture_output=True, text=True, check=True, cwd=args.tree,
-            )  # fmt: skip
-            kernels = Path(out.stdout.strip().splitlines()[-1])
+        extra = {"WB_EAGER": "1"} if args.eager else {}
+        env = child_env(work / "cache", tree=args.tree, **extra)
+        kernels = write_registry(args.tree, work / "registry", args.families, env)
         family = f"op{args.families // 2:02d}"
         start = time.perf_counter()
         child(kernels, family, args.families, False, env)  # the cold build
         cold = time.perf_counter() - start
         time.sleep(2.1)  # past the racy-timestamp window of the files the build wrote
         child(kernels, family, args.families, False, env)  # records the index
+        last = args.processes - 1
         runs = [
             child(
                 kernels,
                 family,
                 args.families,
-                args.profile and i == args.processes - 1,
+                args.profile and i == last,
                 env,
-                str(args.dump or "") if i == args.processes - 1 else "",
+                str(args.dump or "") if i == last else "",
             )
             for i in range(args.processes)
         ]
@@ -266,7 +248,18 @@ def main() -> None:
         for r in runs:
             print(json.dumps(r))
     summary = summarize(runs)
-    print(json.dumps({"families": args.families, "cold_s": cold, "summary": summary}))
+    env_now = environment()
+    print(
+        json.dumps(
+            {
+                "families": args.families,
+                "cold_s": cold,
+                "summary": summary,
+                "environment": env_now.to_dict(),
+            }
+        )
+    )
+    print(env_now.line("cuda"))
     print(table(summary, len(runs)))
     counts = {k: sum(bool(r.get(k)) for r in runs) for k in ("spec_deferred", "grad_ok", "fake_ok")}
     later = sorted({int(r.get("deferred", 0)) for r in runs})
@@ -274,7 +267,3 @@ def main() -> None:
         ", ".join(f"{k}: {n} of {len(runs)}" for k, n in counts.items())
         + f"; families left for their first call by the load: {'/'.join(map(str, later))}"
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -9,18 +9,16 @@ descriptors. With ``--device cuda`` the CUDA kernel is edited and run too (where
 present), and the GPU memory in use is read as well.
 
 The loader keeps at most two builds of a family mapped (its first, which torch still points
-into, and the live one; see ``workbench.loader._retired``): the ``family libs`` column.
+into, and the live one): the ``family libs`` column.
 
-Usage: python scripts/bench_reload_memory.py [--cycles 200] [--device cpu|cuda] [--every 20]
+Usage: python -m bench reload_memory [--cycles 200] [--device cpu|cuda] [--every 20]
        [--cache DIR] [--json PATH]
 A fresh cache folder is used unless --cache names one (the first build of a fresh cache also
-precompiles the torch headers). Prints a markdown table.
+precompiles the torch headers). Prints the environment line, then a markdown table.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import sys
@@ -29,13 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-
-import workbench  # noqa: E402
-from workbench import knobs, scaffold  # noqa: E402
+from bench.common import environment, markdown_table, parser, write_json
 
 FAMILY = "reload_mem"
 ALPHA = 2.0
@@ -73,6 +65,8 @@ def open_fds() -> int:
 
 
 def sample(cycle: int, seconds: float, cuda: bool) -> dict[str, Any]:
+    import torch
+
     family_libs, all_libs = mapped_libraries()
     row: dict[str, Any] = {
         "cycle": cycle,
@@ -88,7 +82,13 @@ def sample(cycle: int, seconds: float, cuda: bool) -> dict[str, Any]:
     return row
 
 
-def run(cycles: int, devices: list[str], every: int) -> list[dict[str, Any]]:
+def cycles_of(cycles: int, devices: list[str], every: int) -> list[dict[str, Any]]:
+    import torch
+
+    import workbench
+    from workbench import scaffold
+
+    edits = dict(EDITS)
     with tempfile.TemporaryDirectory(prefix="wb-reload-mem-") as tmp:
         kernels = Path(tmp) / "kernels"
         scaffold.write_family(kernels, FAMILY, shift=SHIFT)
@@ -99,10 +99,10 @@ def run(cycles: int, devices: list[str], every: int) -> list[dict[str, Any]]:
         for k in range(1, cycles + 1):
             start = time.perf_counter()
             for device in devices:
-                name, old, new = EDITS[device]
+                name, old, new = edits[device]
                 path = kernels / FAMILY / name
                 path.write_text(path.read_text().replace(old, new.format(k=k)))
-                EDITS[device] = (name, new.format(k=k), new)
+                edits[device] = (name, new.format(k=k), new)
             lib.reload()
             for device in devices if cuda else ["cpu"]:
                 x = torch.zeros(4, device=device)
@@ -122,35 +122,32 @@ def table_row(row: dict[str, Any]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = "| " + " | ".join(rows[0]) + " |"
-    rule = "|" + "---|" * len(rows[0])
-    return "\n".join([head, rule, *map(table_row, rows)])
+    return markdown_table(list(rows[0]), [list(r.values()) for r in rows])
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    from workbench import knobs
+
+    p = parser(__name__, __doc__)
     p.add_argument("--cycles", type=int, default=200)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--every", type=int, default=20, help="print a row every N cycles")
     p.add_argument("--cache", type=Path, help="cache folder (default: a fresh one)")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no GPU here; measuring the CPU part only", file=sys.stderr)
     devices = ["cpu", "cuda"] if args.device == "cuda" and torch.cuda.is_available() else ["cpu"]
     cache = args.cache or Path(tempfile.mkdtemp(prefix="wb-reload-mem-cache-"))
     try:
         with knobs.override(WB_CACHE_DIR=str(cache), WB_QUIET="1"):
-            rows = run(args.cycles, devices, args.every)
+            rows = cycles_of(args.cycles, devices, args.every)
     finally:
         if args.cache is None:
             shutil.rmtree(cache, ignore_errors=True)
-    print(f"torch {torch.__version__}, {args.cycles} cycles, devices {'+'.join(devices)}")
+    print(environment().line(devices[-1]))
+    print(f"{args.cycles} cycles, devices {'+'.join(devices)}")
     print(table(rows))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    write_json(args.json, rows)
