@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+import workbench
 from workbench import __version__, scaffold
 from workbench.cli import COMMANDS, main
+from workbench.errors import LoadError
 
 # Each command that acts on ops, with the arguments it needs besides the op.
 OP_COMMANDS: dict[str, list[str]] = {
@@ -98,3 +100,22 @@ def test_an_unknown_op_exits_2_naming_it_and_the_known_ones(
     assert "'nosuch'" in err and str(ops) in err
     assert err.endswith("known: demo")
     assert "[" not in err
+
+
+def test_a_syntax_error_in_a_spec_is_one_line_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kernels = tmp_path / "ops"
+    scaffold.write_family(kernels, "demo", shift=3.0)
+    spec = kernels / "demo" / "spec.py"
+    lines = spec.read_text().splitlines()
+    broken = next(i for i, line in enumerate(lines) if line.startswith("def demo_reference"))
+    lines[broken] = "def demo_reference(x: torch.Tensor, alpha: float) -> torch.Tensor"  # no ':'
+    spec.write_text("\n".join(lines) + "\n")
+    ns = f"wbsyntax{os.getpid()}"
+    argv = ["check", "demo", "--kernels", str(kernels), "--namespace", ns, "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"wb check: error: {spec}:{broken + 1}: SyntaxError: expected ':'\n"
+    with pytest.raises(LoadError, match=rf"^{re.escape(str(spec))}:{broken + 1}: SyntaxError"):
+        workbench.load(kernels, namespace=ns + "x", devices="cpu")

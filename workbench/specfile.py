@@ -204,7 +204,8 @@ def spec_code(path: Path, text: bytes) -> types.CodeType:
     PYTHONDONTWRITEBYTECODE is unset; without it every new process compiled every family's spec
     again (about 1 ms each: 30 ms of a 30-family warm start on an H100 host). The code is keyed
     by the text, the path (it names the source in tracebacks) and the interpreter's bytecode
-    version, and runs from the very bytes the loader compared to notice an edit.
+    version, and runs from the very bytes the loader compared to notice an edit. A text that
+    does not compile raises LoadError ``path:line: SyntaxError: message``.
     """
     try:
         stored: str | None = os.path.join(cache.root(), "specs", f"{_key(path, text)}.code")
@@ -216,7 +217,10 @@ def spec_code(path: Path, text: bytes) -> types.CodeType:
                 code = marshal.loads(f.read())
             if isinstance(code, types.CodeType):
                 return code
-    code = compile(text, str(path), "exec", dont_inherit=True)
+    try:
+        code = compile(text, str(path), "exec", dont_inherit=True)
+    except SyntaxError as e:  # one line, as a compile error is: file:line: what
+        raise LoadError(f"{path}:{e.lineno}: {type(e).__name__}: {e.msg}") from e
     if stored is not None:
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(stored), exist_ok=True)
