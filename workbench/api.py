@@ -104,6 +104,7 @@ class Library:
         jobs: int | None,
         on_error: str = "raise",
         eager: bool | None = None,
+        started: float | None = None,
     ) -> None:
         self.project = project
         self.config = config
@@ -119,7 +120,7 @@ class Library:
         self._stamps: dict[str, list[int] | None] = {}  # of device-only TUs' inputs, per reload
         self.eager = knobs.eager() if eager is None else eager
         self._index: warm.Index | None = None  # the warm-start index of the last reload
-        self.last = self.reload(_first=True)
+        self.last = self.reload(_first=True, _started=started)
 
     @property
     def specs(self) -> dict[str, OpSpec]:
@@ -161,7 +162,9 @@ class Library:
         devices = "+".join(["cpu", "cuda"] if self.config.with_cuda else ["cpu"])
         return f"<workbench.Library torch.ops.{self.namespace}: {', '.join(self.ops)} ({devices})>"
 
-    def reload(self, _first: bool = False, on_error: str | None = None) -> LoadReport:
+    def reload(
+        self, _first: bool = False, on_error: str | None = None, _started: float | None = None
+    ) -> LoadReport:
         """Rebuild the families whose inputs changed and swap the new builds in.
 
         Families added on disk are loaded and families removed from disk are unloaded (their
@@ -172,7 +175,7 @@ class Library:
         with "warn", a warning says the same and ``failed`` holds the errors.
         """
         mode = _on_error(on_error or self.on_error)
-        start = time.perf_counter()
+        start = time.perf_counter() if _started is None else _started
         if not _first:  # families may have been added or removed on disk
             self.project = discover(self.project.kernels_dir, self.namespace)
         project = self.project
@@ -517,6 +520,7 @@ def load(
     jobs: int | None = None,
     on_error: str = "raise",
     eager: bool | None = None,
+    started: float | None = None,
 ) -> Library:
     """Build (or find in the cache) the kernel registry under ``path`` and load its ops.
 
@@ -534,12 +538,18 @@ def load(
     A family this cache has loaded before, untouched since, is registered with torch at the
     first lookup of one of its ops (``torch.ops.<ns>.<op>``, ``lib.<op>``): see
     :mod:`workbench.deferred`. ``eager=True`` (or WB_EAGER=1) registers every family at load.
+
+    ``started``: the ``time.perf_counter()`` at which the caller's call began (``workbench.load``
+    passes its entry, before it imports this module), so that the load line times the whole
+    call; default: now.
     """
+    if started is None:
+        started = time.perf_counter()
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     project = discover(path, namespace)
     config = make_config(devices)
-    return Library(project, config, families, jobs, _on_error(on_error), eager)
+    return Library(project, config, families, jobs, _on_error(on_error), eager, started)
 
 
 __all__ = ["BuildWarning", "Library", "LoadReport", "load"]
