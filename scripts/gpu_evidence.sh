@@ -4,14 +4,19 @@
 #   bash scripts/gpu_evidence.sh tests [PYTEST ARGS]  # the test suite, CUDA tests included
 #   bash scripts/gpu_evidence.sh bench                # wb check on every device, benchmarks
 #   bash scripts/gpu_evidence.sh notebooks            # the notebooks and the IPython extension
-#   bash scripts/gpu_evidence.sh matmul               # matmul's tests, check, and bench per path
+#   bash scripts/gpu_evidence.sh matmul               # matmul's tests, check, bench per path, and
+#                                                     # the edit-to-result time of its kernels
 #   bash scripts/gpu_evidence.sh reductions           # softmax, layer_norm, inplace, histogram,
 #                                                     # index_add: tests, check, bench
 #   bash scripts/gpu_evidence.sh warm [OTHER_TREE]    # the warm start of 30 families, per phase
 #                                                     # (and another checkout's, in turn)
 #   bash scripts/gpu_evidence.sh tune                 # tuning's CUDA tests; matmul tuned on two
 #                                                     # shapes, then benched against cuBLAS
-#   bash scripts/gpu_evidence.sh compile              # nvcc's host and device phases per CUDA TU
+#   bash scripts/gpu_evidence.sh compile              # nvcc's host and device phases per CUDA TU;
+#                                                     # the wgmma kernels through NVRTC and nvcc
+#
+# The measurements are the repository's bench runner (python -m bench NAME; python -m bench lists
+# them); each file of bench/results/ names the command that regenerates it.
 #
 # `notebooks` takes IPython, ipykernel and nbclient from .nbdeps/ at the repository root, made
 # where there is network by `bash scripts/vendor_notebook_deps.sh` and copied here.
@@ -51,8 +56,8 @@ case "${1:-}" in
     ;;
   bench)
     step check "$PY" -m workbench check --device all --json "$LOGS/check.json"
-    step bench_reload "$PY" scripts/bench_reload.py --out "$LOGS/reload.md"
-    step bench_calibration "$PY" scripts/bench_calibration.py
+    step bench_reload "$PY" -m bench reload --out "$LOGS/reload.md"
+    step bench_calibration "$PY" -m bench calibration
     tail -n 12 "$LOGS/check.log"
     cat "$LOGS/reload.md" 2>/dev/null
     ;;
@@ -65,8 +70,10 @@ case "${1:-}" in
       step "matmul_$dtype" "$PY" -m workbench bench matmul --dtype "$dtype" --json "$LOGS/matmul_$dtype.json"
     done
     step matmul_float32 "$PY" -m workbench bench matmul --dtype float32 --sizes 4096x4096x4096
+    step reload_matmul "$PY" -m bench reload_matmul --repeats 5
     tail -n 8 "$LOGS/matmul_tests.log" "$LOGS/matmul_check.log"
     for f in "$LOGS"/paths_*.log "$LOGS"/matmul_*.log; do echo "== $f"; cat "$f"; done
+    tail -n 8 "$LOGS/reload_matmul.log"
     ;;
   reductions)
     ops="softmax softmax_backward layer_norm layer_norm_backward add_out scale_ histogram index_add"
@@ -74,7 +81,7 @@ case "${1:-}" in
       tests/test_layer_norm.py tests/test_inplace.py tests/test_histogram.py \
       tests/test_index_add.py tests/test_check_outputs.py tests/test_bench_backward.py \
       tests/test_autograd.py
-    step autograd_step "$PY" scripts/bench_autograd_step.py --device cuda
+    step autograd_step "$PY" -m bench autograd_step --device cuda
     # shellcheck disable=SC2086
     step red_check "$PY" -m workbench check $ops --device cuda
     for dtype in float32 bfloat16; do
@@ -123,7 +130,11 @@ case "${1:-}" in
     ;;
   compile)
     step device_compile "$PY" -m bench device_compile --arch sm_90a --repeats 3
+    # NVRTC's cubins would otherwise come from the driver's compute cache
+    step wgmma_compile env CUDA_CACHE_DISABLE=1 "$PY" -m bench wgmma_compile --arch sm_90a \
+      --repeats 3
     tail -n 20 "$LOGS/device_compile.log"
+    tail -n 8 "$LOGS/wgmma_compile.log"
     ;;
   notebooks)
     if [ ! -d .nbdeps ]; then

@@ -17,26 +17,19 @@ printed by a new process, and the restart is counted.
 The processes import from cached bytecode, as an installed package does, even where
 PYTHONDONTWRITEBYTECODE is set.
 
-Usage: python scripts/bench_reload.py [--families 1 30] [--repeats 3] [--no-anchor] [--out F]
+Usage: python -m bench reload [--families 1 30] [--repeats 3] [--no-anchor] [--out F]
 Prints a markdown table (and JSON) last.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from workbench import scaffold  # noqa: E402
+from bench.common import child_env, environment, one_arch_env, parser, run_python, write_text
 
 # "device" edits the CUDA kernel of a device-only TU (NVRTC, a module swap: the default layout of
 # `wb new`); "cuda" the same kernel in a family whose kernel and launcher share a .cu that nvcc
@@ -67,12 +60,11 @@ def edit_for(case: str, family: str, k: int) -> tuple[str, str, str]:
 
 
 WORKER = """
-import json, os, statistics, sys, time
+import json, os, statistics, time
 from pathlib import Path
 import torch
 import workbench
-sys.path.insert(0, {root!r})
-from scripts.bench_reload import ALPHA, edit_for
+from bench.reload import ALPHA, edit_for
 
 root, family, device = Path({root_dir!r}), {family!r}, {device!r}
 cases, repeats = {cases!r}, {repeats}
@@ -212,17 +204,6 @@ ANCHOR_EDITS = {  # case -> (file, old, new with {k})
 }
 
 
-def _python(code: str, *args: str, env: dict[str, str]) -> tuple[str, float]:
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=ROOT
-    )
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"benchmark step failed:\n{proc.stderr[-4000:]}")
-    return proc.stdout.strip().splitlines()[-1], wall
-
-
 def bench_wb(
     count: int,
     device: str,
@@ -232,24 +213,23 @@ def bench_wb(
     env: dict[str, str],
     layout: str = "device",
 ) -> dict[str, object]:
+    from workbench import scaffold
+
     root = work / f"registry{count}-{layout}"
     kernels = scaffold.write_registry(root, count, layout=layout)
     family = f"op{count // 2:02d}"
     warm_code = WARM.format(kernels=str(kernels), family=family, count=count)
-    start = time.perf_counter()
-    _python(warm_code, env=env)
-    cold = time.perf_counter() - start
-    warm = statistics.median(float(_python(warm_code, env=env)[0]) for _ in range(5))
+    cold = run_python(warm_code, env=env).wall
+    warm = statistics.median(float(run_python(warm_code, env=env).last_line) for _ in range(5))
     worker = WORKER.format(
-        root=str(ROOT),
         root_dir=str(root),
         family=family,
         device=device,
         cases=cases,
         repeats=repeats,
     )
-    line, _ = _python(worker, env=env)
-    return {"cold_process": cold, "warm": warm, "family": family, **json.loads(line)}
+    measured = run_python(worker, env=env).json()
+    return {"cold_process": cold, "warm": warm, "family": family, **measured}
 
 
 def bench_anchor(device: str, cases: list[str], work: Path, env: dict[str, str]) -> dict[str, dict]:
@@ -259,9 +239,8 @@ def bench_anchor(device: str, cases: list[str], work: Path, env: dict[str, str])
     files = {"op00.cpp": ANCHOR_CPP, "op00_cuda.cu": ANCHOR_CU, "anchor_math.h": ANCHOR_MATH}
     for name, text in files.items():
         (folder / name).write_text(text)
-    start = time.perf_counter()
-    _python(ANCHOR_RUN, str(folder), device, device, "0", env=env)
-    results: dict[str, dict] = {"cold": {"seconds": time.perf_counter() - start}}
+    cold = run_python(ANCHOR_RUN, str(folder), device, device, "0", env=env).wall
+    results: dict[str, dict] = {"cold": {"seconds": cold}}
     shift, offsets = 0, {"cpu": 0, "cuda": 0}  # what the edits so far add, per device
     for k, case in enumerate(cases, start=1):
         name, old, new = ANCHOR_EDITS[case]
@@ -275,9 +254,10 @@ def bench_anchor(device: str, cases: list[str], work: Path, env: dict[str, str])
         t0 = time.perf_counter()
         path.write_text(text.replace(old, new.format(k=k)))
         expected = str(shift + offsets[run_on])
-        line, wall = _python(ANCHOR_RUN, str(folder), device, run_on, expected, env=env)
+        ran = run_python(ANCHOR_RUN, str(folder), device, run_on, expected, env=env)
         seconds = time.perf_counter() - t0
-        verdict, in_process = line.split()
+        verdict, in_process = ran.last_line.split()
+        wall = ran.wall
         results[case] = {
             "seconds": seconds,
             "restart": wall - float(in_process),
@@ -286,22 +266,11 @@ def bench_anchor(device: str, cases: list[str], work: Path, env: dict[str, str])
     return results
 
 
-def _table(device: str, wb: dict[int, dict], anchor: dict[str, dict] | None) -> str:
-    import torch
-
-    # WB_COMMIT first: a copy of the tree may carry a .git that is not at the copied commit.
-    commit = (
-        os.environ.get("WB_COMMIT")
-        or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-    )
-    commit = commit or "unknown"
-    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU only, {os.cpu_count()} cores"
+def table(device: str, wb: dict[int, dict], anchor: dict[str, dict] | None) -> str:
     counts = sorted(wb)
     head = " | ".join(f"wb, {c} famil{'y' if c == 1 else 'ies'} (s)" for c in counts)
     lines = [
-        f"{time.strftime('%Y-%m-%d')}, {name}, torch {torch.__version__}, commit {commit}",
+        environment().line(device),
         "",
         f"| edit to first correct result | {head} | anchor, 1 family, new process (s) |",
         "| --- | " + " | ".join("---" for _ in counts) + " | --- |",
@@ -359,43 +328,36 @@ def _table(device: str, wb: dict[int, dict], anchor: dict[str, dict] | None) -> 
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", type=int, nargs="+", default=[1, 30])
-    parser.add_argument(
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__name__, __doc__)
+    p.add_argument("--families", type=int, nargs="+", default=[1, 30])
+    p.add_argument(
         "--nvcc-families",
         type=int,
         nargs="*",
         default=[1],
         help="registry sizes for the nvcc-layout cases (cuda, cuda-plain); default 1",
     )
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-anchor", action="store_true")
-    parser.add_argument("--anchor-only", action="store_true", help="measure only the anchor")
-    parser.add_argument(
-        "--anchor-cases", nargs="+", choices=list(ANCHOR_EDITS), help="default: all"
-    )
-    parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
-    args = parser.parse_args()
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--no-anchor", action="store_true")
+    p.add_argument("--anchor-only", action="store_true", help="measure only the anchor")
+    p.add_argument("--anchor-cases", nargs="+", choices=list(ANCHOR_EDITS), help="default: all")
+    p.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    args = p.parse_args(argv)
     if args.repeats < 1 or any(n < 1 for n in args.families):
-        parser.error("--repeats and --families must be >= 1")
+        p.error("--repeats and --families must be >= 1")
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cases = [c for c in CASES if device == "cuda" or c not in ("device", *NVCC_CASES)]
+    anchor_cases = [c for c in cases if c in (args.anchor_cases or ANCHOR_EDITS)]
     with tempfile.TemporaryDirectory(prefix="wb-reload-") as tmp:
         work = Path(tmp)
-        env = dict(os.environ, WB_CACHE_DIR=str(work / "cache"), WB_QUIET="1")
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: imports from bytecode
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-        if device == "cuda":
-            major, minor = torch.cuda.get_device_capability()
-            env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one arch for both tools
-        wb = {}
+        env = one_arch_env(child_env(work / "cache"))  # one arch for both tools
         if args.anchor_only:
-            anchor_cases = [c for c in cases if c in (args.anchor_cases or ANCHOR_EDITS)]
             print(f"anchor: {json.dumps(bench_anchor(device, anchor_cases, work, env))}")
             return
+        wb = {}
         own = [c for c in cases if c not in NVCC_CASES]
         nvcc = [c for c in cases if c in NVCC_CASES]
         for count in args.families:
@@ -405,15 +367,9 @@ def main() -> None:
             result = bench_wb(count, device, nvcc, args.repeats, work, env, layout="nvcc")
             print(f"wb (nvcc layout), {count} families: {json.dumps(result)}", flush=True)
             wb.setdefault(count, {}).update({c: result[c] for c in nvcc})
-        anchor_cases = [c for c in cases if c in (args.anchor_cases or ANCHOR_EDITS)]
         anchor = None if args.no_anchor else bench_anchor(device, anchor_cases, work, env)
         if anchor:
             print(f"anchor: {json.dumps(anchor)}", flush=True)
-    table = _table(device, wb, anchor)
-    print(table)
-    if args.out:
-        args.out.write_text(table + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    text = table(device, wb, anchor)
+    print(text)
+    write_text(args.out, text)

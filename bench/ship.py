@@ -12,30 +12,35 @@
 4. For comparison, the JIT's warm start of the same families in a new process
    (``workbench.load()`` from the warm cache, after ``import torch``).
 
-Usage: python scripts/bench_ship.py [--arch 'sm_80;sm_90a'] [--device cuda] [--runs 5] [--out F]
+Usage: python -m bench ship [--arch 'sm_80;sm_90a'] [--device cuda] [--runs 5] [--out F]
 Prints a markdown table last (also written to ``--out``); exits 1 when a check fails, a
 compiler ran, or the package imported the workbench.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from workbench import knobs, ship, toolchain  # noqa: E402
+from bench.common import (
+    ROOT,
+    Spread,
+    environment,
+    markdown_table,
+    parser,
+    run,
+    run_python,
+    write_text,
+)
+from workbench import knobs, ship, toolchain
 
 NAME = "wb_kernels"
 
@@ -79,13 +84,8 @@ def hidden_compiler_env(tmp: Path, site: Path) -> tuple[dict[str, str], Path]:
     return env, called
 
 
-def child(code: str, env: dict[str, str], cwd: Path) -> dict[str, object]:
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"bench_ship: child failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+def child(code: str, env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    return run_python(code, env=env, cwd=cwd, what="ship: child").json()
 
 
 def cubins(wheel_lib_dir: Path) -> str:
@@ -112,14 +112,14 @@ def build_twice(out: Path) -> tuple[ship.Shipped, float, float]:
     return first, cold, warm
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     cuda = torch.version.cuda is not None and torch.cuda.is_available()
-    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p = parser(__name__, __doc__)
     p.add_argument("--arch", default="sm_80;sm_90a" if cuda else "")
     p.add_argument("--device", default="cuda" if cuda else "cpu", choices=["cpu", "cuda"])
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--out", type=Path)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.arch:
         toolchain.parse_arch_list(args.arch)  # a bad list fails here
         os.environ["TORCH_CUDA_ARCH_LIST"] = args.arch  # the wheel's archs, and the JIT's below
@@ -129,15 +129,13 @@ def main() -> int:
         shipped, cold, warm = build_twice(tmp / "dist")
     compiled = sum(len(b.compiled) for b in shipped.built)
     site = tmp / "site"
-    start = time.perf_counter()
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
-    subprocess.run([*pip, "--target", str(site), str(shipped.path)], check=True)
-    installed = time.perf_counter() - start
+    installed = run([*pip, "--target", str(site), str(shipped.path)], what="pip install").wall
     env, called = hidden_compiler_env(tmp, site)
     code = IMPORT.format(name=NAME, device=args.device)
     runs = [child(code, env, tmp) for _ in range(args.runs)]
-    imports = sorted(float(r["import_ms"]) for r in runs)  # type: ignore[arg-type]
-    leaked = sorted({m for r in runs for m in r["leaked"]})  # type: ignore[attr-defined]
+    imports = Spread.of(float(r["import_ms"]) for r in runs)
+    leaked = sorted({m for r in runs for m in r["leaked"]})
     check_env = dict(env, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
     check = subprocess.run(
         [sys.executable, "-m", "workbench", "check", "--package", NAME, "--device", args.device],
@@ -149,10 +147,7 @@ def main() -> int:
     verdict = (check.stdout.strip().splitlines() or ["no output"])[-1]
     compiler_calls = len(called.read_text().splitlines()) if called.exists() else 0
     jit_env = dict(os.environ, WB_CACHE_DIR=str(cache), WB_QUIET="1", PYTHONPATH=str(ROOT))
-    jit = sorted(
-        float(child(JIT, jit_env, tmp)["load_ms"])  # type: ignore[arg-type]
-        for _ in range(args.runs)
-    )
+    jit = Spread.of(float(child(JIT, jit_env, tmp)["load_ms"]) for _ in range(args.runs))
     info = shipped.info
     cuda_init = "; CUDA initialisation included" if args.device == "cuda" else ""
     size = shipped.path.stat().st_size / 2**20
@@ -170,29 +165,25 @@ def main() -> int:
         ("pip install --no-deps --target (s)", f"{installed:.1f}"),
         (
             f"import after import torch, new process (ms, median of {args.runs})",
-            f"{statistics.median(imports):.1f} (min {imports[0]:.1f}, max {imports[-1]:.1f})",
+            f"{imports.median:.1f} (min {imports.min:.1f}, max {imports.max:.1f})",
         ),
         (
             f"first call of every op on {args.device} (ms, median{cuda_init})",
-            f"{statistics.median(float(r['first_ms']) for r in runs):.1f}",
-        ),  # type: ignore[arg-type]
+            f"{Spread.of(float(r['first_ms']) for r in runs).median:.1f}",
+        ),
         ("workbench or ninja imported by the package", ", ".join(leaked) or "no"),
         ("compiler calls", str(compiler_calls)),
         (f"wb check --package {NAME} --device {args.device}", f"rc {check.returncode}: {verdict}"),
         (
             f"JIT warm start of the same families, new process (ms, median of {args.runs})",
-            f"{statistics.median(jit):.1f}",
+            f"{jit.median:.1f}",
         ),
     ]
-    table = "\n".join(["| what | result |", "| --- | --- |", *(f"| {a} | {b} |" for a, b in rows)])
+    env_line = environment().line(args.device)
+    table = "\n".join([env_line, "", markdown_table(("what", "result"), rows)])
     if check.returncode != 0:
         print(check.stdout[-4000:], check.stderr[-4000:], file=sys.stderr)
     print(table)
-    if args.out:
-        args.out.write_text(table + "\n")
+    write_text(args.out, table)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0 if check.returncode == 0 and not leaked and compiler_calls == 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

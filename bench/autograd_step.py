@@ -10,27 +10,22 @@ cases, each the median of a ``blocked_autorange`` (the best of ``--repeats`` med
 
 Gradients of the op and of F.layer_norm are compared before anything is timed.
 
-Usage: python scripts/bench_autograd_step.py [--rows 4] [--hidden 64] [--threads 1]
+Usage: python -m bench autograd_step [--rows 4] [--hidden 64] [--threads 1]
        [--device cpu|cuda] [--repeats 5]
-Prints a markdown table (microseconds).
+Prints the environment line and a markdown table (microseconds).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
+import torch.nn.functional as F
+from torch.utils import benchmark
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch.utils import benchmark  # noqa: E402
-
-import workbench  # noqa: E402
+from bench.common import environment, markdown_table, parser
 
 EPS = 1e-5
 
@@ -67,8 +62,6 @@ def cases(op: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, g: torch.T
 
 def median_us(fn: Callable[[], Any], device: str, threads: int, repeats: int) -> float:
     def synchronized() -> float:
-        import time
-
         if device == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter()
@@ -77,14 +70,16 @@ def median_us(fn: Callable[[], Any], device: str, threads: int, repeats: int) ->
     return min(timer.blocked_autorange(min_run_time=0.5).median for _ in range(repeats)) * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--rows", type=int, default=4)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    import workbench
+
+    p = parser(__name__, __doc__)
+    p.add_argument("--rows", type=int, default=4)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     workbench.load(families=["layer_norm"], devices=None if args.device == "cuda" else "cpu")
     op = torch.ops.wb.layer_norm
@@ -97,12 +92,10 @@ def main() -> None:
     eager_step, our_step = runs["step (forward + autograd.grad)"]
     for a, e in zip(our_step(), eager_step(), strict=True):
         torch.testing.assert_close(a, e)
+    print(environment().line(args.device))
     print(f"{args.device}, {args.rows}x{args.hidden} float32, {args.threads} thread(s), us")
-    print("| case | F.layer_norm | wb.layer_norm |\n| --- | --- | --- |")
+    rows = []
     for name, (eager, ours) in runs.items():
         times = [median_us(f, args.device, args.threads, args.repeats) for f in (eager, ours)]
-        print(f"| {name} | {times[0]:.1f} | {times[1]:.1f} |")
-
-
-if __name__ == "__main__":
-    main()
+        rows.append((name, f"{times[0]:.1f}", f"{times[1]:.1f}"))
+    print(markdown_table(("case", "F.layer_norm", "wb.layer_norm"), rows))

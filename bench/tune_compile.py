@@ -24,23 +24,29 @@ Goal (issue 21): the sweep compiles at least 3x faster through the device-only T
 
 Writes ``tune-compile.md`` into ``--out`` (default ``$OUT`` or .) and prints it.
 
-Usage: python scripts/bench_tune_compile.py [--jobs N] [--cache DIR]   (needs a CUDA torch)
+Usage: python -m bench tune_compile [--jobs N] [--cache DIR]   (needs a CUDA torch)
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.common import (
+    environment,
+    markdown_table,
+    out_dir,
+    parser,
+    run,
+    timed,
+    tune_space,
+    write_text,
+)
 
 NAMES = [(t, k) for t in ("f16", "bf16") for k in ("true", "false")]
 
@@ -60,37 +66,36 @@ def nvcc_tu(folder: Path, kernels: Path) -> Path:
     return path
 
 
-def nvcc_sweep(lib: object, points: list[dict], jobs: int, folder: Path) -> float:
+def nvcc_sweep(lib: Any, points: list[dict], jobs: int, folder: Path) -> float:
     from workbench.project import Source
     from workbench.tuning.space import defines
 
-    config, project = lib.config, lib.project  # type: ignore[attr-defined]
+    config, project = lib.config, lib.project
     src = Source(nvcc_tu(folder, project.kernels_dir), "cuda")
 
     def one(i: int) -> None:
         out = folder / f"v{i}.o"
         cmd = config.compile_command(project, src, out, defines(points[i]))
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"nvcc failed for {points[i]}:\n{proc.stderr[-3000:]}")
+        run(cmd, cwd=None, what=f"nvcc for {points[i]}")
 
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(points)))) as pool:
-        list(pool.map(one, range(len(points))))
-    return time.perf_counter() - start
+    def sweep() -> None:
+        with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(points)))) as pool:
+            list(pool.map(one, range(len(points))))
+
+    return timed(sweep)[1]
 
 
-def launched(lib: object) -> set[tuple[str, str]]:
+def launched(lib: Any) -> set[tuple[str, str]]:
     """The kernels ``wb tune matmul --dtype bfloat16`` compiles per variant (its trace)."""
     import torch
 
-    from workbench.benchmark.run import _spec, sweep
+    from workbench.benchmark.run import sweep
     from workbench.tuning.run import _launched
 
     dev, dt = torch.device("cuda"), torch.bfloat16
-    spec = _spec(lib, "matmul", dev, dt)  # type: ignore[arg-type]
-    family = lib.project.family("matmul")  # type: ignore[attr-defined]
-    found = _launched(lib, spec, family, dev, dt, sweep(spec, dt, dev, 0))  # type: ignore[arg-type]
+    spec = lib.specs["matmul"]
+    family = lib.project.family("matmul")
+    found = _launched(lib, spec, family, dev, dt, sweep(spec, dt, dev, 0))
     assert found, "the plain build launched no kernel of its device-only TU"
     return found
 
@@ -105,29 +110,27 @@ def forget_cubins(keep: set[Path]) -> None:
 
 
 def device_sweep(
-    lib: object,
+    lib: Any,
     points: list[dict],
     jobs: int,
     only: set[tuple[str, str]] | None,
-    workers: object | None,
+    workers: Any,
 ) -> tuple[float, int]:
     from workbench.tuning.report import VariantResult
     from workbench.tuning.run import _build_all
     from workbench.tuning.space import label
 
-    family = lib.project.family("matmul")  # type: ignore[attr-defined]
+    family = lib.project.family("matmul")
     variants = [VariantResult(label(p), dict(p)) for p in points]
-    start = time.perf_counter()
     say = lambda s: print(s, file=sys.stderr)  # noqa: E731
-    built = _build_all(lib, family, variants, jobs, {}, say, only, workers)  # type: ignore[arg-type]
-    seconds = time.perf_counter() - start
+    built, seconds = timed(_build_all, lib, family, variants, jobs, {}, say, only, workers)
     failed = [v for v in variants if v.status != "built"]
     if failed:
         raise SystemExit(f"variants failed: {[(v.label, v.status, v.detail) for v in failed]}")
     return seconds, len(built)
 
 
-def profile_one(lib: object, point: dict) -> None:
+def profile_one(lib: Any, point: dict) -> None:
     """cProfile of one variant's host build (all cached) and its device-only TU, to stderr."""
     import cProfile
     import io
@@ -137,12 +140,12 @@ def profile_one(lib: object, point: dict) -> None:
     from workbench.tuning.run import _device_kernels
     from workbench.tuning.space import variant
 
-    family = lib.project.family("matmul")  # type: ignore[attr-defined]
+    family = lib.project.family("matmul")
     fam = variant(family, point)
-    kernels = _device_kernels(lib, family)  # type: ignore[arg-type]
+    kernels = _device_kernels(lib, family)
     for name, call in [
-        ("host build", lambda: build.ensure(lib.project, fam, lib.config, 1)),  # type: ignore[attr-defined]
-        ("device-only TU", lambda: device.ensure(lib.project, fam, lib.config, kernels)),  # type: ignore[attr-defined]
+        ("host build", lambda: build.ensure(lib.project, fam, lib.config, 1)),
+        ("device-only TU", lambda: device.ensure(lib.project, fam, lib.config, kernels)),
     ]:
         prof = cProfile.Profile()
         start = time.perf_counter()
@@ -152,29 +155,20 @@ def profile_one(lib: object, point: dict) -> None:
         print(f"--- {name}: {time.perf_counter() - start:.3f} s\n{out.getvalue()}", file=sys.stderr)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--cache", type=Path)
-    parser.add_argument("--profile", action="store_true", help="profile one variant (stderr)")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__name__, __doc__)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--cache", type=Path)
+    p.add_argument("--profile", action="store_true", help="profile one variant (stderr)")
+    p.add_argument("--out", type=Path, help="the folder for the report (default: $OUT, else .)")
+    args = p.parse_args(argv)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="wb-tune-compile-"))
     os.environ["WB_CACHE_DIR"] = str(cache)
 
-    import torch
-
     import workbench
-    from workbench.tuning.space import space_of
 
     lib = workbench.load(families=["matmul"], namespace="bench_tc")
-    path = lib.project.family("matmul").spec_path
-    loaded = importlib.util.spec_from_file_location("matmul_spec_for_bench", path)
-    assert loaded is not None and loaded.loader is not None
-    spec = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(spec)
-    space = space_of(spec)
-    assert space is not None
+    space = tune_space(lib.project.family("matmul").spec_path, "matmul_spec_for_bench")
     points = [p for p in space.points() if p != space.default]
     archs = ",".join(lib.config.archs)
     with tempfile.TemporaryDirectory(prefix="wb-tune-nvcc-") as tmp:
@@ -184,7 +178,7 @@ def main() -> None:
     from workbench.nvrtc_worker import Workers
     from workbench.tuning.run import _device_kernels
 
-    named = len(_device_kernels(lib, lib.project.family("matmul"))[0])  # type: ignore[attr-defined]
+    named = len(_device_kernels(lib, lib.project.family("matmul"))[0])
     # As wb tune: the NVRTC workers start, then the plain build runs the tuned dtype's inputs.
     with Workers(args.jobs, nvrtc.library().path) as workers:
         only = launched(lib)
@@ -207,21 +201,18 @@ def main() -> None:
         (f"the other {len(rest)}, every kernel ({named} each, processes)", all_nvcc, every_dev),
     ]
     lines = [
-        f"{torch.cuda.get_device_name()} host ({os.cpu_count()} cores), torch {torch.__version__},"
-        f" archs {archs}, {len(points)} non-default points of the space, --jobs {args.jobs}; "
+        environment().line("cuda"),
+        f"{os.cpu_count()} cores, archs {archs}, {len(points)} non-default points of the space, "
+        f"--jobs {args.jobs}; "
         f"the kernels a bfloat16 tune launches: {', '.join(sorted(n for _, n in only))}",
         "",
-        "| sweep | nvcc (kernels + launcher, one TU) s | device-only TU (NVRTC) s | ratio |",
-        "| --- | ---: | ---: | ---: |",
+        markdown_table(
+            ("sweep", "nvcc (kernels + launcher, one TU) s", "device-only TU (NVRTC) s", "ratio"),
+            [(name, f"{nv:.2f}", f"{dev:.2f}", f"{nv / dev:.2f}x") for name, nv, dev in rows],
+            align="lrrr",
+        ),
     ]
-    for name, nv, dev in rows:
-        lines.append(f"| {name} | {nv:.2f} | {dev:.2f} | {nv / dev:.2f}x |")
     text = "\n".join(lines)
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tune-compile.md").write_text(text + "\n")
+    write_text(out_dir(args.out) / "tune-compile.md", text)
     assert n == len(points) - 1
-
-
-if __name__ == "__main__":
-    main()

@@ -6,25 +6,30 @@
   torch.utils.cpp_extension.load of the same op in the conventional layout (every TU includes
   torch/extension.h, TORCH_LIBRARY), which needs a new process for every edit
 
-Usage: python scripts/bench_foundation.py [--out bench/results/foundation-figures.md]
+Usage: python -m bench foundation [--out F.md]
 Prints a markdown table; the edit cases use a copy of kernels/ in a temporary folder.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.common import (
+    ROOT,
+    child_env,
+    environment,
+    markdown_table,
+    one_arch_env,
+    parser,
+    run_python,
+    write_text,
+)
 
 ANCHOR_CPP = """\
 #include <torch/extension.h>
@@ -94,29 +99,18 @@ print(time.perf_counter() - t0)
 """
 
 
-def _run(code: str, *args: str, env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(seconds the code printed, wall seconds of the whole process)."""
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=ROOT
-    )
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise SystemExit(f"benchmark step failed:\n{out.stderr[-3000:]}")
-    return float(out.stdout.strip().splitlines()[-1]), wall
-
-
 def anchor(device: str, work: Path) -> dict[str, float]:
     folder = work / "anchor"
     (folder / "build").mkdir(parents=True)
     (folder / "muladd.cpp").write_text(ANCHOR_CPP.replace("EDIT", "0"))
     (folder / "muladd_cuda.cu").write_text(ANCHOR_CU.replace("EDIT", "0"))
-    cold, _ = _run(ANCHOR_RUN, str(folder), device, "0")
+    cold = float(run_python(ANCHOR_RUN, str(folder), device, "0").last_line)
     edited = "muladd_cuda.cu" if device == "cuda" else "muladd.cpp"
     text = ANCHOR_CU if device == "cuda" else ANCHOR_CPP
     (folder / edited).write_text(text.replace("EDIT", "1.0f"))
     t_edit = time.perf_counter()
-    in_process, wall = _run(ANCHOR_RUN, str(folder), device, "1")
+    ran = run_python(ANCHOR_RUN, str(folder), device, "1")
+    in_process, wall = float(ran.last_line), ran.wall
     edit_to_result = time.perf_counter() - t_edit
     return {
         "cold": cold,
@@ -127,8 +121,8 @@ def anchor(device: str, work: Path) -> dict[str, float]:
 
 
 def wb(device: str, work: Path, env: dict[str, str]) -> dict[str, float]:
-    cold, _ = _run(WB_WARM, env=env)
-    warm = statistics.median(_run(WB_WARM, env=env)[0] for _ in range(7))
+    cold = float(run_python(WB_WARM, env=env).last_line)
+    warm = statistics.median(float(run_python(WB_WARM, env=env).last_line) for _ in range(7))
     project = work / "project"
     shutil.copytree(ROOT / "kernels", project / "kernels")
     shutil.copytree(ROOT / "bindings", project / "bindings")
@@ -150,54 +144,47 @@ def wb(device: str, work: Path, env: dict[str, str]) -> dict[str, float]:
         assert torch.allclose(out, a * b + 2.0, atol=1e-5)
         print(len(report.compiled), time.perf_counter() - t0)
     """)
-    out = subprocess.run(
-        [sys.executable, "-c", edit_code], capture_output=True, text=True, env=env, cwd=ROOT
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"wb edit step failed:\n{out.stderr[-3000:]}")
-    compiled, edit = out.stdout.split()
+    compiled, edit = run_python(edit_code, env=env, what="wb edit step").last_line.split()
     return {"cold": cold, "warm": warm, "edit": float(edit), "edit_objects": float(compiled)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__name__, __doc__)
+    p.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    args = p.parse_args(argv)
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with tempfile.TemporaryDirectory(prefix="wb-bench-") as tmp:
         work = Path(tmp)
-        env = dict(os.environ, WB_CACHE_DIR=str(work / "cache"), WB_QUIET="1")
-        if device == "cuda":
-            major, minor = torch.cuda.get_device_capability()
-            env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # one arch for both tools
+        # one arch for both tools; the workbench from the checkout (cwd), as before
+        env = one_arch_env(child_env(work / "cache", tree=None, bytecode=False))
         w = wb(device, work, env)
         a = anchor(device, work)
-    git = ["git", "rev-parse", "--short", "HEAD"]
-    commit = subprocess.run(git, capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    commit = commit or os.environ.get("WB_COMMIT", "unknown")  # a copy of the tree without .git
-    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {os.cpu_count()} cores"
-    lines = [
-        f"{time.strftime('%Y-%m-%d')}, {name}, torch {torch.__version__}, commit {commit}",
-        "",
-        "| figure | wb (s) | anchor (s) | wb / anchor |",
-        "| --- | --- | --- | --- |",
-        f"| cold build, bundled registry (wb: 3 families, PCH included; anchor: muladd only) "
-        f"| {w['cold']:.2f} | {a['cold']:.2f} | {w['cold'] / a['cold']:.2f} |",
-        f"| warm start, new process, load() to ops ready after import torch (median of 7) "
-        f"| {w['warm']:.4f} | | |",
-        f"| one-line {device} kernel-body edit to first correct result "
-        f"(wb: {w['edit_objects']:.0f} object, same process; anchor: new process, "
-        f"{a['restart']:.2f} s of it the restart) | {w['edit']:.2f} | {a['edit']:.2f} "
-        f"| {w['edit'] / a['edit']:.3f} |",
+    rows = [
+        (
+            "cold build, bundled registry (wb: 3 families, PCH included; anchor: muladd only)",
+            f"{w['cold']:.2f}",
+            f"{a['cold']:.2f}",
+            f"{w['cold'] / a['cold']:.2f}",
+        ),
+        (
+            "warm start, new process, load() to ops ready after import torch (median of 7)",
+            f"{w['warm']:.4f}",
+            "",
+            "",
+        ),
+        (
+            f"one-line {device} kernel-body edit to first correct result "
+            f"(wb: {w['edit_objects']:.0f} object, same process; anchor: new process, "
+            f"{a['restart']:.2f} s of it the restart)",
+            f"{w['edit']:.2f}",
+            f"{a['edit']:.2f}",
+            f"{w['edit'] / a['edit']:.3f}",
+        ),
     ]
-    table = "\n".join(lines)
+    head = ("figure", "wb (s)", "anchor (s)", "wb / anchor")
+    table = "\n".join([environment().line(device), "", markdown_table(head, rows)])
     print(table)
     print(json.dumps({"wb": w, "anchor": a}))
-    if args.out:
-        args.out.write_text(table + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    write_text(args.out, table)

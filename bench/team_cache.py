@@ -10,19 +10,18 @@ workbench cache, sccache cache and sccache server, timing ``workbench.load()`` o
   fills it (no precompiled header: with a launcher it is built only for an edited binding);
 - B: the same, after A: every compile should be a hit, fetched from the store.
 
-The store is a redis-server this script starts on 127.0.0.1 (``redis-server`` on PATH), or
+The store is a redis-server this measurement starts on 127.0.0.1 (``redis-server`` on PATH), or
 ``--redis URL`` (an existing Redis; the run uses a fresh key prefix, so A starts empty).
 Devices are the machine's: on a GPU host the CUDA TUs are built too (sccache caches nvcc by
 phase).
 
-Usage: python scripts/bench_team_cache.py [--families 10] [--redis URL] [--no-plain]
+Usage: python -m bench team_cache [--families 10] [--redis URL] [--no-plain]
        [--devices cpu] [--out F.json]
 Prints a markdown table (and JSON) last.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -33,10 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from workbench import scaffold  # noqa: E402
+from bench.common import ROOT, child_env, environment, parser, run_python, write_json
+from workbench import scaffold
 
 CHILD = """
 import json, sys, time
@@ -99,7 +96,7 @@ def machine(
     name: str, work: Path, kernels: Path, redis: str | None, prefix: str, devices: str | None
 ) -> dict[str, object]:
     """One cold load in a fresh process with its own caches; its result row."""
-    env = dict(os.environ, WB_CACHE_DIR=str(work / name / "wb"), WB_QUIET="1")
+    env = child_env(work / name / "wb", bytecode=False)
     env.pop("WB_COMPILER_LAUNCHER", None)
     if devices:
         env["WB_DEVICES"] = devices
@@ -111,17 +108,12 @@ def machine(
             SCCACHE_REDIS_ENDPOINT=redis,
             SCCACHE_REDIS_KEY_PREFIX=prefix,
         )
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", CHILD, str(kernels)], env=env, capture_output=True, text=True
-        )
+        ran = run_python(CHILD, str(kernels), env=env, cwd=None, what=f"machine {name}")
     finally:
         if redis is not None:
             subprocess.run([sccache_exe(), "--stop-server"], env=env, capture_output=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"machine {name} failed:\n{proc.stderr[-4000:]}")
-    row: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    row: dict[str, object] = ran.json()
     row["machine"] = name
     row["pch_built"] = any((work / name / "wb").glob("v1/pch/*/wb/*.gch"))
     print(f"{name}: {row}", file=sys.stderr, flush=True)
@@ -142,7 +134,7 @@ def table(rows: list[dict[str, object]]) -> str:
             + (f"{sc['seconds']:.1f}" if sc else "-")
             + f" | {'yes' if r['pch_built'] else 'no'} |"
         )
-    by = {r["machine"]: float(r["seconds"]) for r in rows}  # type: ignore[arg-type]
+    by = {r["machine"]: float(r["seconds"]) for r in rows}
     if "A" in by and "B" in by:
         out.append(f"\nB / A = {by['B'] / by['A']:.1%}")
     if "plain" in by and "B" in by:
@@ -150,14 +142,14 @@ def table(rows: list[dict[str, object]]) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__name__, __doc__)
     p.add_argument("--families", type=int, default=10, help="template families added")
     p.add_argument("--redis", help="an existing Redis URL (default: start redis-server here)")
     p.add_argument("--no-plain", action="store_true", help="skip the build without a launcher")
     p.add_argument("--devices", choices=["cpu"], help="cpu: skip CUDA even on a GPU host")
-    p.add_argument("--out", help="write the rows as JSON here")
-    args = p.parse_args()
+    p.add_argument("--out", type=Path, help="write the rows as JSON here")
+    args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="wb-team-") as tmp:
         work = Path(tmp)
         kernels = make_registry(work / "repo", args.families)
@@ -171,14 +163,7 @@ def main() -> None:
             if redis_proc is not None:
                 redis_proc.terminate()
                 redis_proc.wait()
-    import torch
-
-    print(f"\ntorch {torch.__version__}, {os.cpu_count()} CPUs, {args.families} template families")
+    print(f"\n{environment().line('cpu')}, {args.families} template families")
     print(table(rows))
     print(json.dumps(rows))
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1))
-
-
-if __name__ == "__main__":
-    main()
+    write_json(args.out, rows)

@@ -10,38 +10,30 @@ Each run compiles new programs (a -D option the kernels do not read); run it wit
 ``CUDA_CACHE_DISABLE=1`` where the driver's compute cache would hand NVRTC an earlier cubin.
 Prints a markdown table. Needs NVRTC and nvcc, no GPU.
 
-Usage: CUDA_CACHE_DISABLE=1 python scripts/bench_wgmma_compile.py [--arch sm_90a] [--repeats 3]
+Usage: CUDA_CACHE_DISABLE=1 python -m bench wgmma_compile [--arch sm_90a] [--repeats 3]
 """
 
 from __future__ import annotations
 
-import argparse
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from scripts.bench_tune_compile import NAMES, nvcc_tu  # noqa: E402
-from workbench import device, nvrtc, toolchain  # noqa: E402
-from workbench.config import cuda_flags  # noqa: E402
-from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE  # noqa: E402
+from bench.common import environment, markdown_table, nvcc, parser, run
+from bench.tune_compile import NAMES, nvcc_tu
+from workbench import device, nvrtc, toolchain
+from workbench.config import cuda_flags
+from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arch", default="sm_90a")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    home = toolchain.find_cuda_home()
-    if home is None:
-        raise SystemExit("no CUDA toolkit found: set CUDA_HOME or put nvcc on PATH")
-    nvcc = home / "bin" / "nvcc"
-    flags = list(cuda_flags(toolchain.compiler_version(nvcc)))
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__name__, __doc__)
+    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    exe = nvcc()
+    flags = list(cuda_flags(toolchain.compiler_version(exe)))
     src = BUNDLED_KERNELS / "matmul" / "matmul_wgmma.kernel.cu"
     names = [f"wb::matmul::wgmma_kernel<wb::{t},{k}>" for t, k in NAMES]
     opts = [*device.NVRTC_FLAGS, f"-I{WB_KERNEL_INCLUDE}", f"-I{BUNDLED_KERNELS}"]
@@ -72,15 +64,8 @@ def main() -> None:
                 ("nvcc -cubin of the same kernels", "-cubin", kernels_only, device_flags),
                 ("nvcc -c of the kernels and their launcher in one TU", "-c", combined, flags),
             ):
-                start = time.perf_counter()
-                cmd = [str(nvcc), mode, *fl, *arch, *inc, str(file), "-o", f"{tmp}/out"]
-                subprocess.run(cmd, check=True, capture_output=True)
-                rows[label].append(time.perf_counter() - start)
-    print(f"| compile of the four wgmma kernels, {args.arch} | seconds, each run |")
-    print("| --- | --- |")
-    for label, seconds in rows.items():
-        print(f"| {label} | {', '.join(f'{s:.2f}' for s in seconds)} |")
-
-
-if __name__ == "__main__":
-    main()
+                cmd = [str(exe), mode, *fl, *arch, *inc, str(file), "-o", f"{tmp}/out"]
+                rows[label].append(run(cmd, cwd=None, what=label).wall)
+    print(environment().line("cpu"))
+    head = (f"compile of the four wgmma kernels, {args.arch}", "seconds, each run")
+    print(markdown_table(head, [(k, ", ".join(f"{s:.2f}" for s in v)) for k, v in rows.items()]))

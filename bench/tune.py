@@ -16,7 +16,7 @@ by ``--ops`` (default: matmul in bfloat16, scale and muladd in float32):
 Writes ``tune.md`` (tables) and ``tune.json`` into ``--out`` (default ``$OUT`` or .), prints
 the summary table last.
 
-Usage: python scripts/bench_tune.py [--ops matmul:bfloat16,scale:float32] [--processes 7]
+Usage: python -m bench tune [--ops matmul:bfloat16,scale:float32] [--processes 7]
 """
 
 from __future__ import annotations
@@ -26,15 +26,19 @@ import json
 import math
 import os
 import shutil
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.common import (
+    Spread,
+    child_env,
+    environment,
+    out_dir,
+    parser,
+    run_python,
+    tune_space,
+    write_text,
+)
 
 CHILD = r"""
 import json, sys, time
@@ -49,76 +53,66 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "tuned": lib.last.tuned,
 """
 
 
-def _load_times(families: list[str], n: int, env: dict[str, str]) -> list[dict]:
+def load_times(families: list[str], n: int, env: dict[str, str]) -> list[dict]:
     code = CHILD.replace("FAMILIES", repr(families))
-    out = []
-    for _ in range(n):
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-        if p.returncode != 0:
-            raise SystemExit(f"load child failed:\n{p.stderr}")
-        out.append(json.loads(p.stdout.strip().splitlines()[-1]))
-    return out
+    return [run_python(code, env=env, cwd=None, what="load child").json() for _ in range(n)]
 
 
-def _compare_loads(families: list[str], n: int) -> tuple[list[dict], list[dict]]:
+def compare_loads(families: list[str], n: int) -> tuple[list[dict], list[dict]]:
     """New-process loads with the stored winners, then with the tune folder moved aside."""
     from workbench.tuning import store
 
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = dict(os.environ, PYTHONPATH=path)
-    with_w = _load_times(families, n, env)
+    env = child_env(bytecode=False)
+    with_w = load_times(families, n, env)
     tune_dir = store.folder()
     aside = tune_dir.with_name("tune.aside")
     tune_dir.rename(aside)
     try:
-        without = _load_times(families, n, env)
+        without = load_times(families, n, env)
     finally:
         aside.rename(tune_dir)
     return with_w, without
 
 
-def _load_line(families: list[str], n: int, with_w: list[dict], without: list[dict]) -> str:
-    ms = [[x["seconds"] * 1e3 for x in runs] for runs in (with_w, without)]
-    med = [statistics.median(m) for m in ms]
+def load_line(families: list[str], n: int, with_w: list[dict], without: list[dict]) -> str:
+    w, wo = (Spread.of(x["seconds"] * 1e3 for x in runs) for runs in (with_w, without))
     return (
         f"New-process `workbench.load()` of {', '.join(families)} after import torch and CUDA "
-        f"start, {n} processes each: with the winners median {med[0]:.1f} ms (min "
-        f"{min(ms[0]):.1f}, max {max(ms[0]):.1f}; tuned {with_w[0]['tuned']}); without "
-        f"{med[1]:.1f} ms (min {min(ms[1]):.1f}, max {max(ms[1]):.1f}); extra "
-        f"{med[0] - med[1]:.1f} ms."
+        f"start, {n} processes each: with the winners median {w.median:.1f} ms (min "
+        f"{w.min:.1f}, max {w.max:.1f}; tuned {with_w[0]['tuned']}); without "
+        f"{wo.median:.1f} ms (min {wo.min:.1f}, max {wo.max:.1f}); extra "
+        f"{w.median - wo.median:.1f} ms."
     )
 
 
-def _load_only(args: argparse.Namespace) -> None:
+def load_only(args: argparse.Namespace) -> None:
     if not args.cache:
         raise SystemExit("--load-only needs the --cache of an earlier run")
     os.environ["WB_CACHE_DIR"] = args.cache
     families = sorted({x.split(":")[0] for x in args.ops.split(",")})
-    with_w, without = _compare_loads(families, args.processes)
-    line = _load_line(families, args.processes, with_w, without)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "tune_load.md").write_text(line + "\n")
+    with_w, without = compare_loads(families, args.processes)
+    line = load_line(families, args.processes, with_w, without)
+    write_text(out_dir(args.out) / "tune_load.md", line)
     print(line)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    ap = parser(__name__, __doc__)
     ap.add_argument("--ops", default="matmul:bfloat16,scale:float32,muladd:float32")
     ap.add_argument("--processes", type=int, default=7)
     ap.add_argument("--cache")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--out", help="the folder for the files (default: $OUT, else .)")
     ap.add_argument("--rounds", type=int)
     ap.add_argument(
         "--load-only", action="store_true", help="only step 5, on a --cache tuned before"
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.load_only:
-        return _load_only(args)
+        return load_only(args)
     cache = args.cache or tempfile.mkdtemp(prefix="wb-tune-")
     os.environ["WB_CACHE_DIR"] = cache
     os.environ.setdefault("WB_QUIET", "1")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_dir(args.out)
 
     import torch
 
@@ -135,13 +129,14 @@ def main() -> None:
     families = [tuning.family_of(lib, op) for op, _ in ops]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    env = environment()
     cores = os.cpu_count() or 1
     jobs = ninja.default_jobs()
 
     # 2. one variant alone, all jobs for it
     first = families[0]
     fam = lib.project.family(first)
-    space = tuning._space(lib, first)
+    space = tune_space(fam.spec_path, f"{first}_spec_for_bench")
     points = [p for p in space.points() if p != space.default]
     t = time.perf_counter()
     one = build.ensure(lib.project, variant(fam, points[-1]), lib.config, jobs)
@@ -165,11 +160,13 @@ def main() -> None:
 
     # 5. new processes: with the winners, and with the tune folder moved aside
     fams = sorted(set(families))
-    with_w, without = _compare_loads(fams, args.processes)
-    load_line = _load_line(fams, args.processes, with_w, without)
+    with_w, without = compare_loads(fams, args.processes)
+    loads = load_line(fams, args.processes, with_w, without)
 
     lines = [
         f"# wb tune on {gpu} ({cores} cores, {jobs} jobs), torch {torch.__version__}",
+        "",
+        env.line(device),
         "",
         f"Plain builds of {', '.join(sorted(set(families)))}, cold: {plain_s:.1f} s.",
         f"One variant of {first} alone ({label(points[-1])}, {len(one.compiled)} objects): "
@@ -194,7 +191,7 @@ def main() -> None:
         f"Second tune of {first_op} with nothing changed: {again.compiled} objects compiled, "
         f"build phase {again.phases['build']:.2f} s.",
         "",
-        load_line,
+        loads,
         "",
     ]
     for r in results:
@@ -206,10 +203,6 @@ def main() -> None:
             r.plot(out / f"tune_{r.op}_{r.dtype}.svg")
         except Exception as e:  # matplotlib may be missing on the host
             print(f"no plot: {e}")
-    print("\n".join(lines[: 14 + len(rows)]))
+    print("\n".join(lines[: 16 + len(rows)]))
     if not args.cache:
         shutil.rmtree(cache, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()

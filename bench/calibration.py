@@ -6,49 +6,38 @@
   3. a matmul launched on a side stream: the harness must warn that work escaped the stream
   4. `wb bench` of muladd, scale and rms_norm over their sweeps, against eager and torch.compile
 
-Usage: python3 scripts/bench_calibration.py [--dtype float32] [--no-compile]
+Usage: python -m bench calibration [--dtype float32] [--no-compile]
 Writes bench-harness.md, kernels.md, bench.json and bench.png (with matplotlib) under $OUT
 (default: a new temporary folder) and prints the short tables last.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-import workbench  # noqa: E402
-from workbench.benchmark import calibrate  # noqa: E402
-from workbench.benchmark.result import HEADERS, BenchResult  # noqa: E402
-from workbench.benchmark.timer_cuda import method_for, probe, time_cuda  # noqa: E402
-from workbench.errors import WorkbenchError  # noqa: E402
+import workbench
+from bench.common import Spread, environment, out_dir, parser
+from workbench.benchmark import calibrate
+from workbench.benchmark.result import HEADERS, BenchResult
+from workbench.benchmark.timer_cuda import method_for, probe, time_cuda
+from workbench.errors import WorkbenchError
 
 DEV = torch.device("cuda")
 
 
 def header() -> str:
-    git = ["git", "rev-parse", "--short", "HEAD"]
-    # WB_COMMIT first: a copy of the tree may carry a .git that is not at the copied commit.
-    commit = (
-        os.environ.get("WB_COMMIT")
-        or subprocess.run(git, capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    )
-    commit = commit or "unknown"
-    return (
-        f"{time.strftime('%Y-%m-%d')}, {calibrate.device_name(DEV)}, torch {torch.__version__}, "
-        f"commit {commit}"
-    )
+    """The environment line, the GPU as the calibration names it (its arch and L2)."""
+    env = environment()
+    gpu = calibrate.device_name(DEV)
+    cuda = f" (CUDA {env.cuda})" if env.cuda else ""
+    return f"{env.date}, {gpu}, torch {env.torch}{cuda}, commit {env.commit}"
 
 
 def calibration() -> list[str]:
@@ -56,7 +45,7 @@ def calibration() -> list[str]:
     return ["## Ceilings (`wb bench --calibrate`)", "", "```", *cal.lines(), "```", ""]
 
 
-def _do_bench(fn: Any) -> float | None:
+def do_bench(fn: Any) -> float | None:
     try:
         import triton.testing
     except ImportError:
@@ -68,15 +57,15 @@ def _do_bench(fn: Any) -> float | None:
     return float(ms) / 1e3
 
 
-def _harness(fn: Any, args: tuple[Any, ...], method: str) -> tuple[float, str]:
+def harness(fn: Any, args: tuple[Any, ...], method: str) -> tuple[float, str]:
     m = time_cuda(fn, args, DEV, method)
     return m.stats.median, m.method
 
 
-def _runs(values: list[float]) -> str:
+def spread_us(values: list[float]) -> str:
     """'median (low-high)' in microseconds."""
-    low, mid, high = (v * 1e6 for v in (min(values), statistics.median(values), max(values)))
-    return f"{mid:.2f} ({low:.2f}-{high:.2f})"
+    s = Spread.of(values).scaled(1e6)
+    return f"{s.median:.2f} ({s.min:.2f}-{s.max:.2f})"
 
 
 def against_triton(rounds: int = 3) -> list[str]:
@@ -107,17 +96,17 @@ def against_triton(rounds: int = 3) -> list[str]:
             theirs: list[float] = []
             how = ""
             for _ in range(rounds):
-                t, how = _harness(fn, args, method)
+                t, how = harness(fn, args, method)
                 ours.append(t)
-                ref = _do_bench(lambda fn=fn, args=args: fn(*args))
+                ref = do_bench(lambda fn=fn, args=args: fn(*args))
                 if ref is not None:
                     theirs.append(ref)
             if theirs:
                 ratio = f"{statistics.median(ours) / statistics.median(theirs):.3f}"
-                ref_us = _runs(theirs)
+                ref_us = spread_us(theirs)
             else:
                 ratio, ref_us = "-", "triton not importable"
-            lines.append(f"| {name} | {_runs(ours)} | {how} | {ref_us} | {ratio} |")
+            lines.append(f"| {name} | {spread_us(ours)} | {how} | {ref_us} | {ratio} |")
     return [*lines, ""]
 
 
@@ -180,15 +169,14 @@ def goals(result: BenchResult) -> list[str]:
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--no-compile", action="store_true")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__name__, __doc__)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--no-compile", action="store_true")
+    args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("this script needs a CUDA GPU")
-    out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="wb-bench-"))
-    out.mkdir(parents=True, exist_ok=True)
+        raise SystemExit("this measurement needs a CUDA GPU")
+    out = out_dir(None) if os.environ.get("OUT") else Path(tempfile.mkdtemp(prefix="wb-bench-"))
     start = time.perf_counter()
     head = [header(), ""]
     harness = [*head, *calibration(), *against_triton(), *side_stream()]
@@ -199,7 +187,3 @@ def main() -> None:
     print(result.table())
     print("\n".join(goals(result)))
     print(f"total {time.perf_counter() - start:.0f} s; files under {out}")
-
-
-if __name__ == "__main__":
-    main()

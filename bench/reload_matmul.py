@@ -8,27 +8,20 @@ from writing the file to the first correct result of the new code, through ``lib
 Goals: the wgmma edit in at most 1.0 s (the device-only issue), the tensor-core edit at most 2x
 the elementwise one (the matmul issue); the mma edit is the nvcc path in the same run.
 
-Usage: python scripts/bench_reload_matmul.py [--repeats 5] [--out F]   (needs a CUDA GPU)
+Usage: python -m bench reload_matmul [--repeats 5] [--out F]   (needs a CUDA GPU)
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import statistics
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import torch
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import workbench  # noqa: E402
-from scripts.bench_reload import ALPHA, edit_for  # noqa: E402
-from workbench import scaffold  # noqa: E402
+from bench.common import ROOT, Spread, environment, markdown_table, parser, write_text
+from bench.reload import ALPHA, edit_for
 
 # The tensor-core epilogues' stores (wgmma: of rows of c of an even length): every pair gets + k.
 MATMUL_EDITS = {
@@ -39,24 +32,30 @@ MATMUL_EDITS = {
 }  # fmt: skip
 
 
-def timed_edit(path: Path, old: str, new: str, lib: object, check: object) -> float:
+def timed_edit(path: Path, old: str, new: str, lib: Any, check: Callable[[], None]) -> float:
+    """Seconds from writing the edit to ``check`` passing on the reloaded code; then undone."""
     original = path.read_text()
     assert old in original, (path, old)
     t0 = time.perf_counter()
     path.write_text(original.replace(old, new))
-    lib.reload()  # type: ignore[attr-defined]
-    check()  # type: ignore[operator]
+    lib.reload()
+    check()
     seconds = time.perf_counter() - t0
     path.write_text(original)
-    lib.reload()  # type: ignore[attr-defined]
+    lib.reload()
     return seconds
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    import workbench
+    from workbench import scaffold
+
+    p = parser(__name__, __doc__)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
     paths = ["wgmma", "mma"] if torch.cuda.get_device_capability() == (9, 0) else ["mma"]
     work = Path(tempfile.mkdtemp(prefix="wb-reload-matmul-"))
     kernels = scaffold.write_registry(work / "registry", 1)
@@ -91,22 +90,22 @@ def main() -> None:
             times[path_name].append(
                 timed_edit(kernels / "matmul" / file, old, new.format(k=k), lib, check_matmul)
             )
-    base = statistics.median(times["elementwise"])
-    lines = [
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.repeats} repeats",
-        "",
-        "| kernel-body edit to first correct result | median s | min s | max s | vs elementwise |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    base = Spread.of(times["elementwise"]).median
+    rows = []
     for name, ts in times.items():
-        med = statistics.median(ts)
-        lines.append(f"| {name} | {med:.2f} | {min(ts):.2f} | {max(ts):.2f} | {med / base:.2f}x |")
-    text = "\n".join(lines)
+        s = Spread.of(ts)
+        rows.append(
+            (name, *(f"{v:.2f}" for v in (s.median, s.min, s.max)), f"{s.median / base:.2f}x")
+        )
+    head = ("kernel-body edit to first correct result", "median s", "min s", "max s")
+    text = "\n".join(
+        [
+            environment().line("cuda"),
+            f"{args.repeats} repeats",
+            "",
+            markdown_table((*head, "vs elementwise"), rows),
+        ]
+    )
     print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    write_text(args.out, text)
     shutil.rmtree(work, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()
