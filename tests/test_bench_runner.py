@@ -65,7 +65,8 @@ def test_every_measurement_module_runs_from_the_runner(name: str) -> None:
     usage line naming the command that runs it, so a new one cannot be left out of the runner."""
     module = importlib.import_module(f"bench.{name}")
     assert callable(module.main)
-    assert f"Usage: python -m bench {name}" in (module.__doc__ or "")
+    usage = rf"^Usage: (\w+=\S+ )*python -m bench {name}( |$)"  # after environment settings
+    assert re.search(usage, module.__doc__ or "", re.MULTILINE), module.__doc__
     assert "scripts/bench" not in Path(module.__file__).read_text()
 
 
@@ -97,3 +98,14 @@ def test_spread_and_table_helpers() -> None:
         common.Spread.of([])
     table = common.markdown_table(("a", "b"), [(1, "x")], align="lr")
     assert table == "| a | b |\n| --- | ---: |\n| 1 | x |"
+
+
+@pytest.mark.parametrize(
+    "result", sorted((ROOT / "bench" / "results").glob("*.md")), ids=lambda p: p.name
+)
+def test_every_result_names_the_command_that_regenerates_it(result: Path) -> None:
+    """At its top; and every measurement a result names is one the runner knows."""
+    text = result.read_text()
+    assert text.splitlines()[2].startswith("Regenerate: "), result.name
+    named = set(re.findall(r"python3? -m bench (\w+)", " ".join(text.split())))
+    assert named <= set(MODULES), named - set(MODULES)
