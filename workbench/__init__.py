@@ -14,17 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from workbench.version import VERSION as __version__
 
 if TYPE_CHECKING:
     from workbench.api import Library
-    from workbench.benchmark import bench
     from workbench.compat.dispatch import load
     from workbench.compat.dropin import load_inline
+    from workbench.facade import bench, check, tune
     from workbench.ipython import load_ipython_extension, unload_ipython_extension
-    from workbench.tuning.run import tune
     from workbench.tuning.space import TuneSpace
-    from workbench.verify import check
 
 __all__ = [
     "Library",
@@ -41,14 +39,14 @@ __all__ = [
 
 _LAZY = {
     "Library": "workbench.api",
-    "bench": "workbench.benchmark",
-    "check": "workbench.verify",
+    "bench": "workbench.facade",
+    "check": "workbench.facade",
     "load": "workbench.compat.dispatch",
     "load_inline": "workbench.compat.dropin",
     "load_ipython_extension": "workbench.ipython",
     "unload_ipython_extension": "workbench.ipython",
     "TuneSpace": "workbench.tuning.space",
-    "tune": "workbench.tuning.run",
+    "tune": "workbench.facade",
 }
 
 

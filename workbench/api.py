@@ -417,10 +417,10 @@ class Library:
         record = tune_store.lookup(family, handle.built.key, self._tune_records)
         if record is None and handle.routes is None:
             return  # the common case, without importing the router
-        from workbench import device
         from workbench.tuning import route
+        from workbench.tuning.space import variant_preparer
 
-        prepare = device.variant_preparer(self.project, self.project.family(family), self.config)
+        prepare = variant_preparer(self.project, self.project.family(family), self.config)
         route.apply_quietly(self.namespace, handle, record, prepare)
         if report is not None and handle.routes is not None:
             report.tuned.append(family)

@@ -15,7 +15,6 @@ cache directory and WB_CACHE_DIR.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import shutil
@@ -28,15 +27,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from workbench import cache, warm
 from workbench.config import PCH_SOURCE, Config
 from workbench.errors import BuildError
+from workbench.events import compile_hooks
 from workbench.hashing import digest, file_digest
-from workbench.project import WB_REGISTRY_SOURCE, Family, Project, Source
+from workbench.project import WB_REGISTRY_SOURCE, Family, Project, Source, mentions_tune
 
 if TYPE_CHECKING:
     from workbench import launcher as team
     from workbench import ninja
 
 # Called with (family name, source path) for every TU compiled: tests count rebuilds with it.
-compile_hooks: list[Callable[[str, Path], None]] = []
 MANIFEST_FORMAT = 2
 # Compiler messages that mean the disk (or a file-size limit) ran out, not a bad source.
 _NO_SPACE_TEXT = (
@@ -173,23 +172,6 @@ def shares_host_objects(project: Project, family: Family, config: Config) -> boo
     return not any(
         _tu_defines(project, family, src, config) for src in family_sources(family, config)
     )
-
-
-def mentions_tune(path: str) -> bool:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return True  # a header that is gone: the build will say so; assume it matters
-    return _mentions_tune_at(path, st.st_mtime_ns, st.st_size)
-
-
-@functools.lru_cache(maxsize=4096)
-def _mentions_tune_at(path: str, mtime_ns: int, size: int) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return b"WB_TUNE_" in f.read()
-    except OSError:
-        return True
 
 
 def plan_tus(project: Project, family: Family, config: Config) -> list[TU]:

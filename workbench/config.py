@@ -7,11 +7,12 @@ import os
 import re
 from pathlib import Path
 
-from workbench import __version__, knobs, toolchain
+from workbench import knobs, toolchain
 from workbench.cache import LAYOUT
 from workbench.errors import ToolchainError
 from workbench.hashing import digest, file_digest
 from workbench.project import WB_BINDING_INCLUDE, WB_KERNEL_INCLUDE, Project, Source
+from workbench.version import VERSION
 
 KERNEL_CXX_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden")
 CUDA_FLAGS = ("-std=c++17", "-O3", "-lineinfo", "-Xcompiler=-fPIC,-fvisibility=hidden")
@@ -100,7 +101,7 @@ class Config:
     def identity(self) -> dict[str, object]:
         """The toolchain part of every build key, in words (shown by ``wb why``)."""
         return {
-            "workbench": __version__,
+            "workbench": VERSION,
             "layout": LAYOUT,
             "python": self.python_tag,
             "torch": self.torch.version,

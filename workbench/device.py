@@ -28,20 +28,18 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench import build, cache
+from workbench import cache, events
 from workbench.errors import BuildError, LoadError
 from workbench.hashing import digest, file_digest
-from workbench.project import DEVICE_SUFFIX, Family, Project
+from workbench.project import DEVICE_SUFFIX, Family, Project, mentions_tune
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
     from workbench.config import Config
-    from workbench.loader import Handle
     from workbench.nvrtc_worker import Workers
 
 # Options of every NVRTC compile besides the architecture, include path and a variant's -D
@@ -50,6 +48,25 @@ if TYPE_CHECKING:
 # so that a header of constexpr helpers that host launchers share needs no __host__ __device__.
 NVRTC_FLAGS = ("-std=c++17", "-lineinfo", "-default-device")
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+class Built(Protocol):
+    """What this layer reads of a build: the path of its library (None before the link)."""
+
+    @property
+    def library(self) -> Path | None: ...
+
+
+class Handle(Protocol):
+    """What this layer needs of an opened library (``workbench.loader.Handle`` is one): the
+    library, its registry entry points, and the slots where the modules it holds are noted."""
+
+    @property
+    def built(self) -> Built: ...
+
+    cdll: ctypes.CDLL
+    kernels: list[tuple[str, str]] | None  # what its launchers name, once read
+    modules: dict[str, tuple[str, ...]]  # the module key loaded per device-only TU
 
 
 class Image:
@@ -153,7 +170,7 @@ def _options(
 ) -> list[str]:
     """The NVRTC options of one TU: a variant's -D options only where the TU can read them."""
     options = _base_options(project, family, config)
-    if family.defines and not any(build.mentions_tune(p) for p in [str(source), *headers]):
+    if family.defines and not any(mentions_tune(p) for p in [str(source), *headers]):
         options = [o for o in options if o not in family.defines]
     return options
 
@@ -161,22 +178,6 @@ def _options(
 def has_modules(family: Family, config: Config) -> bool:
     """Whether ``family`` has device-only TUs that this build compiles and loads (CUDA builds)."""
     return config.with_cuda and any(s.kind == "device" for s in family.sources)
-
-
-def variant_preparer(
-    project: Project, family: Family, config: Config, only: set[tuple[str, str]] | None = None
-) -> Callable[[dict[str, Any]], Callable[[Handle], object]] | None:
-    """Given a tuning variant's point, what loads the variant's modules (compiled with its
-    options) into its library before it registers; None for a family without modules.
-    ``only``: the modules hold just these of the kernels the launchers name (see :func:`sync`)."""
-    if not has_modules(family, config):
-        return None
-    from workbench.tuning.space import variant
-
-    def for_point(point: dict[str, Any]) -> Callable[[Handle], object]:
-        return lambda handle: sync(project, variant(family, point), config, handle, only=only)
-
-    return for_point
 
 
 def device_defines(project: Project, family: Family, config: Config) -> tuple[str, ...]:
@@ -192,7 +193,7 @@ def device_defines(project: Project, family: Family, config: Config) -> tuple[st
         if src.kind != "device":
             continue
         headers = includes(src.path, project.include_dirs)
-        if any(build.mentions_tune(p) for p in [str(src.path), *headers]):
+        if any(mentions_tune(p) for p in [str(src.path), *headers]):
             return family.defines
     return ()
 
@@ -272,8 +273,7 @@ def ensure(
         ]
         images = _images(source, jobs, options, headers, pool, workers)
         if any(image.seconds for image in images):  # once per TU, as build.ensure reports
-            for hook in build.compile_hooks:
-                hook(family.name, source)
+            events.compiled(family.name, source)
         warm.record(str(source), identity, [str(source), *headers], images)
         modules.append(Module(file, source, images))
     warm.save()

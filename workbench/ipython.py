@@ -71,12 +71,12 @@ class Session:
         return self.open(root, namespace)
 
     def open(self, root: Path, namespace: str) -> Any:
-        import workbench
+        from workbench.compat import dispatch
 
         (root / "kernels").mkdir(parents=True, exist_ok=True)
         (root / "bindings").mkdir(exist_ok=True)
         # One broken family must not cost the notebook the others: they load, it is reported.
-        self.library = workbench.load(root / "kernels", namespace=namespace, on_error="warn")
+        self.library = dispatch.load(root / "kernels", namespace=namespace, on_error="warn")
         return self.library
 
     # -- kernel cells ---------------------------------------------------------------------------

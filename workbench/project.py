@@ -12,6 +12,7 @@ A registry is a ``kernels/`` folder beside a ``bindings/`` folder::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -199,3 +200,21 @@ def discover(path: str | Path | None = None, namespace: str | None = None) -> Pr
             if fam is not None:
                 families.append(fam)
     return Project(kernels_dir, bindings_dir, ns, tuple(families))
+
+
+def mentions_tune(path: str) -> bool:
+    """Whether the file reads a tuning parameter (``WB_TUNE_``); True for a file that is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True  # a header that is gone: the build will say so; assume it matters
+    return _mentions_tune_at(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _mentions_tune_at(path: str, mtime_ns: int, size: int) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return b"WB_TUNE_" in f.read()
+    except OSError:
+        return True

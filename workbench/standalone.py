@@ -16,13 +16,14 @@ import time
 import types
 from pathlib import Path
 
-from workbench import __version__, knobs, toolchain
+from workbench import knobs, toolchain
 from workbench.compat import cached
 from workbench.compat.cached import OBJECTS, OUT, Recipe, Unit
 from workbench.compat.live import activate
 from workbench.config import CUDA_FLAGS
 from workbench.errors import WorkbenchError
 from workbench.project import WB_ROOT, discover
+from workbench.version import VERSION
 
 PYTHON_BINDINGS = WB_ROOT / "bindings" / "python"
 CXX_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden")
@@ -86,7 +87,7 @@ def recipe(family: str, path: str | Path | None = None, with_cuda: bool | None =
         lib = str(cuda_home / "lib64")
         link += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lcudart"]
     identity = {
-        "workbench": __version__,
+        "workbench": VERSION,
         "standalone": 1,
         "python": toolchain.python_tag(),
         "pybind11": pybind11.__version__,

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from workbench.api import Library
 
 
-def _dtype(value: torch.dtype | str) -> torch.dtype:
+def resolve_dtype(value: torch.dtype | str) -> torch.dtype:
     if isinstance(value, torch.dtype):
         return value
     found = getattr(torch, value, None)
@@ -55,7 +55,7 @@ def _dtype(value: torch.dtype | str) -> torch.dtype:
     return found
 
 
-def _device(lib: Library, device: str | None) -> torch.device:
+def resolve_device(lib: Library, device: str | None) -> torch.device:
     cuda_ok = lib.config.with_cuda and torch.cuda.is_available()
     if device is None:
         return torch.device("cuda" if cuda_ok else "cpu")
@@ -86,7 +86,7 @@ def sweep(spec: OpSpec, dtype: torch.dtype, device: torch.device, seed: int) -> 
     return [s for s in samples if all(a.numel() > 0 for a in s.args if isinstance(a, torch.Tensor))]
 
 
-def _pick(samples: list[Sample], labels: Sequence[str] | None, op: str) -> list[Sample]:
+def pick_sizes(samples: list[Sample], labels: Sequence[str] | None, op: str) -> list[Sample]:
     if not labels:
         return samples
     known = [s.label for s in samples]
@@ -96,7 +96,7 @@ def _pick(samples: list[Sample], labels: Sequence[str] | None, op: str) -> list[
     return [s for s in samples if s.label in labels]
 
 
-def _timer(
+def timer_for(
     device: torch.device, min_time: float
 ) -> Callable[[Callable[..., Any], tuple[Any, ...], str], Measurement]:
     if device.type == "cuda":
@@ -182,7 +182,7 @@ def time_rounds(
 DEFAULT_ROUNDS = {"cuda": 3, "cpu": 1}
 
 
-def _check_rounds(rounds: int | None) -> None:
+def check_rounds(rounds: int | None) -> None:
     if rounds is None:
         return
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -192,7 +192,7 @@ def _check_rounds(rounds: int | None) -> None:
         )
 
 
-def _methods(kernel: Any, samples: list[Sample], device: torch.device) -> list[str]:
+def timing_methods(kernel: Any, samples: list[Sample], device: torch.device) -> list[str]:
     if device.type != "cuda":
         return ["blocked_autorange"] * len(samples)
     from workbench.benchmark.timer_cuda import method_for, probe
@@ -218,14 +218,14 @@ def bench_op(
     """Verify, then time one op over its sweep (see the module docstring); ``rounds`` and
     ``backward`` as in ``bench``, which checks them. ``graph`` (with ``backward``, on CUDA):
     time each training step by CUDA graph replay (the GPU's time) instead of by wall clock."""
-    spec = _spec(lib, name, device, dtype)
+    spec = spec_for(lib, name, device, dtype)
     # float32 matmuls at the precision the spec allows (OpSpec.allow_tf32), for all candidates.
     with float32_precision(spec.allow_tf32):
         n_rounds = DEFAULT_ROUNDS[device.type] if rounds is None else rounds
         op = getattr(lib, name)
         sig = signature(op)
         kernel = invoker(op)  # kernel(*sample.args), keyword-only arguments passed by name
-        samples = _pick(sweep(spec, dtype, device, seed), sizes, name)
+        samples = pick_sizes(sweep(spec, dtype, device, seed), sizes, name)
         if not samples:
             raise WorkbenchError(f"{name} has no sizes to time on {device.type} for {dtype}")
         for s in samples:
@@ -249,10 +249,10 @@ def bench_op(
         timer = partial(_time_steps, device=device, min_time=min_time)
         if backward and graph:  # the steps' GPU time: the timer of forward ops, by replay
             methods = ["graph"] * len(samples)
-            timer = _timer(device, min_time)
+            timer = timer_for(device, min_time)
         elif not backward:
-            methods = _methods(candidates[KERNEL], samples, device)
-            timer = _timer(device, min_time)
+            methods = timing_methods(candidates[KERNEL], samples, device)
+            timer = timer_for(device, min_time)
 
         times, _ = time_rounds(candidates, samples, timer, methods, seed, n_rounds)
         results = []
@@ -291,7 +291,7 @@ def _by_schema(sig: Signature, fn: Callable[..., Any], *args: Any) -> Any:
     return sig.call(fn, args)
 
 
-def _spec(lib: Library, name: str, device: torch.device, dtype: torch.dtype) -> OpSpec:
+def spec_for(lib: Library, name: str, device: torch.device, dtype: torch.dtype) -> OpSpec:
     if name not in lib.specs:
         raise WorkbenchError(
             f"no spec for op {name!r}; ops with specs: {', '.join(sorted(lib.specs))}"
@@ -325,7 +325,8 @@ def bench(
 ) -> BenchResult:
     """Verify, then time ``ops`` (names; default: every op with a spec) against eager and compiled.
 
-    ``lib``: a loaded library (default: ``workbench.load()``). ``device``: 'cpu' or 'cuda'
+    ``lib``: a loaded library (``workbench.bench`` loads the bundled one where it is left
+    out). ``device``: 'cpu' or 'cuda'
     (default: cuda where built and present). ``sizes``: labels from the spec's sweep (default:
     all). ``compile``: also time ``torch.compile`` of the reference. ``vs``: 'last' or a build
     key prefix to compare the kernel with a stored result. ``min_time``: seconds of measurement
@@ -342,12 +343,13 @@ def bench(
     """
     if min_time <= 0:
         raise WorkbenchError(f"min_time must be positive, got {min_time}")
-    _check_rounds(rounds)
+    check_rounds(rounds)
     if lib is None:
-        import workbench
-
-        lib = workbench.load()
-    dev, dt = _device(lib, device), _dtype(dtype)
+        raise WorkbenchError(
+            "bench needs the library it works on: pass lib=workbench.load(...), or call "
+            "workbench.bench, which loads the bundled kernels when lib is left out"
+        )
+    dev, dt = resolve_device(lib, device), resolve_dtype(dtype)
     names = [ops] if isinstance(ops, str) else list(ops or sorted(lib.specs))
     cal = calibrate.load_or_measure(dev) if roofline else None
     result = BenchResult()

@@ -21,13 +21,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from workbench import __version__, build, errors, loader, runtime
+from workbench import build, errors, loader, runtime
 from workbench import spec as spec_module
 from workbench.config import Config, make_config
 from workbench.errors import WorkbenchError
 from workbench.project import Family, Project, discover
 from workbench.ship import package, wheel
 from workbench.tuning import space
+from workbench.version import VERSION
 
 BUILD_INFO_FORMAT = 1
 RESERVED_NAMES = ("workbench", "torch")
@@ -154,7 +155,7 @@ def _build_info(
         "name": name,
         "version": version,
         "namespace": project.namespace,
-        "workbench": __version__,
+        "workbench": VERSION,
         "torch": {"version": torch.version, "cuda": torch.cuda, "cxx11_abi": torch.cxx11_abi},
         "nvcc": config.nvcc_version,
         "cxx": config.cxx_version,

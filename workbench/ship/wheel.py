@@ -98,12 +98,12 @@ def write_wheel(
     out_dir: Path, name: str, version: str, tag: str, files: dict[str, bytes], meta: str
 ) -> Path:
     """Write ``<name>-<version>-<tag>.whl`` into ``out_dir`` from ``files`` (path -> bytes)."""
-    from workbench import __version__
+    from workbench.version import VERSION
 
     dist_info = f"{name}-{version}.dist-info"
     wheel_text = (
         "Wheel-Version: 1.0\n"
-        f"Generator: workbench {__version__} (wb wheel)\n"
+        f"Generator: workbench {VERSION} (wb wheel)\n"
         "Root-Is-Purelib: false\n"
         f"Tag: {tag}\n"
     )

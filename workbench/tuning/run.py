@@ -43,21 +43,28 @@ import torch
 from workbench import build, cache, knobs, loader, specfile
 from workbench.benchmark.run import (
     DEFAULT_ROUNDS,
-    _check_rounds,
-    _device,
-    _dtype,
-    _methods,
-    _pick,
-    _spec,
-    _timer,
+    check_rounds,
+    pick_sizes,
+    resolve_device,
+    resolve_dtype,
+    spec_for,
     sweep,
     time_rounds,
+    timer_for,
+    timing_methods,
 )
 from workbench.benchmark.stats import median_round
 from workbench.errors import WorkbenchError
 from workbench.tuning import store
 from workbench.tuning.report import AA_SUFFIX, TuneResult, TuneSize, VariantResult
-from workbench.tuning.space import TuneError, TuneSpace, label, space_of, variant
+from workbench.tuning.space import (
+    TuneError,
+    TuneSpace,
+    label,
+    space_of,
+    variant,
+    variant_preparer,
+)
 from workbench.verify import isolate
 from workbench.verify.oracle import CRASH, float32_precision
 from workbench.verify.report import summarise
@@ -92,7 +99,8 @@ def tune(
 ) -> TuneResult:
     """Tune ``op`` over its family's declared space; see the module docstring.
 
-    ``lib``: a loaded library (default: ``workbench.load()``). ``device``: 'cpu' or 'cuda'
+    ``lib``: a loaded library (``workbench.tune`` loads the bundled one where it is left
+    out). ``device``: 'cpu' or 'cuda'
     (default: cuda where built and present). ``dtype``: what is checked, timed and routed
     (default float32). ``sizes``: labels of the spec's bench sweep (default: all). ``budget``:
     seconds for the whole run; timing rounds after the first stop when it is spent. ``jobs``:
@@ -110,18 +118,19 @@ def tune(
         raise WorkbenchError(f"min_time must be positive, got {min_time}")
     if vs not in (None, "last"):
         raise WorkbenchError(f"vs must be 'last' or left out, got {vs!r}")
-    _check_rounds(rounds)
+    check_rounds(rounds)
     start = time.perf_counter()
     if lib is None:
-        import workbench
-
-        lib = workbench.load()
-    dev, dt = _device(lib, device), _dtype(dtype)
-    spec = _spec(lib, op, dev, dt)
+        raise WorkbenchError(
+            "tune needs the library it works on: pass lib=workbench.load(...), or call "
+            "workbench.tune, which loads the bundled kernels when lib is left out"
+        )
+    dev, dt = resolve_device(lib, device), resolve_dtype(dtype)
+    spec = spec_for(lib, op, dev, dt)
     family_name = family_of(lib, op)
     space = _space(lib, family_name)
     base = lib.families[family_name]
-    samples = _pick(sweep(spec, dt, dev, seed), sizes, op)
+    samples = pick_sizes(sweep(spec, dt, dev, seed), sizes, op)
     if not samples:
         raise WorkbenchError(f"{op} has no sizes to time on {dev.type} for {dt}")
 
@@ -407,12 +416,11 @@ def _check_all(
     the ops of those that pass, by label. ``only``: as for :func:`_build_all`, for the variants
     whose launchers are the plain build's (they name the same kernels) in a library of their own
     (the plain build's library is live: its modules keep every kernel)."""
-    from workbench import device
     from workbench.tuning import route
 
     preparers = {
-        False: device.variant_preparer(lib.project, family, lib.config),
-        True: device.variant_preparer(lib.project, family, lib.config, only),
+        False: variant_preparer(lib.project, family, lib.config),
+        True: variant_preparer(lib.project, family, lib.config, only),
     }
     plain = lib.families[family.name].library
     plain_objects = _device_kernels(lib, family)[1] if only is not None else {}
@@ -514,8 +522,8 @@ def _time_all(
                 verify_sample(op, spec, s, dt)
             for fn in candidates.values():
                 fn(*s.args)
-        methods = _methods(candidates[ref], samples, dev)
-        timer = _timer(dev, min_time)
+        methods = timing_methods(candidates[ref], samples, dev)
+        timer = timer_for(dev, min_time)
         times, done = time_rounds(
             candidates, samples, timer, methods, seed, n_rounds, deadline, say
         )

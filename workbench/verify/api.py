@@ -29,7 +29,8 @@ def check(
 ) -> Report:
     """Check an op against its spec on every sample, dtype and seed, plus the op contract.
 
-    ``op_or_name``: an op name of ``lib`` (default: the bundled library, loaded on first use),
+    ``op_or_name``: an op name of ``lib`` (``workbench.check`` loads the bundled library where it
+    is left out),
     ``lib.<op>`` / ``torch.ops.<ns>.<op>`` of a loaded library, or any op or callable together
     with its ``spec``. ``device``: ``"cpu"``, ``"cuda"`` or ``"all"`` (default: every device
     the spec lists that this process can run). ``dtypes`` defaults to the spec's.
@@ -59,9 +60,10 @@ def resolve(op_or_name: Any, spec: OpSpec | None, lib: Any) -> tuple[Any, OpSpec
     """(callable op, its spec) from a name, an op handle, or an op with an explicit spec."""
     if isinstance(op_or_name, str):
         if lib is None:
-            import workbench
-
-            lib = workbench.load()
+            raise WorkbenchError(
+                "check needs the library it works on: pass lib=workbench.load(...), or call "
+                "workbench.check, which loads the bundled kernels when lib is left out"
+            )
         if op_or_name not in lib.specs:
             known = ", ".join(sorted(lib.specs)) or "none"
             raise WorkbenchError(f"no op spec named {op_or_name!r}; ops with specs: {known}")
