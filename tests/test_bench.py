@@ -3,6 +3,7 @@ outputs."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,7 +19,16 @@ from tests.registry_fixture import write_registry
 from workbench import knobs
 from workbench.benchmark import calibrate, store
 from workbench.benchmark.check import VerificationError
-from workbench.benchmark.result import EAGER, HEADERS, KERNEL, KERNEL_AA, OpResult, SizeResult
+from workbench.benchmark.result import (
+    EAGER,
+    HEADERS,
+    KERNEL,
+    KERNEL_AA,
+    Cache,
+    OpResult,
+    SizeResult,
+    device_cache,
+)
 from workbench.benchmark.run import round_plans, shuffled_plan, time_rounds
 from workbench.benchmark.stats import (
     Measurement,
@@ -195,8 +205,11 @@ def test_bench_times_kernel_eager_and_a_a_with_roofline(lib: Any) -> None:
         n = 1024 if s.label == "1Ki" else 16384
         assert (s.bytes, s.flops) == (3 * 4 * n, 2 * n)
         assert s.roofline(r.calibration) is not None
+    wide = result.table(wide=True)
+    assert "A/A" in wide and "vs eager" in wide and "blocked_autorange" in wide
     table = result.table()
-    assert "A/A" in table and "vs eager" in table and "blocked_autorange" in table
+    assert "vs eager" in table and "blocked_autorange" not in table and "A/A" not in table
+    assert max(len(ln) for ln in table.splitlines() if not ln.startswith("warning:")) <= 120
     assert r.build_key == lib.families["muladd"].key
 
 
@@ -302,29 +315,48 @@ def _wb(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_writes_json_and_plot_and_compares_with_last(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+def test_cli_writes_json_and_compares_with_last(tmp_path: Path) -> None:
+    """No plotting library needed: --json, --vs last, --wide and a bad --plot suffix."""
     cache = Path(str(knobs.cache_dir()))
     kernels = _tiny(tmp_path / "reg")
     args = ("--kernels", str(kernels), "--namespace", "wbcli", "bench", "add_offset")
     fast = ("--no-compile", "--min-time", "0.02", "--device", "cpu")
-    out_json, out_svg = tmp_path / "r.json", tmp_path / "r.svg"
-    outs = ("--json", str(out_json), "--plot", str(out_svg), "--rounds", "2")
-    proc = _wb(*args, *fast, *outs, cache=cache)
+    out_json = tmp_path / "r.json"
+    proc = _wb(*args, *fast, "--json", str(out_json), "--rounds", "2", cache=cache)
     assert proc.returncode == 0, proc.stderr
     assert "copy ceiling" in proc.stdout and "add_offset" in proc.stdout
+    assert "blocked_autorange" not in proc.stdout.split("float32\n", 1)[1]  # not in the table
     data = json.loads(out_json.read_text())
     (op,) = data["ops"]
     assert [s["label"] for s in op["sizes"]] == ["256", "4096"]
     kernel = op["sizes"][0]["times"]["kernel"]
     assert kernel["median_s"] > 0 and len(kernel["rounds_s"]) == 2
-    assert out_svg.read_text().lstrip().startswith("<?xml") and "<svg" in out_svg.read_text()
+    assert kernel["method"].startswith("blocked_autorange")  # the JSON has every column
+    assert op["cache"]["name"] == "LLC" and "fits_in_cache" in op["sizes"][0]
     _tiny(tmp_path / "reg", comment="edited")
     proc = _wb(*args, *fast, "--vs", "last", cache=cache)
     assert proc.returncode == 0, proc.stderr
     assert f"against build {op['build_key'][:12]}" in proc.stdout
+    wide = _wb(*args, *fast, "--wide", "--no-save", cache=cache)
+    assert wide.returncode == 0, wide.stderr
+    assert "A/A" in wide.stdout and "blocked_autorange" in wide.stdout.split("float32\n", 1)[1]
     bad = _wb(*args, *fast, "--plot", str(tmp_path / "r.gif"), cache=cache)
     assert bad.returncode == 2 and "must end in .png or .svg" in bad.stderr
+
+
+def test_cli_draws_the_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    cache = Path(str(knobs.cache_dir()))
+    kernels = _tiny(tmp_path / "reg")
+    out_svg = tmp_path / "r.svg"
+    proc = _wb(
+        *("--kernels", str(kernels), "--namespace", "wbcliplot", "bench", "add_offset"),
+        *("--no-compile", "--min-time", "0.02", "--device", "cpu", "--no-save"),
+        *("--plot", str(out_svg)),
+        cache=cache,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert out_svg.read_text().lstrip().startswith("<?xml") and "<svg" in out_svg.read_text()
 
 
 def test_cli_verification_failure_exits_2(tmp_path: Path) -> None:
@@ -345,12 +377,39 @@ def test_cli_verification_failure_exits_2(tmp_path: Path) -> None:
     assert "does not match its reference" in proc.stderr and "not timed" in proc.stderr
 
 
+def test_result_shows_itself_as_html_with_every_column(lib: Any) -> None:
+    result = workbench.bench(
+        "scale", lib=lib, device="cpu", sizes=["1Ki"], roofline=False, save=False, **FAST
+    )
+    page = result._repr_html_()
+    assert "<table>" in page and "scale" in page and "<th>method</th>" in page
+    has_matplotlib = importlib.util.find_spec("matplotlib") is not None
+    assert ("<svg" in page) == has_matplotlib
+    assert ("install matplotlib" in page) != has_matplotlib
+    with pytest.raises(WorkbenchError, match=r"must end in \.png or \.svg"):
+        result.plot("p.gif")
+
+
 def test_result_draws_itself(lib: Any, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     result = workbench.bench(
         "scale", lib=lib, device="cpu", sizes=["1Ki"], roofline=False, save=False, **FAST
     )
-    page = result._repr_html_()
-    assert "<table>" in page and "<svg" in page and "scale" in page
     result.plot(tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_size_that_fits_in_the_last_level_cache_says_which_ceiling_applies(lib: Any) -> None:
+    result = workbench.bench("muladd", lib=lib, device="cpu", sizes=["1Ki", "16Ki"], **FAST)
+    (r,) = result.ops
+    small, large = r.sizes  # 12 KiB and 192 KiB moved
+    r.cache = Cache("LLC", small.bytes)  # as if the cache held the small one only
+    assert r.roofline_cell(small).endswith("% LLC")
+    assert r.roofline_cell(large).endswith("%") and "LLC" not in r.roofline_cell(large)
+    table = result.table()
+    note = table[table.index("note:") :]
+    assert note.startswith("note: muladd 1Ki: the bytes moved fit in the 12 KiB LLC;")
+    assert "measured past it" in note and "16Ki" not in note
+    sizes = result.to_dict()["ops"][0]["sizes"]
+    assert [s["fits_in_cache"] for s in sizes] == [True, False]
+    assert device_cache("cpu").bytes > 0  # this machine's sysfs lists its caches

@@ -1,23 +1,71 @@
 """What a benchmark run found: per op and size, each candidate's time, the roofline, verdicts.
 
-``BenchResult`` prints as a text table, serialises to JSON (``to_dict``), and draws itself in a
+``BenchResult`` prints as a text table that fits a 120-column terminal (``table(wide=True)``:
+every column, as the JSON has), serialises to JSON (``to_dict``), and draws itself in a
 notebook (``_repr_html_``: the table and a plot of time and % of roofline against size).
+
+The roofline's copy ceiling is measured on a working set larger than the last-level cache (L2 of
+a GPU, the LLC of a CPU). A size whose bytes fit in that cache can be served from it, faster
+than the ceiling: its roofline cell is marked with the cache's name (``258% L2``) and a note
+under the table says which ceiling applies; the JSON says ``fits_in_cache``.
 """
 
 from __future__ import annotations
 
+import functools
+import glob
 import html
 import json
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from workbench.benchmark.calibrate import Calibration
 from workbench.benchmark.stats import Measurement, noise_band, rel_diff, round_spread, verdict
+from workbench.cli.table import render
 
 KERNEL, KERNEL_AA, EAGER, COMPILED = "kernel", "kernel (A/A)", "eager", "compiled"
 # The PyTorch op a user would call instead, where the spec's reference is not it (OpSpec.anchor).
 ANCHOR = "anchor"
+
+
+class Cache(NamedTuple):
+    """The last-level cache a copy ceiling was measured past: ``L2`` of a GPU, ``LLC`` of a CPU
+    (its largest unified cache); ``bytes`` 0 where it is not known."""
+
+    name: str
+    bytes: int
+
+    def holds(self, nbytes: int) -> bool:
+        return 0 < nbytes <= self.bytes
+
+    def text(self) -> str:
+        if self.bytes >= 1 << 20:
+            return f"{self.bytes / (1 << 20):g} MiB {self.name}"
+        return f"{self.bytes / (1 << 10):g} KiB {self.name}"
+
+
+@functools.cache
+def device_cache(device_type: str) -> Cache:
+    """The last-level cache of this process's ``device_type`` device ("cuda": the current GPU's
+    L2; "cpu": the largest unified cache sysfs lists for cpu0)."""
+    if device_type == "cuda":
+        import torch
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return Cache("L2", int(props.L2_cache_size))
+    largest = 0
+    for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            kind = Path(index, "type").read_text().strip()
+            size = Path(index, "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if kind == "Unified" and size[:-1].isdigit() and size[-1] in units:
+            largest = max(largest, int(size[:-1]) * units[size[-1]])
+    return Cache("LLC", largest)
 
 
 @dataclass
@@ -84,7 +132,7 @@ class SizeResult:
         noise = max(self.noise, base.rel_iqr / 2, self.spread(other))
         return base.median / self.kernel, verdict(self.kernel, base.median, noise)
 
-    def to_dict(self, cal: Calibration | None) -> dict[str, Any]:
+    def to_dict(self, cal: Calibration | None, cache: Cache | None = None) -> dict[str, Any]:
         roof = self.roofline(cal)
         return {
             "label": self.label,
@@ -93,6 +141,7 @@ class SizeResult:
             "gb_per_s": self.bytes / self.kernel / 1e9 if self.kernel > 0 else None,
             "tflop_per_s": self.flops / self.kernel / 1e12 if self.kernel > 0 else None,
             "roofline": roof,
+            "fits_in_cache": cache is not None and cache.holds(self.bytes),
             "aa_spread": self.aa_spread,
             "round_spread": self.round_spread,
             "noise": self.noise,
@@ -123,6 +172,21 @@ class OpResult:
     calibration: Calibration | None
     previous: dict[str, Any] | None = None  # the stored result compared against (--vs)
     created: float = 0.0
+    # The last-level cache the copy ceiling was measured past (default: this process's device's).
+    cache: Cache | None = None
+
+    def last_level_cache(self) -> Cache:
+        if self.cache is None:
+            self.cache = device_cache(self.device_type)
+        return self.cache
+
+    def roofline_cell(self, s: SizeResult) -> str:
+        """``s``'s % of roofline, marked with the cache's name where its bytes fit in it."""
+        roof = s.roofline(self.calibration)
+        cache = self.last_level_cache()
+        if roof is None or not s.bytes or not cache.holds(s.bytes):
+            return _pct(roof)
+        return f"{_pct(roof)} {cache.name}"
 
     def warnings(self) -> list[str]:
         return [
@@ -141,7 +205,8 @@ class OpResult:
             "build_key": self.build_key,
             "created": self.created,
             "calibration": self.calibration.__dict__ if self.calibration else None,
-            "sizes": [s.to_dict(self.calibration) for s in self.sizes],
+            "cache": self.last_level_cache()._asdict(),
+            "sizes": [s.to_dict(self.calibration, self.last_level_cache()) for s in self.sizes],
             "vs": self.vs_rows(),
         }
 
@@ -198,6 +263,9 @@ HEADERS = [
     "noise",
     "method",
 ]
+# The default table's columns: within 120 columns (the rest are in table(wide=True) and the JSON).
+NARROW = ("op", "size", "kernel us", "GB/s", "TFLOP/s", "roofline", "vs eager", "vs compiled")
+NARROW_TAIL = ("noise",)
 
 
 @dataclass
@@ -205,6 +273,7 @@ class BenchResult:
     ops: list[OpResult] = field(default_factory=list)
 
     def rows(self) -> list[list[str]]:
+        """Every column (HEADERS, with "vs anchor" after "vs compiled" where an op has one)."""
         out = []
         for r in self.ops:
             for s in r.sizes:
@@ -218,7 +287,7 @@ class BenchResult:
                         f"{k.stats.rel_iqr:.1%}",
                         f"{gbs:.1f}" if s.bytes else "-",
                         f"{s.flops / s.kernel / 1e12:.1f}" if s.flops and s.kernel > 0 else "-",
-                        _pct(s.roofline(r.calibration)),
+                        r.roofline_cell(s),
                         _vs(s, EAGER),
                         _vs(s, COMPILED),
                         *([_vs(s, ANCHOR)] if self._anchored() else []),
@@ -231,6 +300,21 @@ class BenchResult:
 
     def _anchored(self) -> bool:
         return any(ANCHOR in s.times for r in self.ops for s in r.sizes)
+
+    def columns(self, wide: bool = False) -> list[str]:
+        """The table's column names: every one, or the default's (a rate column that no row
+        fills left out)."""
+        after = HEADERS.index("vs compiled") + 1  # where rows() puts the anchor's column
+        every = (
+            HEADERS if not self._anchored() else [*HEADERS[:after], "vs anchor", *HEADERS[after:]]
+        )
+        if wide:
+            return every
+        rows = self.rows()
+        filled = {h for i, h in enumerate(every) if any(row[i] != "-" for row in rows)}
+        rates = {"GB/s", "TFLOP/s"}
+        keep = [*NARROW, *(["vs anchor"] if self._anchored() else []), *NARROW_TAIL]
+        return [h for h in keep if h not in rates or h in filled]
 
     def vs_lines(self) -> list[str]:
         lines = []
@@ -247,17 +331,35 @@ class BenchResult:
                 )
         return lines
 
-    def table(self) -> str:
-        from workbench.cli.table import render
+    def cache_notes(self) -> list[str]:
+        """Which ceiling applies to the rows marked with a cache's name."""
+        notes = []
+        for r in self.ops:
+            cache = r.last_level_cache()
+            fits = [s.label for s in r.sizes if r.roofline_cell(s).endswith(f" {cache.name}")]
+            if not fits or r.calibration is None:
+                continue
+            note = (
+                f"{r.op} {', '.join(fits)}: the bytes moved fit in the {cache.text()}; the copy "
+                f"ceiling ({r.calibration.copy_bytes_per_s / 1e9:.1f} GB/s) is measured past it, "
+                f"so a roofline marked {cache.name} is against DRAM and can pass 100%"
+            )
+            if note not in notes:
+                notes.append(note)
+        return notes
 
+    def table(self, wide: bool = False) -> str:
+        """The text table: within 120 columns, or with every column (``wide``: IQR, A/A and the
+        timing method too)."""
         heads = {(r.device, r.dtype) for r in self.ops}
         top = [f"{dev}, {dt}" for dev, dt in sorted(heads)]
-        after = HEADERS.index("vs compiled") + 1  # where rows() puts the anchor's column
-        columns = (
-            HEADERS if not self._anchored() else [*HEADERS[:after], "vs anchor", *HEADERS[after:]]
-        )
-        parts = [*top, render(columns, self.rows())]
+        every = self.columns(wide=True)
+        chosen = [every.index(c) for c in self.columns(wide)]
+        rows = [[row[i] for i in chosen] for row in self.rows()]
+        parts = [*top, render([every[i] for i in chosen], rows)]
         parts += self.vs_lines()
+        notes = self.cache_notes()
+        parts += [textwrap.fill(f"note: {n}", 120, subsequent_indent="  ") for n in notes]
         parts += [f"warning: {w}" for r in self.ops for w in r.warnings()]
         return "\n".join(parts)
 
@@ -273,22 +375,55 @@ class BenchResult:
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
+    def figure(self) -> Any | None:
+        """Time per call and % of roofline against bytes moved, one line per candidate (time)
+        and per op (roofline); None without matplotlib."""
+        from workbench.benchmark.plot import pyplot
+
+        plt = pyplot()
+        if plt is None:
+            return None
+        fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+        for r in self.ops:
+            xs = [s.bytes for s in r.sizes]
+            for name in r.sizes[0].times if r.sizes else []:
+                ys = [s.times[name].stats.median * 1e6 for s in r.sizes]
+                ax_t.plot(xs, ys, marker="o", label=f"{r.op} {name}")
+            roof = [s.roofline(r.calibration) for s in r.sizes]
+            if all(v is not None for v in roof):
+                ax_r.plot(xs, [100 * float(v or 0) for v in roof], marker="o", label=r.op)
+        top = max([105.0, *(1.05 * y for line in ax_r.lines for y in line.get_ydata())])
+        ax_t.set(xscale="log", yscale="log", xlabel="bytes moved", ylabel="time per call (us)")
+        ax_r.set(xscale="log", xlabel="bytes moved", ylabel="% of roofline (kernel)", ylim=(0, top))
+        ax_t.legend(fontsize=7)
+        if ax_r.lines:
+            ax_r.legend(fontsize=7)
+        devices = sorted({f"{r.device}, {r.dtype}" for r in self.ops})
+        fig.suptitle("; ".join(devices), fontsize=9)
+        return fig
+
     def plot(self, path: str | Path) -> None:
         """Write the plot (PNG or SVG, from the suffix); needs matplotlib."""
-        from workbench.benchmark.plot import save
+        from workbench.benchmark import plot
 
-        save(self, Path(path))
+        plot.check_suffix(Path(path))
+        plot.save(self.figure(), Path(path))
 
     def _repr_html_(self) -> str:
-        from workbench.benchmark.plot import svg_or_none
+        from workbench.benchmark.plot import svg_text
 
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS)
+        columns = self.columns(wide=True)
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in columns)
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
             for row in self.rows()
         )
-        notes = [*self.vs_lines(), *(f"warning: {w}" for r in self.ops for w in r.warnings())]
+        notes = [
+            *self.vs_lines(),
+            *(f"note: {n}" for n in self.cache_notes()),
+            *(f"warning: {w}" for r in self.ops for w in r.warnings()),
+        ]
         extra = "".join(f"<div><code>{html.escape(n)}</code></div>" for n in notes)
-        svg = svg_or_none(self)
+        svg = svg_text(self.figure())
         picture = svg if svg is not None else "<p>(install matplotlib for the plot)</p>"
         return f"<table><tr>{head}</tr>{body}</table>{extra}{picture}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 
 
@@ -29,6 +30,11 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         help="time forward and backward together (ops whose spec has a backward); on cuda "
         "by wall clock and by CUDA graph replay",
     )
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column: IQR, A/A spread and the timing method too (default: within 120)",
+    )
     p.add_argument("--seed", type=int, default=0, help="inputs and timing order")
     p.add_argument("--no-save", action="store_true", help="do not store results for --vs")
     p.add_argument(
@@ -53,31 +59,44 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         return _calibrate(args)
     import workbench
+    from workbench.benchmark.plot import SUFFIXES
+    from workbench.benchmark.result import BenchResult
     from workbench.cli.common import project_of, require_specs
+    from workbench.cli.progress import Steps
     from workbench.errors import WorkbenchError
 
-    if args.plot is not None and args.plot.suffix.lower() not in (".png", ".svg"):
+    if args.plot is not None and args.plot.suffix.lower() not in SUFFIXES:
         raise WorkbenchError(f"--plot {args.plot} must end in .png or .svg")
     project_of(args)  # an empty registry says so before anything loads
     lib = workbench.load(args.kernels, namespace=args.namespace)
     require_specs(args.ops, lib.specs, lib.project.kernels_dir)
-    result = workbench.bench(
-        args.ops or None,
-        lib=lib,
-        device=args.device,
-        dtype=args.dtype,
-        sizes=args.sizes.split(",") if args.sizes else None,
-        compile=not args.no_compile,
-        vs=args.vs,
-        seed=args.seed,
-        min_time=args.min_time,
-        rounds=args.rounds,
-        save=not args.no_save,
-        backward=args.backward,
-    )
+    names = args.ops or sorted(lib.specs)
+    steps = Steps("bench", len(names))
+    result = BenchResult()
+    try:
+        for name in names:  # one op at a time: the progress line names it
+            steps.begin(name, f"{args.dtype}: verifying, then timing its sizes")
+            result.ops += workbench.bench(
+                name,
+                lib=lib,
+                device=args.device,
+                dtype=args.dtype,
+                sizes=args.sizes.split(",") if args.sizes else None,
+                compile=not args.no_compile,
+                vs=args.vs,
+                seed=args.seed,
+                min_time=args.min_time,
+                rounds=args.rounds,
+                save=not args.no_save,
+                backward=args.backward,
+            ).ops
+            steps.step_done()
+    finally:
+        steps.done()
     if result.ops and result.ops[0].calibration is not None:
-        print("\n".join(result.ops[0].calibration.lines()))
-    print(result.table())
+        for line in result.ops[0].calibration.lines():  # within 120 columns, as the table
+            print(textwrap.fill(line, 120, subsequent_indent=" " * 16))
+    print(result.table(wide=args.wide))
     if args.json:
         result.write_json(args.json)
     if args.plot:

@@ -78,6 +78,7 @@ def _check(args: argparse.Namespace) -> Any:
 
     import workbench
     from workbench.cli.common import project_of, require_specs
+    from workbench.cli.progress import Steps
     from workbench.verify import isolate
     from workbench.verify.api import sample_warnings
     from workbench.verify.report import Report
@@ -98,19 +99,33 @@ def _check(args: argparse.Namespace) -> Any:
     options = Options(trials=args.trials, seed=args.seed, contract=not args.no_contract)
     report = Report()
     isolated = args.isolate
-    for name in args.ops or sorted(lib.specs):
-        spec = lib.specs[name]
-        report.warnings += sample_warnings(spec)
-        for device in (d for d in devices if d in spec.devices):
+    names = args.ops or sorted(lib.specs)
+    plan = [(n, d) for n in names for d in devices if d in lib.specs[n].devices]
+    steps = Steps("check", sum(len(lib.specs[n].dtypes) for n, _ in plan))
+    for name in names:
+        report.warnings += sample_warnings(lib.specs[name])
+    try:
+        for name, device in plan:
+            spec = lib.specs[name]
             if isolated:
+                steps.begin(name, f"{device}, every dtype, in a child process")
                 child, _ = isolate.run_in_child(_globals(args), name, device, _extra(args))
                 report.extend(child)
+                steps.finished += len(spec.dtypes)
                 continue
-            try:
-                report.rows += check_op(getattr(lib, name), spec, device, options=options)
-            except isolate.ContextLost as lost:
-                report.extend(lost.report)
-                isolated = True  # nothing more can run on CUDA in this process
+            for dtype in spec.dtypes:  # one dtype at a time: the progress line names it
+                steps.begin(name, f"{device} {str(dtype).removeprefix('torch.')}")
+                try:
+                    report.rows += check_op(
+                        getattr(lib, name), spec, device, dtypes=[dtype], options=options
+                    )
+                except isolate.ContextLost as lost:
+                    report.extend(lost.report)
+                    isolated = True  # nothing more can run on CUDA in this process
+                    break
+                steps.step_done()
+    finally:
+        steps.done()
     return report
 
 

@@ -1,5 +1,5 @@
-"""Build progress for ``wb build`` and ``wb watch``: one live line on a terminal, plain lines
-otherwise (CI logs, pipes).
+"""Progress for ``wb build`` and ``wb watch`` (:class:`Progress`), ``wb check`` and ``wb bench``
+(:class:`Steps`): one live line on a terminal, plain lines otherwise (CI logs, pipes).
 
 ninja reports an edge when it finishes, so "compiling" names the first unfinished TUs, as
 many as run in parallel.
@@ -105,3 +105,47 @@ class Progress:
 
 def _short(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
+
+
+class Steps:
+    """Progress of ``wb check`` and ``wb bench``, which print nothing else for minutes: on a
+    terminal one live line (the op, what is running on it, steps done of the total, elapsed
+    seconds); otherwise one line per op as it starts (CI logs, pipes)."""
+
+    def __init__(
+        self, command: str, total: int, stream: TextIO | None = None, live: bool | None = None
+    ) -> None:
+        self.command, self.total, self.finished = command, total, 0
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self.op = ""
+        self.ops_seen: list[str] = []
+        self.text = ""
+        self.start = time.monotonic()
+
+    def begin(self, op: str, what: str) -> None:
+        """Step ``what`` (e.g. "cpu float32") of ``op`` starts."""
+        self.text = f"{op} {what}"
+        if self.live:
+            self.stream.write("\r\x1b[K" + self.status())
+        elif op != self.op:
+            self.ops_seen.append(op)
+            self.stream.write(f"{self.status()}\n")
+        self.op = op
+        self.stream.flush()
+
+    def step_done(self) -> None:
+        self.finished += 1
+
+    def status(self) -> str:
+        elapsed = time.monotonic() - self.start
+        return (
+            f"wb {self.command}: {self.text} · {self.finished} of {self.total} done · "
+            f"{elapsed:.1f} s"
+        )
+
+    def done(self) -> None:
+        """End the live line (before the table is printed)."""
+        if self.live:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()

@@ -273,9 +273,9 @@ class TuneResult:
     def figure(self) -> Any | None:
         """A heatmap of time over the best of each size (variant x size); None without
         matplotlib."""
-        from workbench.benchmark.plot import _pyplot
+        from workbench.benchmark.plot import pyplot
 
-        plt = _pyplot()
+        plt = pyplot()
         if plt is None or not self.sizes:
             return None
         names = self.sizes[0].variants
@@ -297,32 +297,18 @@ class TuneResult:
         return fig
 
     def plot(self, path: str | Path) -> None:
-        fig = self.figure()
-        if fig is None:
-            from workbench.errors import WorkbenchError
+        """Write the heatmap (PNG or SVG, from the suffix); needs matplotlib."""
+        from workbench.benchmark import plot
 
-            raise WorkbenchError("plotting needs matplotlib (pip install matplotlib)")
-        fig.savefig(str(path))
-        _close(fig)
+        plot.check_suffix(Path(path))
+        plot.save(self.figure(), Path(path))
 
     def _repr_html_(self) -> str:
-        svg = ""
-        fig = self.figure()
-        if fig is not None:
-            import io
+        from workbench.benchmark.plot import svg_text
 
-            buf = io.StringIO()
-            fig.savefig(buf, format="svg")
-            _close(fig)
-            svg = buf.getvalue()
+        svg = svg_text(self.figure()) or ""
         text = html.escape(str(self))
         return f"<div><pre>{text}</pre>{svg}</div>"
-
-
-def _close(fig: Any) -> None:
-    from workbench.benchmark.plot import _close as close
-
-    close(fig)
 
 
 def _midpoints(numels: list[int]) -> list[int]:
