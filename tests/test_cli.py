@@ -92,21 +92,35 @@ def test_status_and_why_follow_an_edit(tmp_path: Path, capsys: pytest.CaptureFix
 def test_gc_keeps_the_newest_and_what_a_process_has_loaded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kernels = write_registry(tmp_path)
-    family = kernels.resolve()
-    lib = workbench.load(kernels, namespace=_ns())  # this process maps build 1
-    for delta in (1, 2):
-        write_registry(tmp_path, delta=delta)
-        workbench.load(kernels, namespace=_ns())
-    assert len(inventory.entries("tiny", family)) == 3
-    code, out = _cli(capsys, kernels, "gc", "--keep", "0")
-    assert code == 0
-    left = inventory.entries("tiny", family)
-    loaded = lib.families["tiny"].library
-    mapped = {e.library for e in left}
-    assert loaded in mapped  # kept: a running process has it mapped
-    assert "loaded by pid" in out and str(os.getpid()) in out
-    assert all(inventory.mapped_by([e.library]) for e in left if e.library)
+    """Three builds: the oldest loaded by this process, the two newer built by child processes
+    (which exit), so only the oldest is mapped. ``--keep 1`` removes the middle one; the newest
+    stays as the newest, the oldest as loaded. ``--keep 0`` then removes the newest too."""
+    from workbench.cli import gc
+
+    kernels = write_registry(tmp_path / "registry")
+    own = str(tmp_path / "cache")  # no other test's builds, and no other process maps these
+    with knobs.override(WB_CACHE_DIR=own):
+        lib = workbench.load(kernels, namespace=_ns())  # this process maps build 0
+        for delta in (1, 2):
+            write_registry(tmp_path / "registry", delta=delta)
+            built = wb("--kernels", str(kernels), "build", env=child_env(WB_CACHE_DIR=own))
+            assert built.returncode == 0, built.stderr
+        newest, middle, oldest = inventory.entries("tiny", kernels.resolve())  # newest first
+        assert oldest.library == lib.families["tiny"].library
+        assert inventory.mapped_by([oldest.library]) and not inventory.mapped_by(
+            [newest.library, middle.library]
+        )
+        size = gc.cache_size()
+        code, out = _cli(capsys, kernels, "gc", "--keep", "1")
+        assert code == 0 and "removed 1 build(s)" in out, out
+        assert f"kept: tiny {oldest.key[:12]}: loaded by pid [{os.getpid()}]" in out
+        left = inventory.entries("tiny", kernels.resolve())
+        assert [e.key for e in left] == [newest.key, oldest.key]
+        assert not middle.folder.exists() and gc.cache_size() < size
+        code, out = _cli(capsys, kernels, "gc", "--keep", "0")
+        assert code == 0 and "removed 1 build(s)" in out, out
+        assert [e.key for e in inventory.entries("tiny", kernels.resolve())] == [oldest.key]
+        assert torch.equal(lib.add_offset(torch.zeros(1)), torch.ones(1))  # still runs
 
 
 def test_clean_removes_a_family_even_while_loaded(
@@ -137,15 +151,15 @@ def test_gc_max_size_brings_the_cache_under_the_limit_oldest_first(
     with knobs.override(WB_CACHE_DIR=str(tmp_path / "cache")):
         builds = inventory.entries("tiny", kernels.resolve())  # newest first
         assert len(builds) == 3
-        size = gc._size()
+        size = gc.cache_size()
         limit = size - 1  # one byte too many: the oldest build must go, the newest must stay
         code, out = _cli(capsys, kernels, "gc", "--max-size", str(limit))
         assert code == 0 and "removed 1 build(s)" in out, out
         left = inventory.entries("tiny", kernels.resolve())
         assert [e.key for e in left] == [e.key for e in builds[:2]]
-        assert gc._size() <= limit
+        assert gc.cache_size() <= limit
         code, out = _cli(capsys, kernels, "gc", "--max-size", "0")
-        assert code == 0 and gc._size() == 0  # nothing maps these builds: everything goes
+        assert code == 0 and gc.cache_size() == 0  # nothing maps these builds: everything goes
         assert inventory.entries("tiny", kernels.resolve()) == []
 
 

@@ -77,7 +77,7 @@ def collect(keep: int | None, limit: int | None) -> Report:
                 _remove(entry, report)
     if limit is not None:
         for entry in reversed(inventory.entries()):  # oldest first
-            if _size() <= limit:
+            if cache_size() <= limit:
                 break
             _remove(entry, report)
     with cache.try_lock("objects") as free:
@@ -89,7 +89,8 @@ def collect(keep: int | None, limit: int | None) -> Report:
     return report
 
 
-def _size() -> int:
+def cache_size() -> int:
+    """Bytes of builds, objects, build folders and cubins in the cache (what gc removes)."""
     from workbench import cache, inventory
 
     root = cache.root()
@@ -125,7 +126,7 @@ def _remove_cubins(report: Report, limit: int | None) -> None:
     if limit is None:
         return
     for cubin in sorted(recorded, key=_mtime):
-        if _size() <= limit:
+        if cache_size() <= limit:
             break
         report.freed += inventory.remove_object(cubin)
         report.cubins += 1
@@ -167,7 +168,7 @@ def _remove_objects(report: Report, limit: int | None) -> None:
         return
     rest = sorted((o for o in objects if o.stem in used), key=_mtime)
     for obj in rest:
-        if _size() <= limit:
+        if cache_size() <= limit:
             break
         report.freed += inventory.remove_object(obj)  # rebuilt on demand; libraries stay
         report.objects += 1
