@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
 # The tests: lint and types (pre-commit), then pytest, which includes the nvcc smoke compile of
-# every kernel for sm_80 and sm_90a. Extra arguments go to pytest.
+# every kernel for sm_80 and sm_90a. Extra arguments go to pytest. Each stage's seconds print at
+# the end (and are appended to $WB_STAGE_LOG when set: .ci/run's summary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+stages=()
+stage() {
+  local name=$1 start=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  stages+=("$(printf '%-8s %5d s  rc=%d' "$name" "$((SECONDS - start))" "$rc")")
+  return "$rc"
+}
+summary() {
+  printf 'test.sh stages:\n' >&2
+  printf '  %s\n' "${stages[@]}" >&2
+  [ -z "${WB_STAGE_LOG:-}" ] || printf '%s\n' "${stages[@]}" >>"$WB_STAGE_LOG"
+}
+trap summary EXIT
+stage setup bash scripts/setup.sh
 if [ -z "${VIRTUAL_ENV:-}" ]; then
   # shellcheck disable=SC1091
   . .venv/bin/activate
 fi
-pre-commit run --all-files --show-diff-on-failure
+stage lint pre-commit run --all-files --show-diff-on-failure
 rc=0
-python -m pytest "$@" || rc=$?
+stage pytest python -m pytest "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "test.sh: pytest collected no tests: failing" >&2
   exit 1

@@ -29,7 +29,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the session: the precompiled torch header is built once."""
+    """One cache for the session: the precompiled torch header is built once.
+
+    ``WB_TEST_CACHE_DIR`` names it instead of a new temporary folder: CI passes the folder its
+    smoke-compile stage then reads, so that stage finds every object the tests compiled."""
+    shared = os.environ.get("WB_TEST_CACHE_DIR")
+    if shared:
+        path = Path(shared).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
     return tmp_path_factory.mktemp("wb-cache")
 
 
