@@ -34,10 +34,11 @@ def unknown(what: str, name: str, known: list[str], where: object) -> WorkbenchE
 
 
 def require_specs(names: list[str], specs: dict[str, Any], where: object) -> None:
-    """Raise for the first of ``names`` that is not an op with a spec."""
+    """Raise for the first of ``names`` that is not an op with a spec (the ops that can be
+    checked and timed)."""
     for name in names:
         if name not in specs:
-            raise unknown("op with a spec", name, list(specs), where)
+            raise unknown("op", name, list(specs), where)
 
 
 def op_names(family: Family, project: Project) -> list[str]:
@@ -59,8 +60,9 @@ def families_of(project: Project, names: list[str]) -> list[Family]:
         match = [f for f in project.families if f.name == name]
         match = match or [f for f in project.families if name in op_names(f, project)]
         if not match:
-            known = [f.name for f in project.families]
-            raise unknown("op or op family", name, known, project.kernels_dir)
+            known = {f.name for f in project.families}
+            known |= {op for f in project.families for op in op_names(f, project)}
+            raise unknown("op or op family", name, list(known), project.kernels_dir)
         if match[0] not in chosen:
             chosen.append(match[0])
     return chosen
