@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,16 @@ def test_steps_redraw_one_live_line_on_a_terminal() -> None:
     steps.begin("a", "float32: timing")
     steps.step_done()
     steps.begin("b", "float32: timing")
-    assert "\n" not in stream.getvalue()
-    assert stream.getvalue().count("\r\x1b[K") == 2
-    assert "wb bench: b float32: timing · 1 of 2 done · " in stream.getvalue()
+    time.sleep(1.6)  # a long step: the line is redrawn, its seconds going on
     steps.done()
-    assert stream.getvalue().endswith("\r\x1b[K")  # cleared before the table
+    text = stream.getvalue()
+    assert "\n" not in text
+    assert text.count("\r\x1b[K") >= 2 + 1 + 1  # two begins, a redraw of the ticker, the end
+    assert "wb bench: b float32: timing · 1 of 2 done · " in text
+    assert text.endswith("\r\x1b[K")  # cleared before the table
+    drawn = stream.getvalue().count("\r\x1b[K")
+    time.sleep(0.7)
+    assert stream.getvalue().count("\r\x1b[K") == drawn  # done() stopped the ticker
 
 
 @pytest.fixture(scope="module")

@@ -111,7 +111,7 @@ def _check(args: argparse.Namespace) -> Any:
                 steps.begin(name, f"{device}, every dtype, in a child process")
                 child, _ = isolate.run_in_child(_globals(args), name, device, _extra(args))
                 report.extend(child)
-                steps.finished += len(spec.dtypes)
+                steps.step_done(len(spec.dtypes))
                 continue
             for dtype in spec.dtypes:  # one dtype at a time: the progress line names it
                 steps.begin(name, f"{device} {str(dtype).removeprefix('torch.')}")

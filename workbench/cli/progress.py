@@ -110,7 +110,8 @@ def _short(path: Path) -> str:
 class Steps:
     """Progress of ``wb check`` and ``wb bench``, which print nothing else for minutes: on a
     terminal one live line (the op, what is running on it, steps done of the total, elapsed
-    seconds); otherwise one line per op as it starts (CI logs, pipes)."""
+    seconds, redrawn while a step runs); otherwise one line per op as it starts (CI logs,
+    pipes)."""
 
     def __init__(
         self, command: str, total: int, stream: TextIO | None = None, live: bool | None = None
@@ -119,23 +120,28 @@ class Steps:
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
         self.op = ""
-        self.ops_seen: list[str] = []
         self.text = ""
         self.start = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
     def begin(self, op: str, what: str) -> None:
         """Step ``what`` (e.g. "cpu float32") of ``op`` starts."""
-        self.text = f"{op} {what}"
+        with self._lock:
+            self.text = f"{op} {what}"
+            first_of_op, self.op = op != self.op, op
         if self.live:
-            self.stream.write("\r\x1b[K" + self.status())
-        elif op != self.op:
-            self.ops_seen.append(op)
-            self.stream.write(f"{self.status()}\n")
-        self.op = op
-        self.stream.flush()
+            self._draw()
+            self._start_ticker()
+        elif first_of_op:
+            with self._lock:
+                self.stream.write(f"{self.status()}\n")
+                self.stream.flush()
 
-    def step_done(self) -> None:
-        self.finished += 1
+    def step_done(self, steps: int = 1) -> None:
+        with self._lock:
+            self.finished += steps
 
     def status(self) -> str:
         elapsed = time.monotonic() - self.start
@@ -146,6 +152,27 @@ class Steps:
 
     def done(self) -> None:
         """End the live line (before the table is printed)."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
         if self.live:
-            self.stream.write("\r\x1b[K")
+            with self._lock:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+
+    def _draw(self) -> None:
+        with self._lock:
+            self.stream.write("\r\x1b[K" + self.status())
             self.stream.flush()
+
+    def _start_ticker(self) -> None:
+        if self._ticker is not None:
+            return
+
+        def tick() -> None:
+            while not self._stop.wait(0.5):
+                self._draw()
+
+        self._ticker = threading.Thread(target=tick, daemon=True)
+        self._ticker.start()
