@@ -77,19 +77,41 @@ def test_a_bfloat16_accumulator_fails_deep_products(spec: Any, k: int) -> None:
     assert verdict.ratio > 1
 
 
+def _matmul_on_tf32_hardware(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.matmul as a GPU with TF32 units computes it: where the process allows TF32
+    (``torch.set_float32_matmul_precision("high")``), float32 inputs are rounded to TF32 and
+    the products summed in float32; at "highest", full float32. A CPU build of PyTorch ignores
+    the setting, so this reference stands in for the GPU's own to make the spec's choice seen."""
+    if a.dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest":
+        return _tf32(a) @ _tf32(b)
+    return a @ b
+
+
 @pytest.mark.parametrize("k", DEPTHS)
 def test_tf32_fails_unless_the_spec_allows_it(spec: Any, k: int) -> None:
+    """The TF32 kernel against the same reference, under a spec that forbids TF32 and one that
+    allows it: the check computes PyTorch's own error with TF32 only when the spec allows it."""
     args = _sample(k, torch.float32).args
+    full = dataclasses.replace(spec, reference=_matmul_on_tf32_hardware)
+    verdict = check_call(mm_tf32, full, args)
+    assert not verdict.passed and verdict.reason == "values", verdict
+    assert verdict.torch_ratio <= 1  # PyTorch's float32 result was within the floor
+    allowing = dataclasses.replace(full, allow_tf32=True)
+    verdict = check_call(mm_tf32, allowing, args)
+    assert verdict.passed, verdict
+    assert verdict.torch_ratio > 1  # the bound came from PyTorch's own TF32 error
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("k", DEPTHS)
+def test_on_a_gpu_tf32_fails_unless_the_spec_allows_it(spec: Any, k: int) -> None:
+    """The same, with the spec's own reference on the GPU, whose matmuls run through TF32
+    when the check allows it."""
+    args = tuple(a.cuda() for a in _sample(k, torch.float32).args)
     verdict = check_call(mm_tf32, spec, args)
     assert not verdict.passed and verdict.reason == "values", verdict
-    # A spec that allows TF32 lets PyTorch's own TF32 error set the bound: on a CPU PyTorch has
-    # no TF32, so the bound stays tight there; what must hold is that the check still runs.
-    allowing = dataclasses.replace(spec, allow_tf32=True)
-    assert check_call(_plain_matmul, allowing, args).passed
-
-
-def _plain_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.matmul(a, b)
+    verdict = check_call(mm_tf32, dataclasses.replace(spec, allow_tf32=True), args)
+    assert verdict.passed and verdict.torch_ratio > 1, verdict
 
 
 def test_the_process_tf32_setting_does_not_loosen_the_bound(spec: Any) -> None:
