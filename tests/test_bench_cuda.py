@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import workbench
-from workbench.benchmark.timer_cuda import GRAPH_BELOW_S, flush_bytes, probe, time_cuda
+from workbench.benchmark.timer_cuda import flush_bytes, method_for, probe, time_cuda
 
 pytestmark = pytest.mark.cuda
 FAST = {"device": "cuda", "compile": False, "save": False}
@@ -54,8 +54,13 @@ def test_work_on_a_side_stream_is_reported() -> None:
     assert not honest.warnings
 
 
+def _double(t: torch.Tensor) -> torch.Tensor:
+    return t * 2  # a ~2 us kernel on 64 Ki floats
+
+
 def test_a_host_that_is_slow_to_launch_does_not_pick_the_method() -> None:
-    """Three probe calls in four wait 0.3 ms on the host before a ~2 us kernel."""
+    """Three probe calls in four wait 0.3 ms on the host before the kernel: the method is the
+    one the same kernel gets from a prompt host."""
     import time
 
     x = torch.randn(1 << 16, device="cuda")
@@ -64,22 +69,25 @@ def test_a_host_that_is_slow_to_launch_does_not_pick_the_method() -> None:
     def slow_host(t: torch.Tensor) -> torch.Tensor:
         if next(calls) % 4:
             time.sleep(300e-6)
-        return t * 2
+        return _double(t)
 
-    assert probe(slow_host, (x,), x.device) < GRAPH_BELOW_S
+    prompt = method_for(probe(_double, (x,), x.device))
+    assert method_for(probe(slow_host, (x,), x.device)) == prompt == "graph"
 
 
 def test_a_host_slow_on_every_call_does_not_pick_the_method() -> None:
-    """Every call waits 0.3 ms on the host: per-call events would read the host, ~300 us."""
+    """Every call waits 0.3 ms on the host: per-call events would read the host, not the
+    kernel, and pick events for it."""
     import time
 
     x = torch.randn(1 << 16, device="cuda")
 
     def slow_host(t: torch.Tensor) -> torch.Tensor:
         time.sleep(300e-6)
-        return t * 2
+        return _double(t)
 
-    assert probe(slow_host, (x,), x.device) < GRAPH_BELOW_S
+    prompt = method_for(probe(_double, (x,), x.device))
+    assert method_for(probe(slow_host, (x,), x.device)) == prompt == "graph"
 
 
 def test_a_callable_that_cannot_be_captured_is_probed_by_events() -> None:
