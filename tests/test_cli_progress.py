@@ -88,3 +88,36 @@ def test_wb_bench_prints_a_line_per_op_to_a_log(
     assert [ln.split()[2] for ln in lines] == ["first_op", "second_op"]
     assert " · 1 of 2 done · " in lines[1]
     assert "first_op" in out and "second_op" in out
+
+
+def test_a_live_line_names_what_runs_within_a_step() -> None:
+    stream = io.StringIO()
+    steps = Steps("check", 1, stream, live=True)
+    steps.begin("a", "cpu float64")
+    steps.detail("float64 gradcheck")
+    steps.done()
+    assert "wb check: a cpu float64: float64 gradcheck · 0 of 1 done · " in stream.getvalue()
+    logged = io.StringIO()
+    plain = Steps("check", 1, logged, live=False)
+    plain.begin("a", "cpu float64")
+    plain.detail("float64 gradcheck")  # a log keeps one line per op
+    assert len(logged.getvalue().splitlines()) == 1
+
+
+def test_check_and_bench_say_which_check_size_and_round_runs(lib: object) -> None:
+    import torch
+
+    from workbench.benchmark.run import bench
+    from workbench.verify.runner import Options, check_op
+
+    heard: list[str] = []
+    spec = lib.specs["scale"]  # type: ignore[attr-defined]
+    check_op(
+        lib.scale, spec, "cpu", [torch.float64], options=Options(trials=1), on_check=heard.append
+    )  # type: ignore[attr-defined]
+    assert heard == ["float64 values", "float64 contract (opcheck, compile)", "float64 gradcheck"]
+    heard.clear()
+    fast = {"sizes": ["1Ki"], "compile": False, "min_time": 0.02, "save": False}
+    bench("scale", lib=lib, device="cpu", say=heard.append, **fast)  # type: ignore[arg-type]
+    assert heard[0] == "verifying size 1Ki (1/1)"
+    assert heard[-1].startswith("round 1/1 timed (")

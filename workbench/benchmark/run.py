@@ -214,10 +214,12 @@ def bench_op(
     rounds: int | None = None,
     backward: bool = False,
     graph: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> OpResult:
-    """Verify, then time one op over its sweep (see the module docstring); ``rounds`` and
-    ``backward`` as in ``bench``, which checks them. ``graph`` (with ``backward``, on CUDA):
-    time each training step by CUDA graph replay (the GPU's time) instead of by wall clock."""
+    """Verify, then time one op over its sweep (see the module docstring); ``rounds``,
+    ``backward`` and ``say`` as in ``bench``, which checks them. ``graph`` (with ``backward``, on
+    CUDA): time each training step by CUDA graph replay (the GPU's time) instead of by wall
+    clock."""
     spec = spec_for(lib, name, device, dtype)
     # float32 matmuls at the precision the spec allows (OpSpec.allow_tf32), for all candidates.
     with float32_precision(spec.allow_tf32):
@@ -228,7 +230,9 @@ def bench_op(
         samples = pick_sizes(sweep(spec, dtype, device, seed), sizes, name)
         if not samples:
             raise WorkbenchError(f"{name} has no sizes to time on {device.type} for {dtype}")
-        for s in samples:
+        for i, s in enumerate(samples):
+            if say is not None:
+                say(f"verifying size {s.label} ({i + 1}/{len(samples)})")
             verify_sample(op, spec, s, dtype)
         candidates: dict[str, Callable[..., Any]] = {KERNEL: kernel, KERNEL_AA: kernel}
         candidates[EAGER] = partial(_by_schema, sig, spec.reference)
@@ -254,7 +258,7 @@ def bench_op(
             methods = timing_methods(candidates[KERNEL], samples, device)
             timer = timer_for(device, min_time)
 
-        times, _ = time_rounds(candidates, samples, timer, methods, seed, n_rounds)
+        times, _ = time_rounds(candidates, samples, timer, methods, seed, n_rounds, say=say)
         results = []
         for s, t in zip(samples, times, strict=True):
             chosen = {c: median_round(t[c]) for c in candidates}
@@ -322,6 +326,7 @@ def bench(
     roofline: bool = True,
     save: bool = True,
     backward: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> BenchResult:
     """Verify, then time ``ops`` (names; default: every op with a spec) against eager and compiled.
 
@@ -339,7 +344,8 @@ def bench(
     backward together (each candidate a training step; ops whose spec has a backward), reported
     as ``<op>+backward`` (wall clock over back-to-back steps, as an eager loop runs them), with
     no roofline; on CUDA also as ``<op>+backward (graph)``, each step timed by CUDA graph replay
-    (the GPU's time, which the host's share of a single op's step hides).
+    (the GPU's time, which the host's share of a single op's step hides). ``say``: hears what
+    runs (the size being verified, then the timing rounds: see :func:`time_rounds`).
     """
     if min_time <= 0:
         raise WorkbenchError(f"min_time must be positive, got {min_time}")
@@ -370,6 +376,7 @@ def bench(
             rounds=rounds,
             backward=backward,
             graph=graph,
+            say=say,
         )
         if vs is not None:
             r.previous = store.previous(r.op, r.device, r.dtype, r.build_key, vs)

@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                 rounds=args.rounds,
                 save=not args.no_save,
                 backward=args.backward,
+                say=steps.detail,
             ).ops
             steps.step_done()
     finally:

@@ -117,7 +117,12 @@ def _check(args: argparse.Namespace) -> Any:
                 steps.begin(name, f"{device} {str(dtype).removeprefix('torch.')}")
                 try:
                     report.rows += check_op(
-                        getattr(lib, name), spec, device, dtypes=[dtype], options=options
+                        getattr(lib, name),
+                        spec,
+                        device,
+                        dtypes=[dtype],
+                        options=options,
+                        on_check=steps.detail,
                     )
                 except isolate.ContextLost as lost:
                     report.extend(lost.report)

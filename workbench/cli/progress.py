@@ -120,6 +120,7 @@ class Steps:
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty() if live is None else live
         self.op = ""
+        self.what = ""
         self.text = ""
         self.start = time.monotonic()
         self._lock = threading.Lock()
@@ -129,7 +130,7 @@ class Steps:
     def begin(self, op: str, what: str) -> None:
         """Step ``what`` (e.g. "cpu float32") of ``op`` starts."""
         with self._lock:
-            self.text = f"{op} {what}"
+            self.text, self.what = f"{op} {what}", what
             first_of_op, self.op = op != self.op, op
         if self.live:
             self._draw()
@@ -138,6 +139,14 @@ class Steps:
             with self._lock:
                 self.stream.write(f"{self.status()}\n")
                 self.stream.flush()
+
+    def detail(self, text: str) -> None:
+        """What runs within the current step (a check's name, a size, a timing round): shown on
+        the live line only; plain output keeps its one line per op."""
+        with self._lock:
+            self.text = f"{self.op} {self.what}: {text}" if text else f"{self.op} {self.what}"
+        if self.live:
+            self._draw()
 
     def step_done(self, steps: int = 1) -> None:
         with self._lock:

@@ -168,24 +168,33 @@ def check_op(
     dtypes: Sequence[torch.dtype] | None = None,
     seed: int = 0,
     options: Options | None = None,
+    on_check: Callable[[str], None] | None = None,
 ) -> list[Row]:
     """Every check of ``op`` on ``device``; one row per sample and trial, one per contract check.
+
+    ``on_check`` hears the name of each kind of check as it starts (values, then the contract's
+    checks, then gradcheck), with its dtype: a progress line can name what runs.
 
     Raises :class:`~workbench.verify.isolate.ContextLost` (carrying the rows so far) when a CUDA
     error left this process unable to run CUDA.
     """
     opts = options or Options(seed=seed)
     report = Report()
+    tell = on_check or (lambda _: None)
     for dtype in dtypes or spec.dtypes:
+        if opts.values and opts.trials:
+            tell(f"{dtype_name(dtype)} values")
         for trial in range(opts.trials if opts.values else 0):
             for s in value_samples(spec, dtype, device, opts.seed + trial):
                 report.rows.append(_sample_row(op, spec, device, dtype, s, opts.seed + trial))
                 _stop_if_context_lost(report, device)
         if opts.contract:
+            tell(f"{dtype_name(dtype)} contract (opcheck, compile)")
             report.rows += _contract_rows(op, spec, device, dtype, opts)
             _stop_if_context_lost(report, device)
     floats64 = torch.float64 in (dtypes or spec.dtypes)
     if opts.contract and spec.differentiable and floats64 and _wanted(opts, contract.GRADCHECK):
+        tell("float64 gradcheck")
         report.rows += _gradcheck_rows(op, spec, device, opts)
     return report.rows
 
