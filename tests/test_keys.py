@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from workbench import knobs, toolchain
-from workbench.build import TU, _headers_from_depfile
+from workbench.build import TU, headers_from_depfile
 from workbench.config import Config
 from workbench.errors import WorkbenchError
 from workbench.ninja import Job, ninja_text
@@ -100,7 +100,7 @@ def test_depfile_keeps_project_headers_only(tmp_path: Path) -> None:
         f"x.o: {src} \\\n  {tmp_path}/k.h /usr/include/stdio.h \\\n"
         f"  /t/include/ATen/Tensor.h {tmp_path}/k.h\n"
     )
-    assert _headers_from_depfile(dep, src, make_config()) == [f"{tmp_path}/k.h"]
+    assert headers_from_depfile(dep, src, make_config()) == [f"{tmp_path}/k.h"]
 
 
 def test_ninja_text_has_one_edge_per_tu_and_escapes_paths() -> None:

@@ -82,7 +82,7 @@ def _good(tmp: Path) -> Path:
 def test_a_worker_that_dies_is_a_build_error_not_a_hang(tmp_path: Path) -> None:
     source = _good(tmp_path)
     with Workers(1, nvrtc.library().path) as workers:
-        (proc,) = workers._procs
+        (proc,) = workers.processes
         proc.kill()
         proc.wait()
         with pytest.raises(BuildError, match=r"worker process compiling .* ended"):

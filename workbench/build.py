@@ -109,7 +109,7 @@ def _deps_file(source: Path, command: tuple[str, ...]) -> Path:
     return cache.root() / "deps" / f"{digest(str(source), command)[:32]}.json"
 
 
-def _headers_from_depfile(depfile: Path, source: Path, config: Config) -> list[str]:
+def headers_from_depfile(depfile: Path, source: Path, config: Config) -> list[str]:
     text = depfile.read_text().replace("\\\n", " ")
     _, _, deps = text.partition(": ")
     paths = [os.path.abspath(p) for p in deps.split()]
@@ -457,7 +457,7 @@ def _store_objects(
 ) -> None:
     for tu in stale:
         out, src = outputs[id(tu)], str(tu.source.path)
-        tu.headers = _headers_from_depfile(Path(f"{out}.d"), tu.source.path, config)
+        tu.headers = headers_from_depfile(Path(f"{out}.d"), tu.source.path, config)
         key = tu.compute_key(config)
         assert key is not None
         dest = object_path(key)

@@ -73,6 +73,11 @@ class Workers:
             raise BuildError(str(reply["error"]), str(reply.get("log", "")))
         return dict(reply["lowered"]), str(reply["log"]), float(reply["seconds"])
 
+    @property
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        """The worker processes, in start order (a test kills one to see the error)."""
+        return list(self._procs)
+
     def close(self) -> None:
         for proc in self._procs:
             if proc.stdin is not None:
