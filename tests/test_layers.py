@@ -140,7 +140,7 @@ def test_no_module_reaches_into_another_modules_underscore_names() -> None:
 
 def test_the_device_only_layer_never_calls_up() -> None:
     """NVRTC, cubins, driver modules and their warm records sit below the build and the loader."""
-    above = {"workbench.build", "workbench.loader", "workbench.api", "workbench.tuning.space"}
+    above = {"workbench.build", "workbench.loader", "workbench.api", "workbench.tuning.route"}
     for module in ("workbench.device", "workbench.nvrtc", "workbench.nvrtc_worker"):
         assert not _reachable(module) & above, f"{module} imports {_reachable(module) & above}"
 

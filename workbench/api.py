@@ -418,9 +418,8 @@ class Library:
         if record is None and handle.routes is None:
             return  # the common case, without importing the router
         from workbench.tuning import route
-        from workbench.tuning.space import variant_preparer
 
-        prepare = variant_preparer(self.project, self.project.family(family), self.config)
+        prepare = route.variant_preparer(self.project, self.project.family(family), self.config)
         route.apply_quietly(self.namespace, handle, record, prepare)
         if report is not None and handle.routes is not None:
             report.tuned.append(family)

@@ -194,6 +194,8 @@ def _open(name: str, path: Path, python_module: bool, first: bool = True) -> Liv
 
 def _hold_ops(namespaces: list[str]) -> list[object]:
     """Placeholder kernels that keep every op of ``namespaces`` alive in the dispatcher."""
+    if not namespaces:
+        return []  # a pybind11 module's first load: torch may not even be importable
     import torch
 
     holders: list[object] = []

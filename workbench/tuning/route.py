@@ -28,13 +28,18 @@ import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from workbench import runtime
 from workbench.build import Built
 from workbench.errors import BuildError, LoadError
+
+if TYPE_CHECKING:
+    from workbench.config import Config
+    from workbench.device import Handle
+    from workbench.project import Family, Project
 
 # Private namespace -> its op definitions (kept for the process; see the module docstring).
 _defined: dict[str, list[torch.library.Library]] = {}
@@ -196,3 +201,24 @@ def apply_quietly(
         apply(ns, handle, record, prepare)
     except LoadError as e:
         warnings.warn(str(e), RuntimeWarning, stacklevel=3)
+
+
+def variant_preparer(
+    project: Project, family: Family, config: Config, only: set[tuple[str, str]] | None = None
+) -> Callable[[dict[str, Any]], Callable[[Handle], object]] | None:
+    """Given a tuning variant's point, what loads the variant's modules (compiled with its
+    options) into its library before it registers; None for a family without modules.
+    ``only``: the modules hold just these of the kernels the launchers name (see
+    :func:`workbench.device.sync`)."""
+    from workbench import device
+    from workbench.tuning.space import variant
+
+    if not device.has_modules(family, config):
+        return None
+
+    def for_point(point: dict[str, Any]) -> Callable[[Handle], object]:
+        return lambda handle: device.sync(
+            project, variant(family, point), config, handle, only=only
+        )
+
+    return for_point

@@ -63,7 +63,6 @@ from workbench.tuning.space import (
     label,
     space_of,
     variant,
-    variant_preparer,
 )
 from workbench.verify import isolate
 from workbench.verify.oracle import CRASH, float32_precision
@@ -419,8 +418,8 @@ def _check_all(
     from workbench.tuning import route
 
     preparers = {
-        False: variant_preparer(lib.project, family, lib.config),
-        True: variant_preparer(lib.project, family, lib.config, only),
+        False: route.variant_preparer(lib.project, family, lib.config),
+        True: route.variant_preparer(lib.project, family, lib.config, only),
     }
     plain = lib.families[family.name].library
     plain_objects = _device_kernels(lib, family)[1] if only is not None else {}

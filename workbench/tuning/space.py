@@ -24,14 +24,12 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench.config import Config
-    from workbench.device import Handle
-    from workbench.project import Family, Project
+    from workbench.project import Family
 
 Value = int | str
 Point = dict[str, Value]
@@ -187,23 +185,3 @@ def space_of(module: object) -> TuneSpace | None:
 def variant(family: Family, point: Mapping[str, Value]) -> Family:
     """The family built at ``point``: the same sources, its kernel TUs with the point's -D."""
     return family._replace(defines=defines(point))
-
-
-def variant_preparer(
-    project: Project, family: Family, config: Config, only: set[tuple[str, str]] | None = None
-) -> Callable[[dict[str, Any]], Callable[[Handle], object]] | None:
-    """Given a tuning variant's point, what loads the variant's modules (compiled with its
-    options) into its library before it registers; None for a family without modules.
-    ``only``: the modules hold just these of the kernels the launchers name (see
-    :func:`workbench.device.sync`)."""
-    from workbench import device
-
-    if not device.has_modules(family, config):
-        return None
-
-    def for_point(point: dict[str, Any]) -> Callable[[Handle], object]:
-        return lambda handle: device.sync(
-            project, variant(family, point), config, handle, only=only
-        )
-
-    return for_point
