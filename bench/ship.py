@@ -56,7 +56,10 @@ start = time.perf_counter()
 for op, spec in sorted(pkg.specs.items()):
     gen = torch.Generator().manual_seed(0)
     sample = next(s for s in spec.samples(spec.dtypes[0], device, gen) if s.label != "empty")
-    getattr(pkg, op)(*sample.args)
+    fn = getattr(pkg, op)
+    # A sample holds every argument in schema order: the keyword-only ones go by name.
+    pairs = list(zip(getattr(fn, fn.overloads()[0])._schema.arguments, sample.args))
+    fn(*(v for a, v in pairs if not a.kwarg_only), **{{a.name: v for a, v in pairs if a.kwarg_only}})
 if device.type == "cuda":
     torch.cuda.synchronize()
 first = time.perf_counter() - start

@@ -176,7 +176,7 @@ def child(
     ran = run_python(code, env=env, cwd=cwd, what="warm-start process")
     if profile:
         print(ran.stderr, file=sys.stderr)
-    return ran.json()  # type: ignore[no-any-return]
+    return ran.json()
 
 
 def summarize(runs: list[dict]) -> dict[str, dict[str, float]]:
