@@ -59,7 +59,8 @@ for op, spec in sorted(pkg.specs.items()):
     fn = getattr(pkg, op)
     # A sample holds every argument in schema order: the keyword-only ones go by name.
     pairs = list(zip(getattr(fn, fn.overloads()[0])._schema.arguments, sample.args))
-    fn(*(v for a, v in pairs if not a.kwarg_only), **{{a.name: v for a, v in pairs if a.kwarg_only}})
+    by_name = {{a.name: v for a, v in pairs if a.kwarg_only}}
+    fn(*(v for a, v in pairs if not a.kwarg_only), **by_name)
 if device.type == "cuda":
     torch.cuda.synchronize()
 first = time.perf_counter() - start
