@@ -3,13 +3,13 @@
 One run, one host, a fresh cache (``--cache``, default: a new temporary folder):
 
 1. load the bundled matmul family (the plain build; not timed);
-2. ``device-only``: ``wb tune``'s build phase (``workbench.tuning.run._build_all``) for every
+2. ``device-only``: ``wb tune``'s build phase (``workbench.tuning.run.build_variants``) for every
    point of ``kernels/matmul/spec.py``'s space but the default, all at once: each variant's host
    objects are the plain build's (no compile), its library a copy, and its device-only TU
    (``matmul_wgmma.kernel.cu``) is compiled by NVRTC with the point's -D options, one program per
    kernel, for the build's architectures. As ``wb tune matmul --dtype bfloat16`` builds them: only
    the kernels the plain build launched on the bfloat16 check samples and sizes
-   (``workbench.tuning.run._launched``), in NVRTC worker processes started before that run
+   (``workbench.tuning.run.launched_kernels``), in NVRTC worker processes started before that run
    (``workbench.nvrtc_worker``); and again, for comparison, in threads of this process, and
    with every kernel the launcher names (both dtypes), as ``wb tune`` built them before;
 3. ``nvcc``: the same points through nvcc as the family built them before its kernels moved into a
@@ -90,12 +90,12 @@ def launched(lib: Any) -> set[tuple[str, str]]:
     import torch
 
     from workbench.benchmark.run import sweep
-    from workbench.tuning.run import _launched
+    from workbench.tuning.run import launched_kernels
 
     dev, dt = torch.device("cuda"), torch.bfloat16
     spec = lib.specs["matmul"]
     family = lib.project.family("matmul")
-    found = _launched(lib, spec, family, dev, dt, sweep(spec, dt, dev, 0))
+    found = launched_kernels(lib, spec, family, dev, dt, sweep(spec, dt, dev, 0))
     assert found, "the plain build launched no kernel of its device-only TU"
     return found
 
@@ -117,13 +117,13 @@ def device_sweep(
     workers: Any,
 ) -> tuple[float, int]:
     from workbench.tuning.report import VariantResult
-    from workbench.tuning.run import _build_all
+    from workbench.tuning.run import build_variants
     from workbench.tuning.space import label
 
     family = lib.project.family("matmul")
     variants = [VariantResult(label(p), dict(p)) for p in points]
     say = lambda s: print(s, file=sys.stderr)  # noqa: E731
-    built, seconds = timed(_build_all, lib, family, variants, jobs, {}, say, only, workers)
+    built, seconds = timed(build_variants, lib, family, variants, jobs, {}, say, only, workers)
     failed = [v for v in variants if v.status != "built"]
     if failed:
         raise SystemExit(f"variants failed: {[(v.label, v.status, v.detail) for v in failed]}")
@@ -137,12 +137,12 @@ def profile_one(lib: Any, point: dict) -> None:
     import pstats
 
     from workbench import build, device
-    from workbench.tuning.run import _device_kernels
+    from workbench.tuning.run import device_kernels
     from workbench.tuning.space import variant
 
     family = lib.project.family("matmul")
     fam = variant(family, point)
-    kernels = _device_kernels(lib, family)
+    kernels = device_kernels(lib, family)
     for name, call in [
         ("host build", lambda: build.ensure(lib.project, fam, lib.config, 1)),
         ("device-only TU", lambda: device.ensure(lib.project, fam, lib.config, kernels)),
@@ -176,9 +176,9 @@ def main(argv: list[str] | None = None) -> None:
         all_nvcc = nvcc_sweep(lib, points[1:], args.jobs, Path(tmp))
     from workbench import cache, nvrtc
     from workbench.nvrtc_worker import Workers
-    from workbench.tuning.run import _device_kernels
+    from workbench.tuning.run import device_kernels
 
-    named = len(_device_kernels(lib, lib.project.family("matmul"))[0])
+    named = len(device_kernels(lib, lib.project.family("matmul"))[0])
     # As wb tune: the NVRTC workers start, then the plain build runs the tuned dtype's inputs.
     with Workers(args.jobs, nvrtc.library().path) as workers:
         only = launched(lib)

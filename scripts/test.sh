@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tests: lint and types (pre-commit), then pytest, which includes the nvcc smoke compile of
-# every kernel for sm_80 and sm_90a. Extra arguments go to pytest. Each stage's seconds print at
-# the end (and are appended to $WB_STAGE_LOG when set: .ci/run's summary).
+# every kernel for sm_80 and sm_90a. pytest runs on WB_TEST_WORKERS processes (default 2; 0 runs
+# it in this process), each test file on one of them. Extra arguments go to pytest. Each stage's
+# seconds print at the end (and are appended to $WB_STAGE_LOG when set: .ci/run's summary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stages=()
@@ -25,7 +26,10 @@ if [ -z "${VIRTUAL_ENV:-}" ]; then
 fi
 stage lint pre-commit run --all-files --show-diff-on-failure
 rc=0
-stage pytest python -m pytest "$@" || rc=$?
+workers=${WB_TEST_WORKERS:-2}
+parallel=()
+[ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile)
+stage pytest python -m pytest "${parallel[@]}" --durations=25 "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "test.sh: pytest collected no tests: failing" >&2
   exit 1

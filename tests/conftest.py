@@ -32,13 +32,18 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache for the session: the precompiled torch header is built once.
 
     ``WB_TEST_CACHE_DIR`` names it instead of a new temporary folder: CI passes the folder its
-    smoke-compile stage then reads, so that stage finds every object the tests compiled."""
+    smoke-compile stage then reads, so that stage finds every object the tests compiled. Under
+    pytest-xdist the workers share one (the cache's locks make that safe), so each build of the
+    bundled kernels or the torch header happens once."""
     shared = os.environ.get("WB_TEST_CACHE_DIR")
     if shared:
         path = Path(shared).resolve()
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-    return tmp_path_factory.mktemp("wb-cache")
+    elif os.environ.get("PYTEST_XDIST_WORKER"):  # one cache for all workers: a build is shared
+        path = tmp_path_factory.getbasetemp().parent / "wb-cache"
+    else:
+        return tmp_path_factory.mktemp("wb-cache")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(autouse=True)

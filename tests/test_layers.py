@@ -83,13 +83,12 @@ class Imports:
 
     @staticmethod
     def _base(node: ast.ImportFrom, package: str) -> str | None:
+        base = node.module or ""
         if node.level:
             parts = package.split(".")
             head = parts[: len(parts) - node.level + 1]
-            return ".".join(head + ([node.module] if node.module else []))
-        if node.module and node.module.split(".")[0] == "workbench":
-            return node.module
-        return None
+            base = ".".join(head + ([node.module] if node.module else []))
+        return base if base.split(".")[0] == "workbench" else None
 
     def _lazy_names(self, node: ast.Assign) -> None:
         """``_LAZY = {"name": "workbench.module", ...}``: the front door's imports on demand."""
@@ -135,6 +134,14 @@ def test_no_import_cycle() -> None:
 
 def test_no_module_reaches_into_another_modules_underscore_names() -> None:
     reaches = [f"{m}: {p}" for m, i in GRAPH.items() for p in i.private]
+    assert not reaches, "\n".join(reaches)
+
+
+def test_the_bench_runner_uses_only_public_names_of_the_package() -> None:
+    """``python -m bench``'s measurements run outside the tests: a rename must break them loudly."""
+    reaches = []
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        reaches += [f"bench/{path.name}: {p}" for p in Imports(f"bench.{path.stem}", path).private]
     assert not reaches, "\n".join(reaches)
 
 

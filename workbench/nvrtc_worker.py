@@ -2,7 +2,7 @@
 
 Threads of one process compile NVRTC programs side by side, but scale worse than processes do:
 on a 16-core H100 host, 42 programs of the wgmma matmul took 1.75 s in 16 threads and 1.30 s in
-16 processes, against 10.1 s one after another (``scripts/bench_nvrtc_parallel.py``). A reload
+16 processes, against 10.1 s one after another (``python -m bench nvrtc_parallel``). A reload
 compiles a few programs and keeps to threads (a process costs ~0.1 s to start); a tune sweep of
 tens of programs starts its workers first (while the plain build runs its inputs) and hands
 each program to an idle one.

@@ -8,7 +8,7 @@ Lifecycle of one run (one op, one device, one dtype):
    cached library (a variant compiles only the TUs its parameters reach). A variant that fails
    to compile is reported with its first error and skipped. Where the family has device-only
    TUs, the plain build is first run on the inputs the variants will be checked and timed on,
-   and each variant's modules hold only the kernels that run launched (:func:`_launched`).
+   and each variant's modules hold only the kernels that run launched (:func:`launched_kernels`).
 3. **Check** each built variant, registered under a private namespace: the checker's value rows
    for the tuned dtype on this device (special values included, one trial): the router sends a
    variant no other dtype. A wrong
@@ -150,13 +150,13 @@ def tune(
 
     with _workers(lib, family, dev, jobs) as workers:  # they start while the plain build runs
         t = time.perf_counter()
-        only = _launched(lib, spec, family, dev, dt, samples)
+        only = launched_kernels(lib, spec, family, dev, dt, samples)
         if only is not None:
             result.phases["trace"] = time.perf_counter() - t
             say(f"{op}: the plain build launches {len(only)} kernels of its device-only TUs "
                 f"on {result.dtype}: variants compile those")  # fmt: skip
         t = time.perf_counter()
-        built = _build_all(lib, family, variants, jobs, crashed, say, only, workers)
+        built = build_variants(lib, family, variants, jobs, crashed, say, only, workers)
         result.phases["build"] = time.perf_counter() - t
     t = time.perf_counter()
     ops = _check_all(lib, spec, dev, dt, variants, built, say, family, only)
@@ -242,7 +242,7 @@ def _arch(dev: torch.device) -> str:
 CHECK_OPTIONS = Options(trials=1, contract=False)  # a variant's check: value rows, one trial
 
 
-def _launched(
+def launched_kernels(
     lib: Library,
     spec: Any,
     family: Family,
@@ -294,7 +294,7 @@ def _workers(
     return Workers(jobs or ninja.default_jobs(), nvrtc.library().path)
 
 
-def _build_all(
+def build_variants(
     lib: Library,
     family: Any,
     variants: list[VariantResult],
@@ -305,7 +305,7 @@ def _build_all(
     workers: Workers | None = None,
 ) -> dict[str, build.Built]:
     """Build every variant at once; each gets its share of the job limit. ``only``: the kernels
-    of the device-only TUs a variant compiles (see :func:`_launched`; None: every one named).
+    of the device-only TUs a variant compiles (see :func:`launched_kernels`; None: every one named).
 
     A variant whose launchers are the plain build's (its options reach only device-only TUs)
     compiles its modules here, beside its host bookkeeping, its NVRTC programs in one pool that
@@ -322,7 +322,7 @@ def _build_all(
     fams = {v.label: variant(family, v.point) for v in variants}
     built: dict[str, build.Built] = {}
     done = 0
-    kernels, _ = _device_kernels(lib, family)
+    kernels, _ = device_kernels(lib, family)
     names = kernels if only is None else [k for k in kernels if k in only]
     shared = {
         label: bool(names) and build.shares_host_objects(lib.project, fam, lib.config)
@@ -382,7 +382,7 @@ def _objects(built: build.Built) -> dict[str, str]:
     return {str(t["source"]): str(t["key"]) for t in built.manifest.get("tus", [])}
 
 
-def _device_kernels(lib: Library, family: Family) -> tuple[list[tuple[str, str]], dict[str, str]]:
+def device_kernels(lib: Library, family: Family) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """The kernels the live build's launchers name from device-only TUs ([] for none), and the
     objects they were linked from: a variant with the same objects names the same kernels."""
     from workbench import device
@@ -412,7 +412,7 @@ def _check_all(
     only: set[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Check each built variant on the tuned dtype ``dt``, the only one the router will send it;
-    the ops of those that pass, by label. ``only``: as for :func:`_build_all`, for the variants
+    the ops of those that pass, by label. ``only``: as for :func:`build_variants`, for the variants
     whose launchers are the plain build's (they name the same kernels) in a library of their own
     (the plain build's library is live: its modules keep every kernel)."""
     from workbench.tuning import route
@@ -422,7 +422,7 @@ def _check_all(
         True: route.variant_preparer(lib.project, family, lib.config, only),
     }
     plain = lib.families[family.name].library
-    plain_objects = _device_kernels(lib, family)[1] if only is not None else {}
+    plain_objects = device_kernels(lib, family)[1] if only is not None else {}
     ops: dict[str, Any] = {}
     seen: dict[str, str] = {}  # build key -> the first variant built to it
     for v in variants:
