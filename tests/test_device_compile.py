@@ -23,11 +23,17 @@ def test_the_device_compile_bench_splits_host_and_device_phases() -> None:
     (row,) = [line for line in proc.stdout.splitlines() if line.startswith("| scale/scale.cu |")]
     full, host, device, cubin, ratio, covered = (float(c) for c in row.strip("|").split("|")[1:])
     assert host > 0 and device > 0 and cubin > 0  # nvcc -time reported both sides
-    assert ratio == pytest.approx(cubin / full, abs=0.01)
-    assert covered == pytest.approx((host + device) / full, abs=0.01)
+    assert ratio == pytest.approx(cubin / full, abs=_slack(cubin, full))
+    assert covered == pytest.approx((host + device) / full, abs=_slack(host + device, full, 2))
     (total,) = [line for line in proc.stdout.splitlines() if line.startswith("| **all 1** |")]
     assert total.split("|")[2:] == row.split("|")[2:]  # one TU: the totals are its row
     assert "sm_80, median of 1" in proc.stdout
+
+
+def _slack(part: float, whole: float, parts: int = 1) -> float:
+    """How far part / whole may move when every cell is printed to 2 decimals (0.005 each)."""
+    half = 0.005
+    return half + (parts * half) / whole + part * half / (whole * (whole - half)) + 1e-9
 
 
 def test_the_device_compile_bench_names_a_missing_tu() -> None:

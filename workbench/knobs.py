@@ -84,6 +84,11 @@ def nvcc_pipeline() -> bool:
     return (get("WB_NVCC_PIPELINE") or "1") != "0"
 
 
+def dropin_pch() -> bool:
+    """WB_DROPIN_PCH=0 compiles drop-in C++ sources without precompiled torch headers."""
+    return (get("WB_DROPIN_PCH") or "1") != "0"
+
+
 def nvrtc() -> str | None:
     """WB_NVRTC: the libnvrtc.so that compiles device-only TUs (default: torch's, then CUDA's)."""
     return get("WB_NVRTC") or None

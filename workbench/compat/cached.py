@@ -24,6 +24,7 @@ from typing import Any
 
 from workbench import cache, ninja
 from workbench import launcher as team
+from workbench.compat import pch
 from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
 
@@ -35,6 +36,8 @@ OBJECTS = "@OBJECTS@"  # placeholder in the link command, replaced by the object
 class Unit:
     source: Path
     command: tuple[str, ...]  # ends with "-MMD -MF @OUT@.d -c <source> -o @OUT@"
+    pch: pch.Header | None = None  # made before the compile, which reads it (compat.pch)
+    note: str = ""  # why a torch source gets no precompiled header
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Output:
     key: str
     compiled: list[Path] = field(default_factory=list)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # what the build could not do, and why
 
 
 def _expand(command: tuple[str, ...], out: Path) -> tuple[str, ...]:
@@ -136,6 +140,7 @@ def _build_locked(
             ninja.Job(objs[i], recipe.units[i].source, _expand(recipe.units[i].command, objs[i]))
             for i in stale
         ]
+        notes = _headers([recipe.units[i] for i in stale], on_line)
         if work:
             launcher = team.for_build(recipe.units[0].source.parent)
             team.run_ninja(tmp, work, jobs or ninja.default_jobs(), on_line, launcher)
@@ -145,9 +150,31 @@ def _build_locked(
         assert key is not None
         out = find_cached(recipe, key) or _link(recipe, keys, key, tmp)
         out.compiled = [recipe.units[i].source for i in stale]
+        out.notes = notes
         return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _headers(units: list[Unit], on_line: Callable[[str], None] | None) -> list[str]:
+    """Make the precompiled headers that stale units compiled before (an edit) lack; why a unit
+    compiles without one. A first compile goes without: one-shot builds (a script's first run,
+    CI) never pay for a header, and an edit loop has it from its second compile on."""
+    notes = [f"{u.source.name}: no precompiled torch header: {u.note}" for u in units if u.note]
+    wanted = {
+        u.pch: None
+        for u in units
+        if u.pch is not None
+        and not u.pch.output.exists()
+        and isinstance(cache.read_json(_deps_file(u)), list)
+    }
+    for header in wanted:
+        if on_line is not None:
+            on_line(f"precompiling {header.include} for the next edits (once per flag set)")
+        why = pch.ensure(header)
+        if why is not None:
+            notes.append(f"{why}; its sources compile from the header's text")
+    return notes
 
 
 def _store_object(recipe: Recipe, unit: Unit, obj: Path) -> str:

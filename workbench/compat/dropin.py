@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import cache, knobs, toolchain
-from workbench.compat import cached
+from workbench.compat import cached, pch
 from workbench.compat.cached import OBJECTS, OUT, Recipe, Unit
 from workbench.compat.live import activate
 from workbench.config import Config, make_config
@@ -108,10 +108,12 @@ def _unit(
     common: list[str],
     extra_cflags: list[str],
     extra_cuda_cflags: list[str],
+    header: bool = True,
 ) -> Unit:
     prelude = ["-include", str(PRELUDE)] if "TORCH_LIBRARY" in source.read_text() else []
     std = f"-std={config.torch.cxx_std}"
     head: list[str]
+    made, note = None, ""
     if source.suffix in CUDA_SUFFIXES:
         ccbin = ["-ccbin", str(config.cxx)] if knobs.cxx() else []
         head = [str(config.nvcc), *_split_isystem(common), *NVCC_COMMON, *ccbin]
@@ -120,8 +122,11 @@ def _unit(
             head += ["-isystem", str(config.cuda_home / "include")]
     else:
         head = [str(config.cxx), *common, "-fPIC", std, *extra_cflags]
+        if header and config.use_pch and knobs.dropin_pch():  # see workbench.compat.pch
+            made, note = pch.plan(source, head, config.identity)
+    flags = made.flags if made is not None else ()
     tail = ["-MMD", "-MF", f"{OUT}.d", "-c", str(source), "-o", OUT]
-    return Unit(source, (*head, *prelude, *tail))
+    return Unit(source, (*head, *flags, *prelude, *tail), made, note)
 
 
 def _link_command(
@@ -175,7 +180,8 @@ def recipe(
     common += [f"-I{Path(p).resolve()}" for p in extra_include_paths]
     units = [_unit(config, s, common, extra_cflags, extra_cuda_cflags) for s in sources]
     if any("-include" in u.command for u in units):
-        units.append(_unit(config, DEFERRED_SOURCE, common, [], []))
+        # The workbench's own file, compiled once per flag set: no header of its own.
+        units.append(_unit(config, DEFERRED_SOURCE, common, [], [], header=False))
     excluded = (*config.excluded_roots, sysconfig.get_paths()["include"] + "/")
     identity = {**config.identity, "drop-in": 1}
     return Recipe(
@@ -229,6 +235,9 @@ def load(
     )
 
 
+# What a build could not do (a precompiled header), said once per process.
+_said: set[str] = set()
+
 # The last load of each extension name, for reload_all() (the notebook's autoreload).
 _calls: dict[str, tuple[list[Path], dict[str, Any], str | None]] = {}
 
@@ -280,6 +289,10 @@ def _build_and_load(
         return str(out.path)
     live = activate(name, out.path, options["python_module"])
     if verbose or not knobs.quiet():
+        for note in out.notes:  # each reason once per process, not at every edit
+            if note not in _said:
+                _said.add(note)
+                print(f"wb: {name}: {note}", file=sys.stderr, flush=True)
         what = f"{len(out.compiled)} compiled" if out.compiled else "cached"
         print(
             f"wb: {name}: {what}, {time.perf_counter() - start:.3f} s ({out.path.name})",

@@ -1,0 +1,141 @@
+"""Precompiled torch headers for drop-in C++ sources (``load``, ``load_inline``'s ``cpp_sources``).
+
+A source written for ``torch.utils.cpp_extension`` opens with ``#include <torch/extension.h>``
+(or ``torch/all.h``, ``torch/torch.h``, ``torch/library.h``, an ``ATen/`` header): tens of
+thousands of lines that every edit compiles again. Where the first thing a source does is include
+one such header, its compile gets that header precompiled:
+
+- the header is compiled once with the source's flags (``-x c++-header``) into a folder of the
+  cache named by a key over the header, the compiler's identity and every flag, so that a compile
+  with any other flag set (another ``-D``, ``-O``, standard) never reads it. The one flag left
+  out is ``-DTORCH_EXTENSION_NAME``, which no torch header reads: every extension of a script
+  shares one header (GCC checks that a macro defined since does not touch the header, and
+  rejects the header where it does);
+- the source is compiled with ``-include <header>`` first and that folder first on its include
+  path: GCC reads the ``.gch`` where it is valid and the header's text otherwise, so a missing,
+  failed or rejected header costs time, never a wrong object (``-Winvalid-pch`` says which);
+- the source's own ``#include`` of the header then finds it included already: GCC looks for the
+  header beside the ``.gch`` it used, so the folder also holds a link to the real header.
+
+The header is made when a source that can use it is compiled again (an edit, in this cache): a
+script's first run and a one-shot build (CI) never pay for it; the first edit makes it, and from
+then on each edit compiles the source's own code only. ``WB_DROPIN_PCH=0`` turns it off.
+
+A source that opens with anything else (a ``#define`` that could change the header, another
+include, code) compiles as written, and the load says why once. clang is left alone: its
+``-include`` takes ``.pch`` files, not ``.gch``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench import cache
+from workbench.config import pch_root
+from workbench.hashing import digest
+
+# The extension's name: defined for every source, read by no torch header.
+NAME_FLAG = "-DTORCH_EXTENSION_NAME="
+# Headers worth precompiling: torch's umbrella headers and any of ATen's.
+TORCH_PREFIXES = ("torch/", "ATen/")
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_FIRST = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
+_INCLUDE = re.compile(r"^<([^>]+)>$")
+
+
+@dataclass(frozen=True)
+class Header:
+    """A precompiled header to make: the command, and the file it writes."""
+
+    include: str  # as the source names it, e.g. "torch/extension.h"
+    real: Path  # the header that name finds on the source's include path
+    folder: Path  # first on the include path: holds <include>.gch and a link to ``real``
+    command: tuple[str, ...]
+
+    @property
+    def output(self) -> Path:
+        return self.folder / f"{self.include}.gch"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """What the source's compile adds: the folder first, the header first."""
+        return (f"-I{self.folder}", "-include", self.include, "-Winvalid-pch")
+
+
+def leading_header(text: str) -> tuple[str | None, str]:
+    """(the torch header a source includes before anything else, or None; why not)."""
+    for line in _COMMENTS.sub(" ", text).splitlines():
+        if not line.strip():
+            continue
+        match = _FIRST.match(line)
+        if match is None:
+            return None, "its first line is code, not an #include of a torch header"
+        directive, rest = match.groups()
+        if directive == "pragma" and rest.strip() == "once":
+            continue
+        if directive != "include":
+            return None, f"it starts with #{directive}, which could change what the header means"
+        name = _INCLUDE.match(rest.strip())
+        if name is None or not name.group(1).startswith(TORCH_PREFIXES):
+            return None, f"its first #include ({rest.strip()}) is not a torch header"
+        return name.group(1), ""
+    return None, "it includes no torch header"
+
+
+def plan(source: Path, head: list[str], identity: dict[str, object]) -> tuple[Header | None, str]:
+    """The precompiled header for ``source`` compiled with ``head`` (compiler and flags), or
+    (None, why not). ``identity``: the toolchain's, part of the header's key."""
+    include, why = leading_header(source.read_text(errors="replace"))
+    if include is None:
+        return None, why
+    real = _find(include, head)
+    if real is None:
+        return None, f"{include} is not on its include path"
+    flags = [f for f in head if not f.startswith(NAME_FLAG)]
+    key = digest("drop-in pch", 1, include, str(real), flags, identity)
+    folder = pch_root() / "dropin" / key[:32]
+    wrapper = folder / "wb_dropin_pch.h"
+    command = (*flags, "-x", "c++-header", str(wrapper), "-o", f"{folder / include}.gch")
+    return Header(include, real, folder, command), ""
+
+
+def _find(include: str, head: list[str]) -> Path | None:
+    """Where ``#include <include>`` lands: the first -I, then -isystem, folder that has it."""
+    for prefix in ("-I", "-isystem"):
+        for flag in head:
+            if flag.startswith(prefix) and len(flag) > len(prefix):
+                found = Path(flag[len(prefix) :]) / include
+                if found.is_file():
+                    return found
+    return None
+
+
+def ensure(header: Header) -> str | None:
+    """Make ``header`` once (under a lock of the cache); None, or why it could not be made (the
+    compile then reads the header's text)."""
+    if header.output.exists():
+        return None
+    with cache.lock(f"dropin-pch-{header.folder.name}"):
+        if header.output.exists():
+            return None
+        header.output.parent.mkdir(parents=True, exist_ok=True)
+        wrapper = header.folder / "wb_dropin_pch.h"
+        cache.write_atomic(wrapper, f"#include <{header.include}>\n")
+        link = header.folder / header.include
+        part = link.with_name(f".{link.name}.{os.getpid()}.link")
+        part.unlink(missing_ok=True)
+        part.symlink_to(header.real)
+        os.replace(part, link)
+        tmp = header.output.with_name(f".{header.output.name}.{os.getpid()}.tmp")
+        command = [*header.command[:-1], str(tmp)]
+        proc = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            lines = proc.stderr.strip().splitlines()
+            return f"precompiling {header.include} failed: {lines[-1] if lines else '?'}"
+        os.replace(tmp, header.output)
+    return None
