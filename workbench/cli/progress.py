@@ -14,21 +14,69 @@ from pathlib import Path
 from typing import TextIO
 
 
-class Progress:
+class LiveLine:
+    """One status line redrawn in place on a terminal (``live``), by a ticker thread while a step
+    runs so its seconds go on; a subclass says what the line reads (:meth:`status`)."""
+
+    interval = 0.2  # seconds between redraws
+
+    def __init__(self, stream: TextIO | None, live: bool | None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self.start = time.monotonic()
+        self._lock = threading.Lock()  # the subclass's fields
+        self._write = threading.Lock()  # the stream
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def status(self) -> str:
+        raise NotImplementedError
+
+    def _draw(self) -> None:
+        line = self.status()
+        with self._write:
+            self.stream.write("\r\x1b[K" + line)
+            self.stream.flush()
+
+    def _line(self, text: str) -> None:
+        with self._write:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def _start_ticker(self) -> None:
+        if self._ticker is not None:
+            return
+
+        def tick() -> None:
+            while not self._stop.wait(self.interval):
+                self._draw()
+
+        self._ticker = threading.Thread(target=tick, daemon=True)
+        self._ticker.start()
+
+    def _end(self) -> None:
+        """Stop the ticker and clear the live line (before a table or the next family)."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
+        if self.live:
+            with self._write:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+        self._stop.clear()
+
+
+class Progress(LiveLine):
     """Implements :class:`workbench.build.Progress`."""
 
     def __init__(self, stream: TextIO | None = None, live: bool | None = None) -> None:
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty() if live is None else live
+        super().__init__(stream, live)
         self.family = ""
         self.pending: list[Path] = []
         self.total = 0
         self.parallel = 1
-        self.start = time.monotonic()
         self.note_text = ""
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._ticker: threading.Thread | None = None
 
     # build.Progress
     def started(self, family: str, sources: list[Path], parallel: int) -> None:
@@ -71,61 +119,32 @@ class Progress:
 
     def done(self) -> None:
         """End the live line (call once the family's build returned or failed)."""
-        self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join()
-            self._ticker = None
-        if self.live:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-        self._stop.clear()
+        self._end()
 
     def _elapsed(self) -> float:
         return time.monotonic() - self.start
-
-    def _line(self, text: str) -> None:
-        self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def _draw(self) -> None:
-        self.stream.write("\r\x1b[K" + self.status())
-        self.stream.flush()
-
-    def _start_ticker(self) -> None:
-        if self._ticker is not None:
-            return
-
-        def tick() -> None:
-            while not self._stop.wait(0.2):
-                self._draw()
-
-        self._ticker = threading.Thread(target=tick, daemon=True)
-        self._ticker.start()
 
 
 def _short(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 
 
-class Steps:
+class Steps(LiveLine):
     """Progress of ``wb check`` and ``wb bench``, which print nothing else for minutes: on a
     terminal one live line (the op, what is running on it, steps done of the total, elapsed
     seconds, redrawn while a step runs); otherwise one line per op as it starts (CI logs,
     pipes)."""
 
+    interval = 0.5
+
     def __init__(
         self, command: str, total: int, stream: TextIO | None = None, live: bool | None = None
     ) -> None:
+        super().__init__(stream, live)
         self.command, self.total, self.finished = command, total, 0
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty() if live is None else live
         self.op = ""
         self.what = ""
         self.text = ""
-        self.start = time.monotonic()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._ticker: threading.Thread | None = None
 
     def begin(self, op: str, what: str) -> None:
         """Step ``what`` (e.g. "cpu float32") of ``op`` starts."""
@@ -136,9 +155,7 @@ class Steps:
             self._draw()
             self._start_ticker()
         elif first_of_op:
-            with self._lock:
-                self.stream.write(f"{self.status()}\n")
-                self.stream.flush()
+            self._line(self.status())
 
     def detail(self, text: str) -> None:
         """What runs within the current step (a check's name, a size, a timing round): shown on
@@ -161,27 +178,4 @@ class Steps:
 
     def done(self) -> None:
         """End the live line (before the table is printed)."""
-        self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join()
-            self._ticker = None
-        if self.live:
-            with self._lock:
-                self.stream.write("\r\x1b[K")
-                self.stream.flush()
-
-    def _draw(self) -> None:
-        with self._lock:
-            self.stream.write("\r\x1b[K" + self.status())
-            self.stream.flush()
-
-    def _start_ticker(self) -> None:
-        if self._ticker is not None:
-            return
-
-        def tick() -> None:
-            while not self._stop.wait(0.5):
-                self._draw()
-
-        self._ticker = threading.Thread(target=tick, daemon=True)
-        self._ticker.start()
+        self._end()
