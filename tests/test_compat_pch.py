@@ -54,18 +54,21 @@ def test_the_key_is_every_flag_but_the_extension_name(tmp_path: Path) -> None:
     src = tmp_path / "a.cpp"
     src.write_text("#include <torch/library.h>\n")
     ident = {"cxx": "g++ (test)"}
-    first, _ = pch.plan(src, _head("one"), ident)
-    other_name, _ = pch.plan(src, _head("two"), ident)
-    other_flags, _ = pch.plan(src, _head("one", "-O1"), ident)
-    other_tool, _ = pch.plan(src, _head("one"), {"cxx": "g++ (another)"})
+    text = src.read_text()
+    first, _ = pch.plan(text, _head("one"), ident)
+    other_name, _ = pch.plan(text, _head("two"), ident)
+    other_flags, _ = pch.plan(text, _head("one", "-O1"), ident)
+    other_tool, _ = pch.plan(text, _head("one"), {"cxx": "g++ (another)"})
     assert first is not None and other_name is not None and other_flags is not None
     assert other_tool is not None
     assert first.folder == other_name.folder  # one header for every extension of a script
     assert first.folder != other_flags.folder and first.folder != other_tool.folder
     assert not any(f.startswith("-DTORCH_EXTENSION_NAME") for f in first.command)
     assert first.real.is_file() and first.real.name == "library.h"
-    src.write_text("#include <torch/nosuch.h>\n")
-    assert pch.plan(src, _head("one"), ident) == (None, "torch/nosuch.h is not on its include path")
+    assert pch.plan("#include <torch/nosuch.h>\n", _head("one"), ident) == (
+        None,
+        "torch/nosuch.h is not on its include path",
+    )
 
 
 def _uses_header(unit: dropin.Unit, tmp: Path) -> bool:

@@ -140,7 +140,7 @@ def _build_locked(
             ninja.Job(objs[i], recipe.units[i].source, _expand(recipe.units[i].command, objs[i]))
             for i in stale
         ]
-        notes = _headers([recipe.units[i] for i in stale], on_line)
+        notes = _headers([(recipe.units[i], keys[i]) for i in stale], on_line)
         if work:
             launcher = team.for_build(recipe.units[0].source.parent)
             team.run_ninja(tmp, work, jobs or ninja.default_jobs(), on_line, launcher)
@@ -156,17 +156,18 @@ def _build_locked(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _headers(units: list[Unit], on_line: Callable[[str], None] | None) -> list[str]:
-    """Make the precompiled headers that stale units compiled before (an edit) lack; why a unit
-    compiles without one. A first compile goes without: one-shot builds (a script's first run,
-    CI) never pay for a header, and an edit loop has it from its second compile on."""
-    notes = [f"{u.source.name}: no precompiled torch header: {u.note}" for u in units if u.note]
+def _headers(
+    stale: list[tuple[Unit, str | None]], on_line: Callable[[str], None] | None
+) -> list[str]:
+    """Make the precompiled headers that stale units compiled before (an edit: its key is known
+    from the last compile's headers) lack; why a unit compiles without one. A first compile goes
+    without: one-shot builds (a script's first run, CI) never pay for a header, and an edit loop
+    has it from its second compile on."""
+    notes = [f"{u.source.name}: no precompiled torch header: {u.note}" for u, _ in stale if u.note]
     wanted = {
         u.pch: None
-        for u in units
-        if u.pch is not None
-        and not u.pch.output.exists()
-        and isinstance(cache.read_json(_deps_file(u)), list)
+        for u, key in stale
+        if u.pch is not None and key is not None and not u.pch.output.exists()
     }
     for header in wanted:
         if on_line is not None:

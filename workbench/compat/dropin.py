@@ -110,7 +110,8 @@ def _unit(
     extra_cuda_cflags: list[str],
     header: bool = True,
 ) -> Unit:
-    prelude = ["-include", str(PRELUDE)] if "TORCH_LIBRARY" in source.read_text() else []
+    text = source.read_text(errors="replace")
+    prelude = ["-include", str(PRELUDE)] if "TORCH_LIBRARY" in text else []
     std = f"-std={config.torch.cxx_std}"
     head: list[str]
     made, note = None, ""
@@ -123,7 +124,7 @@ def _unit(
     else:
         head = [str(config.cxx), *common, "-fPIC", std, *extra_cflags]
         if header and config.use_pch and knobs.dropin_pch():  # see workbench.compat.pch
-            made, note = pch.plan(source, head, config.identity)
+            made, note = pch.plan(text, head, config.identity)
     flags = made.flags if made is not None else ()
     tail = ["-MMD", "-MF", f"{OUT}.d", "-c", str(source), "-o", OUT]
     return Unit(source, (*head, *flags, *prelude, *tail), made, note)

@@ -86,10 +86,10 @@ def leading_header(text: str) -> tuple[str | None, str]:
     return None, "it includes no torch header"
 
 
-def plan(source: Path, head: list[str], identity: dict[str, object]) -> tuple[Header | None, str]:
-    """The precompiled header for ``source`` compiled with ``head`` (compiler and flags), or
-    (None, why not). ``identity``: the toolchain's, part of the header's key."""
-    include, why = leading_header(source.read_text(errors="replace"))
+def plan(text: str, head: list[str], identity: dict[str, object]) -> tuple[Header | None, str]:
+    """The precompiled header for a source of ``text`` compiled with ``head`` (compiler and
+    flags), or (None, why not). ``identity``: the toolchain's, part of the header's key."""
+    include, why = leading_header(text)
     if include is None:
         return None, why
     real = _find(include, head)
