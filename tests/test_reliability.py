@@ -344,7 +344,16 @@ def test_5_a_toolchain_or_knob_change_rebuilds_and_wb_why_names_it(tmp_path: Pat
 
 # 6 ---------------------------------------------------------------------------------------
 def test_6_a_compile_error_shows_file_line_and_text_and_leaves_no_entry(tmp_path: Path) -> None:
-    kernels = write_registry(tmp_path)
+    # A cache of its own: it counts the cache's entries, which another test worker's builds of
+    # a family named tiny would add to (the session's torch header is shared, not rebuilt).
+    own = tmp_path / "cache"
+    share_pch(own)
+    with knobs.override(WB_CACHE_DIR=str(own)):
+        _compile_error_leaves_no_entry(tmp_path)
+
+
+def _compile_error_leaves_no_entry(tmp_path: Path) -> None:
+    kernels = write_registry(tmp_path / "registry")
     lib = workbench.load(kernels, namespace=_ns())
     entries = set((cache.root() / "lib" / "tiny").iterdir())
     objects = set((cache.root() / "obj").glob("*/*"))
@@ -361,7 +370,7 @@ def test_6_a_compile_error_shows_file_line_and_text_and_leaves_no_entry(tmp_path
     status = wb("--kernels", str(kernels), "status", "--json")
     (row,) = json.loads(status.stdout)
     assert row["state"] == "failed" and f"{source}:8:" in row["error"]
-    write_registry(tmp_path, delta=2)
+    write_registry(tmp_path / "registry", delta=2)
     lib.reload()
     assert torch.equal(lib.add_offset(torch.zeros(1)), torch.full((1,), 3.0))
     (row,) = json.loads(wb("--kernels", str(kernels), "status", "--json").stdout)
