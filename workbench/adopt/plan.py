@@ -1,0 +1,471 @@
+"""What ``wb adopt`` moves where: the kernels and the device code they use, the launches to
+rewrite, the registrations, and every construct that cannot be split safely (a Refusal each).
+
+Sources are matched by name at namespace scope: a kernel that names an identifier which an item
+of the sources defines takes that item along (a ``__device__`` function, a ``__constant__``, a
+type, a constant, a macro). What the host code names as well is shared: constants, enums,
+aliases and macros go into one header both sides include; a function, record or template used
+on both sides is refused, as is anything in device code that needs torch or a host function.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from workbench.adopt.lexer import Token, directive
+from workbench.adopt.parse import Item, Unit, match, split_commas
+from workbench.adopt.registration import Block, Refusal, read_block
+
+DEVICE_VARS = frozenset({"__device__", "__constant__", "__shared__", "__managed__"})
+TORCH_NAMES = frozenset({"at", "c10", "torch", "caffe2", "std", "pybind11", "py"})
+TORCH_PREFIXES = ("AT_", "C10_", "TORCH_", "PYBIND11_")
+# Kernel parameter types a torch-free launcher can spell (besides template parameters).
+_SCALARS = frozenset(
+    {
+        "const", "volatile", "__restrict__", "__restrict", "unsigned", "signed", "long", "short",
+        "char", "int", "float", "double", "bool", "void", "size_t", "ptrdiff_t", "int8_t",
+        "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t",
+        "intptr_t", "uintptr_t", "dim3",
+    }
+)  # fmt: skip
+_VECTOR = re.compile(r"(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]")
+_HALF_DISPATCH = re.compile(r"AT_DISPATCH_\w*(HALF|BFLOAT16|AND\d?|V2)\w*")
+
+
+@dataclass
+class Launch:
+    """A ``kernel<targs><<<config>>>(args)`` in host code."""
+
+    unit: Unit
+    start: int  # offsets of the whole expression in the unit's text
+    end: int
+    kernel: Item
+    targs: str | None  # the explicit template arguments' text
+    config: list[str]  # grid, block[, smem[, stream]]
+    args: str
+
+
+@dataclass
+class Plan:
+    units: list[Unit]
+    kernels: list[tuple[Unit, Item]] = field(default_factory=list)
+    device: list[tuple[Unit, Item]] = field(default_factory=list)  # in source order, kernels too
+    shared: list[tuple[Unit, Item]] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
+    dropped: list[tuple[Unit, Item, str]] = field(default_factory=list)  # (unit, item, why)
+    refusals: list[Refusal] = field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.blocks[0].namespace if self.blocks else ""
+
+
+def is_kernel(item: Item) -> bool:
+    return item.kind in ("function", "declaration") and "__global__" in item.specifiers
+
+
+def _kind(item: Item) -> str:
+    """ "kernel", "device" (device code or variable), "hd" (__host__ __device__ function),
+    "shareable" (a constant, enum, alias or macro), "record", "host", "pp" or "registration"."""
+    if item.kind == "registration":
+        return "registration"
+    if item.kind == "pp":
+        return "shareable" if item.names[:1] == ("define",) else "pp"
+    spec = item.specifiers
+    if "__global__" in spec:
+        return "kernel"
+    if item.kind == "function":
+        if "__device__" in spec:
+            return "hd" if "__host__" in spec else "device"
+        return "host"
+    if item.kind == "record":
+        return "shareable" if "enum" in spec and item.template is None else "record"
+    if spec & DEVICE_VARS:
+        return "device"
+    head = item.tokens[0].text if item.tokens else ""
+    if head in ("using", "typedef") and item.template is None:
+        return "shareable"
+    if spec & {"constexpr", "const"} and "(" not in [t.text for t in item.tokens[:3]]:
+        return "shareable"
+    return "host"
+
+
+def _refs(item: Item) -> set[str]:
+    """Identifiers the item names, leaving out members (after '.' or '->')."""
+    out = set()
+    toks = item.tokens
+    for k, t in enumerate(toks):
+        if t.kind == "ident" and not (k > 0 and toks[k - 1].text in (".", "->")):
+            out.add(t.text)
+        elif t.kind == "pp":
+            out.update(re.findall(r"[A-Za-z_]\w*", directive(t)[1]))
+    return out - set(item.names[1:] if item.names[:1] == ("define",) else item.names)
+
+
+def _torch_use(item: Item) -> str | None:
+    toks = item.tokens
+    for k, t in enumerate(toks):
+        if t.kind != "ident":
+            continue
+        nxt = toks[k + 1].text if k + 1 < len(toks) else ""
+        if (t.text in TORCH_NAMES and nxt == "::") or t.text.startswith(TORCH_PREFIXES):
+            return t.text + ("::" + toks[k + 2].text if nxt == "::" and k + 2 < len(toks) else "")
+    return None
+
+
+def make(units: list[Unit]) -> Plan:
+    plan = Plan(units)
+    where = {id(it): u for u in units for it in u.items}
+    defs: dict[str, list[Item]] = {}
+    for u in units:
+        for it in u.items:
+            names = it.names[1:] if it.kind == "pp" else it.names
+            if it.kind == "pp" and it.names[:1] != ("define",):
+                continue
+            for n in names:
+                defs.setdefault(n, []).append(it)
+    _registrations(plan)
+    kinds = {id(it): _kind(it) for u in units for it in u.items}
+    device: dict[int, Item] = {}
+    queue = [it for u in units for it in u.items if kinds[id(it)] == "kernel"]
+    for it in queue:
+        device[id(it)] = it
+    while queue:
+        it = queue.pop()
+        for name in sorted(_refs(it)):
+            for d in defs.get(name, []):
+                if id(d) in device or d is it:
+                    continue
+                k = kinds[id(d)]
+                if k == "host":
+                    plan.refusals.append(
+                        Refusal(
+                            where[id(d)].where(d.line),
+                            f"host function or variable {name!r}, used by device code "
+                            f"{it.name!r} ({where[id(it)].where(it.line)})",
+                            "device code can call only __device__ functions: mark it "
+                            "__device__ (or __host__ __device__ in a header both include)",
+                        )
+                    )
+                    continue
+                if k in ("device", "hd", "shareable", "record", "kernel"):
+                    device[id(d)] = d
+                    queue.append(d)
+    _host_side(plan, kinds, device, where)
+    for u in units:
+        for it in u.items:
+            if id(it) not in device:
+                continue
+            if kinds[id(it)] == "kernel":
+                plan.kernels.append((u, it))
+            if it in [s for _, s in plan.shared]:
+                continue
+            plan.device.append((u, it))
+            _check_device_item(plan, u, it)
+    _check_files(plan)
+    return plan
+
+
+def _registrations(plan: Plan) -> None:
+    for u in plan.units:
+        for it in u.items:
+            if it.kind != "registration":
+                continue
+            if it.name == "PYBIND11_MODULE":
+                plan.refusals.append(
+                    Refusal(
+                        u.where(it.line),
+                        f"pybind11 module {u.text[it.start : it.end].split('{')[0].strip()}",
+                        "its functions are bound for Python, not registered as torch ops: "
+                        'register them with TORCH_LIBRARY(ns, m) { m.def("schema"); } and '
+                        'TORCH_LIBRARY_IMPL(ns, CPU/CUDA, m) { m.impl("op", &fn); } in place '
+                        "of the module, then run wb adopt again",
+                    )
+                )
+                continue
+            block, refusals = read_block(u, it)
+            plan.refusals += refusals
+            if block is not None:
+                plan.blocks.append(block)
+    if not plan.blocks and not plan.refusals:
+        plan.refusals.append(
+            Refusal(
+                ", ".join(f"{u.path}:1" for u in plan.units),
+                "no TORCH_LIBRARY or PYBIND11_MODULE in any source",
+                "nothing names the ops to adopt: register them with TORCH_LIBRARY(ns, m) "
+                '{ m.def("schema"); } and TORCH_LIBRARY_IMPL in the sources',
+            )
+        )
+    spaces = sorted({b.namespace for b in plan.blocks})
+    if len(spaces) > 1:
+        b = plan.blocks[-1]
+        plan.refusals.append(
+            Refusal(
+                b.unit.where(b.item.line),
+                f"registrations in {len(spaces)} namespaces ({', '.join(spaces)})",
+                "a family's ops live in one namespace: adopt the sources of each namespace "
+                "as a family of its own",
+            )
+        )
+    defined = {op for b in plan.blocks for op, _, _ in b.defs}
+    for b in plan.blocks:
+        for op in b.impls:
+            if op not in defined:
+                plan.refusals.append(
+                    Refusal(
+                        b.unit.where(b.item.line),
+                        f"{b.var}.impl of {op!r} with no {b.var}.def of it in the sources",
+                        "name the source holding its TORCH_LIBRARY block too",
+                    )
+                )
+
+
+def _host_side(
+    plan: Plan, kinds: dict[int, str], device: dict[int, Item], where: dict[int, Unit]
+) -> None:
+    """Launches in host code, and what host code shares with device code."""
+    kernels = {it.name: it for it in device.values() if kinds[id(it)] == "kernel"}
+    used_by_host: dict[str, Item] = {}
+    for u in plan.units:
+        for it in u.items:
+            if id(it) in device or kinds[id(it)] in ("pp",):
+                continue
+            if it.kind == "function" and it.name.startswith("PyInit_"):
+                plan.dropped.append((u, it, "the Python module stub"))
+                continue
+            launched = _launches(plan, u, it, kernels)
+            spans = [(lz.start, lz.end) for lz in launched]
+            toks = [t for t in it.tokens if not any(s <= t.start < e for s, e in spans)]
+            for n, t in enumerate(toks):
+                if t.kind != "ident" or (n > 0 and toks[n - 1].text in (".", "->")):
+                    continue
+                used_by_host.setdefault(t.text, it)
+                if t.text in kernels and t.text not in it.names:
+                    plan.refusals.append(
+                        Refusal(
+                            u.where(t.line),
+                            f"kernel {t.text!r} named by host code other than in a <<<...>>> "
+                            "launch",
+                            "a device-only TU's kernels are reached through wb::kernel "
+                            "(wb/module.h): rewrite this use (cudaFuncSetAttribute, "
+                            "cudaLaunchKernel, occupancy queries) by hand",
+                        )
+                    )
+            plan.launches += launched
+    for it in device.values():
+        k = kinds[id(it)]
+        if k == "kernel":
+            continue
+        defined = it.names[1:] if it.kind == "pp" else it.names
+        user = next((used_by_host[n] for n in defined if n in used_by_host), None)
+        if user is None:
+            continue
+        u = where[id(it)]
+        if k == "shareable":
+            plan.shared.append((u, it))
+            continue
+        what = "template" if it.template is not None else {"record": "type"}.get(k, "code")
+        plan.refusals.append(
+            Refusal(
+                u.where(it.line),
+                f"{what} {it.name!r} shared across host and device (host code at "
+                f"{where[id(user)].where(user.line)} uses it, and so does device code)",
+                "adopt keeps host and device code in separate files: put it in a header of "
+                "kernels/NAME/ that both sides include, by hand",
+            )
+        )
+
+
+def _launches(plan: Plan, u: Unit, it: Item, kernels: dict[str, Item]) -> list[Launch]:
+    toks = it.tokens
+    out = []
+    for k, t in enumerate(toks):
+        if t.text != "<<<":
+            continue
+        if it.kind != "function":
+            plan.refusals.append(
+                Refusal(
+                    u.where(t.line),
+                    "a kernel launch outside a function body",
+                    "move the launch into a host function",
+                )
+            )
+            continue
+        j = k - 1
+        targs = None
+        if j >= 0 and toks[j].text in (">", ">>"):
+            depth = 0
+            while j >= 0:
+                depth += toks[j].text.count(">") if toks[j].text in (">", ">>") else 0
+                depth -= 1 if toks[j].text == "<" else 0
+                if depth == 0:
+                    break
+                j -= 1
+            targs = u.text[toks[j + 1].start : toks[k - 2].end] if j + 1 <= k - 2 else ""
+            j -= 1
+        name = toks[j] if j >= 0 else t
+        kernel = kernels.get(name.text)
+        if name.kind != "ident" or kernel is None or name.kind == "pp":
+            plan.refusals.append(
+                Refusal(
+                    u.where(t.line),
+                    f"a launch of {name.text!r}, which no source defines "
+                    "as a __global__ function (or a macro hides it)",
+                    "launch a kernel of the sources by its name, or adopt the source "
+                    "that defines it",
+                )
+            )
+            continue
+        first = j
+        while first >= 2 and toks[first - 1].text == "::" and toks[first - 2].kind == "ident":
+            first -= 2
+        close = next((m for m in range(k + 1, len(toks)) if toks[m].text == ">>>"), -1)
+        if close < 0 or close + 1 >= len(toks) or toks[close + 1].text != "(":
+            plan.refusals.append(
+                Refusal(
+                    u.where(t.line),
+                    "a launch the reader cannot follow",
+                    "write it as kernel<<<grid, block>>>(args)",
+                )
+            )
+            continue
+        end = match(toks, close + 1)
+        config = [u.text[p[0].start : p[-1].end] for p in split_commas(toks[k + 1 : close])]
+        args = u.text[toks[close + 2].start : toks[end - 1].end] if end > close + 2 else ""
+        if not 2 <= len(config) <= 4:
+            plan.refusals.append(
+                Refusal(
+                    u.where(t.line),
+                    f"a launch with {len(config)} configuration values",
+                    "give grid, block[, smem[, stream]]",
+                )
+            )
+            continue
+        if kernel.template is not None and _HALF_DISPATCH.search(" ".join(x.text for x in toks)):
+            plan.refusals.append(
+                Refusal(
+                    u.where(t.line),
+                    f"template kernel {kernel.name!r} launched under a "
+                    "dtype dispatch that includes c10::Half or c10::BFloat16",
+                    "a device-only TU has no c10 types: dispatch wb::f16/wb::bf16 "
+                    "(wb/types.h) by hand, or dispatch float and double only",
+                )
+            )
+            continue
+        out.append(Launch(u, toks[first].start, toks[end].end, kernel, targs, config, args))
+    return out
+
+
+def _check_device_item(plan: Plan, u: Unit, it: Item) -> None:
+    if it.if_depth > 0:
+        plan.refusals.append(
+            Refusal(
+                u.where(it.line),
+                f"device code {it.name!r} inside an #if block",
+                "adopt does not split preprocessor conditionals: move the kernel and its "
+                "#if into kernels/NAME/NAME.kernel.cu by hand",
+            )
+        )
+    used = _torch_use(it)
+    if used is not None:
+        plan.refusals.append(
+            Refusal(
+                u.where(it.line),
+                f"device code {it.name!r} uses {used}",
+                "a device-only TU includes no torch or C++ library header: pass raw "
+                "pointers and sizes (wb/types.h has f16/bf16) instead",
+            )
+        )
+    if is_kernel(it) and it.kind == "function":
+        plan.refusals += kernel_param_refusals(u, it)
+
+
+def template_params(it: Item) -> list[tuple[str, str]]:
+    """(kind, name) of each template parameter: kind "type" or "value"."""
+    out = []
+    for part in split_commas(it.template or []):
+        texts = [t.text for t in part]
+        if "=" in texts:
+            part = part[: texts.index("=")]
+            texts = texts[: len(part)]
+        if "..." in texts or "template" in texts or not part or part[-1].kind != "ident":
+            out.append(("bad", " ".join(texts)))
+        else:
+            out.append(("type" if texts[0] in ("typename", "class") else "value", part[-1].text))
+    return out
+
+
+def kernel_param_refusals(u: Unit, it: Item) -> list[Refusal]:
+    tparams = {n for k, n in template_params(it)}
+    out = []
+    for kind, name in template_params(it):
+        if kind == "bad":
+            out.append(
+                Refusal(
+                    u.where(it.line),
+                    f"template parameter '{name}' of kernel {it.name!r}",
+                    "adopt names type and value parameters only "
+                    "(no packs or template templates): launch it by hand",
+                )
+            )
+    for part in split_commas(it.params or []):
+        texts = [t.text for t in part if t.kind == "ident"]
+        bad = [
+            x for x in texts[:-1] if x not in _SCALARS and x not in tparams
+            and not _VECTOR.fullmatch(x)
+        ]  # fmt: skip
+        if bad or any(t.text in ("(", "[", "&", "::") for t in part):
+            out.append(
+                Refusal(
+                    u.where(part[0].line if part else it.line),
+                    f"kernel {it.name!r} parameter '{' '.join(t.text for t in part)}'",
+                    "a launcher of a device-only TU spells the kernel's parameter types "
+                    "without its source: use scalars, pointers to scalars and template "
+                    "parameters, or write the launcher by hand",
+                )
+            )
+    return out
+
+
+def param_decls(it: Item) -> list[tuple[str, str]]:
+    """(type text, name) of each parameter of a kernel, names made p0, p1, ..."""
+    out = []
+    for k, part in enumerate(split_commas(it.params or [])):
+        toks: list[Token] = list(part)
+        if "=" in [t.text for t in toks]:
+            toks = toks[: [t.text for t in toks].index("=")]
+        if len(toks) > 1 and toks[-1].kind == "ident" and toks[-1].text not in _SCALARS:
+            toks = toks[:-1]
+        if [t.text for t in toks] == ["void"]:
+            return []
+        out.append((" ".join(t.text for t in toks).replace(" *", "*"), f"p{k}"))
+    return out
+
+
+def _check_files(plan: Plan) -> None:
+    for u in plan.units:
+        for it in u.items:
+            if it.kind != "pp":
+                continue
+            name, rest = directive(it.tokens[0])
+            if name == "define" and re.search(r"\b__global__\b|<<<", rest):
+                plan.refusals.append(
+                    Refusal(
+                        u.where(it.line),
+                        f"macro {it.names[1]!r} hides a __global__ function or a launch",
+                        "adopt cannot see what it defines: expand "
+                        "the macro in the source by hand (one kernel per definition)",
+                    )
+                )
+            if name == "include" and rest.startswith('"'):
+                plan.refusals.append(
+                    Refusal(
+                        u.where(it.line),
+                        f"#include {rest}",
+                        "adopt moves no headers of yours: inline the header's code into "
+                        "the sources, or adopt without it and copy it into kernels/NAME/ "
+                        "by hand",
+                    )
+                )
