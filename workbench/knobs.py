@@ -94,6 +94,27 @@ def nvrtc() -> str | None:
     return get("WB_NVRTC") or None
 
 
+def ncu() -> str | None:
+    """WB_NCU: the Nsight Compute ``ncu`` that ``wb profile`` runs (default: PATH, then the CUDA
+    toolkit's and /opt/nvidia/nsight-compute's)."""
+    return get("WB_NCU") or None
+
+
+def profile_timeout() -> float:
+    """WB_PROFILE_TIMEOUT: seconds one ``wb profile`` run under ncu may take before it is stopped
+    (default 600: a cold build of the registry runs inside it)."""
+    value = get("WB_PROFILE_TIMEOUT")
+    if not value:
+        return 600.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(f"WB_PROFILE_TIMEOUT must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
 def compiler_launcher() -> str | None:
     """WB_COMPILER_LAUNCHER: a command put before every compile, e.g. ``sccache`` (over
     ``[tool.workbench] compiler_launcher`` in pyproject.toml; ``none`` turns that one off)."""
