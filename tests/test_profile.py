@@ -127,8 +127,8 @@ def test_the_command_line_profiles_only_the_call_with_the_tables_metrics(tmp_pat
         "--section SpeedOfLight --section Occupancy",
     ):
         assert option in joined
-    metrics = cmd[cmd.index("--metrics") + 1].split(",")
-    assert metrics[-1] == "sm__inst_executed.sum"
+    metrics = cmd[cmd.index("--metrics") + 1].split(",")  # ncu splits the list at commas
+    assert metrics == [*ncu.METRICS, "sm__inst_executed.sum"]
     assert "gpu__time_duration.sum" in metrics and "launch__registers_per_thread" in metrics
     assert any(m.startswith("regex:^smsp__average_warps_issue_stalled_") for m in metrics)
     # ncu's own arguments, then the child, which gets its options back as given
@@ -167,6 +167,26 @@ def test_a_path_is_a_name_a_number_or_all() -> None:
     assert child.choose_path(choices, "all", "matmul") == ("simt", 1)
     with pytest.raises(WorkbenchError, match=r"no path 'tma' here; paths: simt \(1\), mma \(2\)"):
         child.choose_path(choices, "tma", "matmul")
+
+
+def test_paths_are_read_from_the_path_variants_samples() -> None:
+    """matmul's paths come from matmul_path's own samples (its last argument, its label's last
+    word); an op with no X_path has none. The specs are the bundled ones, read without a build."""
+    import types
+
+    import torch
+
+    from workbench import specfile
+
+    module = specfile.load_module(
+        "matmul", "wbprofiletest", ROOT / "kernels" / "matmul" / "spec.py"
+    )
+    assert module is not None
+    lib = types.SimpleNamespace(specs={s.name: s for s in module.OPS})
+    cpu = torch.device("cpu")
+    assert child.path_choices(lib, "matmul", torch.float32, cpu) == [("auto", 0)]
+    with pytest.raises(WorkbenchError, match=r"^matmul_path has no paths to choose: --path needs"):
+        child.path_choices(lib, "matmul_path", torch.float32, cpu)
 
 
 # --- the command, in a process of its own -----------------------------------------------------

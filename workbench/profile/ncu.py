@@ -43,7 +43,7 @@ METRICS: tuple[str, ...] = (
     "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
     "lts__t_sector_hit_rate.pct",
     # DRAM's share of its peak: dram__throughput, called gpu__dram_throughput by newer ncu.
-    r"regex:^(gpu__)?dram_{1,2}throughput\.avg\.pct_of_peak_sustained_elapsed$",
+    r"regex:^(dram__|gpu__dram_)throughput\.avg\.pct_of_peak_sustained_elapsed$",
     # Local memory (register spills, and arrays the compiler could not keep in registers).
     r"regex:^l1tex__t_(bytes|sectors)_pipe_lsu_mem_local_op_(ld|st)\.sum$",
     # Tensor pipes: hmma (mma.sync), gmma (Hopper's wgmma), imma, dmma, and their sum.
