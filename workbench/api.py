@@ -20,6 +20,7 @@ from workbench.tuning import store as tune_store
 
 if TYPE_CHECKING:  # the team cache's module is imported only where a build used it
     from workbench import launcher as team
+    from workbench import resources
     from workbench.device import Module
     from workbench.spec import OpSpec
 
@@ -52,6 +53,11 @@ class LoadReport:
         self.device_only: list[str] = []
         self.device_compiled: list[Path] = []
         self.device_seconds = 0.0
+        # The kernels a reload changed (workbench.resources): a line each, what got worse, and
+        # the seconds spent reading them.
+        self.resources: list[str] = []
+        self.resource_warnings: list[str] = []
+        self.resource_seconds = 0.0
 
     def __repr__(self) -> str:
         return (
@@ -189,6 +195,7 @@ class Library:
             report = LoadReport(built)
             self._tune_records = tune_store.listing()  # one directory read for every family
             live = loader.handles(self.namespace)
+            before = self._resource_snapshot(live, _first)
             later = {b.family: d for b in built if (d := self._deferrable(b, live)) is not None}
             fresh = [
                 os.fspath(b.library)
@@ -208,6 +215,8 @@ class Library:
                             self._defer(family, result, described, report)
                     except (LoadError, BuildError) as e:  # the last good build stays
                         failed[result.family] = e
+        if before is not None and report.swapped:
+            self._resources(before, report)
         for name in [n for n in self.families if n not in names]:
             self._deactivate(name, report)
         specfile.save()  # the facts of spec texts run for the first time
@@ -221,6 +230,10 @@ class Library:
             team.record(*shared)
         if _first or report.swapped or report.removed:
             _say(self._summary(report, _first) + _team_text(shared))
+            for line in report.resources:
+                _say(line)
+            for line in report.resource_warnings:
+                _say(f"warning: {line}")
         if failed:
             error = failure(failed, len(names))
             if mode == "raise":
@@ -228,6 +241,28 @@ class Library:
             warnings.warn(str(error), BuildWarning, stacklevel=2)
         self.last = report
         return report
+
+    def _resource_snapshot(
+        self, live: dict[str, loader.Handle], first: bool
+    ) -> dict[str, resources.Snapshot] | None:
+        """What a reload of a CUDA build compares its kernels' resources with (not a load)."""
+        if first or not self.config.with_cuda:
+            return None
+        from workbench import resources
+
+        return resources.snapshot(live)
+
+    def _resources(self, before: dict[str, resources.Snapshot], report: LoadReport) -> None:
+        """A line per kernel the reload changed, and what got worse (workbench.resources)."""
+        from workbench import resources
+
+        start = time.perf_counter()
+        arch = resources.newest_arch(list(self.config.archs))
+        live = loader.handles(self.namespace)
+        after = resources.snapshot({n: live[n] for n in report.swapped if n in live})
+        if arch is not None:
+            report.resources, report.resource_warnings = resources.report(before, after, arch)
+        report.resource_seconds = time.perf_counter() - start
 
     def _build_all(
         self, project: Project, names: list[str]

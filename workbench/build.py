@@ -375,9 +375,7 @@ def _build_locked(
         outputs = {id(tu): tmp / f"{i}_{tu.source.path.stem}.o" for i, tu in enumerate(stale)}
         ninja_jobs = [
             ninja.Job(
-                outputs[id(tu)],
-                tu.source.path,
-                config.compile_command(project, tu.source, outputs[id(tu)], tu.defines),
+                outputs[id(tu)], tu.source.path, _command(project, config, tu, outputs[id(tu)])
             )
             for tu in stale
         ]
@@ -395,9 +393,15 @@ def _build_locked(
             if progress:
                 progress.started(family.name, [tu.source.path for tu in stale], parallel)
             sink = _status_sink(family, on_line, progress)
-            result, span = pch.compile_all(
-                tmp, ninja_jobs, parallel, sink, launcher, scout, lambda: pch.ensure(config, note)
-            )
+            header = lambda: pch.ensure(config, note)  # noqa: E731
+            try:
+                result, span = pch.compile_all(
+                    tmp, ninja_jobs, parallel, sink, launcher, scout, header
+                )
+            except BuildError as e:  # the errors, without the -v report of the kernels that built
+                from workbench.cubin import without_ptxas_info
+
+                raise BuildError(without_ptxas_info(str(e)), e.log) from None
         _store_objects(family, config, stale, outputs, result)
         compiled = time.perf_counter()
         from workbench.device import device_defines
@@ -419,6 +423,15 @@ def _build_locked(
         return built
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _command(project: Project, config: Config, tu: TU, out: Path) -> tuple[str, ...]:
+    """A TU's command, a kernel TU's with ptxas's report of each kernel (registers, spills) that
+    its compile log keeps for the resources a reload prints (:mod:`workbench.resources`). Not
+    in the TU's key: it changes no code, only the note of ptxas's options inside the cubin."""
+    command = config.compile_command(project, tu.source, out, tu.defines)
+    report = tu.source.kind == "cuda" and not config.ptxas_info
+    return (*command, "-Xptxas=-v") if report else command
 
 
 def _note_sink(

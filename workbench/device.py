@@ -44,9 +44,11 @@ if TYPE_CHECKING:
 
 # Options of every NVRTC compile besides the architecture, include path and a variant's -D
 # options: the language of nvcc's CUDA_FLAGS; line information for the sanitizer and profilers
-# (as -lineinfo gives nvcc's kernels); and unannotated functions compiled as device functions,
-# so that a header of constexpr helpers that host launchers share needs no __host__ __device__.
-NVRTC_FLAGS = ("-std=c++17", "-lineinfo", "-default-device")
+# (as -lineinfo gives nvcc's kernels); unannotated functions compiled as device functions,
+# so that a header of constexpr helpers that host launchers share needs no __host__ __device__;
+# and ptxas's report of each kernel's registers and spills, kept in the cubin's record (the
+# resources a reload prints, workbench.cubin; wb smoke's table).
+NVRTC_FLAGS = ("-std=c++17", "-lineinfo", "-default-device", "--ptxas-options=-v")
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 
@@ -156,13 +158,14 @@ def includes(source: Path, include_dirs: tuple[Path, ...]) -> list[str]:
     return sorted(seen)
 
 
-def _cubin_path(key: str) -> Path:
+def cubin_path(key: str) -> Path:
+    """Where the cubin of ``key`` is kept; its record (arch, names, NVRTC's log) is beside it,
+    with the suffix .json."""
     return cache.root() / "cubin" / key[:2] / f"{key}.cubin"
 
 
 def _base_options(project: Project, family: Family, config: Config) -> list[str]:
-    ptxas = ["--ptxas-options=-v"] if config.ptxas_info else []  # wb smoke's register counts
-    return [*NVRTC_FLAGS, *ptxas, *family.defines, *(f"-I{d}" for d in project.include_dirs)]
+    return [*NVRTC_FLAGS, *family.defines, *(f"-I{d}" for d in project.include_dirs)]
 
 
 def _options(
@@ -432,7 +435,7 @@ def _warm() -> _Warm:
 
 
 def _cached(arch: str, key: str) -> Image | None:
-    path = _cubin_path(key)
+    path = cubin_path(key)
     meta = cache.read_json(path.with_suffix(".json"))
     if not isinstance(meta, dict) or not path.is_file():
         return None
@@ -453,7 +456,7 @@ def _compile(
     from workbench import nvrtc
 
     start = time.perf_counter()
-    path = _cubin_path(key)
+    path = cubin_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         if workers is None:

@@ -192,8 +192,11 @@ def compile(source: Path, arch: str, names: list[str], options: list[str]) -> Re
         c.nvrtcGetProgramLog(prog, buf)
         log = readable_log(buf.value.decode(errors="replace"))
         if status != 0:
+            from workbench.cubin import without_ptxas_info  # the -v report of other kernels
+
+            shown = without_ptxas_info(log)
             raise BuildError(
-                f"NVRTC {version()} failed to compile {source} for {arch}:\n{log}", log
+                f"NVRTC {version()} failed to compile {source} for {arch}:\n{shown}", log
             )
         c.nvrtcGetCUBINSize(prog, ctypes.byref(size))
         cubin = ctypes.create_string_buffer(size.value)
