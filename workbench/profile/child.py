@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         code = 0
     except WorkbenchError as e:
         status, code = {"error": str(e)}, FAILED
+    except Exception as e:  # the op itself failed: say which, and keep the traceback in stderr
+        traceback.print_exc()
+        first = (str(e).strip().splitlines() or [""])[0]
+        status, code = {"error": f"{args.op} raised {type(e).__name__}: {first}"}, FAILED
     status["seconds"] = seconds
     args.status.write_text(json.dumps(status, indent=1))
     return code
