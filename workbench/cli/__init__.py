@@ -7,6 +7,7 @@ import sys
 
 from workbench import __version__
 from workbench.cli import (
+    adopt,
     bench,
     build,
     check,
@@ -33,6 +34,7 @@ COMMANDS = {
     "tune": tune,
     "profile": profile,
     "new": new,
+    "adopt": adopt,
     "status": status,
     "why": why,
     "clean": clean,
