@@ -54,7 +54,7 @@ def _one_kernel_named(run: dict[str, Any], part: str) -> dict[str, Any]:
     for column in ("occupancy_pct", "dram_pct", "sm_pct", "l2_hit_pct"):
         assert k[column] is not None and 0 <= k[column] <= 100.5, (column, k[column])
     assert k["smem_bytes"] is not None and k["local_bytes"] is not None
-    assert len(k["stalls"]) == 3 and all(v >= 0 for _, v in k["stalls"])
+    assert 1 <= len(k["stalls"]) <= 3 and all(v > 0 for _, v in k["stalls"])
     return k
 
 
@@ -85,8 +85,9 @@ def test_every_path_of_matmul(cache_dir: Path, tmp_path: Path) -> None:
     for run in runs:
         assert run["called"] == "matmul_path"
         k = _one_kernel_named(run, f"{run['path']}_kernel")
-        if run["path"] != "simt":
-            assert k["tensor_pct"] is not None and k["tensor_pct"] > 10
+        if run["path"] != "simt":  # the tensor pipes' metrics, named for the message
+            named = {n: m["value"] for n, m in k["metrics"].items() if "tensor" in n}
+            assert k["tensor_pct"] is not None and k["tensor_pct"] > 10, named
 
 
 def test_an_error_in_the_profiled_process_is_one_line(cache_dir: Path, tmp_path: Path) -> None:

@@ -153,12 +153,13 @@ class Kernel:
 
     @property
     def stalls(self) -> list[tuple[str, float]]:
-        """Warp stall reasons, largest first: cycles per issued instruction in each."""
+        """Warp stall reasons, largest first: cycles per issued instruction in each (the
+        reasons no warp was held by left out)."""
         for pattern in STALLS:
             found: dict[str, float] = {}
             for name, v in self.matching(pattern).items():
                 reason = pattern.match(name).group(1)  # type: ignore[union-attr]
-                if reason != "selected" and not reason.endswith("_not_issued"):
+                if reason != "selected" and not reason.endswith("_not_issued") and v > 0:
                     found[reason] = v
             if found:
                 return sorted(found.items(), key=lambda kv: -kv[1])
