@@ -149,6 +149,18 @@ def test_metrics_this_ncu_lacks_are_matched_to_ours() -> None:
     assert implicated(ours, ["my__typo.sum"]) == []
 
 
+def test_what_ncu_says_of_a_metric_it_lacks_is_read() -> None:
+    said = (
+        "==PROF== Connected to process 7 (python)\n==ERROR== Failed to find metric my__typo.sum\n"
+    )
+    outcome = ncu.Outcome(1, said, "", "", 1.0)
+    assert ncu.unknown_metrics(outcome) == ["my__typo.sum"]
+    with pytest.raises(WorkbenchError, match=r"^ncu does not know the metric\(s\) my__typo.sum on"):
+        ncu.check(outcome)
+    with pytest.raises(WorkbenchError, match=r"^ncu exited with status 1:\nboom$"):
+        ncu.check(ncu.Outcome(1, "", "", "boom\n", 1.0))
+
+
 def test_a_size_is_a_label_or_a_square_or_a_count() -> None:
     labels = ["4096x4096x4096", "8192x8192x8192", "16x4096x4096"]
     assert child.pick(labels, [3, 9, 2], "16x4096x4096", "matmul") == 2

@@ -232,7 +232,7 @@ def _outcome(code: int, log: Path, out: IO[bytes], err: IO[bytes], start: float)
 
 def unknown_metrics(outcome: Outcome) -> list[str]:
     """Metrics ncu said it does not know (``==ERROR== Failed to find metric NAME``)."""
-    names = re.findall(r"Failed to find metrics?:?\s+(\S+)", outcome.text())
+    names = re.findall(r"Failed to find metric\S*\s+(\S+)", outcome.text())
     return list(dict.fromkeys(n.strip("'\".,") for n in names))
 
 
