@@ -118,6 +118,7 @@ def test_the_command_line_profiles_only_the_call_with_the_tables_metrics(tmp_pat
     )
     assert cmd[0] == "/opt/ncu"
     joined = " ".join(cmd)
+    assert "--clock-control" not in cmd  # the caller's --clock-control=none stands alone
     for option in (
         "--profile-from-start off",
         "--target-processes application-only",
@@ -140,6 +141,19 @@ def test_the_command_line_profiles_only_the_call_with_the_tables_metrics(tmp_pat
         None,
         tmp_path / "s.json",
     )
+
+
+def test_the_clocks_are_left_alone_unless_asked(tmp_path: Path) -> None:
+    cmd = ncu.command("ncu", ["python"], tmp_path / "log")
+    assert cmd[cmd.index("--clock-control") + 1] == "none"
+    cmd = ncu.command("ncu", ["python"], tmp_path / "log", ncu_args=["--clock-control", "base"])
+    assert cmd.count("--clock-control") == 1 and cmd[-3:] == ["--clock-control", "base", "python"]
+
+
+def test_a_profiler_that_cannot_start_is_named() -> None:
+    said = "==ERROR== Failed to initialize the profiler: LibraryNotLoaded\n"
+    with pytest.raises(WorkbenchError, match=r"ncu could not start its profiler on this machine"):
+        ncu.check(ncu.Outcome(1, said, "", "", 1.0))
 
 
 def test_metrics_this_ncu_lacks_are_matched_to_ours() -> None:

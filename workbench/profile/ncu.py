@@ -130,7 +130,10 @@ def command(
 ) -> list[str]:
     """The command line that profiles what ``child`` runs between its profiler start and stop:
     ``metrics`` (ours, then the caller's), ``sections`` (``--section`` each) and ``ncu_args``
-    passed through as they are, ncu's own output (the CSV) to ``log``."""
+    passed through as they are, ncu's own output (the CSV) to ``log``. The clocks are left as
+    they are (``--clock-control none``, where ``ncu_args`` names no other): ncu's default locks
+    them at base, which changes a shared card's settings and times kernels slower than the
+    bench does."""
     cmd = [
         str(ncu),
         "--profile-from-start",
@@ -145,6 +148,8 @@ def command(
         "--log-file",
         str(log),
     ]
+    if not any(a.startswith("--clock-control") for a in ncu_args):
+        cmd += ["--clock-control", "none"]  # the GPU's clocks as wb bench finds them
     if metrics:
         cmd += ["--metrics", ",".join(metrics)]
     for section in sections:
@@ -241,6 +246,13 @@ def check(outcome: Outcome) -> None:
     text = outcome.text()
     if "ERR_NVGPUCTRPERM" in text:
         raise WorkbenchError(PERMISSION)
+    failed = re.search(r"Failed to initialize the profiler[^\n]*", text)
+    if failed:
+        raise WorkbenchError(
+            f"ncu could not start its profiler on this machine ({failed.group(0).strip()}): the "
+            "GPU's counters are out of its reach here, as in a gVisor sandbox; profile on a "
+            "machine or VM that gives ncu the GPU (a plain host, or a Firecracker VM)"
+        )
     unknown = unknown_metrics(outcome)
     if unknown:
         raise WorkbenchError(

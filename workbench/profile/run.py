@@ -74,10 +74,9 @@ class ProfileResult:
         warmup = self.runs[0].status.get("warmup", 0) if self.runs else 0
         blocks.append(
             f"ncu profiled one call after {warmup} warm-up calls, each kernel replayed with caches "
-            "flushed and clocks at base (ncu's --clock-control base: times run longer than wb "
-            "bench's; --ncu-arg=--clock-control=none to match). local B: bytes to and from local "
-            "memory (spills). TC %: the busiest tensor pipe. Stalls: cycles per issued "
-            "instruction a warp spends in each reason."
+            "flushed and the clocks left as they are (--clock-control none). local B: bytes to "
+            "and from local memory (spills). TC %: the busiest tensor pipe. Stalls: cycles per "
+            "issued instruction a warp spends in each reason."
         )
         return "\n\n".join(blocks)
 
