@@ -54,7 +54,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="ARG",
-        help="passed to ncu as it is, e.g. --ncu-arg=--clock-control=none; repeatable",
+        help="passed to ncu as it is, e.g. --ncu-arg=--cache-control=none; repeatable",
     )
     p.add_argument("--raw", action="store_true", help="also print ncu's CSV as it came")
     p.add_argument("--warmup", type=int, default=3, help="calls before the profiled one")
