@@ -30,6 +30,8 @@ def _ncu() -> Path:
 
 
 def _profile(cache_dir: Path, tmp_path: Path, *args: str) -> dict[str, Any]:
+    """``wb profile ARGS --json F`` in a process of its own, on the session's cache (the ``lib``
+    fixture of each test has built the bundled registry there, so no build runs under ncu)."""
     _ncu()
     out = tmp_path / "profile.json"
     done = subprocess.run(
@@ -58,19 +60,19 @@ def _one_kernel_named(run: dict[str, Any], part: str) -> dict[str, Any]:
     return k
 
 
-def test_matmul_of_an_nvcc_tu(cache_dir: Path, tmp_path: Path) -> None:
+def test_matmul_of_an_nvcc_tu(lib: Any, cache_dir: Path, tmp_path: Path) -> None:
     (run,) = _profile(cache_dir, tmp_path, "matmul", "--size", "4096")["runs"]
     assert run["size"] == "4096x4096x4096" and run["dtype"] == "float32"
     _one_kernel_named(run, "simt_kernel")  # float32 takes the SIMT path
 
 
-def test_scale_of_a_device_only_tu(cache_dir: Path, tmp_path: Path) -> None:
+def test_scale_of_a_device_only_tu(lib: Any, cache_dir: Path, tmp_path: Path) -> None:
     (run,) = _profile(cache_dir, tmp_path, "scale", "--size", "16Mi")["runs"]
     k = _one_kernel_named(run, "scale_kernel")
     assert k["dram_pct"] > 30  # a copy-like kernel of 128 MiB streams from DRAM
 
 
-def test_every_path_of_matmul(cache_dir: Path, tmp_path: Path) -> None:
+def test_every_path_of_matmul(lib: Any, cache_dir: Path, tmp_path: Path) -> None:
     import torch
 
     runs = _profile(
@@ -90,7 +92,9 @@ def test_every_path_of_matmul(cache_dir: Path, tmp_path: Path) -> None:
             assert k["tensor_pct"] is not None and k["tensor_pct"] > 10, named
 
 
-def test_an_error_in_the_profiled_process_is_one_line(cache_dir: Path, tmp_path: Path) -> None:
+def test_an_error_in_the_profiled_process_is_one_line(
+    lib: Any, cache_dir: Path, tmp_path: Path
+) -> None:
     _ncu()
     done = subprocess.run(
         [sys.executable, "-m", "workbench", "profile", "matmul", "--size", "512"],
