@@ -24,6 +24,14 @@ class Job:
     output: Path
     source: Path
     command: tuple[str, ...]  # the full compiler command line, output and depfile included
+    # nvcc only: keep the host object apart and reuse it from this folder (nvcc_pipeline's
+    # --reuse-host), and write each pass's seconds beside the output (OUTPUT.times.json)
+    reuse_host: str | None = None
+
+
+def times_file(job: Job) -> Path:
+    """Where the pipeline writes a reusing job's seconds per pass."""
+    return Path(f"{job.output}.times.json")
 
 
 @dataclass
@@ -52,13 +60,24 @@ def launchers(
     the side-by-side pipeline writes a module id of its own per run into the device passes,
     which no cache could match. Without a launcher: nvcc's passes side by side (see
     ``nvcc_pipeline``) when the run has a spare core for each nvcc job, so a hot-reload edit
-    of one kernel TU gets the shorter path and a cold build of many is not oversubscribed."""
+    of one kernel TU gets the shorter path and a cold build of many is not oversubscribed. A job
+    with ``reuse_host`` (a drop-in ``.cu`` that includes torch's headers, whose host compile is
+    its longest pass) always gets the pipeline, which then skips that compile when an edit left
+    nvcc's host-side output unchanged."""
     if launcher:
         return {i: tuple(launcher) for i in range(len(jobs))}
-    nvcc = [i for i, j in enumerate(jobs) if Path(j.command[0]).name == "nvcc"]
-    if not nvcc or not knobs.nvcc_pipeline() or 2 * len(nvcc) > parallel:
+    if not knobs.nvcc_pipeline():
         return {}
-    return {i: (sys.executable, "-S", str(NVCC_PIPELINE)) for i in nvcc}
+    nvcc = [i for i, j in enumerate(jobs) if Path(j.command[0]).name == "nvcc"]
+    spare = 2 * len(nvcc) <= parallel
+    out: dict[int, tuple[str, ...]] = {}
+    for i in nvcc:
+        job, head = jobs[i], (sys.executable, "-S", str(NVCC_PIPELINE))
+        if job.reuse_host is not None:
+            out[i] = (*head, "--reuse-host", job.reuse_host, "--times", str(times_file(job)))
+        elif spare:
+            out[i] = head
+    return out
 
 
 def ninja_text(jobs: Sequence[Job], parallel: int = 1, launcher: Sequence[str] = ()) -> str:

@@ -1,15 +1,20 @@
-"""say which inputs changed since an op family's cached build (files, flags, env, toolchain)"""
+"""say which inputs changed since an op family's cached build (files, flags, env, toolchain);
+for a drop-in source file (one that workbench.load compiled), where its compile time went and
+what to do about it"""
 
 from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 from typing import Any
 
 from workbench.cli.common import devices_arg, families_of, print_json, project_of
 from workbench.config import Config
+from workbench.errors import WorkbenchError
 from workbench.project import Family, Project
 
+SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c")
 # The toolchain identity's fields (config.Config.identity), in words.
 FIELDS = {
     "workbench": "workbench version",
@@ -26,7 +31,7 @@ FIELDS = {
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("op", metavar="OP", help="an op or op family")
+    p.add_argument("op", metavar="OP", help="an op or op family, or a drop-in source file")
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto")
     p.add_argument("--json", action="store_true", help="print the changes as JSON")
 
@@ -158,9 +163,38 @@ def explain(project: Project, family: Family, config: Config) -> tuple[str, list
     return head, changes
 
 
+def _is_source(arg: str) -> bool:
+    return Path(arg).suffix in SOURCE_SUFFIXES or "/" in arg or Path(arg).is_file()
+
+
+def dropin(arg: str, as_json: bool) -> int:
+    """``wb why FILE``: the last drop-in compile of FILE, in words."""
+    from workbench import cache
+    from workbench.compat import timing
+
+    path = Path(arg)
+    if not path.is_file():
+        raise WorkbenchError(f"{arg}: no such file; give a source that workbench.load compiled")
+    entry = timing.last(path)
+    if entry is None:
+        raise WorkbenchError(
+            f"{arg}: no drop-in compile of this file is recorded in the cache {cache.root()}; "
+            "`wb why FILE` explains a source after workbench.load() (or load_inline) compiled it "
+            "(set WB_CACHE_DIR to the load's build_directory if it gave one); for a registry "
+            "family give its op name"
+        )
+    if as_json:
+        print_json({**entry, "explanation": timing.explain(entry)})
+        return 0
+    print("\n".join(timing.explain(entry)))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from workbench.config import make_config
 
+    if _is_source(args.op):
+        return dropin(args.op, args.json)
     project = project_of(args)
     (family,) = families_of(project, [args.op])
     config = make_config(devices_arg(args.device))

@@ -24,9 +24,10 @@ from typing import Any
 
 from workbench import cache, ninja
 from workbench import launcher as team
-from workbench.compat import pch
+from workbench.compat import pch, timing
 from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
+from workbench.project import WB_ROOT
 
 OUT = "@OUT@"  # placeholder for the output path in commands (a TU's depfile is @OUT@.d)
 OBJECTS = "@OBJECTS@"  # placeholder in the link command, replaced by the object paths
@@ -38,6 +39,7 @@ class Unit:
     command: tuple[str, ...]  # ends with "-MMD -MF @OUT@.d -c <source> -o @OUT@"
     pch: pch.Header | None = None  # made before the compile, which reads it (compat.pch)
     note: str = ""  # why a torch source gets no precompiled header
+    reuse_host: bool = False  # nvcc: keep the host object apart and reuse it (ninja.Job)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Output:
     compiled: list[Path] = field(default_factory=list)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # what the build could not do, and why
+    tu_seconds: dict[Path, float] = field(default_factory=dict)  # per source compiled now
 
 
 def _expand(command: tuple[str, ...], out: Path) -> tuple[str, ...]:
@@ -136,14 +139,24 @@ def _build_locked(
             if k is None or not _object_path(k).exists()
         ]
         objs = {i: tmp / f"{i}_{recipe.units[i].source.stem}.o" for i in stale}
-        work = [
-            ninja.Job(objs[i], recipe.units[i].source, _expand(recipe.units[i].command, objs[i]))
-            for i in stale
-        ]
+        tu_seconds: dict[Path, float] = {}
+        work = {i: _job(recipe.units[i], objs[i]) for i in stale}
         notes = _headers([(recipe.units[i], keys[i]) for i in stale], on_line)
         if work:
             launcher = team.for_build(recipe.units[0].source.parent)
-            team.run_ninja(tmp, work, jobs or ninja.default_jobs(), on_line, launcher)
+            parallel = jobs or ninja.default_jobs()
+            ran = team.run_ninja(tmp, list(work.values()), parallel, on_line, launcher)
+            sources = [u.source for u in recipe.units if not u.source.is_relative_to(WB_ROOT)]
+            for i, job in work.items():
+                entry = timing.record(
+                    recipe.name,
+                    sources,
+                    job,
+                    ran.tu_seconds.get(str(job.source)),
+                    _pch(recipe.units[i]),
+                )
+                if isinstance(entry["seconds"], float):
+                    tu_seconds[job.source] = entry["seconds"]
         for i in stale:
             keys[i] = _store_object(recipe, recipe.units[i], objs[i])
         key = _output_key(recipe, keys)
@@ -151,9 +164,26 @@ def _build_locked(
         out = find_cached(recipe, key) or _link(recipe, keys, key, tmp)
         out.compiled = [recipe.units[i].source for i in stale]
         out.notes = notes
+        out.tu_seconds = tu_seconds
         return out
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _job(unit: Unit, obj: Path) -> ninja.Job:
+    reuse = str(cache.root() / "nvcc-host") if unit.reuse_host else None
+    return ninja.Job(obj, unit.source, _expand(unit.command, obj), reuse)
+
+
+def _pch(unit: Unit) -> str | None:
+    """The precompiled header a unit's compile read, or why none (None: no torch include)."""
+    if unit.pch is not None and unit.pch.output.exists():
+        return f"with the precompiled {unit.pch.include}"
+    if unit.note:
+        return unit.note
+    if unit.pch is not None:
+        return "not made yet: it is made at the source's first edit"
+    return None
 
 
 def _headers(

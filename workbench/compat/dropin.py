@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import cache, knobs, toolchain
-from workbench.compat import cached, pch
+from workbench.compat import cached, pch, timing
 from workbench.compat.cached import OBJECTS, OUT, Recipe, Unit
 from workbench.compat.live import activate
 from workbench.config import Config, make_config
@@ -127,7 +127,10 @@ def _unit(
             made, note = pch.plan(text, head, config.identity)
     flags = made.flags if made is not None else ()
     tail = ["-MMD", "-MF", f"{OUT}.d", "-c", str(source), "-o", OUT]
-    return Unit(source, (*head, *flags, *prelude, *tail), made, note)
+    # A .cu's host compile is its longest pass when it includes torch: kept apart and reused
+    # while an edit leaves nvcc's host-side output unchanged (see workbench.nvcc_pipeline).
+    reuse = source.suffix == ".cu" and header
+    return Unit(source, (*head, *flags, *prelude, *tail), made, note, reuse)
 
 
 def _link_command(
@@ -296,11 +299,22 @@ def _build_and_load(
                 print(f"wb: {name}: {note}", file=sys.stderr, flush=True)
         what = f"{len(out.compiled)} compiled" if out.compiled else "cached"
         print(
-            f"wb: {name}: {what}, {time.perf_counter() - start:.3f} s ({out.path.name})",
+            f"wb: {name}: {what}, {time.perf_counter() - start:.3f} s ({out.path.name})"
+            + _slow_hint(out.tu_seconds),
             file=sys.stderr,
             flush=True,
         )
     return live.module if options["python_module"] else str(out.path)
+
+
+def _slow_hint(tu_seconds: dict[Path, float]) -> str:
+    """A pointer to ``wb why`` for the slowest TU when it took long enough to matter."""
+    if not tu_seconds:
+        return ""
+    source, secs = max(tu_seconds.items(), key=lambda kv: kv[1])
+    if secs < timing.SLOW:
+        return ""
+    return f"; {source.name} took {secs:.1f} s: `wb why {source}` says where and what to do"
 
 
 def _inline_sources(
