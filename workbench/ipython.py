@@ -17,7 +17,8 @@ Before every cell, each loaded registry and drop-in extension whose files change
 rebuilt and swapped in, with one line saying what was rebuilt and how long it took. Builds
 print ninja's progress and stop cleanly on the stop button (KeyboardInterrupt): the compiler
 is killed, the temporary folder removed, the lock released, and nothing half-written is left in
-the cache. A Library displays as a table of its ops.
+the cache. A Library displays as a table of its ops, and a roofline picture
+(``workbench.bench(...).roofline()``) as its SVG, inline.
 """
 
 from __future__ import annotations
@@ -193,6 +194,13 @@ def library_html(lib: Any) -> str:
     )
 
 
+def roofline_svg(picture: Any) -> str | None:
+    """A roofline picture (``BenchResult.roofline()``) as inline SVG; None without matplotlib,
+    and the notebook shows its text instead, which says so."""
+    svg: str | None = picture.svg()
+    return svg
+
+
 _sessions: dict[int, Session] = {}
 
 
@@ -205,6 +213,8 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.events.register("pre_run_cell", session.pre_run_cell)
     html_formatter = ipython.display_formatter.formatters["text/html"]
     html_formatter.for_type_by_name("workbench.api", "Library", library_html)
+    svg_formatter = ipython.display_formatter.formatters["image/svg+xml"]
+    svg_formatter.for_type_by_name("workbench.benchmark.roofline", "Roofline", roofline_svg)
 
 
 def unload_ipython_extension(ipython: Any) -> None:

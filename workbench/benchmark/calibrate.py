@@ -52,9 +52,11 @@ def device_name(device: torch.device) -> str:
     return f"cpu: {platform.machine()}, {torch.get_num_threads()} threads"
 
 
-def _path(device: torch.device) -> Path:
+def path(device: torch.device, suffix: str = ".json") -> Path:
+    """Where ``device``'s calibration is cached (keyed by its name and torch's version); the
+    compute peaks of :mod:`.peaks` sit beside it with ``suffix`` ".peaks.json"."""
     slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{device_name(device)}-torch{torch.__version__}")
-    return cache.root() / "bench" / "calibration" / f"{slug.strip('-')}.json"
+    return cache.root() / "bench" / "calibration" / f"{slug.strip('-')}{suffix}"
 
 
 def _time(fn: Any, args: tuple[Any, ...], device: torch.device, min_time: float) -> Measurement:
@@ -106,8 +108,8 @@ def _spread(m: Measurement) -> str:
 
 def load_or_measure(device: torch.device, refresh: bool = False) -> Calibration:
     """The cached calibration of ``device``, measuring (and caching) it when missing."""
-    path = _path(device)
-    data = None if refresh else cache.read_json(path)
+    where = path(device)
+    data = None if refresh else cache.read_json(where)
     if isinstance(data, dict) and data.get("format") == FORMAT:
         fields = {k: v for k, v in data.items() if k != "format"}
         try:
@@ -115,6 +117,6 @@ def load_or_measure(device: torch.device, refresh: bool = False) -> Calibration:
         except TypeError:
             pass  # written by another layout of this version: measure again
     result = measure(device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_atomic(path, json.dumps({"format": FORMAT, **asdict(result)}, indent=1))
+    where.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_atomic(where, json.dumps({"format": FORMAT, **asdict(result)}, indent=1))
     return result

@@ -28,6 +28,15 @@ def pyplot() -> Any | None:
     return plt
 
 
+INSTALL = "pip install matplotlib (or pip install 'workbench[plot]')"
+
+
+def require(what: str) -> None:
+    """Raise, naming the install command, where matplotlib cannot be imported."""
+    if pyplot() is None:
+        raise WorkbenchError(f"{what} needs matplotlib, which is not installed here: {INSTALL}")
+
+
 def close(fig: Any) -> None:
     """Free a figure (pyplot keeps every figure it made until it is closed)."""
     plt = pyplot()
@@ -45,7 +54,7 @@ def save(fig: Any | None, path: Path) -> None:
     matplotlib) raises saying how to install it."""
     check_suffix(path)
     if fig is None:
-        raise WorkbenchError("plotting needs matplotlib: pip install matplotlib")
+        raise WorkbenchError(f"plotting needs matplotlib: {INSTALL}")
     fig.savefig(path)
     close(fig)
 

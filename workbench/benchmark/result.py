@@ -1,8 +1,15 @@
-"""What a benchmark run found: per op and size, each candidate's time, the roofline, verdicts.
+"""What a benchmark run found: per op and size, each candidate's time, the limit, verdicts.
 
 ``BenchResult`` prints as a text table that fits a 120-column terminal (``table(wide=True)``:
 every column, as the JSON has), serialises to JSON (``to_dict``), and draws itself in a
-notebook (``_repr_html_``: the table and a plot of time and % of roofline against size).
+notebook (``_repr_html_``: the table, a plot of time and limit against size, and the roofline
+picture, :mod:`.roofline`).
+
+The limit column is the row's share of the roof it stands under (:mod:`.roofs`): its arithmetic
+intensity (FLOP/B, the spec's counts) against the ridge point of the device's copy bandwidth and
+the compute peak of its dtype. The default table tags the roof: ``mem`` the copy bandwidth, ``TC``
+the tensor-core peak (float16, bfloat16, TF32), ``FP32``/``FP64`` the CUDA-core peak, ``CPU`` a
+CPU's matmul peak; the wide table names it with the measured and datasheet figures.
 
 The roofline's copy ceiling is measured on a working set larger than the last-level cache (L2 of
 a GPU, the LLC of a CPU). A size whose bytes fit in that cache can be served from it, faster
@@ -22,6 +29,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from workbench.benchmark.calibrate import Calibration
+from workbench.benchmark.roofline import Roofline
+from workbench.benchmark.roofs import MEMORY, Limit, peak_line
 from workbench.benchmark.stats import Measurement, noise_band, rel_diff, round_spread, verdict
 from workbench.cli.table import render
 
@@ -78,6 +87,7 @@ class SizeResult:
     flops: int
     times: dict[str, Measurement]  # candidate -> measurement of its median round
     rounds: dict[str, list[float]] = field(default_factory=dict)  # candidate -> round medians
+    limit: Limit | None = None  # the roof it stands under and its share of it (roofs.limit)
 
     @property
     def kernel(self) -> float:
@@ -112,8 +122,16 @@ class SizeResult:
             return max(self.times[KERNEL].stats.rel_iqr / 2, rounds)
         return max(noise_band(self.times[KERNEL].stats, self.times[KERNEL_AA].stats), rounds)
 
+    @property
+    def intensity(self) -> float | None:
+        """FLOP per byte moved (None where no bytes are counted)."""
+        return self.flops / self.bytes if self.bytes > 0 else None
+
     def roofline(self, cal: Calibration | None) -> float | None:
-        """Fraction of the roofline: the time the ceilings allow over the measured time."""
+        """Fraction of the roofline: the time the ceilings allow over the measured time (the
+        limit's share where one is attached; else against ``cal``'s copy and matmul rates)."""
+        if self.limit is not None:
+            return self.limit.share
         if cal is None or self.kernel <= 0 or not (self.bytes or self.flops):
             return None  # nothing counted (e.g. a forward + backward step)
         floor = max(self.bytes / cal.copy_bytes_per_s, self.flops / cal.matmul_flops_per_s)
@@ -141,6 +159,8 @@ class SizeResult:
             "gb_per_s": self.bytes / self.kernel / 1e9 if self.kernel > 0 else None,
             "tflop_per_s": self.flops / self.kernel / 1e12 if self.kernel > 0 else None,
             "roofline": roof,
+            "intensity_flop_per_byte": self.intensity,
+            "limit": self.limit.to_dict() if self.limit is not None else None,
             "fits_in_cache": cache is not None and cache.holds(self.bytes),
             "aa_spread": self.aa_spread,
             "round_spread": self.round_spread,
@@ -180,13 +200,34 @@ class OpResult:
             self.cache = device_cache(self.device_type)
         return self.cache
 
-    def roofline_cell(self, s: SizeResult) -> str:
-        """``s``'s % of roofline, marked with the cache's name where its bytes fit in it."""
-        roof = s.roofline(self.calibration)
+    def roofline_cell(self, s: SizeResult, wide: bool = False) -> str:
+        """``s``'s limit: its share and the roof's tag ("71% TC", "83% mem"), the cache's name
+        for the memory roof where its bytes fit in that cache ("258% L2"); ``wide``: the roof
+        named with its measured and datasheet figures."""
         cache = self.last_level_cache()
-        if roof is None or not s.bytes or not cache.holds(s.bytes):
-            return _pct(roof)
-        return f"{_pct(roof)} {cache.name}"
+        fits = bool(s.bytes) and cache.holds(s.bytes)
+        lim = s.limit
+        if lim is None:  # a result built without one: the share against the ceilings, untagged
+            roof = s.roofline(self.calibration)
+            return f"{_pct(roof)} {cache.name}" if roof is not None and fits else _pct(roof)
+        if wide:
+            where = f"; the bytes fit in the {cache.text()}" if fits and lim.bound == MEMORY else ""
+            return lim.text() + where
+        return f"{lim.share:.0%} {cache.name if fits and lim.bound == MEMORY else lim.short()}"
+
+    def roofs(self) -> dict[str, Any]:
+        """The roofs its rows stand under: the copy bandwidth and each compute peak used."""
+        found: dict[str, Any] = {}
+        for s in self.sizes:
+            if s.limit is None:
+                continue
+            found["copy bandwidth"] = {
+                "bytes_per_s": s.limit.bandwidth,
+                "datasheet_bytes_per_s": s.limit.bandwidth_datasheet,
+            }
+            if s.limit.peak is not None:
+                found[s.limit.peak.unit] = s.limit.peak.__dict__
+        return found
 
     def warnings(self) -> list[str]:
         return [
@@ -206,6 +247,7 @@ class OpResult:
             "created": self.created,
             "calibration": self.calibration.__dict__ if self.calibration else None,
             "cache": self.last_level_cache()._asdict(),
+            "roofs": self.roofs(),
             "sizes": [s.to_dict(self.calibration, self.last_level_cache()) for s in self.sizes],
             "vs": self.vs_rows(),
         }
@@ -244,6 +286,13 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
+def _intensity(x: float | None) -> str:
+    """FLOP/B in at most 6 characters: 0.167, 7.76, 85.3, 1365."""
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _vs(s: SizeResult, other: str) -> str:
     got = s.against(other)
     return "-" if got is None else f"{got[0]:.2f}x {got[1]}"
@@ -256,7 +305,8 @@ HEADERS = [
     "IQR",
     "GB/s",
     "TFLOP/s",
-    "roofline",
+    "FLOP/B",
+    "limit",
     "vs eager",
     "vs compiled",
     "A/A",
@@ -264,7 +314,17 @@ HEADERS = [
     "method",
 ]
 # The default table's columns: within 120 columns (the rest are in table(wide=True) and the JSON).
-NARROW = ("op", "size", "kernel us", "GB/s", "TFLOP/s", "roofline", "vs eager", "vs compiled")
+NARROW = (
+    "op",
+    "size",
+    "kernel us",
+    "GB/s",
+    "TFLOP/s",
+    "FLOP/B",
+    "limit",
+    "vs eager",
+    "vs compiled",
+)
 NARROW_TAIL = ("noise",)
 
 
@@ -272,8 +332,9 @@ NARROW_TAIL = ("noise",)
 class BenchResult:
     ops: list[OpResult] = field(default_factory=list)
 
-    def rows(self) -> list[list[str]]:
-        """Every column (HEADERS, with "vs anchor" after "vs compiled" where an op has one)."""
+    def rows(self, wide: bool = False) -> list[list[str]]:
+        """Every column (HEADERS, with "vs anchor" after "vs compiled" where an op has one);
+        ``wide``: the limit cell names its roof in full."""
         out = []
         for r in self.ops:
             for s in r.sizes:
@@ -287,7 +348,8 @@ class BenchResult:
                         f"{k.stats.rel_iqr:.1%}",
                         f"{gbs:.1f}" if s.bytes else "-",
                         f"{s.flops / s.kernel / 1e12:.1f}" if s.flops and s.kernel > 0 else "-",
-                        r.roofline_cell(s),
+                        _intensity(s.intensity) if s.flops else "-",
+                        r.roofline_cell(s, wide),
                         _vs(s, EAGER),
                         _vs(s, COMPILED),
                         *([_vs(s, ANCHOR)] if self._anchored() else []),
@@ -312,7 +374,7 @@ class BenchResult:
             return every
         rows = self.rows()
         filled = {h for i, h in enumerate(every) if any(row[i] != "-" for row in rows)}
-        rates = {"GB/s", "TFLOP/s"}
+        rates = {"GB/s", "TFLOP/s", "FLOP/B"}
         keep = [*NARROW, *(["vs anchor"] if self._anchored() else []), *NARROW_TAIL]
         return [h for h in keep if h not in rates or h in filled]
 
@@ -331,6 +393,38 @@ class BenchResult:
                 )
         return lines
 
+    def roof_lines(self) -> list[str]:
+        """One line per compute roof the rows used: measured and datasheet peak, ridge point."""
+        lines = []
+        for r in self.ops:
+            for s in r.sizes:
+                lim = s.limit
+                if lim is None or lim.peak is None:
+                    continue
+                line = peak_line(lim.peak, lim.bandwidth)
+                if line not in lines:
+                    lines.append(line)
+        return lines
+
+    def limit_notes(self) -> list[str]:
+        """What the default table's limit tags stand for (those it uses)."""
+        meaning = {
+            "mem": "the copy bandwidth",
+            "TC": "the dtype's tensor-core peak",
+            "FP32": "the fp32 CUDA-core peak",
+            "FP64": "the fp64 peak",
+            "CPU": "the CPU's matmul peak of the dtype",
+        }
+        used = {s.limit.short() for r in self.ops for s in r.sizes if s.limit is not None}
+        if not used:
+            return []
+        tags = ", ".join(f"{t} = {m}" for t, m in meaning.items() if t in used)
+        return [
+            "limit: the share of the roof the row's FLOP/B puts it under (below the ridge point, "
+            f"peak / bandwidth, the memory roof; above it the compute roof): {tags}; --wide "
+            "names each roof with its measured and datasheet figures"
+        ]
+
     def cache_notes(self) -> list[str]:
         """Which ceiling applies to the rows marked with a cache's name."""
         notes = []
@@ -342,7 +436,7 @@ class BenchResult:
             note = (
                 f"{r.op} {', '.join(fits)}: the bytes moved fit in the {cache.text()}; the copy "
                 f"ceiling ({r.calibration.copy_bytes_per_s / 1e9:.1f} GB/s) is measured past it, "
-                f"so a roofline marked {cache.name} is against DRAM and can pass 100%"
+                f"so a limit marked {cache.name} is against DRAM and can pass 100%"
             )
             if note not in notes:
                 notes.append(note)
@@ -355,10 +449,10 @@ class BenchResult:
         top = [f"{dev}, {dt}" for dev, dt in sorted(heads)]
         every = self.columns(wide=True)
         chosen = [every.index(c) for c in self.columns(wide)]
-        rows = [[row[i] for i in chosen] for row in self.rows()]
+        rows = [[row[i] for i in chosen] for row in self.rows(wide)]
         parts = [*top, render([every[i] for i in chosen], rows)]
         parts += self.vs_lines()
-        notes = self.cache_notes()
+        notes = [*([] if wide else self.limit_notes()), *self.cache_notes()]
         parts += [textwrap.fill(f"note: {n}", 120, subsequent_indent="  ") for n in notes]
         parts += [f"warning: {w}" for r in self.ops for w in r.warnings()]
         return "\n".join(parts)
@@ -394,13 +488,23 @@ class BenchResult:
                 ax_r.plot(xs, [100 * float(v or 0) for v in roof], marker="o", label=r.op)
         top = max([105.0, *(1.05 * y for line in ax_r.lines for y in line.get_ydata())])
         ax_t.set(xscale="log", yscale="log", xlabel="bytes moved", ylabel="time per call (us)")
-        ax_r.set(xscale="log", xlabel="bytes moved", ylabel="% of roofline (kernel)", ylim=(0, top))
+        ax_r.set(
+            xscale="log",
+            xlabel="bytes moved",
+            ylabel="limit: % of its roof (kernel)",
+            ylim=(0, top),
+        )
         ax_t.legend(fontsize=7)
         if ax_r.lines:
             ax_r.legend(fontsize=7)
         devices = sorted({f"{r.device}, {r.dtype}" for r in self.ops})
         fig.suptitle("; ".join(devices), fontsize=9)
         return fig
+
+    def roofline(self) -> Roofline:
+        """The roofline picture of this run: every op and size that counts FLOPs as a point
+        under the device's measured roofs (``.save(path)``, ``.svg()``; a notebook shows it)."""
+        return Roofline.of(self.ops)
 
     def plot(self, path: str | Path) -> None:
         """Write the plot (PNG or SVG, from the suffix); needs matplotlib."""
@@ -416,7 +520,7 @@ class BenchResult:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in columns)
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-            for row in self.rows()
+            for row in self.rows(wide=True)
         )
         notes = [
             *self.vs_lines(),
@@ -426,4 +530,7 @@ class BenchResult:
         extra = "".join(f"<div><code>{html.escape(n)}</code></div>" for n in notes)
         svg = svg_text(self.figure())
         picture = svg if svg is not None else "<p>(install matplotlib for the plot)</p>"
+        roof = self.roofline()
+        if svg is not None and roof.points:
+            picture += roof.svg() or ""
         return f"<table><tr>{head}</tr>{body}</table>{extra}{picture}"

@@ -9,8 +9,10 @@ or graph replay, the same method for every candidate of that size; (4) time ever
 candidate) pair ``rounds`` times: each round is the whole plan in its own shuffled order, so the
 rounds of one candidate interleave with the others' instead of running back to back; each
 candidate reports its median round, and the spread of its round medians widens the noise band
-(a GPU timing can move between rounds by more than one A/A pair shows); (5) attach the roofline,
-store the result under the family's build key, and compare with a stored build when asked.
+(a GPU timing can move between rounds by more than one A/A pair shows); (5) attach each size's
+limit (the roof its FLOP/B puts it under and its share of it, :mod:`.roofs`; the compute peak of
+the dtype is measured at the first size that needs it, :mod:`.peaks`), store the result under
+the family's build key, and compare with a stored build when asked.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench.benchmark import calibrate, store, training
+from workbench.benchmark import calibrate, peaks, roofs, store, training
 from workbench.benchmark.check import verify_sample
 from workbench.benchmark.result import (
     ANCHOR,
@@ -267,7 +269,16 @@ def bench_op(
             if not backward:
                 out = kernel(*s.args)
                 bytes_moved, flops = spec.bytes_moved(s.args, out), spec.flops(s.args, out)
-            results.append(SizeResult(s.label, bytes_moved, flops, chosen, rounds=medians))
+            limit = row_limit(
+                calibration,
+                device,
+                roofs.unit_for(str(dtype), device.type, spec.allow_tf32),
+                (flops, bytes_moved, chosen[KERNEL].stats.median),
+                say,
+            )
+            results.append(
+                SizeResult(s.label, bytes_moved, flops, chosen, rounds=medians, limit=limit)
+            )
         return OpResult(
             op=(f"{name}+backward" + (" (graph)" if graph else "")) if backward else name,
             device=calibrate.device_name(device),
@@ -278,6 +289,27 @@ def bench_op(
             calibration=calibration,
             created=time.time(),
         )
+
+
+def row_limit(
+    calibration: calibrate.Calibration | None,
+    device: torch.device,
+    unit: roofs.Unit | None,
+    counts: tuple[int, int, float],
+    say: Callable[[str], None] | None = None,
+) -> roofs.Limit | None:
+    """The limit of a size that counts (flops, bytes) and ran in a median of seconds; the
+    compute peak of ``unit`` is read from the cache, or measured there, only where it counts
+    FLOPs. None without a calibration (``roofline=False``) or counts."""
+    flops, nbytes, seconds = counts
+    if calibration is None:
+        return None
+    peak = None
+    if flops > 0 and unit is not None:
+        peak = peaks.load_or_measure(device, unit, say=say)
+    bandwidth = calibration.copy_bytes_per_s
+    sheet = roofs.datasheet_bandwidth(calibration.device)
+    return roofs.limit(flops, nbytes, seconds, bandwidth, peak, sheet)
 
 
 def _time_steps(

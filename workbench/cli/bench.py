@@ -15,7 +15,19 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
     p.add_argument("--vs", metavar="BUILD", help="compare with 'last' or a stored build key")
     p.add_argument("--json", metavar="PATH", type=Path, help="also write the results as JSON")
-    p.add_argument("--plot", metavar="PATH", type=Path, help="also draw them (.png or .svg)")
+    p.add_argument(
+        "--plot",
+        metavar="PATH|roofline",
+        type=Path,
+        help="also draw them: time and limit against size to PATH (.png or .svg), or 'roofline': "
+        "every op and size under the device's measured roofs (to --out)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="PATH",
+        type=Path,
+        help="the file of --plot roofline (.svg or .png; default roofline.svg)",
+    )
     p.add_argument("--min-time", type=float, default=0.2, help="CPU seconds per timing")
     p.add_argument(
         "--rounds",
@@ -40,33 +52,61 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--calibrate",
         action="store_true",
-        help="measure this device's copy and matmul ceilings again and show them",
+        help="measure this device's copy ceiling and compute peaks again and show them",
     )
 
 
 def _calibrate(args: argparse.Namespace) -> int:
     import torch
 
+    from workbench.benchmark import peaks, roofs
     from workbench.benchmark.calibrate import load_or_measure
 
     cuda = args.device == "cuda" or (args.device is None and torch.cuda.is_available())
-    cal = load_or_measure(torch.device("cuda" if cuda else "cpu"), refresh=True)
+    device = torch.device("cuda" if cuda else "cpu")
+    cal = load_or_measure(device, refresh=True)
     print("\n".join(cal.lines()))
+    sheet = roofs.datasheet_bandwidth(cal.device)
+    if sheet:
+        print(f"copy ceiling datasheet: {sheet / 1e9:.0f} GB/s")
+    for unit in roofs.units_of(device.type):
+        peak = peaks.load_or_measure(device, unit, refresh=True)
+        print(
+            textwrap.fill(roofs.peak_line(peak, cal.copy_bytes_per_s), 120, subsequent_indent="  ")
+        )
     return 0
+
+
+def _plot_target(args: argparse.Namespace) -> Path | None:
+    """The roofline picture's file where ``--plot roofline`` asks for one (checked before any
+    timing: a missing matplotlib fails at once, not after the bench)."""
+    from workbench.benchmark import plot
+    from workbench.errors import WorkbenchError
+
+    if args.plot is None or str(args.plot) != "roofline":
+        if args.out is not None:
+            raise WorkbenchError(
+                "--out names the file of --plot roofline; --plot PATH names its own file"
+            )
+        if args.plot is not None and args.plot.suffix.lower() not in plot.SUFFIXES:
+            raise WorkbenchError(f"--plot {args.plot} must end in .png or .svg (or be 'roofline')")
+        return None
+    out = args.out or Path("roofline.svg")
+    if out.suffix.lower() not in plot.SUFFIXES:
+        raise WorkbenchError(f"--out {out} must end in .png or .svg")
+    plot.require("--plot roofline")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         return _calibrate(args)
+    roofline_file = _plot_target(args)
     import workbench
-    from workbench.benchmark.plot import SUFFIXES
     from workbench.benchmark.result import BenchResult
     from workbench.cli.common import project_of, require_specs
     from workbench.cli.progress import Steps
-    from workbench.errors import WorkbenchError
 
-    if args.plot is not None and args.plot.suffix.lower() not in SUFFIXES:
-        raise WorkbenchError(f"--plot {args.plot} must end in .png or .svg")
     project_of(args)  # an empty registry says so before anything loads
     lib = workbench.load(args.kernels, namespace=args.namespace)
     require_specs(args.ops, lib.specs, lib.project.kernels_dir)
@@ -97,9 +137,21 @@ def run(args: argparse.Namespace) -> int:
     if result.ops and result.ops[0].calibration is not None:
         for line in result.ops[0].calibration.lines():  # within 120 columns, as the table
             print(textwrap.fill(line, 120, subsequent_indent=" " * 16))
+    for line in result.roof_lines():
+        print(textwrap.fill(line, 120, subsequent_indent=" " * 16))
     print(result.table(wide=args.wide))
     if args.json:
         result.write_json(args.json)
-    if args.plot:
+    if roofline_file is not None:
+        picture = result.roofline()
+        picture.save(roofline_file)
+        skipped = f"; not drawn, no FLOP count: {', '.join(picture.skipped)}"
+        said = (
+            f"roofline: {roofline_file} ({len(picture.points)} points under "
+            f"{len(picture.roofs)} roof{'' if len(picture.roofs) == 1 else 's'}"
+            f"{skipped if picture.skipped else ''})"
+        )
+        print(textwrap.fill(said, 120, subsequent_indent="  "))
+    elif args.plot:
         result.plot(args.plot)
     return 0
