@@ -66,5 +66,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"next: write the references in {kernels / args.name / 'spec.py'}, then ", end="")
     else:
         print("next: ", end="")
-    print(f"`wb {where}check {args.name}`")
+    print(f"`wb {where}check {' '.join(done.ops)}`")
     return 0

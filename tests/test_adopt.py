@@ -1,0 +1,226 @@
+"""``wb adopt``: an extension's sources become a registry family (tests/data/adopt/).
+
+Three layouts: TORCH_LIBRARY with CPU and CUDA code (tutorial/, in the shape of
+pytorch/extension-cpp), a CUDA-only extension in one .cu (cuda_only/), and a CPU-only one with
+an inline m.def kernel (cpu_inline/). The CPU families are built by the real compiler and
+checked against their references here; the device-only TUs compile with NVRTC and the launchers
+with nvcc where those are installed (tests/test_adopt_cuda.py runs them on a GPU).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import workbench
+from workbench import build, device, lister, nvrtc
+from workbench.adopt import adopt, plan_sources
+from workbench.adopt.lexer import tokenize
+from workbench.cli import main
+from workbench.config import make_config
+from workbench.project import discover
+
+DATA = Path(__file__).parent / "data" / "adopt"
+TUTORIAL = [DATA / "tutorial" / "muladd.cpp", DATA / "tutorial" / "muladd.cu"]
+CUDA_ONLY = [DATA / "cuda_only" / "scale_rows.cu"]
+CPU_INLINE = [DATA / "cpu_inline" / "relu.cpp"]
+REFS = "adopt_refs"
+needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed")
+
+
+@pytest.fixture
+def refs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(DATA / "references"))
+
+
+def files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_the_tutorial_layout_splits_into_kernel_launcher_binding_and_spec(tmp_path: Path) -> None:
+    before = {p: p.read_bytes() for p in TUTORIAL}
+    done = adopt(TUTORIAL, "tut", tmp_path / "kernels")
+    got = files(tmp_path)
+    assert set(got) == {
+        "kernels/tut/tut.kernel.cu",
+        "kernels/tut/tut.h",
+        "kernels/tut/tut.cu",
+        "kernels/tut/tut.cpp",
+        "kernels/tut/spec.py",
+        "bindings/tut.cpp",
+    }
+    assert done.ops == ["mymuladd", "mymul", "myadd_out"] and done.namespace == "tutorial_ext"
+    assert all(p.read_bytes() == data for p, data in before.items())  # the sources stay
+    kernel = got["kernels/tut/tut.kernel.cu"]
+    for name in ("muladd_kernel", "mul_kernel", "add_kernel"):
+        assert f"__global__ void {name}(" in kernel
+    code = "\n".join(line for line in kernel.splitlines() if not line.startswith("//"))
+    assert "torch" not in code and "at::" not in code and "#include <" not in code
+    launcher = got["kernels/tut/tut.cu"]
+    assert (
+        'WB_DEVICE_TEMPLATE(k_muladd_kernel, "tut.kernel.cu", "tutorial_ext::muladd_kernel")'
+        in (launcher)
+    )
+    binding = got["bindings/tut.cpp"]
+    assert ">>>(" not in binding and "__global__" not in binding
+    assert 'WB_DEF("myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");' in binding
+    assert "WB_IMPL(CPU, m)" in binding and "WB_IMPL(CUDA, m)" in binding
+    code = "\n".join(line for line in binding.splitlines() if not line.startswith("//"))
+    assert "TORCH_LIBRARY" not in code
+    assert "launch_muladd_kernel(::wb_adopt_config((numel + 255) / 256, 256)" in binding
+    assert "PyInit__C" not in binding and "Python.h" not in binding
+    assert done.dropped == [f"{TUTORIAL[0]}:12: PyInit__C (the Python module stub)"]
+    # The CUDA host code builds only with CUDA; the CPU code always.
+    cuda_part = binding.split("#ifdef WB_WITH_CUDA")[-1]
+    assert "mymuladd_cuda" in cuda_part and "mymuladd_cpu" not in cuda_part
+
+
+def test_a_cuda_only_extension_shares_its_constants_and_keeps_device_helpers(
+    tmp_path: Path,
+) -> None:
+    adopt(CUDA_ONLY, "rows", tmp_path / "kernels")
+    got = files(tmp_path)
+    shared = got["kernels/rows/rows_shared.h"]
+    assert "constexpr int kThreads = 128;" in shared  # the launch and the kernel's bounds
+    kernel = got["kernels/rows/rows.kernel.cu"]
+    assert '#include "rows/rows_shared.h"' in kernel
+    assert "#define ROW_FACTOR(r)" in kernel  # a macro only device code uses
+    assert "__device__ __forceinline__ T scaled(" in kernel
+    assert "kThreads = 128" not in kernel + got["bindings/rows.cpp"]
+    header = got["kernels/rows/rows.h"]
+    assert "template <typename scalar_t>\nStatus launch_scale_rows_kernel(" in header
+    assert "wb::kernel<&k_scale_rows_kernel, scalar_t>" in header
+    binding = got["bindings/rows.cpp"]
+    assert "launch_scale_rows_kernel<scalar_t>(::wb_adopt_config(grid, kThreads, 0), " in binding
+    assert "::wb_adopt_stream(c10::cuda::getCurrentCUDAStream())" in binding
+    assert (
+        'WB_DEF("scale_rows(Tensor x, float s) -> Tensor");'
+        in binding.split("#ifdef")[0] + (binding.split("#endif")[1])
+    )
+    assert 'WB_IMPL(CUDA, m) { m.impl("scale_rows", TORCH_FN(scale_rows_cuda)); }' in binding
+    spec = got["kernels/rows/spec.py"]
+    assert "devices=('cuda',)" in spec and "(torch.float32, torch.float64)" in spec
+
+
+def test_an_inline_def_becomes_a_composite_kernel(tmp_path: Path) -> None:
+    adopt(CPU_INLINE, "cpuin", tmp_path / "kernels")
+    got = files(tmp_path)
+    binding = got["bindings/cpuin.cpp"]
+    assert 'WB_IMPL(CompositeExplicitAutograd, m) { m.impl("myrelu", &myrelu); }' in binding
+    assert "kernels/cpuin/cpuin.kernel.cu" not in got  # no kernels: no device-only TU
+    assert "devices=('cpu', 'cuda')" in got["kernels/cpuin/spec.py"]
+
+
+def test_the_lexer_reads_braces_in_comments_strings_and_raw_strings() -> None:
+    text = '// {\n/* } */ const char* s = "}{";\nauto r = R"x(})x";\nk<<<1, 2>>>(a);\n'
+    toks = tokenize(text)
+    assert [t.text for t in toks if t.kind == "punct" and t.text in "{}"] == []
+    assert ("<<<", 4) in [(t.text, t.line) for t in toks] and ">>>" in [t.text for t in toks]
+    assert [t.kind for t in toks if t.text.startswith(("R", '"'))] == ["string", "string"]
+
+
+def test_cpu_layouts_build_and_pass_wb_check(
+    tmp_path: Path, refs: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kernels = tmp_path / "kernels"
+    tut = [f"{op}={REFS}:{op}" for op in ("mymuladd", "mymul", "myadd_out")]
+    assert main(["adopt", *map(str, TUTORIAL), "--name", "tut", "--kernels", str(kernels),
+                 *(f"--reference={r}" for r in tut)]) == 0  # fmt: skip
+    assert main(["adopt", *map(str, CPU_INLINE), "--name", "cpuin", "--kernels", str(kernels),
+                 "--reference", f"myrelu={REFS}:myrelu",
+                 "--reference", f"myaxpy={REFS}:myaxpy"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert f"next: `wb --kernels {kernels} check myrelu myaxpy`" in out and "left out:" in out
+    ns = f"adopt{os.getpid()}"
+    lib = workbench.load(kernels, namespace=ns, devices="cpu")
+    for op in ("mymuladd", "mymul", "myrelu", "myaxpy"):
+        report = workbench.check(op, lib=lib, device="cpu")
+        assert report.passed, (op, [str(r) for r in report.failures])
+    # The command adopt prints, from the terminal (myadd_out's out must be contiguous: its
+    # samples' strided out fails the op's own check, so the terminal run checks cpuin's ops).
+    assert main(["check", "myrelu", "myaxpy", "--kernels", str(kernels), "--namespace", ns,
+                 "--device", "cpu"]) == 0  # fmt: skip
+
+
+def test_a_stub_reference_says_what_to_fill_in(tmp_path: Path) -> None:
+    adopt(CPU_INLINE, "cpuin", tmp_path / "kernels")
+    spec = (tmp_path / "kernels" / "cpuin" / "spec.py").read_text()
+    namespace: dict[str, object] = {}
+    exec(compile(spec, "spec.py", "exec"), namespace)  # the generated spec is valid Python
+    ops = namespace["OPS"]
+    assert [o.name for o in ops] == ["myrelu", "myaxpy"]  # type: ignore[attr-defined]
+    with pytest.raises(NotImplementedError, match="write the reference of myrelu"):
+        ops[0].reference(None)  # type: ignore[index]
+
+
+def test_adopt_never_overwrites_a_family(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kernels = tmp_path / "kernels"
+    (tmp_path / "bindings").mkdir()
+    existing = tmp_path / "bindings" / "tut.cpp"
+    existing.write_text("// mine\n")
+    argv = ["adopt", *map(str, TUTORIAL), "--name", "tut", "--kernels", str(kernels)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "would overwrite" in err and str(existing) in err and "nothing was written" in err
+    assert existing.read_text() == "// mine\n" and not (kernels / "tut").exists()
+    existing.unlink()
+    assert main(argv) == 0
+    before = files(tmp_path)
+    assert main(argv) == 2  # a second adopt of the same name
+    assert files(tmp_path) == before
+
+
+def test_bad_arguments_name_the_argument_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kernels = tmp_path / "kernels"
+    cases = [
+        (["--name", "class"], "op family name 'class'"),
+        (["--name", "tut", "--reference", "mymul=no_such_module_xyz:f"], "cannot import"),
+        (["--name", "tut", "--reference", "mymul"], "module:function"),
+        (["--name", "tut", "--reference", "os:getcwd"], "names no op"),
+    ]
+    for extra, message in cases:
+        assert main(["adopt", *map(str, TUTORIAL), "--kernels", str(kernels), *extra]) == 2
+        assert message in capsys.readouterr().err, extra
+    assert main(["adopt", str(tmp_path / "missing.cu"), "--name", "x", "--kernels",
+                 str(kernels)]) == 2  # fmt: skip
+    assert "missing.cu" in capsys.readouterr().err
+    assert not kernels.exists() and not (tmp_path / "bindings").exists()
+
+
+@needs_nvrtc
+@pytest.mark.nvcc
+def test_the_launchers_compile_with_nvcc_and_the_kernels_with_nvrtc(tmp_path: Path) -> None:
+    kernels = tmp_path / "kernels"
+    adopt(TUTORIAL, "tut", kernels)
+    adopt(CUDA_ONLY, "rows", kernels)
+    project = discover(kernels)
+    config = make_config(archs=("sm_90a",), link=False)
+    tut = project.family("tut")
+    built = build.ensure(project, tut, config)  # tut.cu by nvcc, the binding CPU-only
+    listed = lister.listed_kernels(project, tut, config, built)
+    assert sorted(listed) == sorted(
+        ("tut.kernel.cu", f"tutorial_ext::{k}")
+        for k in ("muladd_kernel", "mul_kernel", "add_kernel")
+    )
+    (module,) = device.ensure(project, tut, config, listed)
+    assert module.file == "tut.kernel.cu" and module.images
+    # A template kernel: the binding instantiates the launcher for float and double
+    # (AT_DISPATCH_FLOATING_TYPES); those are the names NVRTC compiles.
+    rows = project.family("rows")
+    names = [("rows.kernel.cu", f"rows_ext::scale_rows_kernel<{t}>") for t in ("float", "double")]
+    (module,) = device.ensure(project, rows, config, names)
+    assert len(module.images) >= 1
+
+
+def test_the_plan_of_a_launch_keeps_its_arguments_and_configuration() -> None:
+    plan = plan_sources(CUDA_ONLY)
+    (launch,) = plan.launches
+    assert launch.kernel.name == "scale_rows_kernel" and launch.targs == "scalar_t"
+    assert launch.config == ["grid", "kThreads", "0", "c10::cuda::getCurrentCUDAStream()"]
+    assert launch.args.startswith("x.data_ptr<scalar_t>()")
