@@ -10,6 +10,7 @@ with nvcc where those are installed (tests/test_adopt_cuda.py runs them on a GPU
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ DATA = Path(__file__).parent / "data" / "adopt"
 TUTORIAL = [DATA / "tutorial" / "muladd.cpp", DATA / "tutorial" / "muladd.cu"]
 CUDA_ONLY = [DATA / "cuda_only" / "scale_rows.cu"]
 CPU_INLINE = [DATA / "cpu_inline" / "relu.cpp"]
+CUDA_SPLIT = [DATA / "cuda_split" / "ops.cpp", DATA / "cuda_split" / "ops.cu"]
 REFS = "adopt_refs"
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed")
 
@@ -72,6 +74,13 @@ def test_the_tutorial_layout_splits_into_kernel_launcher_binding_and_spec(tmp_pa
     assert "launch_muladd_kernel(::wb_adopt_config((numel + 255) / 256, 256)" in binding
     assert "PyInit__C" not in binding and "Python.h" not in binding
     assert done.dropped == [f"{TUTORIAL[0]}:12: PyInit__C (the Python module stub)"]
+    # The torch-free CPU loop moves to tut.cpp, declared in tut.h; the ops on at::Tensor stay.
+    assert "void muladd_loop(const float* a" in got["kernels/tut/tut.cpp"]
+    assert (
+        "void muladd_loop(const float* a, const float* b, float c, float* out, int64_t n);"
+        in (got["kernels/tut/tut.h"])
+    )
+    assert "void muladd_loop" not in binding and "muladd_loop(a_ptr, b_ptr" in binding
     # The CUDA host code builds only with CUDA; the CPU code always.
     cuda_part = binding.split("#ifdef WB_WITH_CUDA")[-1]
     assert "mymuladd_cuda" in cuda_part and "mymuladd_cpu" not in cuda_part
@@ -199,8 +208,18 @@ def test_the_launchers_compile_with_nvcc_and_the_kernels_with_nvrtc(tmp_path: Pa
     kernels = tmp_path / "kernels"
     adopt(TUTORIAL, "tut", kernels)
     adopt(CUDA_ONLY, "rows", kernels)
+    adopt(CUDA_SPLIT, "split", kernels)
     project = discover(kernels)
     config = make_config(archs=("sm_90a",), link=False)
+    # The older split: the .cpp registers a CUDA kernel its .cu defines; the binding's CPU-only
+    # build leaves that registration out, and the kernel (static, in an anonymous namespace)
+    # keeps a name the launcher can look up.
+    split = project.family("split")
+    built = build.ensure(project, split, config)
+    assert lister.listed_kernels(project, split, config, built) == [
+        ("split.kernel.cu", "split_ext::split_local::square_kernel")
+    ]
+    device.ensure(project, split, config, lister.listed_kernels(project, split, config, built))
     tut = project.family("tut")
     built = build.ensure(project, tut, config)  # tut.cu by nvcc, the binding CPU-only
     listed = lister.listed_kernels(project, tut, config, built)
@@ -216,6 +235,18 @@ def test_the_launchers_compile_with_nvcc_and_the_kernels_with_nvrtc(tmp_path: Pa
     names = [("rows.kernel.cu", f"rows_ext::scale_rows_kernel<{t}>") for t in ("float", "double")]
     (module,) = device.ensure(project, rows, config, names)
     assert len(module.images) >= 1
+    # The template launcher in rows.h, instantiated as bindings/rows.cpp does (by the host
+    # compiler, which compiles the binding).
+    use = tmp_path / "use.cpp"
+    use.write_text(
+        '#include "rows/rows.h"\n'
+        "auto* f = &wb::rows_family::launch_scale_rows_kernel<float>;\n"
+        "auto* d = &wb::rows_family::launch_scale_rows_kernel<double>;\n"
+    )
+    includes = [f"-I{d}" for d in project.include_dirs]
+    subprocess.run(
+        [str(config.cxx), "-std=c++17", "-fsyntax-only", *includes, str(use)], check=True
+    )
 
 
 def test_the_plan_of_a_launch_keeps_its_arguments_and_configuration() -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench import scaffold
-from workbench.adopt import binding, emit, spec_text
+from workbench.adopt import binding, cpu, emit, spec_text
 from workbench.adopt.lexer import LexError
 from workbench.adopt.parse import ParseError, Unit, parse
 from workbench.adopt.plan import Plan, make
@@ -95,6 +95,7 @@ def plan_sources(sources: list[Path]) -> Plan:
     plan = make(_read([Path(s) for s in sources]))
     if plan.refusals:
         raise AdoptRefused(plan.refusals)
+    plan.cpu = cpu.functions(plan)
     return plan
 
 
@@ -151,13 +152,7 @@ def family_texts(plan: Plan, name: str, references: dict[str, str]) -> dict[str,
     devices = _devices(plan)
     floating = any("AT_DISPATCH_FLOATING" in u.text for u in plan.units)
     texts = {
-        f"{k}/{name}.cpp": (
-            f"// {name}.cpp: the CPU kernel TU of the {name} family (torch-free).\n//\n"
-            f"// wb adopt found the CPU ops of {sources} written on at::Tensor, so they are in\n"
-            f"// bindings/{name}.cpp with the rest of the host code. Torch-free CPU loops can\n"
-            f"// move here (declared in a header of kernels/{name}/), as scale.cpp does.\n"
-            f"//   Check:  wb check {name} --device cpu\n"
-        ),
+        f"{k}/{name}.cpp": emit.cpu_cpp(plan, name, sources),
         f"{k}/spec.py": spec_text.spec_py(
             name,
             [(op, s, devices.get(op, ("cpu", "cuda"))) for op, s in ops],
@@ -167,9 +162,10 @@ def family_texts(plan: Plan, name: str, references: dict[str, str]) -> dict[str,
         ),
         f"bindings/{name}.cpp": binding.binding_cpp(plan, name),
     }
+    if plan.kernels or plan.cpu:
+        texts[f"{k}/{name}.h"] = emit.launcher_h(plan, name)
     if plan.kernels:
         texts[f"{k}/{name}.kernel.cu"] = emit.kernel_cu(plan, name)
-        texts[f"{k}/{name}.h"] = emit.launcher_h(plan, name)
         texts[f"{k}/{name}.cu"] = emit.launcher_cu(plan, name)
     if plan.shared:
         texts[f"{k}/{name}_shared.h"] = emit.shared_h(plan, name)

@@ -60,7 +60,7 @@ def _line_span(u: Unit, it: Item) -> tuple[int, int]:
 
 
 def _edits(plan: Plan, u: Unit, name: str) -> list[tuple[int, int, str]]:
-    moved = {id(it) for _, it in [*plan.device, *plan.shared]}
+    moved = {id(it) for _, it in [*plan.device, *plan.shared, *plan.cpu]}
     moved |= {id(it) for du, it, _ in plan.dropped if du is u}
     stems = emit.names(plan)
     edits: list[tuple[int, int, str]] = []
@@ -78,7 +78,11 @@ def _edits(plan: Plan, u: Unit, name: str) -> list[tuple[int, int, str]]:
         if b.unit is not u:
             continue
         if b.macro == "TORCH_LIBRARY_IMPL":
-            edits.append((b.item.start, b.head_end, f"WB_IMPL({b.key}, {b.var})"))
+            head = f"WB_IMPL({b.key}, {b.var})"
+            if b.key == "CUDA" and not u.is_cuda:  # its kernels are defined only with CUDA
+                head = f"#ifdef WB_WITH_CUDA\n{head}"
+                edits.append((b.item.end, b.item.end, "\n#endif  // WB_WITH_CUDA"))
+            edits.append((b.item.start, b.head_end, head))
             continue
         inline = [(op, impl) for op, _, impl in b.defs if impl is not None]
         text = "".join(
@@ -91,23 +95,6 @@ def _edits(plan: Plan, u: Unit, name: str) -> list[tuple[int, int, str]]:
         if lz.unit is u:
             edits.append((lz.start, lz.end, emit.launch_text(lz, stems[id(lz.kernel)], name)))
     return edits
-
-
-def _wrap(plan: Plan) -> bool:
-    """Whether two sources define one name at one scope (anonymous helpers of the same name in
-    the .cpp and the .cu are common): each source's host code then gets a namespace of its own."""
-    seen: dict[tuple[tuple[str, ...], str], Unit] = {}
-    moved = {id(it) for _, it in [*plan.device, *plan.shared]}
-    for u in plan.units:
-        for it in u.items:
-            if it.kind in ("pp", "registration") or id(it) in moved:
-                continue
-            if it.kind == "function" or it.kind == "record" or "=" in [t.text for t in it.tokens]:
-                for n in it.names:
-                    other = seen.setdefault((it.scope, n), u)
-                    if other is not u:
-                        return True
-    return False
 
 
 def binding_cpp(plan: Plan, name: str) -> str:
@@ -124,6 +111,8 @@ def binding_cpp(plan: Plan, name: str) -> str:
     ]
     top = list(dict.fromkeys(i for u in cpu for i in emit.includes(u)))
     shared = [f'#include "{name}/{name}_shared.h"'] if plan.shared else []
+    if plan.kernels or plan.cpu:  # torch-free: CPU builds read it too
+        shared.append(f'#include "{name}/{name}.h"')
     out += [
         *top,
         *shared,
@@ -131,11 +120,11 @@ def binding_cpp(plan: Plan, name: str) -> str:
         "#ifdef WB_WITH_CUDA",
         "#include <type_traits>",
     ]
-    out += ['#include "wb/binding_cuda.h"', f'#include "{name}/{name}.h"' if plan.kernels else ""]
+    out += ['#include "wb/binding_cuda.h"']
     cuda_includes = [i for u in cuda for i in emit.includes(u) if i not in top]
     out += [*dict.fromkeys(cuda_includes), "#endif", ""]
     out += [f"WB_DEF({_c_string(s)});" for s in schemas]
-    wrap = _wrap(plan)
+    wrap = plan.wrap
     for group, guard in ((cpu, False), (cuda, True)):
         if not group:
             continue

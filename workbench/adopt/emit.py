@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from workbench.adopt import cpu
 from workbench.adopt.lexer import directive
 from workbench.adopt.parse import Item, Unit
 from workbench.adopt.plan import Launch, Plan, param_decls, template_params
@@ -74,7 +75,8 @@ def scoped(parts: list[tuple[tuple[str, ...], str]], anon: str) -> str:
 
 def _kernel_edits(it: Item) -> list[tuple[int, int, str]]:
     """A kernel keeps external linkage in its TU: the module looks it up by its lowered name."""
-    return [(t.start, t.end, "") for t in it.tokens if t.text == "static"]
+    toks = it.tokens
+    return [(t.start, toks[k + 1].start, "") for k, t in enumerate(toks[:-1]) if t.text == "static"]
 
 
 def names(plan: Plan) -> dict[int, str]:
@@ -131,13 +133,11 @@ def _launcher(plan: Plan, it: Item, stem: str, name: str, body: bool) -> str:
     targs = ""
     if it.template is not None:
         tps = template_params(it)
-        head = (
-            "template <"
-            + ", ".join(
-                f"typename {n}" if k == "type" else f"{_value_type(it, n)} {n}" for k, n in tps
-            )
-            + ">\n"
+        # The kernel's own parameter list, defaults included: a launch may leave them out.
+        raw = (
+            " ".join(t.text for t in it.template).replace(" ,", ",").replace("class ", "typename ")
         )
+        head = f"template <{raw}>\n"
         targs = "".join(f", {n}" if k == "type" else f", wb::Val<{n}>" for k, n in tps)
     sig = f"{head}Status launch_{stem}({decl})"
     if not body:
@@ -151,17 +151,6 @@ def _launcher(plan: Plan, it: Item, stem: str, name: str, body: bool) -> str:
     )
 
 
-def _value_type(it: Item, param: str) -> str:
-    """The declared type of a value template parameter (``int N`` -> ``int``)."""
-    from workbench.adopt.parse import split_commas
-
-    for part in split_commas(it.template or []):
-        texts = [t.text for t in part]
-        if param in texts:
-            return " ".join(texts[: texts.index(param)])
-    return "int"
-
-
 def _device_template(it: Item, stem: str, name: str) -> str:
     return (
         f'WB_DEVICE_TEMPLATE(k_{stem}, "{name}.kernel.cu", "{qualified(it, name + "_local")}");\n'
@@ -171,8 +160,9 @@ def _device_template(it: Item, stem: str, name: str) -> str:
 def launcher_h(plan: Plan, name: str) -> str:
     stems = names(plan)
     out = [
-        f"// {name}.h: the launchers of the {name} family's kernels ({name}.kernel.cu),\n"
-        f"// written by wb adopt. Torch-free: included by {name}.cu and bindings/{name}.cpp.\n"
+        f"// {name}.h: the launchers of the {name} family's kernels ({name}.kernel.cu) and its\n"
+        f"// CPU functions ({name}.cpp), written by wb adopt. Torch-free: included by {name}.cu\n"
+        f"// and bindings/{name}.cpp.\n"
         "// Each takes the kernel's own parameters after its launch configuration and stream;\n"
         f"// a template's is defined here, so that bindings/{name}.cpp instantiates it for the\n"
         "// types it launches.\n"
@@ -180,6 +170,12 @@ def launcher_h(plan: Plan, name: str) -> str:
     ]
     if plan.shared:
         out.append(f'#include "{name}/{name}_shared.h"\n')
+    out += [f"{i}\n" for i in cpu.includes(plan.cpu)]
+    if plan.cpu:
+        decls = [(it.scope, cpu.declaration(u, it)) for u, it in plan.cpu]
+        out.append(f"\n// The CPU functions of {name}.cpp.\n" + scoped(decls, f"{name}_local"))
+    if not plan.kernels:
+        return "".join(out)
     out.append(f"\nnamespace wb::{name}_family {{\n")
     for _, it in plan.kernels:
         stem = stems[id(it)]
@@ -191,6 +187,25 @@ def launcher_h(plan: Plan, name: str) -> str:
             out.append(_launcher(plan, it, stem, name, body=False))
     out.append(f"\n}}  // namespace wb::{name}_family\n")
     return "".join(out)
+
+
+def cpu_cpp(plan: Plan, name: str, sources: str) -> str:
+    head = f"// {name}.cpp: the CPU code of the {name} family (torch-free), moved by wb adopt.\n"
+    if not plan.cpu:
+        return head + (
+            f"//\n// The CPU ops of {sources} are written on at::Tensor, so they are in\n"
+            f"// bindings/{name}.cpp with the rest of the host code. Torch-free CPU loops can\n"
+            f"// move here (declared in {name}.h), as kernels/scale/scale.cpp does.\n"
+            f"//   Check:  wb check <op> --device cpu\n"
+        )
+    parts = [(it.scope, chunk(u, it)) for u, it in plan.cpu]
+    return (
+        head
+        + f"// Declared in {name}.h; bindings/{name}.cpp calls them.\n"
+        + "#include <cstddef>\n#include <cstdint>\n"
+        + "".join(f"{i}\n" for i in cpu.includes(plan.cpu))
+        + scoped(parts, f"{name}_local")
+    )
 
 
 def launcher_cu(plan: Plan, name: str) -> str:

@@ -30,7 +30,7 @@ _SCALARS = frozenset(
     }
 )  # fmt: skip
 _VECTOR = re.compile(r"(?:u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]")
-_HALF_DISPATCH = re.compile(r"AT_DISPATCH_\w*(HALF|BFLOAT16|AND\d?|V2)\w*")
+_HALF_DISPATCH = re.compile(r"AT_DISPATCH_\w*(HALF|BFLOAT16|REDUCED|COMPLEX|AND\d?|V2)\w*")
 
 
 @dataclass
@@ -56,6 +56,10 @@ class Plan:
     blocks: list[Block] = field(default_factory=list)
     dropped: list[tuple[Unit, Item, str]] = field(default_factory=list)  # (unit, item, why)
     refusals: list[Refusal] = field(default_factory=list)
+    # Two sources define one name at one scope (anonymous helpers of the same name in the .cpp
+    # and the .cu are common): each source's host code gets a namespace of its own.
+    wrap: bool = False
+    cpu: list[tuple[Unit, Item]] = field(default_factory=list)  # torch-free CPU functions
 
     @property
     def namespace(self) -> str:
@@ -104,7 +108,7 @@ def _refs(item: Item) -> set[str]:
     return out - set(item.names[1:] if item.names[:1] == ("define",) else item.names)
 
 
-def _torch_use(item: Item) -> str | None:
+def torch_use(item: Item) -> str | None:
     toks = item.tokens
     for k, t in enumerate(toks):
         if t.kind != "ident":
@@ -165,13 +169,60 @@ def make(units: list[Unit]) -> Plan:
             plan.device.append((u, it))
             _check_device_item(plan, u, it)
     _check_files(plan)
+    _collisions(plan, set(device))
     return plan
+
+
+def _collisions(plan: Plan, moved: set[int]) -> None:
+    seen: dict[tuple[tuple[str, ...], str], Unit] = {}
+    defined: dict[str, Unit] = {}
+    prototypes: list[tuple[Unit, Item]] = []
+    for u in plan.units:
+        for it in u.items:
+            if it.kind in ("pp", "registration") or id(it) in moved:
+                continue
+            texts = [t.text for t in it.tokens]
+            if it.kind == "declaration" and "(" in texts and "=" not in texts:
+                prototypes.append((u, it))
+                continue
+            if it.kind == "function":
+                defined.setdefault(it.name, u)
+            if it.kind in ("function", "record") or "=" in texts:
+                for n in it.names:
+                    if seen.setdefault((it.scope, n), u) is not u:
+                        plan.wrap = True
+    if not plan.wrap:
+        return
+    for u, it in prototypes:
+        other = defined.get(it.name)
+        if other is not None and other is not u:
+            plan.refusals.append(
+                Refusal(
+                    u.where(it.line),
+                    f"{it.name!r} declared here and defined in {other.path.name}, while the "
+                    "sources also define one name twice (each source's host code then gets a "
+                    "namespace of its own in the binding)",
+                    "rename the helpers the sources both define, so one namespace holds them",
+                )
+            )
 
 
 def _registrations(plan: Plan) -> None:
     for u in plan.units:
         for it in u.items:
-            if it.kind != "registration":
+            other = it.kind == "function" and "TORCH_LIBRARY" in it.name
+            if it.kind != "registration" and not other:
+                continue
+            if other:
+                plan.refusals.append(
+                    Refusal(
+                        u.where(it.line),
+                        f"registration macro {it.name}",
+                        "adopt reads TORCH_LIBRARY, TORCH_LIBRARY_FRAGMENT and TORCH_LIBRARY_IMPL "
+                        "(the stable ABI's macros and their boxed kernels are not read): "
+                        "register the ops with those, or write the binding by hand",
+                    )
+                )
                 continue
             if it.name == "PYBIND11_MODULE":
                 plan.refusals.append(
@@ -265,6 +316,18 @@ def _host_side(
         u = where[id(it)]
         if k == "shareable":
             plan.shared.append((u, it))
+            continue
+        if k == "device" and it.kind != "function":
+            plan.refusals.append(
+                Refusal(
+                    u.where(it.line),
+                    f"device variable {it.name!r} used by host code at "
+                    f"{where[id(user)].where(user.line)} (cudaMemcpyToSymbol and the like)",
+                    "a device-only TU's variables live in its module: read one with wb::global "
+                    "(wb/module.h) in a launcher written by hand, or pass the value as a kernel "
+                    "argument",
+                )
+            )
             continue
         what = "template" if it.template is not None else {"record": "type"}.get(k, "code")
         plan.refusals.append(
@@ -368,7 +431,7 @@ def _check_device_item(plan: Plan, u: Unit, it: Item) -> None:
                 "#if into kernels/NAME/NAME.kernel.cu by hand",
             )
         )
-    used = _torch_use(it)
+    used = torch_use(it)
     if used is not None:
         plan.refusals.append(
             Refusal(
@@ -440,7 +503,9 @@ def param_decls(it: Item) -> list[tuple[str, str]]:
             toks = toks[:-1]
         if [t.text for t in toks] == ["void"]:
             return []
-        out.append((" ".join(t.text for t in toks).replace(" *", "*"), f"p{k}"))
+        # __restrict__ says nothing to a launcher, and its pointer would not convert to void*.
+        kept = [t.text for t in toks if t.text not in ("__restrict__", "__restrict")]
+        out.append((" ".join(kept).replace(" *", "*"), f"p{k}"))
     return out
 
 

@@ -17,6 +17,11 @@ PyObject* PyInit__C(void) {
 
 namespace tutorial_ext {
 
+// The loop of mymuladd on raw pointers: out = a * b + c.
+void muladd_loop(const float* a, const float* b, float c, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i] + c;
+}
+
 at::Tensor mymuladd_cpu(const at::Tensor& a, const at::Tensor& b, double c) {
   TORCH_CHECK(a.sizes() == b.sizes());
   TORCH_CHECK(a.dtype() == at::kFloat);
@@ -28,9 +33,7 @@ at::Tensor mymuladd_cpu(const at::Tensor& a, const at::Tensor& b, double c) {
   const float* a_ptr = a_contig.data_ptr<float>();
   const float* b_ptr = b_contig.data_ptr<float>();
   float* result_ptr = result.data_ptr<float>();
-  for (int64_t i = 0; i < result.numel(); i++) {
-    result_ptr[i] = a_ptr[i] * b_ptr[i] + static_cast<float>(c);
-  }
+  muladd_loop(a_ptr, b_ptr, static_cast<float>(c), result_ptr, result.numel());
   return result;
 }
 
