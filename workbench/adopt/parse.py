@@ -9,6 +9,7 @@ and body. Anything inside a body stays tokens.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ RECORD_KEYWORDS = frozenset({"struct", "class", "union", "enum"})
 REGISTRATIONS = frozenset(
     {"TORCH_LIBRARY", "TORCH_LIBRARY_FRAGMENT", "TORCH_LIBRARY_IMPL", "PYBIND11_MODULE"}
 )
+_MACRO = re.compile(r"[A-Z][A-Z0-9_]*")
 _TRAILING = frozenset({")", "const", "noexcept", "override", "final", "mutable", "volatile"})
 
 
@@ -202,15 +204,25 @@ def _record_names(toks: list[Token], brace: int, close: int) -> list[str]:
 
 def _function_parts(toks: list[Token], brace: int) -> tuple[int, list[str]]:
     """(index of the parameter list's '(', [name]) of a function whose body opens at brace."""
-    best = -1
+    best = name_at = -1
     k = 0
     while k < brace:
         t = toks[k]
         if t.text == "(":
             close = match(toks, k)
-            prev = toks[k - 1] if k > 0 else None
+            at = k - 1
+            if at > 0 and toks[at].text in (">", ">>"):  # f<T>(...): an explicit specialisation
+                depth = 0
+                while at > 0:
+                    depth += len(toks[at].text) if toks[at].text in (">", ">>") else 0
+                    depth -= 1 if toks[at].text == "<" else 0
+                    at -= 1
+                    if depth == 0:
+                        break
+            prev = toks[at] if at >= 0 else None
             if prev is not None and prev.kind == "ident" and prev.text not in ATTRIBUTES:
                 best = k
+                name_at = at
             k = close + 1
             continue
         if t.text == "[":
@@ -219,7 +231,7 @@ def _function_parts(toks: list[Token], brace: int) -> tuple[int, list[str]]:
         k += 1
     if best < 0:
         raise ParseError("a body that follows no parameter list", toks[brace].line)
-    return best, [toks[best - 1].text]
+    return best, [toks[name_at].text]
 
 
 def _template_prefix(toks: list[Token]) -> tuple[list[Token] | None, int]:
@@ -230,8 +242,30 @@ def _template_prefix(toks: list[Token]) -> tuple[list[Token] | None, int]:
     return toks[2:close], close + 1
 
 
+def _macro_call(tokens: list[Token], i: int) -> int | None:
+    """The end of ``NAME(...)`` at ``i`` when it stands alone: a macro invoked at namespace scope
+    with no ';' after it (``WB_INSTANTIATE(...)``), the next token on a later line."""
+    t = tokens[i]
+    if t.kind != "ident" or not _MACRO.fullmatch(t.text) or t.text in REGISTRATIONS:
+        return None
+    if i + 1 >= len(tokens) or tokens[i + 1].text != "(":
+        return None
+    close = match(tokens, i + 1)
+    if close + 1 >= len(tokens):
+        return close + 1
+    nxt = tokens[close + 1]
+    if nxt.kind == "pp" or nxt.text == "}":
+        return close + 1
+    if nxt.line > tokens[close].line and nxt.text not in (";", "{", ":", "=", ",", "->"):
+        return close + 1
+    return None
+
+
 def _statement(tokens: list[Token], i: int) -> tuple[int, str, int]:
     """(end index, kind, index of the body's '{' or -1) of the statement starting at ``i``."""
+    call = _macro_call(tokens, i)
+    if call is not None:
+        return call, "declaration", -1
     j = i
     seen_eq = seen_paren = seen_record = False
     while j < len(tokens):
