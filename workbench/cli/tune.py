@@ -14,6 +14,12 @@ _RESTARTS = "WB_TUNE_RESTARTS"
 def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("op", help="the op to tune (its family's spec.py declares TUNE)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda where built")
+    p.add_argument(
+        "--devices",
+        metavar="all|cuda:N,...",
+        help="check and time the variants on these GPUs side by side, one worker process each "
+        "(default: one GPU)",
+    )
     p.add_argument("--dtype", default="float32", help="the dtype timed (default float32)")
     p.add_argument("--sizes", help="comma-separated size labels of the sweep (default: all)")
     p.add_argument(
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             min_time=args.min_time,
             save=not args.no_save,
             vs=args.vs,
+            devices=args.devices,
         )
     except TuneError as e:
         if "run the tune again" in str(e) and int(os.environ.get(_RESTARTS, "0")) < 8:

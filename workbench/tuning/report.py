@@ -25,6 +25,7 @@ class VariantResult:
     detail: str = ""
     compiled: int = 0
     compile_seconds: float = 0.0
+    device: str = ""  # where it was checked and timed, with ``devices`` (tuning.parallel)
 
 
 @dataclass
@@ -94,6 +95,7 @@ class TuneResult:
     seconds: float = 0.0
     previous: dict[str, Any] | None = None
     compared: bool = False  # asked to compare with the last run (``vs="last"``)
+    devices: list[str] = field(default_factory=list)  # the GPUs of a --devices run
 
     # --- choosing -------------------------------------------------------------------------
 
@@ -153,6 +155,7 @@ class TuneResult:
             "phases": self.phases,
             "rounds": [self.rounds_done, self.rounds_asked],
             "seconds": self.seconds,
+            "devices": self.devices,
             "variants": [
                 {
                     "label": v.label,
@@ -161,6 +164,7 @@ class TuneResult:
                     "detail": v.detail,
                     "compiled": v.compiled,
                     "compile_s": v.compile_seconds,
+                    "device": v.device,
                 }
                 for v in self.variants
             ],
@@ -188,7 +192,8 @@ class TuneResult:
         rows = [["variant", "status", "detail"]]
         for v in self.variants:
             mark = " *" if v.label == self.default else ""
-            rows.append([v.label + mark, v.status, v.detail])
+            status = f"{v.status} ({v.device})" if self.devices and v.device else v.status
+            rows.append([v.label + mark, status, v.detail])
         return _grid(rows)
 
     def time_table(self) -> str:

@@ -31,7 +31,6 @@ Lifecycle of one run (one op, one device, one dtype):
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench import build, cache, knobs, loader, specfile
+from workbench import build, knobs, loader, specfile
 from workbench.benchmark.run import (
     DEFAULT_ROUNDS,
     check_rounds,
@@ -49,14 +48,11 @@ from workbench.benchmark.run import (
     resolve_dtype,
     spec_for,
     sweep,
-    time_rounds,
-    timer_for,
-    timing_methods,
 )
-from workbench.benchmark.stats import median_round
 from workbench.errors import WorkbenchError
-from workbench.tuning import store
-from workbench.tuning.report import AA_SUFFIX, TuneResult, TuneSize, VariantResult
+from workbench.tuning import measure, parallel, store
+from workbench.tuning.measure import device_kernels
+from workbench.tuning.report import TuneResult, VariantResult
 from workbench.tuning.space import (
     TuneError,
     TuneSpace,
@@ -64,10 +60,7 @@ from workbench.tuning.space import (
     space_of,
     variant,
 )
-from workbench.verify import isolate
-from workbench.verify.oracle import CRASH, float32_precision
-from workbench.verify.report import summarise
-from workbench.verify.runner import Options, check_op, invoker
+from workbench.verify.runner import invoker
 
 if TYPE_CHECKING:
     from workbench.api import Library
@@ -95,6 +88,7 @@ def tune(
     save: bool = True,
     vs: str | None = None,
     say: Callable[[str], None] | None = None,
+    devices: str | Sequence[str] | None = None,
 ) -> TuneResult:
     """Tune ``op`` over its family's declared space; see the module docstring.
 
@@ -106,7 +100,9 @@ def tune(
     parallel compiles across all variants (default: from cores and memory). ``rounds``: timings
     per (size, variant), each round a shuffled plan (default: 3 on cuda, 1 on cpu).
     ``save``: remember the winners and route the op to them (default). ``vs="last"``: compare
-    with the previous run of this op on this device and dtype.
+    with the previous run of this op on this device and dtype. ``devices``: 'all' or a list of
+    GPUs ('cuda:0,cuda:1'): they check and time the variants side by side, one worker process
+    each (:mod:`workbench.tuning.parallel`); one GPU is the one-GPU run, on it.
     """
     say = say or _say
     if budget is not None and not budget > 0:
@@ -125,6 +121,9 @@ def tune(
             "workbench.tune, which loads the bundled kernels when lib is left out"
         )
     dev, dt = resolve_device(lib, device), resolve_dtype(dtype)
+    gpus = parallel.devices_of(devices, dev)
+    if gpus is not None and len(gpus) == 1:  # the one-GPU run, on that GPU
+        dev, gpus = torch.device("cuda", gpus[0]), None
     spec = spec_for(lib, op, dev, dt)
     family_name = family_of(lib, op)
     space = _space(lib, family_name)
@@ -144,40 +143,33 @@ def tune(
         default=label(space.default),
     )
     family = lib.project.family(family_name)
-    crashed = _crashed()
+    crashed = measure.crashed()
     variants = [VariantResult(label(p), dict(p)) for p in space.points()]
     say(f"{op}: {len(variants)} variants of {family_name} ({space!r})")
 
-    with _workers(lib, family, dev, jobs) as workers:  # they start while the plain build runs
-        t = time.perf_counter()
-        only = launched_kernels(lib, spec, family, dev, dt, samples)
-        if only is not None:
-            result.phases["trace"] = time.perf_counter() - t
-            say(f"{op}: the plain build launches {len(only)} kernels of its device-only TUs "
-                f"on {result.dtype}: variants compile those")  # fmt: skip
-        t = time.perf_counter()
-        built = build_variants(lib, family, variants, jobs, crashed, say, only, workers)
-        result.phases["build"] = time.perf_counter() - t
-    t = time.perf_counter()
-    ops = _check_all(lib, spec, dev, dt, variants, built, say, family, only)
-    result.phases["check"] = time.perf_counter() - t
-    result.variants = variants
-    if not ops:
-        raise TuneError(f"{op}: no variant built and passed the check\n{result.variant_table()}")
-    if len(ops) == 1 and any(v.status == "same build" for v in variants):
-        raise TuneError(
-            f"{op}: every point of the space builds the same library here: no TU that runs on "
-            f"{dev.type} reads the WB_TUNE_ macros (a CUDA launcher's space tunes nothing on a "
-            "CPU), so there is nothing to tune"
-        )
-    t = time.perf_counter()
-    deadline = None if budget is None else start + budget
-    n_rounds = DEFAULT_ROUNDS[dev.type] if rounds is None else rounds
-    result.sizes, result.rounds_done = _time_all(
-        spec, dev, dt, ops, result.default, samples, seed, min_time, n_rounds, deadline, say
-    )
+    kernels = lib.project.kernels_dir
+    on = [f"cuda:{g}" for g in gpus or []]
+    pool = parallel.Pool(on, kernels, lib.namespace, family_name) if on else None
+    with pool or contextlib.nullcontext():  # the workers start CUDA and open the family now
+        with _workers(lib, family, dev, jobs) as workers:  # they start while the build runs
+            t = time.perf_counter()
+            only = launched_kernels(lib, spec, family, dev, dt, samples)
+            if only is not None:
+                result.phases["trace"] = time.perf_counter() - t
+                say(f"{op}: the plain build launches {len(only)} kernels of its device-only "
+                    f"TUs on {result.dtype}: variants compile those")  # fmt: skip
+            t = time.perf_counter()
+            built = build_variants(lib, family, variants, jobs, crashed, say, only, workers)
+            result.phases["build"] = time.perf_counter() - t
+        result.variants = variants
+        deadline = None if budget is None else start + budget
+        n_rounds = DEFAULT_ROUNDS[dev.type] if rounds is None else rounds
+        timing = (samples, seed, min_time, n_rounds, deadline)
+        if pool is None:
+            _measure_here(lib, spec, dev, dt, built, family, only, timing, say, result)
+        else:
+            _measure_on(pool, built, only, timing, say, result)
     result.rounds_asked = n_rounds
-    result.phases["time"] = time.perf_counter() - t
     result.choose(space.buckets)
     if vs == "last":
         result.compared = True
@@ -198,6 +190,73 @@ def tune(
         lib.route(family_name)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _measure_here(
+    lib: Library,
+    spec: Any,
+    dev: torch.device,
+    dt: torch.dtype,
+    built: dict[str, build.Built],
+    family: Family,
+    only: set[tuple[str, str]] | None,
+    timing: tuple[list[Any], int, float, int, float | None],
+    say: Callable[[str], None],
+    result: TuneResult,
+) -> None:
+    """Check and time the built variants in this process, on ``dev`` (steps 3 and 4)."""
+    t = time.perf_counter()
+    ops = measure.check_all(lib, spec, dev, dt, result.variants, built, say, family, only)
+    result.phases["check"] = time.perf_counter() - t
+    _something_to_time(result, len(ops), dev.type)
+    t = time.perf_counter()
+    samples, seed, min_time, n_rounds, deadline = timing
+    result.sizes, result.rounds_done = measure.time_all(
+        spec, dev, dt, ops, result.default, samples, seed, min_time, n_rounds, deadline, say
+    )
+    result.phases["time"] = time.perf_counter() - t
+
+
+def _measure_on(
+    pool: parallel.Pool,
+    built: dict[str, build.Built],
+    only: set[tuple[str, str]] | None,
+    timing: tuple[list[Any], int, float, int, float | None],
+    say: Callable[[str], None],
+    result: TuneResult,
+) -> None:
+    """Check and time the built variants on the pool's GPUs, side by side (tuning.parallel)."""
+    distinct = measure.distinct(result.variants, built)
+    if len(distinct) == 1:
+        _something_to_time(result, 1, "cuda")
+    samples, seed, min_time, n_rounds, deadline = timing
+    request = {
+        "op": result.op, "dtype": result.dtype, "seed": seed, "min_time": min_time,
+        "rounds": n_rounds, "sizes": [s.label for s in samples], "default": result.default,
+        "seconds": None if deadline is None else max(0.0, deadline - time.perf_counter()),
+        "only": sorted(only) if only is not None else None,
+    }  # fmt: skip
+    keys = {label: b.key for label, b in built.items()}
+    result.devices = list(pool.devices)
+    say(f"{result.op}: {len(distinct)} variants checked and timed on {', '.join(result.devices)}")
+    result.sizes, result.rounds_done = pool.measure(
+        request, distinct, say, measure.crashed, keys, result.phases
+    )
+    _something_to_time(result, sum(v.status == "checked" for v in result.variants), "cuda")
+
+
+def _something_to_time(result: TuneResult, checked: int, device_type: str) -> None:
+    """A TuneError where no variant passed, or where every point built the same library."""
+    if not checked:
+        raise TuneError(
+            f"{result.op}: no variant built and passed the check\n{result.variant_table()}"
+        )
+    if checked == 1 and any(v.status == "same build" for v in result.variants):
+        raise TuneError(
+            f"{result.op}: every point of the space builds the same library here: no TU that "
+            f"runs on {device_type} reads the WB_TUNE_ macros (a CUDA launcher's space tunes "
+            "nothing on a CPU), so there is nothing to tune"
+        )
 
 
 def family_of(lib: Library, op: str) -> str:
@@ -239,8 +298,6 @@ def _arch(dev: torch.device) -> str:
 
 # --- trace --------------------------------------------------------------------------------------
 
-CHECK_OPTIONS = Options(trials=1, contract=False)  # a variant's check: value rows, one trial
-
 
 def launched_kernels(
     lib: Library,
@@ -268,7 +325,7 @@ def launched_kernels(
     if handle is None:
         return None
     call = invoker(getattr(getattr(torch.ops, lib.namespace), spec.name))
-    for s in [*value_samples(spec, dt, dev.type, CHECK_OPTIONS.seed), *timed]:
+    for s in [*value_samples(spec, dt, dev.type, measure.CHECK_OPTIONS.seed), *timed]:
         try:  # what it launches is the point here; the check judges the results
             call(*s.args)
         except Exception:  # an input the plain build refuses launches nothing
@@ -377,159 +434,4 @@ def build_variants(
     return built
 
 
-def _objects(built: build.Built) -> dict[str, str]:
-    """Each TU of a build's library and its object's key."""
-    return {str(t["source"]): str(t["key"]) for t in built.manifest.get("tus", [])}
-
-
-def device_kernels(lib: Library, family: Family) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """The kernels the live build's launchers name from device-only TUs ([] for none), and the
-    objects they were linked from: a variant with the same objects names the same kernels."""
-    from workbench import device
-
-    if not device.has_modules(family, lib.config):
-        return [], {}
-    handle = loader.live_handles(lib.namespace).get(family.name)
-    if handle is None:
-        return [], {}
-    if handle.kernels is None:
-        handle.kernels = device.kernel_names(handle)
-    return list(handle.kernels), _objects(handle.built)
-
-
-# --- check --------------------------------------------------------------------------------------
-
-
-def _check_all(
-    lib: Library,
-    spec: Any,
-    dev: torch.device,
-    dt: torch.dtype,
-    variants: list[VariantResult],
-    built: dict[str, build.Built],
-    say: Callable[[str], None],
-    family: Family,
-    only: set[tuple[str, str]] | None = None,
-) -> dict[str, Any]:
-    """Check each built variant on the tuned dtype ``dt``, the only one the router will send it;
-    the ops of those that pass, by label. ``only``: as for :func:`build_variants`, for the variants
-    whose launchers are the plain build's (they name the same kernels) in a library of their own
-    (the plain build's library is live: its modules keep every kernel)."""
-    from workbench.tuning import route
-
-    preparers = {
-        False: route.variant_preparer(lib.project, family, lib.config),
-        True: route.variant_preparer(lib.project, family, lib.config, only),
-    }
-    plain = lib.families[family.name].library
-    plain_objects = device_kernels(lib, family)[1] if only is not None else {}
-    ops: dict[str, Any] = {}
-    seen: dict[str, str] = {}  # build key -> the first variant built to it
-    for v in variants:
-        if v.label not in built:
-            continue
-        key = built[v.label].key
-        if key in seen:  # the same library: its parameters reach no TU of this build
-            v.status, v.detail = "same build", f"the same library as {seen[key]}"
-            continue
-        seen[key] = v.label
-        b = built[v.label]
-        preparer = preparers[
-            only is not None and b.library != plain and _objects(b) == plain_objects
-        ]
-        try:
-            prepare = preparer(v.point) if preparer is not None else None
-            pns = route.open_variant(lib.namespace, built[v.label], prepare)
-        except WorkbenchError as e:
-            v.status, v.detail = "load failed", str(e).splitlines()[0]
-            say(f"{v.label}: {v.detail}")
-            continue
-        op = getattr(getattr(torch.ops, pns), spec.name)
-        try:
-            rows = check_op(op, spec, dev.type, [dt], options=CHECK_OPTIONS)
-        except isolate.ContextLost as lost:
-            bad = next((r for r in reversed(lost.report.rows) if r.reason == CRASH), None)
-            detail = bad.detail if bad is not None else "the CUDA context was lost"
-            _remember_crash(built[v.label].key, detail)
-            raise TuneError(
-                f"variant {v.label} of {spec.name} crashed and broke this process's CUDA context "
-                f"({detail}). It is remembered and will be skipped: run the tune again in a new "
-                "process (`wb tune` does so itself)"
-            ) from None
-        failed = [r for r in summarise(rows) if not r.passed]
-        if failed:
-            worst = max(failed, key=lambda r: r.ratio if math.isfinite(r.ratio) else math.inf)
-            crash = worst.reason == CRASH
-            v.status = "crashed" if crash else "wrong"
-            v.detail = (
-                f"{worst.dtype} [{worst.label}] {worst.reason}: err/tol {worst.ratio:.3g}, "
-                f"{worst.detail}"
-            )
-            if crash:
-                _remember_crash(built[v.label].key, worst.detail)
-            say(f"{v.label}: disqualified, {v.detail}")
-            continue
-        v.status = "checked"
-        ops[v.label] = op
-    return ops
-
-
-def _crash_file() -> Any:
-    return store.folder() / "crashed.json"
-
-
-def _crashed() -> dict[str, str]:
-    found = cache.read_json(_crash_file())
-    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
-
-
-def _remember_crash(key: str, detail: str) -> None:
-    import json
-
-    found = _crashed()
-    found[key] = detail
-    path = _crash_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_atomic(path, json.dumps(found, indent=1, sort_keys=True))
-
-
-# --- time ---------------------------------------------------------------------------------------
-
-
-def _time_all(
-    spec: Any,
-    dev: torch.device,
-    dt: torch.dtype,
-    ops: dict[str, Any],
-    default: str,
-    samples: list[Any],
-    seed: int,
-    min_time: float,
-    n_rounds: int,
-    deadline: float | None,
-    say: Callable[[str], None],
-) -> tuple[list[TuneSize], int]:
-    """Time every (size, survivor) pair in rounds of shuffled plans; (sizes, rounds done)."""
-    from workbench.benchmark.check import verify_sample
-
-    ref = default if default in ops else next(iter(ops))
-    candidates = {name: invoker(op) for name, op in ops.items()}
-    candidates[ref + AA_SUFFIX] = candidates[ref]
-    with float32_precision(spec.allow_tf32):
-        for s in samples:  # the exact inputs that will be timed, checked once more
-            for op in ops.values():
-                verify_sample(op, spec, s, dt)
-            for fn in candidates.values():
-                fn(*s.args)
-        methods = timing_methods(candidates[ref], samples, dev)
-        timer = timer_for(dev, min_time)
-        times, done = time_rounds(
-            candidates, samples, timer, methods, seed, n_rounds, deadline, say
-        )
-    sizes = []
-    for s, t in zip(samples, times, strict=True):
-        first = next(a for a in s.args if isinstance(a, torch.Tensor))
-        chosen = {c: median_round(t[c]) for c in candidates if t[c]}
-        medians = {c: [m.stats.median for m in t[c]] for c in candidates if t[c]}
-        sizes.append(TuneSize(s.label, int(first.numel()), chosen, medians, ref))
-    return sizes, done
+# Checking and timing the built variants on one device: workbench.tuning.measure.

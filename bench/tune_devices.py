@@ -1,0 +1,129 @@
+"""``wb tune --devices all`` against one GPU: the wall time of one tune on every GPU of the host.
+
+In one run on one host: load the bundled family of ``--op`` (default ``scale:float32``, whose
+space has 18 valid points; ``matmul:bfloat16`` has 15), tune it once to build and cache every
+variant (not timed), then tune it ``--repeats`` times on one GPU and on all of them, alternating,
+with ``save=False``. Each tune's wall time counts checking and timing (the builds are cached
+by then: both runs pay the same cache lookups). Prints the median of each, their ratio (goal:
+<= 0.6 on 2 GPUs), each run's winners, and whether the all-GPU winner of each size is the
+one-GPU run's or within its noise band. Writes ``tune_devices.md`` and ``tune_devices.json``
+into ``--out`` (default ``$OUT`` or .).
+
+Usage: python -m bench tune_devices [--op scale:float32] [--repeats 2] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench.common import environment, out_dir, parser, write_text
+
+
+def main(argv: list[str]) -> int:
+    p: argparse.ArgumentParser = parser(__name__, __doc__)
+    p.add_argument("--op", default="scale:float32", help="OP:DTYPE of a family with a space")
+    p.add_argument("--repeats", type=int, default=2, help="tunes of each kind (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="timing rounds per tune (default 3)")
+    p.add_argument("--cache", help="the cache folder (default: a new temporary one)")
+    p.add_argument("--out", help="where tune_devices.md and .json go (default $OUT or .)")
+    args = p.parse_args(argv)
+    os.environ["WB_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="wb-tune-devices-")
+    os.environ.setdefault("WB_QUIET", "1")
+
+    import torch
+
+    import workbench
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < 2:
+        print(f"python -m bench tune_devices: needs 2 GPUs or more, this host has {gpus}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    op, dtype = args.op.split(":")
+    lib = workbench.load(families=[op])
+    kwargs: dict[str, Any] = {"lib": lib, "device": "cuda", "dtype": dtype, "save": False}
+    t = time.perf_counter()
+    first = workbench.tune(op, rounds=1, **kwargs)  # builds and caches every variant
+    build_s = time.perf_counter() - t
+    runs: dict[str, list[Any]] = {"one": [], "all": []}
+    walls: dict[str, list[float]] = {"one": [], "all": []}
+    for _ in range(args.repeats):
+        for kind, devices in (("one", None), ("all", "all")):
+            t = time.perf_counter()
+            r = workbench.tune(op, rounds=args.rounds, devices=devices, **kwargs)
+            walls[kind].append(time.perf_counter() - t)
+            runs[kind].append(r)
+    one_s, all_s = (statistics.median(walls[k]) for k in ("one", "all"))
+    one, every = runs["one"][-1], runs["all"][-1]
+    agree = []
+    for size in one.sizes:
+        mine = every.winners[sum(1 for b in every.bounds if size.numel >= b)]
+        theirs = one.winners[sum(1 for b in one.bounds if size.numel >= b)]
+        verdict = "same" if mine == theirs else size.verdict(mine)
+        agree.append(f"{size.label}: {mine} ({verdict} in the one-GPU run)")
+    env = environment()
+    n = len(first.variants)
+    lines = [
+        f"# wb tune --devices all on {gpus} GPUs against one: {op} {dtype}, {n} variants",
+        "",
+        "Regenerate: `python -m bench tune_devices` on a host with 2 GPUs or more.",
+        "",
+        env.line("cuda"),
+        "",
+        f"Build of every variant (first tune, not timed below): {build_s:.1f} s.",
+        "",
+        f"| run | devices | wall s (median of {args.repeats}) | each | check s | time s | rounds |",
+        "|---|---|---|---|---|---|---|",
+        _row("one GPU", "cuda (current)", one_s, walls["one"], one),
+        _row("all GPUs", ", ".join(every.devices), all_s, walls["all"], every),
+        "",
+        f"**Ratio all / one: {all_s / one_s:.2f}** (goal <= 0.6 on 2 GPUs).",
+        "",
+        "Winner of each size on all GPUs, against the one-GPU run (same, best, or noise):",
+        "",
+        *(f"- {a}" for a in agree),
+        "",
+        "## one GPU",
+        "",
+        "```",
+        str(one),
+        "```",
+        "",
+        "## all GPUs",
+        "",
+        "```",
+        str(every),
+        "```",
+    ]
+    out = out_dir(args.out)
+    write_text(out / "tune_devices.md", "\n".join(lines))
+    record = {
+        "env": env.to_dict(),
+        "op": op,
+        "dtype": dtype,
+        "variants": n,
+        "gpus": gpus,
+        "walls": walls,
+        "ratio": all_s / one_s,
+        "one": one.to_dict(),
+        "all": every.to_dict(),
+    }
+    (out / "tune_devices.json").write_text(json.dumps(record, indent=1))
+    print("\n".join(lines[: 16 + len(agree)]))
+    return 0
+
+
+def _row(name: str, devices: str, median: float, walls: list[float], r: Any) -> str:
+    each = ", ".join(f"{w:.1f}" for w in walls)
+    check, timing = r.phases.get("check", 0.0), r.phases.get("time", 0.0)
+    return (
+        f"| {name} | {devices} | {median:.1f} | {each} | {check:.1f} | {timing:.1f} | "
+        f"{r.rounds_done}/{r.rounds_asked} |"
+    )

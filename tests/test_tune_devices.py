@@ -1,0 +1,224 @@
+"""``wb tune --devices``: one worker process per device checks and times a share of the variants,
+and the run merges their tables (workbench.tuning.parallel).
+
+Without a GPU the pool itself runs on real worker processes on the CPU (the tests/tune_fixture.py
+family, whose variants differ by 5x or more): the merged winners are an in-process run's, a
+worker that dies is reported with its stderr and its variants re-queued once, and an interrupt
+ends every worker. ``--devices`` itself is refused on a CPU-only host with the fix. On a host
+with two GPUs or more, ``tune(devices="all")`` uses them all and picks the one-GPU run's winner
+or one within its noise band.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import workbench
+from tests.tune_fixture import write_tuned_registry
+from workbench import knobs, specfile
+from workbench.benchmark.stats import Measurement, Stats
+from workbench.errors import WorkbenchError
+from workbench.tuning import measure, parallel, run
+from workbench.tuning.report import AA_SUFFIX, TuneResult, VariantResult
+from workbench.tuning.space import label, space_of
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = f"wbtunedev{os.getpid()}"
+ABORT = 'if (std::getenv("TINY_ABORT") && WB_TUNE_MODE == 2) {'
+ABORT += ' std::fprintf(stderr, "tiny: MODE 2 aborts\\n"); std::abort(); }\n'
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    kernels = write_tuned_registry(tmp_path_factory.mktemp("tuned"))
+    source = kernels / "tiny" / "tiny.cpp"
+    text = source.read_text()
+    anchor = "  if (WB_TUNE_MODE == 0) {"
+    source.write_text(text.replace(anchor, "  " + ABORT + anchor, 1))  # with TINY_ABORT only
+    return kernels
+
+
+@pytest.fixture(scope="module")
+def one(registry: Path, cache_dir: Path) -> tuple[workbench.Library, TuneResult]:
+    """The library, and the in-process run the pool is compared with."""
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        lib = workbench.load(registry, namespace=NS)
+        result = workbench.tune("add_offset", lib=lib, device="cpu", min_time=0.05, save=False)
+    return lib, result
+
+
+def pooled(
+    lib: workbench.Library, devices: list[str], said: list[str]
+) -> tuple[list[VariantResult], TuneResult]:
+    """The run's variants measured by a pool of workers on ``devices``, as run.tune does."""
+    family = lib.project.family("tiny")
+    points = space_of(specfile.load_module("tiny", lib.namespace, family.spec_path))
+    assert points is not None
+    variants = [VariantResult(label(p), dict(p)) for p in points.points()]
+    built = run.build_variants(lib, family, variants, None, {}, said.append)
+    distinct = measure.distinct(variants, built)
+    default = label(points.default)
+    request = {
+        "op": "add_offset", "dtype": "float32", "seed": 0, "min_time": 0.05, "rounds": 1,
+        "sizes": ["n1024", "n4194304"], "default": default, "seconds": None,
+        "only": None,
+    }  # fmt: skip
+    keys = {n: b.key for n, b in built.items()}
+    result = TuneResult("add_offset", "tiny", "cpu", "cpu", "", "float32", "", default)
+    with parallel.Pool(devices, lib.project.kernels_dir, lib.namespace, "tiny") as pool:
+        result.sizes, result.rounds_done = pool.measure(
+            request, distinct, said.append, measure.crashed, keys, result.phases
+        )
+    result.variants = variants
+    result.choose(points.buckets)
+    return variants, result
+
+
+def test_two_workers_share_the_variants_and_merge_to_the_same_winners(one: tuple) -> None:
+    lib, alone = one
+    said: list[str] = []
+    variants, result = pooled(lib, ["cpu", "cpu"], said)
+    checked = [v for v in variants if v.status == "checked"]
+    assert {v.label for v in checked} == {"MODE=0", "MODE=1", "MODE=2"}, result.variant_table()
+    assert {v.status for v in variants if v.label == "MODE=3"} == {"wrong"}  # checked in a worker
+    assert all(v.device == "cpu" for v in checked)
+    for size in result.sizes:  # every variant in one table, the default twice (its A/A pair)
+        assert set(size.times) == {"MODE=0", "MODE=0" + AA_SUFFIX, "MODE=1", "MODE=2"}
+    assert result.winners == alone.winners  # MODE=2 small, MODE=1 large: 5x apart
+    assert result.phases["check"] > 0 and result.phases["time"] > 0
+
+
+def test_a_dead_worker_is_reported_with_its_stderr_and_its_variants_tried_again(
+    one: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lib, _ = one
+    monkeypatch.setenv("TINY_ABORT", "1")  # MODE=2 aborts the process that checks it
+    said: list[str] = []
+    variants, result = pooled(lib, ["cpu", "cpu"], said)
+    status = {v.label: (v.status, v.detail) for v in variants}
+    assert status["MODE=2"] == ("worker died", "cpu: tiny: MODE 2 aborts"), status
+    died = [line for line in said if "died (exit" in line]
+    assert len(died) == 2 and all("tiny: MODE 2 aborts" in line for line in died)  # twice
+    assert any("variants to a new worker" in line for line in said)
+    assert status["MODE=0"][0] == status["MODE=1"][0] == "checked"  # the others went on
+    assert result.winners and "MODE=2" not in result.winners
+
+
+def test_an_interrupt_ends_every_worker(one: tuple) -> None:
+    lib, _ = one
+    pool = parallel.Pool(["cpu", "cpu"], lib.project.kernels_dir, lib.namespace, "tiny")
+    procs = [w.proc for w in pool.workers]
+    with pytest.raises(KeyboardInterrupt), pool:
+        raise KeyboardInterrupt
+    assert all(p.poll() is not None for p in procs)
+
+
+def test_merge_scales_each_workers_times_by_the_defaults() -> None:
+    def size(times: dict[str, float]) -> dict:
+        rec = {n: {"stats": [t, t * 0.9, t * 1.1, 5], "method": "m", "warnings": [], "wall": None}
+               for n, t in times.items()}  # fmt: skip
+        return {"label": "n8", "numel": 8, "ref": "D", "rounds": {n: [t] for n, t in times.items()},
+                "times": rec}  # fmt: skip
+
+    answers = [
+        {"variants": [{"label": "D", "status": "checked", "detail": ""},
+                      {"label": "A", "status": "checked", "detail": ""}],
+         "rounds": 3, "sizes": [size({"D": 1.0, "D" + AA_SUFFIX: 1.02, "A": 2.0})]},
+        {"variants": [{"label": "D", "status": "checked", "detail": ""},
+                      {"label": "B", "status": "wrong", "detail": "err"},
+                      {"label": "C", "status": "checked", "detail": ""}],
+         "rounds": 2, "sizes": [size({"D": 2.0, "D" + AA_SUFFIX: 2.1, "C": 1.0})]},
+    ]  # fmt: skip
+    variants = [VariantResult(n, {}) for n in "DABC"]
+    (merged,), rounds = parallel.merge(answers, variants, "D", ["cuda:0", "cuda:1"])
+    assert rounds == 2
+    assert merged.time("C") == pytest.approx(0.5)  # cuda:1 is 2x slower on the default
+    assert merged.rounds["C"] == [pytest.approx(0.5)] and merged.time("A") == 2.0
+    assert merged.time("D") == 1.0 and merged.best == "C"
+    assert [(v.status, v.device) for v in variants] == [
+        ("checked", "cuda:0"), ("checked", "cuda:0"), ("wrong", "cuda:1"), ("checked", "cuda:1")
+    ]  # fmt: skip
+    m = Measurement(Stats(1.0, 0.9, 1.1, 5), "m")
+    assert merged.times["A"].stats == Stats(2.0, 1.8, 2.2, 5) and m.stats.rel_iqr > 0
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        ("gpu1", r"'gpu1' is not a GPU: name them as cuda:N"),
+        ("cuda:0,cuda:0", "names cuda:0 twice"),
+        (["cuda:0", "x"], r"'x' is not a GPU"),
+    ],
+)
+def test_a_bad_devices_value_is_named(devices: object, message: str) -> None:
+    with pytest.raises(WorkbenchError, match=message):
+        parallel.devices_of(devices, torch.device("cuda"))  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a host without a GPU")
+def test_devices_on_a_cpu_host_names_the_fix(one: tuple, registry: Path, cache_dir: Path) -> None:
+    lib, _ = one
+    with pytest.raises(WorkbenchError, match=r"no CUDA GPU .* leave --devices out"):
+        workbench.tune("add_offset", lib=lib, devices="all", min_time=0.05, save=False)
+    env = dict(os.environ, WB_CACHE_DIR=str(cache_dir), WB_QUIET="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    wb = [sys.executable, "-m", "workbench", "--kernels", str(registry), "--namespace", "wbdev"]
+    out = subprocess.run(
+        [*wb, "tune", "add_offset", "--devices", "all", "--no-save"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "--devices all: this host has no CUDA GPU" in out.stderr
+    assert "leave --devices out to tune on the CPU" in out.stderr
+
+
+def test_the_one_process_run_names_no_devices(one: tuple) -> None:
+    _, alone = one
+    assert alone.devices == [] and all(v.device == "" for v in alone.variants)
+    assert alone.to_dict()["devices"] == []
+
+
+def winner_at(result: TuneResult, numel: int) -> str:
+    return result.winners[sum(1 for b in result.bounds if numel >= b)]
+
+
+@pytest.mark.cuda
+def test_one_named_gpu_is_the_one_gpu_run(lib: workbench.Library, cache_dir: Path) -> None:
+    last = f"cuda:{torch.cuda.device_count() - 1}"
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        result = workbench.tune(
+            "scale", lib=lib, devices=[last], sizes=["n4096"], rounds=1, save=False
+        )
+    assert result.devices == [] and result.winners
+    assert all(v.status == "checked" for v in result.variants)
+
+
+@pytest.mark.cuda
+def test_two_gpus_share_the_variants_and_agree_with_one(
+    lib: workbench.Library, cache_dir: Path
+) -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs or more, this host has {torch.cuda.device_count()}")
+    kwargs = {"lib": lib, "device": "cuda", "rounds": 3, "save": False}
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+        alone = workbench.tune("scale", **kwargs)  # type: ignore[arg-type]
+        both = workbench.tune("scale", devices="all", **kwargs)  # type: ignore[arg-type]
+    count = torch.cuda.device_count()
+    assert both.devices == [f"cuda:{i}" for i in range(count)]
+    used = {v.device for v in both.variants if v.status == "checked"}
+    assert used == set(both.devices), both.variant_table()
+    assert {v.label for v in both.variants if v.status == "checked"} == {
+        v.label for v in alone.variants if v.status == "checked"
+    }
+    # At each size, the 2-GPU run's winner for its bucket is the 1-GPU run's, or within the
+    # 1-GPU run's noise band of it there.
+    for size in alone.sizes:
+        mine, theirs = winner_at(both, size.numel), winner_at(alone, size.numel)
+        assert mine == theirs or size.verdict(mine) != "slower", (size.label, mine, theirs)
+    print(both.time_table())
