@@ -19,6 +19,7 @@ import workbench
 from workbench import build, device, lister, nvrtc
 from workbench.adopt import adopt, plan_sources
 from workbench.adopt.lexer import tokenize
+from workbench.adopt.parse import parse
 from workbench.cli import main
 from workbench.config import make_config
 from workbench.project import discover
@@ -128,6 +129,34 @@ def test_the_lexer_reads_braces_in_comments_strings_and_raw_strings() -> None:
     assert [t.text for t in toks if t.kind == "punct" and t.text in "{}"] == []
     assert ("<<<", 4) in [(t.text, t.line) for t in toks] and ">>>" in [t.text for t in toks]
     assert [t.kind for t in toks if t.text.startswith(("R", '"'))] == ["string", "string"]
+
+
+def test_the_reader_reads_every_cpp_and_cuda_source_of_the_registry() -> None:
+    root = Path(__file__).parent.parent
+    sources = [
+        p
+        for folder in ("kernels", "bindings", "tests/data")
+        for p in sorted((root / folder).rglob("*"))
+        if p.suffix in (".cu", ".cuh", ".cpp", ".h")
+    ]
+    assert len(sources) > 50
+    for path in sources:
+        unit = parse(path, path.read_text())
+        assert unit.items or not path.read_text().strip(), path
+
+
+def test_a_lambda_kernel_in_a_registration_is_kept_whole(tmp_path: Path) -> None:
+    source = tmp_path / "lam.cpp"
+    source.write_text(
+        "#include <torch/extension.h>\n"
+        'TORCH_LIBRARY(lam, m) { m.def("neg(Tensor x) -> Tensor"); }\n'
+        "TORCH_LIBRARY_IMPL(lam, CPU, m) {\n"
+        '  m.impl("neg", [](const at::Tensor& x) { auto y = -x; return y; });\n'
+        "}\n"
+    )
+    adopt([source], "lam", tmp_path / "kernels")
+    binding = (tmp_path / "bindings" / "lam.cpp").read_text()
+    assert "WB_IMPL(CPU, m) {" in binding and "auto y = -x; return y; });" in binding
 
 
 def test_cpu_layouts_build_and_pass_wb_check(

@@ -77,8 +77,11 @@ def read_block(unit: Unit, item: Item) -> tuple[Block | None, list[Refusal]]:
     refusals: list[Refusal] = []
     body = item.body or []
     statement: list[Token] = []
+    depth = 0  # a lambda kernel's body holds ';' of its own
     for t in body:
-        if t.text != ";":
+        depth += t.text in ("(", "[", "{")
+        depth -= t.text in (")", "]", "}")
+        if t.text != ";" or depth > 0:
             statement.append(t)
             continue
         refusals += _statement(block, statement)
