@@ -155,3 +155,20 @@ def test_a_notebook_shows_the_roofline_inline() -> None:
     page = result._repr_html_()  # the result's own display: its table, its plot, its roofline
     assert page.count("<svg") == 2 and "wb-point-3" in page
     assert repr(Roofline()).startswith("<workbench roofline: 0 points under 0 roofs")
+
+
+@pytest.mark.cuda
+def test_a_gpu_run_draws_under_the_tensor_core_roof(lib: Any, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    import workbench
+
+    fast = {"device": "cuda", "dtype": "bfloat16", "compile": False, "save": False}
+    result = workbench.bench(["matmul", "muladd"], lib=lib, **fast)
+    picture = result.roofline()
+    (roof,) = picture.roofs
+    assert roof.unit == "bf16 tensor core" and roof.peak and roof.ridge
+    assert len(picture.points) == sum(len(r.sizes) for r in result.ops)
+    bounds = {(p.op, p.bound) for p in picture.points}
+    assert ("muladd", "memory") in bounds and ("matmul", "compute") in bounds
+    picture.save(tmp_path / "gpu.svg")
+    assert len(_points(tmp_path / "gpu.svg")) == len(picture.points)

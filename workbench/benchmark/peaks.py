@@ -101,12 +101,13 @@ def measure(device: torch.device, unit: Unit) -> PeakInfo:
         n = max(1, min(200, int(budget / (RUNS + 1) / max(per_call, 1e-9))))
         best = min(per_call, *(timer(call, n) for _ in range(RUNS)))
     library = "cuBLAS" if device.type == "cuda" else "CPU"
+    calls = f"{n} call{'s' if n > 1 else ''}"
     return PeakInfo(
         unit=unit.key,
         short=unit.short,
         flops_per_s=2 * dim**3 / best,
         datasheet_flops_per_s=datasheet_peak(calibrate.device_name(device), unit),
-        detail=f"torch.mm ({library}) {unit.dtype} {dim}^3, best of {RUNS} runs of {n} calls",
+        detail=f"torch.mm ({library}) {unit.dtype} {dim}^3, best of {RUNS} runs of {calls}",
         measured=time.time(),
     )
 
