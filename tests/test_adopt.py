@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 import workbench
 from workbench import build, device, lister, nvrtc
@@ -159,6 +160,32 @@ def test_a_lambda_kernel_in_a_registration_is_kept_whole(tmp_path: Path) -> None
     assert "WB_IMPL(CPU, m) {" in binding and "auto y = -x; return y; });" in binding
 
 
+def test_stubs_of_a_python_module_are_left_out_and_named(tmp_path: Path) -> None:
+    source = tmp_path / "stubs.cpp"
+    source.write_text(
+        "#include <torch/extension.h>\n"
+        "std::tuple<at::Tensor, at::Tensor> pair(const at::Tensor& x) { return {x, x}; }\n"
+        "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n"
+        "TORCH_LIBRARY(stubs, m) {\n"
+        '  m.impl_abstract_pystub("stubs.ops");\n'
+        '  m.def("pair(Tensor x) -> (Tensor, Tensor)");\n'
+        "}\n"
+        'TORCH_LIBRARY_IMPL(stubs, CPU, m) { m.impl("pair", &pair); }\n'
+    )
+    done = adopt([source], "stubs", tmp_path / "kernels")
+    assert done.dropped == [
+        f"{source}:3: PYBIND11_MODULE (an empty pybind11 module, which only names the library)",
+        f"{source}:5: m.impl_abstract_pystub (fakes and autograd come from spec.py)",
+    ]
+    binding = (tmp_path / "bindings" / "stubs.cpp").read_text()
+    assert "PYBIND11" not in binding and "pystub" not in binding
+    spec = (tmp_path / "kernels" / "stubs" / "spec.py").read_text()
+    namespace: dict[str, object] = {}
+    exec(compile(spec, "spec.py", "exec"), namespace)
+    (op,) = namespace["OPS"]  # type: ignore[misc]
+    assert [t.shape for t in op.fake(torch.ones(3))] == [(3,), (3,)]
+
+
 def test_cpu_layouts_build_and_pass_wb_check(
     tmp_path: Path, refs: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -284,3 +311,39 @@ def test_the_plan_of_a_launch_keeps_its_arguments_and_configuration() -> None:
     assert launch.kernel.name == "scale_rows_kernel" and launch.targs == "scalar_t"
     assert launch.config == ["grid", "kThreads", "0", "c10::cuda::getCurrentCUDAStream()"]
     assert launch.args.startswith("x.data_ptr<scalar_t>()")
+
+
+@pytest.mark.nvcc
+def test_the_bindings_cuda_half_compiles_against_the_cuda_headers(tmp_path: Path) -> None:
+    """The host code of the .cu sources, launches rewritten, as a CUDA build compiles it
+    (-DWB_WITH_CUDA, the CUDA toolkit's headers). A CPU build of torch ships the c10/cuda headers
+    but not the one CMake writes for CUDA builds, which only sets export macros: an empty one
+    stands in for it here; on a CUDA host tests/test_adopt_cuda.py builds the whole library."""
+    kernels = tmp_path / "kernels"
+    adopt(TUTORIAL, "tut", kernels)
+    adopt(CUDA_ONLY, "rows", kernels)
+    project = discover(kernels)
+    config = make_config(archs=("sm_90a",), link=False)
+    torch_include = [Path(f[len("-isystem") :]) for f in config.torch_flags if "-isystem" in f]
+    if not any((d / "c10" / "cuda" / "CUDAStream.h").is_file() for d in torch_include):
+        pytest.skip("this torch ships no c10/cuda headers")
+    stub = tmp_path / "stub" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    stub.parent.mkdir(parents=True)
+    stub.write_text("#pragma once\n")
+    assert config.cuda_home is not None
+    procs = []
+    for family in ("tut", "rows"):
+        cmd = [
+            str(config.cxx),
+            *config.torch_flags,
+            f"-isystem{config.cuda_home / 'include'}",
+            f"-isystem{tmp_path / 'stub'}",
+            "-DWB_WITH_CUDA",
+            *(f"-I{d}" for d in (*project.include_dirs, *project.binding_include_dirs)),
+            "-fsyntax-only",
+            str(project.bindings_dir / f"{family}.cpp"),
+        ]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    for p in procs:
+        out, _ = p.communicate()
+        assert p.returncode == 0, out.decode()[-4000:]

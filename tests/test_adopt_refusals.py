@@ -56,14 +56,14 @@ REGISTER = 'TORCH_LIBRARY(e, m) { m.def("f(Tensor x) -> Tensor"); }\n'
             + REGISTER,
             1,
             "host function or variable 'h', used by device code 'k'",
-        ),  # fmt: skip
+        ),
         # a kernel handed to a CUDA API instead of launched
         (
             "__global__ void k(float* x) {}\nvoid g() { cudaFuncSetAttribute(k, 0, 0); }\n"
             + REGISTER,
             2,
             "kernel 'k' named by host code other than in a <<<...>>> launch",
-        ),  # fmt: skip
+        ),
         # a user header adopt would have to move
         ('#include "mine.h"\n' + REGISTER, 1, '#include "mine.h"'),
         # a registration body adopt does not read
@@ -75,7 +75,7 @@ REGISTER = 'TORCH_LIBRARY(e, m) { m.def("f(Tensor x) -> Tensor"); }\n'
             " k<scalar_t><<<1, 1>>>(t.data_ptr<scalar_t>()); }); }\n" + REGISTER,
             2,
             "launched under a dtype dispatch that includes c10::Half",
-        ),  # fmt: skip
+        ),
         # an unterminated comment: the reader cannot go on
         ("/* never closed\n" + REGISTER, 1, "unterminated comment"),
     ],

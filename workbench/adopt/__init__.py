@@ -223,4 +223,9 @@ def adopt(
         paths[(kernels_dir if top == "kernels" else kernels_dir.parent / "bindings") / rest] = text
     written = write_all(paths, folder)
     dropped = [f"{u.where(it.line)}: {it.name} ({why})" for u, it, why in plan.dropped]
+    dropped += [
+        f"{b.unit.where(line)}: {b.var}.{call} (fakes and autograd come from spec.py)"
+        for b in plan.blocks
+        for line, call in b.dropped
+    ]
     return Adopted(name, written, ops, plan.namespace, dropped)

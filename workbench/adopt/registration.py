@@ -9,6 +9,10 @@ from workbench.adopt.lexer import Token, string_value
 from workbench.adopt.parse import Item, Unit, split_commas
 
 
+# Calls that point torch at a Python module of fake kernels: the family's spec.py holds them.
+_PYTHON_ONLY = frozenset({"impl_abstract_pystub", "set_python_module"})
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A construct adopt will not split: where, what, and what to do by hand."""
@@ -34,6 +38,7 @@ class Block:
     defs: list[tuple[str, str, str | None]] = field(default_factory=list)  # (op, schema, impl)
     impls: list[str] = field(default_factory=list)  # op names
     head_end: int = 0  # offset after the macro's ')' (where the body starts)
+    dropped: list[tuple[int, str]] = field(default_factory=list)  # (line, call) left out
 
 
 def op_name(schema: str) -> str:
@@ -95,6 +100,9 @@ def _statement(block: Block, toks: list[Token]) -> list[Refusal]:
     unit = block.unit
     where = unit.where(toks[0].line if toks else block.item.line)
     call = "impl" if block.macro == "TORCH_LIBRARY_IMPL" else "def"
+    if len(toks) > 2 and toks[0].text == block.var and toks[2].text in _PYTHON_ONLY:
+        block.dropped.append((toks[0].line, toks[2].text))  # the spec's fakes stand for it
+        return []
     ok = (
         len(toks) >= 5
         and toks[0].text == block.var

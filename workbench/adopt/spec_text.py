@@ -70,7 +70,10 @@ def _fake(args: list[tuple[str, str]], ret: str) -> str:
     first = next((n for t, n in args if t.rstrip("?") == "Tensor"), None)
     if ret in ("()", "") or first is None:
         return "None"
-    return f"torch.empty_like({first}, memory_format=torch.contiguous_format)"
+    like = f"torch.empty_like({first}, memory_format=torch.contiguous_format)"
+    if ret.startswith("("):  # a tuple of results
+        return "(" + ", ".join([like] * (ret.count(",") + 1)) + ")"
+    return like
 
 
 def spec_py(
@@ -85,8 +88,9 @@ def spec_py(
     out = [
         f'"""Spec of the {name} family, adopted by wb adopt from {sources}.\n\n'
         "Fill in each reference (plain PyTorch computing what the op computes), then run\n"
-        f"`wb check {name}`. The samples and fakes below are read from the schemas: every Tensor\n"
-        "argument gets one shape; adjust them where the op needs otherwise.\n"
+        f"`wb check {' '.join(op for op, _, _ in ops)}`. The samples and fakes below are read\n"
+        "from the schemas: every Tensor argument gets one shape; adjust them where the op needs\n"
+        "otherwise.\n"
         '"""\n\nfrom __future__ import annotations\n\nimport importlib\nfrom typing import Any\n\n'
         "import torch\n\nfrom workbench.spec import OpSpec, Sample, elementwise_shapes, randn\n\n"
         f"DTYPES = {dtypes}\n",
