@@ -225,7 +225,9 @@ def _registrations(plan: Plan) -> None:
                 )
                 continue
             if it.name == "PYBIND11_MODULE" and not it.body:
-                plan.dropped.append((u, it, "an empty pybind11 module, which only names the library"))
+                plan.dropped.append(
+                    (u, it, "an empty pybind11 module, which only names the library")
+                )
                 continue
             if it.name == "PYBIND11_MODULE":
                 plan.refusals.append(

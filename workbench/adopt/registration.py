@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from workbench.adopt.lexer import Token, string_value
 from workbench.adopt.parse import Item, Unit, split_commas
 
-
 # Calls that point torch at a Python module of fake kernels: the family's spec.py holds them.
 _PYTHON_ONLY = frozenset({"impl_abstract_pystub", "set_python_module"})
 
