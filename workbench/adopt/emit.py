@@ -15,7 +15,8 @@ import re
 from workbench.adopt import cpu
 from workbench.adopt.lexer import directive
 from workbench.adopt.parse import Item, Unit
-from workbench.adopt.plan import Launch, Plan, param_decls, template_params
+from workbench.adopt.plan import Launch, Plan
+from workbench.adopt.signature import param_decls, template_params
 
 # Includes that go nowhere: the Python bindings, which the registry does not use.
 _DROPPED = re.compile(r"[<\"](?:Python\.h|torch/python\.h|pybind11/[^>\"]*)[>\"]")
