@@ -14,6 +14,7 @@ import torch
 
 import workbench
 from workbench import knobs
+from workbench.cli import main as wb
 from workbench.compat import dropin, pch
 
 SOURCE = """\
@@ -93,6 +94,12 @@ def test_an_edit_makes_the_header_and_the_next_compiles_read_it(
         torch.testing.assert_close(getattr(torch.ops, ns).bump(x), x + step)
 
     load(1)  # a first compile makes no header
+    capfd.readouterr()
+    assert wb(["why", str(src)]) == 0
+    said = capfd.readouterr().out
+    assert said.startswith("bump.cpp: last compiled ") and f"(drop-in {ns})" in said
+    assert "it includes torch/library.h, ATen/ops/add.h" in said
+    assert "not made yet: it is made at the source's first edit" in said
     options = dict(extra_cflags=[], extra_cuda_cflags=[], extra_ldflags=[], extra_include_paths=[])
     (unit, _) = dropin.recipe(ns, [src], with_cuda=False, python_module=False, **options).units
     assert unit.pch is not None and unit.pch.include == "torch/library.h"
@@ -104,6 +111,9 @@ def test_an_edit_makes_the_header_and_the_next_compiles_read_it(
     load(3)
     assert unit.pch.output.stat().st_mtime_ns == made  # made once
     assert _uses_header(unit, tmp_path)
+    capfd.readouterr()
+    assert wb(["why", str(src)]) == 0
+    assert "with the precompiled torch/library.h" in capfd.readouterr().out
 
     # A header GCC cannot use (damaged here; a changed flag or macro alike): it says so and
     # compiles the header's text, with the same result.
@@ -135,3 +145,12 @@ def test_a_source_that_cannot_use_a_header_says_why_once(tmp_path: Path) -> None
         "wb: lead_ext: lead.cpp: no precompiled torch header: it starts with #define, which "
         "could change what the header means"
     ]
+    why = subprocess.run(
+        [sys.executable, "-m", "workbench", "why", str(src)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert why.returncode == 0, why.stderr
+    assert "no precompiled header: it starts with #define" in why.stdout
+    assert "make the torch header the source's first include" in why.stdout

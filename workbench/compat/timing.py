@@ -11,6 +11,7 @@ compile read are torch's, so the explanation is measured, not guessed.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from workbench import cache, ninja
 from workbench.hashing import digest
 
 SLOW = 5.0  # seconds: a compile this long gets a pointer to `wb why` on the load line
-TORCH_DIR = "/torch/include/"
+TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]((?:torch|ATen|c10)/[^>"]+)[>"]', re.M)
 # The pass names nvcc_pipeline writes, in words.
 PASSES = {
     "host-pp": "host preprocessor",
@@ -39,14 +40,14 @@ def _file(source: Path) -> Path:
     return cache.root() / "dropin-times" / f"{digest(str(source))[:24]}.json"
 
 
-def _headers(depfile: Path) -> tuple[int, int]:
-    """(files the compile read, of which torch's)."""
+def torch_includes(source: Path) -> list[str]:
+    """The torch headers (torch/, ATen/, c10/) a source includes itself, in its order. Its
+    depfile cannot tell: torch's headers come in through -isystem, which -MMD leaves out."""
     try:
-        text = depfile.read_text().replace("\\\n", " ")
+        text = source.read_text(errors="replace")
     except OSError:
-        return 0, 0
-    files = text.partition(": ")[2].split()
-    return len(files), sum(TORCH_DIR in f for f in files)
+        return []
+    return TORCH_INCLUDE.findall(text)
 
 
 def record(
@@ -71,7 +72,7 @@ def record(
         entry["seconds"] = times.get("wall", seconds)
         entry["passes"] = times.get("passes")
         entry["host_reused"] = times.get("host_reused")
-    entry["files"], entry["torch_files"] = _headers(Path(f"{job.output}.d"))
+    entry["torch_includes"] = torch_includes(job.source)
     path = _file(job.source)
     path.parent.mkdir(parents=True, exist_ok=True)
     cache.write_atomic(path, json.dumps(entry, indent=1))
@@ -103,8 +104,12 @@ def explain(entry: dict[str, Any]) -> list[str]:
     secs = entry["seconds"]
     took = f"{secs:.1f} s" if isinstance(secs, (int, float)) else "an unknown time"
     lines = [f"{source.name}: last compiled {when} in {took} (drop-in {entry['name']})"]
-    files, torch_files = entry.get("files", 0), entry.get("torch_files", 0)
-    reads = f"it reads {files} files, {torch_files} of them torch's headers"
+    includes = entry.get("torch_includes") or []
+    reads = (
+        f"it includes {', '.join(includes)}: thousands of lines of torch's headers"
+        if includes
+        else ""
+    )
     if source.suffix in (".cu", ".cuh"):
         lines += _explain_cuda(entry, reads)
     else:
@@ -128,12 +133,12 @@ def _explain_cuda(entry: dict[str, Any], reads: str) -> list[str]:
             )
     front = sum(passes.get(k, 0.0) for k in FRONT_ENDS)
     own = passes.get("ptxas", 0.0)
-    if passes and entry.get("torch_files"):
+    if passes and reads:
         out.append(
-            f"  why: {reads}; nvcc's front ends parse them again in every pass "
+            f"  why: {reads}, which nvcc's front ends parse again in every pass "
             f"({front:.1f} s of pass time), while the kernels' own code took {own:.2f} s of ptxas"
         )
-    elif entry.get("torch_files"):
+    elif reads:
         out.append(f"  why: {reads}, which nvcc's host and device passes each parse")
     out.append(
         f"  fix: `{adopt_command(entry)}` moves its kernels into a device-only TU "
@@ -145,8 +150,9 @@ def _explain_cuda(entry: dict[str, Any], reads: str) -> list[str]:
 
 def _explain_cxx(entry: dict[str, Any], reads: str) -> list[str]:
     pch = entry.get("pch")
+    reads = reads or "it includes no torch header"
     if pch is None:
-        return [f"  {reads}; it includes no torch header first, so it compiles as written"]
+        return [f"  {reads}; no precompiled header applies, so it compiles as written"]
     if pch.startswith("with "):
         return [
             f"  {reads}; {pch}: what remains is the code the source itself instantiates",
