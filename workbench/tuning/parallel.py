@@ -153,6 +153,7 @@ class Pool:
         self.devices, self.kernels = devices, kernels
         self.namespace, self.family = namespace, family
         self.workers: list[Worker] = []
+        self.compiled: dict[str, list[str]] = {}  # per device, the TUs its worker compiled
         try:
             self.workers = [Worker(d, kernels, namespace, family) for d in devices]
         except BaseException:
@@ -218,6 +219,10 @@ class Pool:
                 last = next((x for x in reversed(again.tail) if x.strip()), "no output")
                 for v in share:
                     v.status, v.detail = "worker died", f"{worker.device}: {last}"
+        for worker, answer in zip(first, answers, strict=True):
+            self.compiled[worker.device] = list((answer or {}).get("compiled", []))
+            if self.compiled[worker.device]:  # the run builds every variant: a worker should not
+                say(f"{worker.device} compiled {', '.join(self.compiled[worker.device])}")
         names = {a["device"] for a in answers if a is not None}
         if len(names) > 1:
             say(f"the GPUs differ ({', '.join(sorted(names))}): times are scaled by the default's")
@@ -330,15 +335,20 @@ def main(argv: list[str]) -> int:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)  # before any CUDA work: its context is on this GPU alone
         torch.zeros(1, device=dev)  # CUDA starts while the run builds
-    from workbench import api
+    from workbench import api, events
 
-    lib = api.load(kernels, namespace=namespace, families=[family_name])
+    compiled: list[str] = []  # what this worker compiled: nothing, when the run built it all
+    events.compile_hooks.append(lambda family, source: compiled.append(str(source)))
+    # Registered now (not at the first lookup of an op): its live handle names the kernels of
+    # its device-only TUs, which a variant's modules are compiled for (as the run's are).
+    lib = api.load(kernels, namespace=namespace, families=[family_name], eager=True)
     request = json.loads(sys.stdin.read())
     phases: dict[str, float] = {}
     sizes, answer_rows, done = _check_and_time(lib, family_name, dev, request, phases)
     answer = {
         "variants": answer_rows,
         "phases": phases,
+        "compiled": compiled,
         "rounds": done,
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "sizes": [_size_record(s) for s in sizes],
