@@ -124,6 +124,36 @@ def test_an_inline_def_becomes_a_composite_kernel(tmp_path: Path) -> None:
     assert "devices=('cpu', 'cuda')" in got["kernels/cpuin/spec.py"]
 
 
+def test_a_forward_declared_kernel_gets_one_launcher_and_a_meta_kernel_no_device(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "fwd.cu"
+    source.write_text(
+        "#include <torch/extension.h>\n"
+        "__global__ void twice_kernel(float* x, int n);\n"
+        "at::Tensor twice_cuda(const at::Tensor& x_in) {\n"
+        "  at::Tensor x = x_in.clone();\n"
+        "  twice_kernel<<<1, 128>>>(x.data_ptr<float>(), static_cast<int>(x.numel()));\n"
+        "  return x;\n"
+        "}\n"
+        "at::Tensor twice_meta(const at::Tensor& x) { return at::empty_like(x); }\n"
+        "__global__ void twice_kernel(float* x, int n) {\n"
+        "  int i = threadIdx.x;\n"
+        "  if (i < n) x[i] *= 2;\n"
+        "}\n"
+        'TORCH_LIBRARY(fwd, m) { m.def("twice(Tensor x) -> Tensor"); }\n'
+        'TORCH_LIBRARY_IMPL(fwd, CUDA, m) { m.impl("twice", &twice_cuda); }\n'
+        'TORCH_LIBRARY_IMPL(fwd, Meta, m) { m.impl("twice", &twice_meta); }\n'
+    )
+    adopt([source], "fwd", tmp_path / "kernels")
+    got = files(tmp_path)
+    assert got["kernels/fwd/fwd.cu"].count("WB_DEVICE_TEMPLATE(") == 1
+    kernel = got["kernels/fwd/fwd.kernel.cu"]
+    assert kernel.index("void twice_kernel(float* x, int n);") < kernel.index("x[i] *= 2")
+    assert "devices=('cuda',)" in got["kernels/fwd/spec.py"]
+    assert "WB_IMPL(Meta, m)" in got["bindings/fwd.cpp"]
+
+
 def test_the_lexer_reads_braces_in_comments_strings_and_raw_strings() -> None:
     text = '// {\n/* } */ const char* s = "}{";\nauto r = R"x(})x";\nk<<<1, 2>>>(a);\n'
     toks = tokenize(text)

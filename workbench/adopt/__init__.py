@@ -129,6 +129,15 @@ def _references(given: list[str], ops: list[str]) -> dict[str, str]:
     return out
 
 
+_KEY_DEVICES = {
+    "CPU": {"cpu"},
+    "CUDA": {"cuda"},
+    "CompositeExplicitAutograd": {"cpu", "cuda"},
+    "CompositeImplicitAutograd": {"cpu", "cuda"},
+    "CatchAll": {"cpu", "cuda"},
+}
+
+
 def _devices(plan: Plan) -> dict[str, tuple[str, ...]]:
     keys: dict[str, set[str]] = {}
     for b in plan.blocks:
@@ -137,7 +146,7 @@ def _devices(plan: Plan) -> dict[str, tuple[str, ...]]:
             if impl is not None:
                 keys[op] |= {"cpu", "cuda"}
         for op in b.impls:
-            dev = {"CPU": {"cpu"}, "CUDA": {"cuda"}}.get(b.key, {"cpu", "cuda"})
+            dev = _KEY_DEVICES.get(b.key, set())  # Meta, Autograd, ...: no device of their own
             keys.setdefault(op, set()).update(dev)
     return {
         op: tuple(d for d in ("cpu", "cuda") if d in k) or ("cpu", "cuda") for op, k in keys.items()

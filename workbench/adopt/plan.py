@@ -153,7 +153,7 @@ def make(units: list[Unit]) -> Plan:
         for it in u.items:
             if id(it) not in device:
                 continue
-            if kinds[id(it)] == "kernel":
+            if kinds[id(it)] == "kernel" and it.kind == "function":  # not a forward declaration
                 plan.kernels.append((u, it))
             if it in [s for _, s in plan.shared]:
                 continue
@@ -273,7 +273,10 @@ def _host_side(
     plan: Plan, kinds: dict[int, str], device: dict[int, Item], where: dict[int, Unit]
 ) -> None:
     """Launches in host code, and what host code shares with device code."""
-    kernels = {it.name: it for it in device.values() if kinds[id(it)] == "kernel"}
+    kernels: dict[str, Item] = {}
+    for it in device.values():  # a definition, where a forward declaration comes first
+        if kinds[id(it)] == "kernel" and (it.kind == "function" or it.name not in kernels):
+            kernels[it.name] = it
     used_by_host: dict[str, Item] = {}
     for u in plan.units:
         for it in u.items:
