@@ -57,6 +57,18 @@ def test_wb_check_prints_a_table_writes_json_and_exits_0(
     }
 
 
+def test_a_family_name_checks_the_family_s_ops(lib: Any, tmp_path: Path, cache_dir: Path) -> None:
+    """``inplace`` is a family, not an op: it stands for its ops (add_out, scale_)."""
+    out = tmp_path / "rows.json"
+    proc = wb(
+        "check", "inplace", "--device", "cpu", "--trials", "1", "--json", str(out), cache=cache_dir
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {r["op"] for r in json.loads(out.read_text())["rows"]} == {"add_out", "scale_"}
+    bad = wb("check", "inplac", "--device", "cpu", cache=cache_dir)
+    assert bad.returncode == 2 and "inplace" in bad.stderr  # the close name is offered
+
+
 def test_wb_check_exits_1_and_names_the_failure(impostor_kernels: Path, cache_dir: Path) -> None:
     proc = wb(
         "--kernels", str(impostor_kernels), "--namespace", "impostor",

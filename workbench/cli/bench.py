@@ -8,7 +8,9 @@ from pathlib import Path
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("ops", nargs="*", help="ops to time (default: every op with a spec)")
+    p.add_argument(
+        "ops", nargs="*", help="ops or op families to time (default: every op with a spec)"
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda where built")
     p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, ...")
     p.add_argument("--sizes", help="comma-separated size labels of the sweep (default: all)")
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
     project_of(args)  # an empty registry says so before anything loads
     lib = workbench.load(args.kernels, namespace=args.namespace)
-    require_specs(args.ops, lib.specs, lib.project.kernels_dir)
+    args.ops = require_specs(args.ops, lib.specs, lib.project.kernels_dir, lib.project)
     names = args.ops or sorted(lib.specs)
     steps = Steps("bench", len(names))
     result = BenchResult()

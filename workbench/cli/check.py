@@ -19,7 +19,9 @@ DEVICES = ("cpu", "cuda", "all")
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("ops", nargs="*", help="ops to check (default: every op with a spec)")
+    p.add_argument(
+        "ops", nargs="*", help="ops or op families to check (default: every op with a spec)"
+    )
     p.add_argument(
         "--device",
         choices=DEVICES,
@@ -94,7 +96,7 @@ def _check(args: argparse.Namespace) -> Any:
         lib = workbench.load(args.kernels, namespace=args.namespace)
         with_cuda, cpu_reason = lib.config.with_cuda, lib.config.cpu_reason
         where = lib.project.kernels_dir
-    require_specs(args.ops, lib.specs, where)
+    args.ops = require_specs(args.ops, lib.specs, where, getattr(lib, "project", None))
     devices = _devices(args.device, with_cuda, cpu_reason, torch.cuda.is_available())
     options = Options(trials=args.trials, seed=args.seed, contract=not args.no_contract)
     report = Report()

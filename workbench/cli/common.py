@@ -33,12 +33,22 @@ def unknown(what: str, name: str, known: list[str], where: object) -> WorkbenchE
     return WorkbenchError(f"no {what} {name!r} in {where}; known: {listing}")
 
 
-def require_specs(names: list[str], specs: dict[str, Any], where: object) -> None:
-    """Raise for the first of ``names`` that is not an op with a spec (the ops that can be
-    checked and timed)."""
+def require_specs(
+    names: list[str], specs: dict[str, Any], where: object, project: Project | None = None
+) -> list[str]:
+    """``names`` as ops with a spec (the ops that can be checked and timed): a family's name
+    stands for its ops that have one. Raise for the first name that is neither."""
+    ops: list[str] = []
     for name in names:
-        if name not in specs:
-            raise unknown("op", name, list(specs), where)
+        found = [name] if name in specs else []
+        if not found and project is not None:
+            family = next((f for f in project.families if f.name == name), None)
+            found = [op for op in op_names(family, project) if op in specs] if family else []
+        if not found:
+            known = list(specs) + ([f.name for f in project.families] if project else [])
+            raise unknown("op", name, known, where)
+        ops += [op for op in found if op not in ops]
+    return ops
 
 
 def op_names(family: Family, project: Project) -> list[str]:
