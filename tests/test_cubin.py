@@ -201,12 +201,49 @@ def test_fewer_registers_warn_of_spills_and_more_of_a_lower_bound(tmp_path: Path
     assert cubin.warnings_for(cubin.read(capped, "sm_90a")[name], None) == []
 
 
+NAMED = r"""
+namespace outer {
+struct Pair { float a, b; };
+namespace inner {
+template <int N, bool B, typename T> __global__ void k(T* p) { p[0] = T(); }
+template <typename T, typename U> __global__ void two(T* p, const U* q) { p[0] = T(q[0]); }
+}  // namespace inner
+namespace {
+template <unsigned N, typename T> __global__ void hidden(T* p) { p[0] = T(N); }
+}  // namespace
+template <int N> __global__ void launch(float* p) { inner::k<N, true, float><<<1, 1>>>(p); }
+}  // namespace outer
+template <long N, typename T> __global__ void top(T* p) { p[0] = T(N); }
+"""
+EXPRESSIONS = [
+    "outer::inner::k<4, true, float>",
+    "outer::inner::k<-3, false, outer::Pair>",
+    "outer::inner::k<8, false, double>",
+    "outer::inner::two<outer::Pair, outer::Pair>",
+    "outer::inner::two<const int*, unsigned char>",
+    "top<7, long long>",
+    "top<0, outer::Pair*>",
+    "outer::hidden<3, float>",
+]
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed")
+def test_short_names_read_back_the_instantiations_nvrtc_mangled(tmp_path: Path) -> None:
+    src = tmp_path / "named.kernel.cu"
+    src.write_text(NAMED.replace("template <int N> __global__ void launch", "// no launch"))
+    result = nvrtc.compile(src, "sm_90a", EXPRESSIONS, ["-std=c++17"])
+    for expression, mangled in result.lowered.items():  # an anonymous namespace is left out
+        assert cubin.short_name(mangled).replace(" ", "") == expression.replace(" ", ""), mangled
+    assert cubin.read(result.cubin, "sm_90a").keys() == set(result.lowered.values())
+
+
 def test_short_names_and_the_report_filter() -> None:
     assert cubin.short_name("_Z4axpyfPKfPfi") == "axpy"
-    assert cubin.short_name("_ZN2wb5scale12scale_kernelILi4ELb1EfEEvPKT1_PS2_lS2_") == (
-        "wb::scale::scale_kernel<...>"
-    )
-    assert cubin.short_name("_Z4fillILi3EEvPf") == "fill<...>"
+    assert cubin.short_name("_Z4fillILi3EEvPf") == "fill<3>"
+    layer_norm = "_ZN2wb10layer_norm12_GLOBAL__N_122layer_norm_regs_kernelILi4ELi2EfEEvPKT1_"
+    assert cubin.short_name(layer_norm) == "wb::layer_norm::layer_norm_regs_kernel<4, 2, float>"
+    expression = "_ZN2wb1k6kernelILi1EXadL_Z1fvEEEEvv"  # an argument this reader does not know
+    assert cubin.short_name(expression) == "wb::k::kernel<...>"
     assert cubin.short_name("plain_c_name") == "plain_c_name"
     text = (
         "k.cu(3): error: x is undefined\n"

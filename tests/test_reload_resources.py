@@ -9,7 +9,6 @@ On a GPU, a copy of bundled families is edited and reloaded, and the line is rea
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -45,16 +44,10 @@ struct Apply {
 };"""
 
 
-def timed_report(
+def report(
     before: dict[str, resources.Snapshot], after: dict[str, resources.Snapshot]
-) -> tuple[list[str], list[str], float]:
-    """The report, and the best of five timings of it (the reload's cost)."""
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        lines, warnings = resources.report(before, after, ARCH)
-        best = min(best, time.perf_counter() - start)
-    return lines, warnings, best
+) -> tuple[list[str], list[str]]:
+    return resources.report(before, after, ARCH)
 
 
 @pytest.mark.nvcc
@@ -77,21 +70,21 @@ def test_an_nvcc_kernel_edit_names_each_changed_kernel_and_a_comment_names_none(
     source.write_text(source.read_text() + "// a comment: the same code\n")
     second = built()
     assert second.compiled == [source]  # compiled again ...
-    lines, warnings, _ = timed_report(
+    lines, warnings = report(
         {"op00": resources.Snapshot(first, {})}, {"op00": resources.Snapshot(second, {})}
     )
     assert lines == [] and warnings == []  # ... to the same kernels: nothing to say
 
     edit(source, LIGHT, HEAVY)
     third = built()
-    lines, warnings, seconds = timed_report(
+    lines, warnings = report(
         {"op00": resources.Snapshot(second, {})}, {"op00": resources.Snapshot(third, {})}
     )
     # Every instantiation of the kernel (4 dtypes x 3 paths) runs the new functor.
     assert len(lines) == 12, lines
-    assert all(line.startswith("op00: _ZN2wb6detail") or "op00_kernel" in line for line in lines)
+    assert all(line.startswith("op00: wb::") for line in lines), lines  # demangled
+    assert len({line.split(" sm_90a: ")[0] for line in lines}) == 12  # one name each
     assert all(" sm_90a: " in line and " B spilled, " in line for line in lines)  # known
-    assert seconds < 0.005, f"{seconds * 1e3:.2f} ms to read the kernels of one edited TU"
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed")
@@ -113,12 +106,10 @@ def test_a_device_only_edit_warns_when_spills_appear_and_when_the_bound_falls(
     def compare(
         old: dict[str, tuple[str, ...]], new: dict[str, tuple[str, ...]]
     ) -> tuple[list[str], list[str]]:
-        lines, warnings, seconds = timed_report(
+        return report(
             {"op00": resources.Snapshot(stand_in, old)},
             {"op00": resources.Snapshot(stand_in, new)},
         )
-        assert seconds < 0.005
-        return lines, warnings
 
     free = modules()
     bound = "__launch_bounds__(wb::detail::kThreads)"

@@ -84,8 +84,8 @@ def _sections(data: bytes) -> list[tuple[str, int, int, int, int]]:
     return out
 
 
-def _records(blob: bytes) -> Iterable[tuple[int, bytes | int]]:
-    """(attribute, value) of each record of an .nv.info section: bytes for a sized value, an
+def _records(blob: memoryview) -> Iterable[tuple[int, memoryview | int]]:
+    """(attribute, value) of each record of an .nv.info section: the bytes of a sized value, an
     int for the others."""
     at = 0
     while at + 4 <= len(blob):
@@ -121,18 +121,19 @@ def _read(data: bytes, arch: str | None) -> dict[str, Kernel]:
     frames: dict[int, int] = {}
     registers: dict[int, int] = {}
     bounds: dict[str, int] = {}
-    symbols = _symbols(data, sections)
+    view = memoryview(data)
     for name, _, offset, size, _ in sections:
         if name == ".nv.info":
-            for attr, value in _records(data[offset : offset + size]):
-                if attr in (EIATTR_FRAME_SIZE, EIATTR_REGCOUNT) and isinstance(value, bytes):
+            for attr, value in _records(view[offset : offset + size]):
+                if attr in (EIATTR_FRAME_SIZE, EIATTR_REGCOUNT) and not isinstance(value, int):
                     index, count = struct.unpack_from("<II", value)
                     (frames if attr == EIATTR_FRAME_SIZE else registers)[index] = count
         elif name.startswith(".nv.info."):
-            for attr, value in _records(data[offset : offset + size]):
-                if attr in (EIATTR_MAX_THREADS, EIATTR_REQNTID) and isinstance(value, bytes):
+            for attr, value in _records(view[offset : offset + size]):
+                if attr in (EIATTR_MAX_THREADS, EIATTR_REQNTID) and not isinstance(value, int):
                     x, y, z = struct.unpack_from("<III", value)
                     bounds[name[len(".nv.info.") :]] = x * y * z
+    symbols = _symbols(data, sections, set(frames) | set(registers))
     out = {}
     for name, _, offset, size, info in sections:
         if not name.startswith(".text."):
@@ -147,19 +148,23 @@ def _read(data: bytes, arch: str | None) -> dict[str, Kernel]:
             shared=max(0, smem - RESERVED_SHARED) if sm_of(arch) >= 90 and smem else smem,
             launch_bound=bounds.get(fn, 0),
             frame=frames.get(index, 0),
-            code=zlib.crc32(data[offset : offset + size]),
+            code=zlib.crc32(view[offset : offset + size]),
         )
     return out
 
 
-def _symbols(data: bytes, sections: list[tuple[str, int, int, int, int]]) -> dict[str, int]:
-    """The index of each symbol of ``.symtab``, by name (frame records name kernels by it)."""
+def _symbols(
+    data: bytes, sections: list[tuple[str, int, int, int, int]], indices: set[int]
+) -> dict[str, int]:
+    """The symbols of ``.symtab`` at ``indices`` (those the records name), index by name."""
     tables = {n: (o, s) for n, _, o, s, _ in sections if n in (".symtab", ".strtab")}
     if len(tables) < 2:
         return {}
     (sym_at, sym_size), (str_at, _) = tables[".symtab"], tables[".strtab"]
     out = {}
-    for i in range(sym_size // 24):
+    for i in indices:
+        if i >= sym_size // 24:
+            continue
         name_at, = struct.unpack_from("<I", data, sym_at + 24 * i)  # fmt: skip
         end = data.find(b"\0", str_at + name_at)
         out[data[str_at + name_at : end].decode(errors="replace")] = i
@@ -328,11 +333,133 @@ def bound(k: Kernel) -> Occupancy:
 
 
 def short_name(mangled: str) -> str:
-    """``wb::scale::scale_kernel<...>`` for ``_ZN2wb5scale12scale_kernelILi4E...``: the names of
-    an Itanium-mangled function without its arguments (template arguments as ``<...>``)."""
-    m = re.match(r"_Z(N?)", mangled)
-    if m is None:
+    """``wb::scale::scale_kernel<4, true, float>`` for ``_ZN2wb5scale12scale_kernelILi4ELb1EfEE
+    vi...``: the name of an Itanium-mangled function with its template arguments, without its
+    parameters or anonymous namespaces. Template arguments this reader does not know (an
+    expression, a substitution of std::) read as ``<...>``; a name it cannot read is returned
+    as it is."""
+    if not mangled.startswith("_Z"):
         return mangled
+    try:
+        name = _Names(mangled).function()
+    except (ValueError, IndexError):
+        name = _names_only(mangled)
+    return re.sub(r"_GLOBAL__N_\w*?::", "", name) or mangled
+
+
+_BUILTIN = {
+    "v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char",
+    "s": "short", "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long",
+    "m": "unsigned long", "x": "long long", "y": "unsigned long long", "f": "float",
+    "d": "double", "e": "long double",
+}  # fmt: skip
+
+
+class _Names:
+    """The names and template arguments of a mangled function's name (the Itanium C++ ABI's
+    <name>), with the substitutions (``S_``, ``S0_``...) that refer to earlier components."""
+
+    def __init__(self, text: str) -> None:
+        self.s, self.i = text, 2  # after _Z
+        self.subs: list[str] = []
+
+    def function(self) -> str:
+        if self.s[self.i] == "N":
+            return self.nested()
+        name = self.source()
+        if self.s[self.i] == "I":
+            self.add(name)
+            name += self.args()
+        return name
+
+    def add(self, entity: str) -> None:
+        if entity not in self.subs:
+            self.subs.append(entity)
+
+    def nested(self) -> str:
+        self.i += 1  # N
+        if self.s[self.i] in "KVr":  # cv-qualifiers of a member function
+            raise ValueError("a member function")
+        parts: list[str] = []
+        while self.s[self.i] != "E":
+            if self.s[self.i] == "I":
+                parts[-1] += self.args()
+            elif self.s[self.i] == "S":
+                parts.append(self.substitution())
+            else:
+                parts.append(self.source())
+            self.add("::".join(parts))
+        self.i += 1
+        return "::".join(parts)
+
+    def source(self) -> str:
+        digits = re.match(r"\d+", self.s[self.i :])
+        if digits is None:
+            raise ValueError(f"no name at {self.i}")
+        self.i += len(digits.group(0))
+        n = int(digits.group(0))
+        self.i += n
+        return self.s[self.i - n : self.i]
+
+    def substitution(self) -> str:
+        m = re.match(r"S([0-9A-Z]*)_", self.s[self.i :])
+        if m is None:
+            raise ValueError("a substitution of std::")
+        self.i += len(m.group(0))
+        return str(self.subs[int(m.group(1), 36) + 1 if m.group(1) else 0])
+
+    def args(self) -> str:
+        self.i += 1  # I
+        out = []
+        while self.s[self.i] != "E":
+            out.append(self.arg())
+        self.i += 1
+        return "<" + ", ".join(a for a in out if a) + ">"
+
+    def arg(self) -> str:
+        if self.s[self.i] == "J":  # a pack: its arguments in place ("" for an empty one)
+            self.i += 1
+            items = []
+            while self.s[self.i] != "E":
+                items.append(self.arg())
+            self.i += 1
+            return ", ".join(i for i in items if i)
+        if self.s[self.i] != "L":
+            return self.type()
+        m = re.match(r"L([a-z])(n?)(\d+)E", self.s[self.i :])
+        if m is None:
+            raise ValueError("a literal this reader does not know")
+        self.i += len(m.group(0))
+        if m.group(1) == "b":
+            return "true" if m.group(3) == "1" else "false"
+        return ("-" if m.group(2) else "") + m.group(3)
+
+    def type(self) -> str:
+        c = self.s[self.i]
+        if c in _BUILTIN:
+            self.i += 1
+            return _BUILTIN[c]
+        if c in "PK":
+            self.i += 1
+            inner = self.type()
+            out = f"{inner}*" if c == "P" else f"const {inner}"
+        elif c == "N":
+            out = self.nested()
+        elif c == "S":
+            out = self.substitution()
+        else:
+            out = self.source()
+        if self.s[self.i] == "I":
+            self.add(out)
+            out += self.args()
+        self.add(out)
+        return out
+
+
+def _names_only(mangled: str) -> str:
+    """The names of a mangled function, its template arguments as ``<...>``."""
+    m = re.match(r"_Z(N?)", mangled)
+    assert m is not None
     at, parts = m.end(), []
     while at < len(mangled) and mangled[at].isdigit():
         digits = re.match(r"\d+", mangled[at:])
@@ -346,7 +473,7 @@ def short_name(mangled: str) -> str:
             break
         if not m.group(1):
             break
-    return "::".join(parts) or mangled
+    return "::".join(parts)
 
 
 def changed(
