@@ -35,6 +35,13 @@ def _kernels():  # type: ignore[no-untyped-def]
 def test_the_raw_page_is_read_by_metric_name() -> None:
     wgmma, copy = _kernels()
     assert short_name(wgmma.name) == "wgmma_kernel<BKMajor<__nv_bfloat16>>"
+    # ncu's names of kernels in an anonymous namespace (an H200 run printed the first)
+    simt = "void unnamed>::simt_kernel<float, 128, 128, 8, 8, 8>(View<T1>, View<T1>, T1 *, long)"
+    assert short_name(simt) == "simt_kernel<float, 128, 128, 8, 8, 8>"
+    norm = "void wb::layer_norm::<unnamed>::layer_norm_regs_kernel<4, 4, float>(const T3 *, int)"
+    assert short_name(norm) == "layer_norm_regs_kernel<4, 4, float>"
+    anon = "void wb::(anonymous namespace)::mma_kernel<wb::bf16, 4>(const T1 *)"
+    assert short_name(anon) == "mma_kernel<bf16, 4>"
     assert short_name(copy.name) == "elementwise_kernel<128, 2, void gpu_kerne..."
     assert wgmma.device == "NVIDIA H100 80GB HBM3"
     assert wgmma.duration_ns == 612448.0  # "612,448" nsecond

@@ -243,7 +243,9 @@ def short_name(full: str, width: int = 44) -> str:
 
     ``void wb::matmul::simt_kernel<float, 64>(const float*, int)`` -> ``simt_kernel<float, 64>``
     """
-    name = full.strip()
+    # An anonymous namespace, as ncu prints it ("<unnamed>", seen without its "<" too) or as
+    # c++filt does: its unbalanced brackets would cut the name at the wrong place.
+    name = re.sub(r"<?unnamed>::|\(anonymous namespace\)::", "", full.strip())
     if name.endswith(")"):  # the parameter list: from the ( that closes the name's last )
         depth = 0
         for i in range(len(name) - 1, -1, -1):
