@@ -63,6 +63,21 @@ def test_wb_bench_draws_a_point_per_row_under_the_cpu_roofs(lib: Any, tmp_path: 
     assert f"roofline: {out} ({len(counted)} points under 1 roof; not drawn" in said
     assert "softmax 1024x128" in said
 
+    # The saved run drawn again without timing (a GPU host's JSON drawn on a laptop): the same
+    # points, and the same picture apart from matplotlib's date stamp.
+    again = tmp_path / "again.svg"
+    drawn = _wb(
+        *("bench", "--plot", "roofline", "--from", str(data), "--out", str(again)),
+        cache=tmp_path / "empty-cache",
+    )
+    assert drawn.returncode == 0, drawn.stderr
+    assert _points(again) == ids
+    shares = [pt.share for pt in Roofline.from_json(json.loads(data.read_text())).points]
+    assert shares == [s["limit"]["share"] for o in ops for s in o["sizes"] if s["flops"] > 0]
+    assert not (tmp_path / "empty-cache").exists()  # nothing was built or timed
+    bad = _wb("bench", "--plot", "roofline", "--from", str(out), cache=tmp_path / "c")
+    assert bad.returncode == 2 and "not a bench's JSON" in bad.stderr
+
 
 def _result(device: str, dtype: str, peak: PeakInfo, bw: float, sheet_bw: float | None) -> Any:
     m = Measurement(summarize([1e-3]), "events")

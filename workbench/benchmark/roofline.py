@@ -105,6 +105,46 @@ class Roofline:
         pic.roofs = list(roofs.values())
         return pic
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Roofline:
+        """From the JSON a bench wrote (``wb bench --json``, ``BenchResult.write_json``): a run
+        on a GPU host drawn anywhere."""
+        pic = cls()
+        roofs: dict[str, Roof] = {}
+        for r in data.get("ops", []):
+            for s in r.get("sizes", []):
+                lim = s.get("limit")
+                kernel = ((s.get("times") or {}).get("kernel") or {}).get("median_s") or 0.0
+                flops, size_bytes = s.get("flops") or 0, s.get("bytes") or 0
+                if not lim or flops <= 0 or not size_bytes or kernel <= 0:
+                    pic.skipped.append(f"{r['op']} {s['label']}")
+                    continue
+                peak = lim.get("peak") or {}
+                roof = Roof(
+                    device=r["device"],
+                    unit=peak.get("unit"),
+                    bandwidth=lim["bandwidth_bytes_per_s"],
+                    peak=peak.get("flops_per_s"),
+                    bandwidth_datasheet=lim.get("bandwidth_datasheet_bytes_per_s"),
+                    peak_datasheet=peak.get("datasheet_flops_per_s"),
+                )
+                roofs.setdefault(roof.key, roof)
+                pic.points.append(
+                    Point(
+                        r["op"],
+                        s["label"],
+                        r["device"],
+                        r["dtype"],
+                        flops / size_bytes,
+                        flops / kernel,
+                        roof.key,
+                        lim["bound"],
+                        lim["share"],
+                    )
+                )
+        pic.roofs = list(roofs.values())
+        return pic
+
     def __repr__(self) -> str:
         drawn = f"{len(self.points)} points under {len(self.roofs)} roofs"
         how = "save(path) writes it; a notebook shows it" if plot.pyplot() else plot.INSTALL

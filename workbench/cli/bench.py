@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 from pathlib import Path
+from typing import Any
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -23,6 +24,13 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="also draw them: time and limit against size to PATH (.png or .svg), or 'roofline': "
         "every op and size under the device's measured roofs (to --out)",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_json",
+        type=Path,
+        metavar="JSON",
+        help="with --plot roofline: draw the results a bench wrote (--json) instead of timing",
     )
     p.add_argument(
         "--out",
@@ -104,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         return _calibrate(args)
     roofline_file = _plot_target(args)
+    if args.from_json is not None:
+        return _draw_saved(args.from_json, roofline_file)
     import workbench
     from workbench.benchmark.result import BenchResult
     from workbench.cli.common import project_of, require_specs
@@ -145,15 +155,39 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         result.write_json(args.json)
     if roofline_file is not None:
-        picture = result.roofline()
-        picture.save(roofline_file)
-        skipped = f"; not drawn, no FLOP count: {', '.join(picture.skipped)}"
-        said = (
-            f"roofline: {roofline_file} ({len(picture.points)} points under "
-            f"{len(picture.roofs)} roof{'' if len(picture.roofs) == 1 else 's'}"
-            f"{skipped if picture.skipped else ''})"
-        )
-        print(textwrap.fill(said, 120, subsequent_indent="  "))
+        _save_roofline(result.roofline(), roofline_file)
     elif args.plot:
         result.plot(args.plot)
+    return 0
+
+
+def _save_roofline(picture: Any, where: Path) -> None:
+    picture.save(where)
+    skipped = f"; not drawn, no FLOP count: {', '.join(picture.skipped)}"
+    said = (
+        f"roofline: {where} ({len(picture.points)} points under "
+        f"{len(picture.roofs)} roof{'' if len(picture.roofs) == 1 else 's'}"
+        f"{skipped if picture.skipped else ''})"
+    )
+    print(textwrap.fill(said, 120, subsequent_indent="  "))
+
+
+def _draw_saved(source: Path, where: Path | None) -> int:
+    """``--plot roofline --from JSON``: the picture of a saved run, no timing."""
+    import json
+
+    from workbench.benchmark.roofline import Roofline
+    from workbench.errors import WorkbenchError
+
+    if where is None:
+        raise WorkbenchError("--from draws a saved run's roofline: give --plot roofline with it")
+    try:
+        data = json.loads(source.read_text())
+    except (OSError, ValueError) as e:
+        raise WorkbenchError(f"--from {source}: not a bench's JSON ({e})") from e
+    if not isinstance(data, dict) or not isinstance(data.get("ops"), list):
+        raise WorkbenchError(
+            f"--from {source}: not a bench's JSON (no 'ops'); write one with --json"
+        )
+    _save_roofline(Roofline.from_json(data), where)
     return 0
