@@ -42,6 +42,9 @@ def test_the_raw_page_is_read_by_metric_name() -> None:
     assert short_name(norm) == "layer_norm_regs_kernel<4, 4, float>"
     anon = "void wb::(anonymous namespace)::mma_kernel<wb::bf16, 4>(const T1 *)"
     assert short_name(anon) == "mma_kernel<bf16, 4>"
+    # an anonymous namespace inside the template arguments (a bracket left unbalanced there)
+    op = "void wb::softmax::warp_kernel<wb::softmax::unnamed>::Fwd<float, 2>>(T1, long, long)"
+    assert short_name(op) == "warp_kernel<Fwd<float, 2>>"
     assert short_name(copy.name) == "elementwise_kernel<128, 2, void gpu_kerne..."
     assert wgmma.device == "NVIDIA H100 80GB HBM3"
     assert wgmma.duration_ns == 612448.0  # "612,448" nsecond

@@ -253,12 +253,12 @@ def short_name(full: str, width: int = 44) -> str:
             if depth == 0:
                 name = name[:i]
                 break
-    head, depth, cut = name, 0, 0
-    for i, ch in enumerate(head):  # the last :: or space outside <...>
-        depth += {"<": 1, ">": -1}.get(ch, 0)
-        if depth == 0 and (head.startswith("::", i) or ch == " "):
-            cut = i + (2 if ch == ":" else 1)
-    name = re.sub(r"\b\w+::", "", head[cut:] or head)  # namespaces within template arguments
+    # The function's own name: after the last "::" or space before its template arguments (a
+    # count of brackets would trip on a bracket left unbalanced in them).
+    at = name.find("<")
+    base, args = (name, "") if at < 0 else (name[:at], name[at:])
+    base = re.split(r"::| ", base)[-1]
+    name = base + re.sub(r"\b\w+::", "", args)  # namespaces within template arguments
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
