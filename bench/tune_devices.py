@@ -9,7 +9,7 @@ by then: both runs pay the same cache lookups). Prints the median of each, their
 one-GPU run's or within its noise band. Writes ``tune_devices.md`` and ``tune_devices.json``
 into ``--out`` (default ``$OUT`` or .).
 
-Usage: python -m bench tune_devices [--op scale:float32] [--repeats 2] [--rounds 3]
+Usage: python -m bench tune_devices [--op scale:float32] [--repeats 2] [--rounds 3] [--sizes L,L]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--op", default="scale:float32", help="OP:DTYPE of a family with a space")
     p.add_argument("--repeats", type=int, default=2, help="tunes of each kind (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="timing rounds per tune (default 3)")
+    p.add_argument("--sizes", help="comma-separated size labels of the sweep (default: all)")
     p.add_argument("--cache", help="the cache folder (default: a new temporary one)")
     p.add_argument("--out", help="where tune_devices.md and .json go (default $OUT or .)")
     args = p.parse_args(argv)
@@ -49,6 +50,8 @@ def main(argv: list[str]) -> int:
     op, dtype = args.op.split(":")
     lib = workbench.load(families=[op])
     kwargs: dict[str, Any] = {"lib": lib, "device": "cuda", "dtype": dtype, "save": False}
+    if args.sizes:
+        kwargs["sizes"] = args.sizes.split(",")
     t = time.perf_counter()
     first = workbench.tune(op, rounds=1, **kwargs)  # builds and caches every variant
     build_s = time.perf_counter() - t
