@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,22 @@ def test_a_dead_worker_is_reported_with_its_stderr_and_its_variants_tried_again(
     assert any("variants to a new worker" in line for line in said)
     assert status["MODE=0"][0] == status["MODE=1"][0] == "checked"  # the others went on
     assert result.winners and "MODE=2" not in result.winners
+
+
+def test_a_worker_without_an_answer_in_time_is_stopped_not_waited_for(one: tuple) -> None:
+    """A worker that never answers (a hang on a GPU, say) costs WB_TUNE_WORKER_TIMEOUT, then
+    the run goes on: here the limit is shorter than the worker's import of torch."""
+    lib, _ = one
+    with knobs.override(WB_TUNE_WORKER_TIMEOUT="0.2"):
+        worker = parallel.Worker("cpu", lib.project.kernels_dir, lib.namespace, "tiny")
+        start = time.perf_counter()
+        assert worker.run({"op": "add_offset"}) is None
+    assert time.perf_counter() - start < 60  # not the worker's whole run
+    assert worker.proc.poll() is not None
+    assert worker.expired is not None and "WB_TUNE_WORKER_TIMEOUT" in worker.expired
+    assert list(worker.tail)[-1] == worker.expired
+    with knobs.override(WB_TUNE_WORKER_TIMEOUT="soon"), pytest.raises(ValueError, match="soon"):
+        knobs.tune_worker_timeout()
 
 
 def test_an_interrupt_ends_every_worker(one: tuple) -> None:

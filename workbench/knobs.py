@@ -100,6 +100,24 @@ def ncu() -> str | None:
     return get("WB_NCU") or None
 
 
+def tune_worker_timeout() -> float:
+    """WB_TUNE_WORKER_TIMEOUT: seconds a ``wb tune --devices`` worker may take to answer (its
+    start, its share's checks and timing) before it is stopped and its variants reported
+    (default 1800)."""
+    value = get("WB_TUNE_WORKER_TIMEOUT")
+    if not value:
+        return 1800.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(
+            f"WB_TUNE_WORKER_TIMEOUT must be a positive number of seconds, got {value!r}"
+        )
+    return seconds
+
+
 def profile_timeout() -> float:
     """WB_PROFILE_TIMEOUT: seconds one ``wb profile`` run under ncu may take before it is stopped
     (default 600: a cold build of the registry runs inside it)."""

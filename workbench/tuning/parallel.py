@@ -22,8 +22,10 @@ when that one dies too they are reported as failed. Ctrl-C (any exception) kills
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -111,6 +113,7 @@ class Worker:
             start_new_session=True,  # Ctrl-C reaches the run, which ends every worker
         )
         self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL)
+        self.expired: str | None = None  # why the wait for its answer was cut short
         self.say: Callable[[str], None] = lambda line: None
         self.reader = threading.Thread(target=self._relay, daemon=True)
         self.reader.start()
@@ -122,16 +125,27 @@ class Worker:
             self.say(f"{self.device}: {line.rstrip()}")
 
     def run(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Send the request and wait for the answer; None when the worker died."""
+        """Send the request and wait for the answer; None when the worker died, or gave none in
+        WB_TUNE_WORKER_TIMEOUT seconds (then it is stopped, with any process it started, and its
+        last stderr line says so)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        limit = knobs.tune_worker_timeout()
+        timer = threading.Timer(limit, self._expire, args=(limit,))
+        timer.daemon = True
+        timer.start()
         try:
-            self.proc.stdin.write(json.dumps(request))
-            self.proc.stdin.close()
-        except (BrokenPipeError, OSError):  # it died before it read: its stderr says why
-            pass
-        out = self.proc.stdout.read()
-        self.proc.wait()
+            try:
+                self.proc.stdin.write(json.dumps(request))
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError):  # it died before it read: its stderr says why
+                pass
+            out = self.proc.stdout.read()
+            self.proc.wait()
+        finally:
+            timer.cancel()
         self.reader.join(timeout=5)
+        if self.expired is not None:
+            self.tail.append(self.expired)
         if self.proc.returncode != 0:
             return None
         try:
@@ -139,6 +153,13 @@ class Worker:
         except (ValueError, IndexError):
             return None
         return answer if isinstance(answer, dict) else None
+
+    def _expire(self, limit: float) -> None:
+        """No answer in time: end the worker's whole session (a process it started could hold
+        its output open), so that the wait for its answer ends."""
+        self.expired = f"no answer in {limit:g} s: stopped (WB_TUNE_WORKER_TIMEOUT sets the limit)"
+        with contextlib.suppress(OSError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -203,6 +224,10 @@ class Pool:
             if answers[i] is not None:
                 continue
             say(_died(worker))
+            if worker.expired is not None:  # a second worker would wait as long: none
+                for v in shares[i]:
+                    v.status, v.detail = "timed out", f"{worker.device}: {worker.expired}"
+                continue
             bad = crashed()
             share = [v for v in shares[i] if keys[v.label] not in bad]
             for v in shares[i]:
