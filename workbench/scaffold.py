@@ -509,7 +509,13 @@ def create_family(kernels_dir: Path, name: str, layout: str = "device") -> list[
     folders made before it.
     """
     paths = family_paths(kernels_dir, name, layout=layout)
-    folder = Path(kernels_dir) / name
+    return write_all(paths, Path(kernels_dir) / name)
+
+
+def write_all(paths: dict[Path, str], folder: Path) -> list[Path]:
+    """Write every file or none (a new family's, from ``wb new`` or ``wb adopt``): FamilyExists
+    before writing anything when ``folder`` or any of the paths exists; a write that fails
+    removes the files and folders made before it."""
     in_the_way = [p for p in (folder, *paths) if p.exists()]
     if in_the_way:
         raise FamilyExists(in_the_way)

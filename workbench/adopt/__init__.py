@@ -181,30 +181,6 @@ def family_texts(plan: Plan, name: str, references: dict[str, str]) -> dict[str,
     return texts
 
 
-def write_all(paths: dict[Path, str], folder: Path) -> list[Path]:
-    """Write every file or none: scaffold.FamilyExists before writing when ``folder`` or any
-    path exists; a failed write removes what it made."""
-    in_the_way = [p for p in (folder, *paths) if p.exists()]
-    if in_the_way:
-        raise scaffold.FamilyExists(in_the_way)
-    made_dirs = {d for p in paths for d in p.parents if not d.exists()}
-    written: list[Path] = []
-    try:
-        for path, text in paths.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("x") as f:  # never over a file that appeared meanwhile
-                written.append(path)
-                f.write(text)
-    except BaseException:
-        for path in written:
-            path.unlink(missing_ok=True)
-        for d in sorted(made_dirs, key=lambda d: len(d.parts), reverse=True):
-            with contextlib.suppress(OSError):
-                d.rmdir()
-        raise
-    return written
-
-
 def adopt(
     sources: list[Path],
     name: str,
@@ -230,7 +206,7 @@ def adopt(
     for rel, text in texts.items():
         top, _, rest = rel.partition("/")
         paths[(kernels_dir if top == "kernels" else kernels_dir.parent / "bindings") / rest] = text
-    written = write_all(paths, folder)
+    written = scaffold.write_all(paths, folder)
     dropped = [f"{u.where(it.line)}: {it.name} ({why})" for u, it, why in plan.dropped]
     dropped += [
         f"{b.unit.where(line)}: {b.var}.{call} (fakes and autograd come from spec.py)"
