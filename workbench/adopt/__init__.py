@@ -18,7 +18,6 @@ nothing is written (:class:`AdoptRefused` lists them all).
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import re
 from dataclasses import dataclass
