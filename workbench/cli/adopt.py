@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from workbench.errors import WorkbenchError
-
 
 def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="the extension's .cpp/.cu files")
@@ -31,28 +29,12 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench import scaffold
     from workbench.adopt import adopt
-    from workbench.project import BUNDLED_KERNELS, INSTALLED
+    from workbench.cli.common import kernels_to_write, writing_family
 
-    if INSTALLED and not args.kernels:
-        raise WorkbenchError(
-            "the bundled kernels belong to the installed workbench package; adopt into your own "
-            f"registry: wb --kernels DIR adopt ... --name {args.name}"
-        )
-    kernels = Path(args.kernels) if args.kernels else BUNDLED_KERNELS
-    try:
+    kernels = kernels_to_write(args, f"wb --kernels DIR adopt ... --name {args.name}")
+    with writing_family(args.name, kernels):
         done = adopt([Path(s) for s in args.sources], args.name, kernels, args.reference)
-    except scaffold.FamilyExists as e:
-        raise WorkbenchError(
-            f"op family {args.name!r} would overwrite {e}; nothing was written: pick another "
-            "name, or remove those files first"
-        ) from e
-    except OSError as e:
-        raise WorkbenchError(
-            f"cannot write op family {args.name!r} into {kernels}: {e}; "
-            "the files written before the error were removed"
-        ) from e
     for path in done.written:
         print(path)
     for line in done.dropped:

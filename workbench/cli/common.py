@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
@@ -86,3 +89,35 @@ def print_json(data: object) -> None:
 def devices_arg(device: str) -> str | None:
     """--device cpu|cuda|auto as make_config's ``devices``."""
     return None if device == "auto" else ("cpu" if device == "cpu" else "cpu,cuda")
+
+
+def kernels_to_write(args: argparse.Namespace, usage: str) -> Path:
+    """The kernels folder a command that writes a family writes into: ``--kernels``, or the
+    bundled one in a checkout (never the installed package's; ``usage`` shows the fix)."""
+    from workbench.project import BUNDLED_KERNELS, INSTALLED
+
+    if INSTALLED and not args.kernels:
+        raise WorkbenchError(
+            "the bundled kernels belong to the installed workbench package; write the family "
+            f"into your own registry: {usage}"
+        )
+    return Path(args.kernels) if args.kernels else BUNDLED_KERNELS
+
+
+@contextlib.contextmanager
+def writing_family(name: str, kernels: Path) -> Iterator[None]:
+    """A family's files written all or none (scaffold.write_all): its errors in words."""
+    from workbench import scaffold
+
+    try:
+        yield
+    except scaffold.FamilyExists as e:
+        raise WorkbenchError(
+            f"op family {name!r} would overwrite {e}; nothing was written: pick another "
+            "name, or remove those files first"
+        ) from e
+    except OSError as e:
+        raise WorkbenchError(
+            f"cannot write op family {name!r} into {kernels}: {e}; "
+            "the files written before the error were removed"
+        ) from e

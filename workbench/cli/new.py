@@ -9,7 +9,6 @@ C++ keyword).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from workbench.errors import WorkbenchError
 
@@ -26,31 +25,16 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from workbench import scaffold
-    from workbench.project import BUNDLED_KERNELS, INSTALLED
+    from workbench.cli.common import kernels_to_write, writing_family
 
-    if INSTALLED and not args.kernels:
-        raise WorkbenchError(
-            "the bundled kernels belong to the installed workbench package; write the family "
-            f"into your own registry: wb --kernels DIR new {args.name}"
-        )
-    kernels = Path(args.kernels) if args.kernels else BUNDLED_KERNELS
+    kernels = kernels_to_write(args, f"wb --kernels DIR new {args.name}")
     try:
         scaffold.check_name(args.name)
     except ValueError as e:
         raise WorkbenchError(str(e)) from e
     layout = "nvcc" if args.nvcc else "device"
-    try:
+    with writing_family(args.name, kernels):
         written = scaffold.create_family(kernels, args.name, layout=layout)
-    except scaffold.FamilyExists as e:
-        raise WorkbenchError(
-            f"op family {args.name!r} would overwrite {e}; nothing was written: pick another "
-            "name, or remove those files first"
-        ) from e
-    except OSError as e:
-        raise WorkbenchError(
-            f"cannot write op family {args.name!r} into {kernels}: {e}; "
-            "the files written before the error were removed"
-        ) from e
     for path in written:
         print(path)
     where = f"--kernels {args.kernels} " if args.kernels else ""
