@@ -48,8 +48,8 @@ def require_specs(
             family = next((f for f in project.families if f.name == name), None)
             found = [op for op in op_names(family, project) if op in specs] if family else []
         if not found:
-            known = list(specs) + ([f.name for f in project.families] if project else [])
-            raise unknown("op", name, known, where)
+            families = [f.name for f in project.families] if project else []
+            raise unknown("op", name, list(dict.fromkeys([*specs, *families])), where)
         ops += [op for op in found if op not in ops]
     return ops
 
