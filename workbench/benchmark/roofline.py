@@ -70,40 +70,9 @@ class Roofline:
 
     @classmethod
     def of(cls, ops: Iterable[Any]) -> Roofline:
-        """From a BenchResult's ``ops`` (OpResult: op, device, dtype, sizes with their limit)."""
-        pic = cls()
-        roofs: dict[str, Roof] = {}
-        for r in ops:
-            for s in r.sizes:
-                lim = s.limit
-                if lim is None or s.flops <= 0 or not s.bytes or s.kernel <= 0:
-                    pic.skipped.append(f"{r.op} {s.label}")
-                    continue
-                peak = lim.peak
-                roof = Roof(
-                    device=r.device,
-                    unit=peak.unit if peak else None,
-                    bandwidth=lim.bandwidth,
-                    peak=peak.flops_per_s if peak else None,
-                    bandwidth_datasheet=lim.bandwidth_datasheet,
-                    peak_datasheet=peak.datasheet_flops_per_s if peak else None,
-                )
-                roofs.setdefault(roof.key, roof)
-                pic.points.append(
-                    Point(
-                        r.op,
-                        s.label,
-                        r.device,
-                        r.dtype,
-                        s.flops / s.bytes,
-                        s.flops / s.kernel,
-                        roof.key,
-                        lim.bound,
-                        lim.share,
-                    )
-                )
-        pic.roofs = list(roofs.values())
-        return pic
+        """From a BenchResult's ``ops`` (OpResult), read as the JSON they write: a live run and
+        a saved one draw the same picture."""
+        return cls.from_json({"ops": [r.to_dict() for r in ops]})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Roofline:
