@@ -27,7 +27,6 @@ from workbench import launcher as team
 from workbench.compat import pch, timing
 from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
-from workbench.project import WB_ROOT
 
 OUT = "@OUT@"  # placeholder for the output path in commands (a TU's depfile is @OUT@.d)
 OBJECTS = "@OBJECTS@"  # placeholder in the link command, replaced by the object paths
@@ -40,6 +39,7 @@ class Unit:
     pch: pch.Header | None = None  # made before the compile, which reads it (compat.pch)
     note: str = ""  # why a torch source gets no precompiled header
     reuse_host: bool = False  # nvcc: keep the host object apart and reuse it (ninja.Job)
+    own: bool = False  # the workbench's own file, not one of the user's sources
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def _build_locked(
             launcher = team.for_build(recipe.units[0].source.parent)
             parallel = jobs or ninja.default_jobs()
             ran = team.run_ninja(tmp, list(work.values()), parallel, on_line, launcher)
-            sources = [u.source for u in recipe.units if not u.source.is_relative_to(WB_ROOT)]
+            sources = [u.source for u in recipe.units if not u.own]
             for i, job in work.items():
                 entry = timing.record(
                     recipe.name,

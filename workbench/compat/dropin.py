@@ -108,8 +108,10 @@ def _unit(
     common: list[str],
     extra_cflags: list[str],
     extra_cuda_cflags: list[str],
-    header: bool = True,
+    own: bool = False,
 ) -> Unit:
+    """How to compile ``source``; ``own``: the workbench's own file (no precompiled header, no
+    host reuse, not the user's to explain or adopt)."""
     text = source.read_text(errors="replace")
     prelude = ["-include", str(PRELUDE)] if "TORCH_LIBRARY" in text else []
     std = f"-std={config.torch.cxx_std}"
@@ -123,14 +125,14 @@ def _unit(
             head += ["-isystem", str(config.cuda_home / "include")]
     else:
         head = [str(config.cxx), *common, "-fPIC", std, *extra_cflags]
-        if header and config.use_pch and knobs.dropin_pch():  # see workbench.compat.pch
+        if not own and config.use_pch and knobs.dropin_pch():  # see workbench.compat.pch
             made, note = pch.plan(text, head, config.identity)
     flags = made.flags if made is not None else ()
     tail = ["-MMD", "-MF", f"{OUT}.d", "-c", str(source), "-o", OUT]
     # A .cu's host compile is its longest pass when it includes torch: kept apart and reused
     # while an edit leaves nvcc's host-side output unchanged (see workbench.nvcc_pipeline).
-    reuse = source.suffix == ".cu" and header
-    return Unit(source, (*head, *flags, *prelude, *tail), made, note, reuse)
+    reuse = source.suffix == ".cu" and not own
+    return Unit(source, (*head, *flags, *prelude, *tail), made, note, reuse, own)
 
 
 def _link_command(
@@ -185,7 +187,7 @@ def recipe(
     units = [_unit(config, s, common, extra_cflags, extra_cuda_cflags) for s in sources]
     if any("-include" in u.command for u in units):
         # The workbench's own file, compiled once per flag set: no header of its own.
-        units.append(_unit(config, DEFERRED_SOURCE, common, [], [], header=False))
+        units.append(_unit(config, DEFERRED_SOURCE, common, [], [], own=True))
     excluded = (*config.excluded_roots, sysconfig.get_paths()["include"] + "/")
     identity = {**config.identity, "drop-in": 1}
     return Recipe(
