@@ -33,6 +33,20 @@ def test_parse_ptxas_takes_the_worst_kernel_per_arch() -> None:
     assert (usage["sm_80"].regs, usage["sm_80"].spills, usage["sm_80"].smem) == (40, 16, 256)
 
 
+def test_smoke_compiles_for_every_arch_of_the_mma_path_by_default() -> None:
+    """sm_80, sm_86 and sm_89 run the mma.sync path (each allocates its registers), sm_90a wgmma:
+    a plain ``wb smoke`` prints the registers and spills of each."""
+    import argparse
+
+    from workbench import toolchain
+    from workbench.cli.smoke import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser)
+    archs = toolchain.parse_arch_list(parser.parse_args([]).arch)
+    assert archs == ("sm_80", "sm_86", "sm_89", "sm_90a")
+
+
 @pytest.mark.nvcc
 def test_smoke_compiles_links_and_checks_the_bundled_kernels(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from workbench.build import Built
     from workbench.config import Config
 
-DEFAULT_ARCHS = "sm_80,sm_90a"
+# sm_80, sm_86 and sm_89 (A100; RTX 30, A10; L4, L40, RTX 40) run the mma.sync path, each with its
+# own register allocation; sm_90a runs wgmma.
+DEFAULT_ARCHS = "sm_80,sm_86,sm_89,sm_90a"
 HEADERS = ["op", "TU", "arch", "seconds", "regs", "spills", "smem", "verdict"]
 
 

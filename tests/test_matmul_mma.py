@@ -1,0 +1,96 @@
+"""The mma.sync path (``kernels/matmul/matmul_mma.cu``): on every arch that runs it (sm_80, sm_86,
+sm_89; sm_90 when forced) nvcc compiles its kernels without spills, in registers that leave room
+for two blocks an SM, and the ring of shared-memory stages the launcher picks there fits two
+blocks too. On a GPU: path 2 against torch on shapes that are not multiples of its tile.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from workbench import cubin
+from workbench.config import CUDA_FLAGS
+from workbench.project import BUNDLED_KERNELS
+
+ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
+SOURCE = BUNDLED_KERNELS / "matmul" / "matmul_mma.cu"
+BLOCKS_PER_SM = 2  # MmaTile::kBlocksPerSm
+# MmaTile<BM, BN, BK, WM, WN, STAGES> as cubin.short_name reads it.
+TILE = re.compile(r"MmaTile<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)>")
+
+
+def compile_cubin(tmp: Path, arch: str) -> dict[str, cubin.Kernel]:
+    """The kernels of matmul_mma.cu compiled for ``arch`` with the build's CUDA flags, with the
+    spills ptxas reported."""
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    out = tmp / f"matmul_mma.{arch}.cubin"
+    includes = [f"-I{BUNDLED_KERNELS}", f"-I{BUNDLED_KERNELS / 'include'}"]
+    cmd = [nvcc, "-cubin", f"-arch={arch}", *CUDA_FLAGS, *includes, "-Xptxas", "-v"]
+    done = subprocess.run([*cmd, "-o", str(out), str(SOURCE)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return cubin.with_spills(cubin.read(out.read_bytes(), arch), done.stderr)
+
+
+def ring_bytes(tile: tuple[int, ...]) -> int:
+    """MmaTile::kSmemBytes: STAGES stages of a's BM x BK and b's BK x BN 2-byte elements."""
+    bm, bn, bk, _, _, stages = tile
+    return stages * (bm * bk + bk * bn) * 2
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_mma_kernels_fit_two_blocks_an_sm_without_spills(tmp_path: Path, arch: str) -> None:
+    kernels = compile_cubin(tmp_path, arch)
+    tiles: dict[tuple[int, ...], list[cubin.Kernel]] = {}
+    for k in kernels.values():
+        found = TILE.search(cubin.short_name(k.name))
+        assert found, cubin.short_name(k.name)
+        tiles.setdefault(tuple(int(g) for g in found.groups()), []).append(k)
+    assert tiles and all(len(ks) == 2 for ks in tiles.values())  # float16 and bfloat16
+    for tile, ks in tiles.items():
+        threads = 32 * tile[3] * tile[4]
+        for k in ks:
+            shown = f"{cubin.short_name(k.name)} [{arch}]: {k.registers} registers"
+            assert k.spills == 0 and k.frame == 0, f"{shown}, {k.spills} bytes spilled"
+            assert k.launch_bound == threads, shown
+            by_registers = cubin.occupancy(arch, k.registers, 0, threads)
+            assert by_registers.blocks >= BLOCKS_PER_SM, f"{shown}: {by_registers}"
+    # The launcher's ring: the deepest whose two blocks fit this arch's SM (4 stages on sm_80 and
+    # sm_90, 3 on the 100 KiB SMs of sm_86 and sm_89).
+    fits = [
+        t
+        for t in tiles
+        if cubin.occupancy(arch, 0, ring_bytes(t), 32 * t[3] * t[4]).blocks >= BLOCKS_PER_SM
+    ]
+    deepest = max(fits, key=lambda t: t[5])
+    assert deepest[5] == (3 if arch in ("sm_86", "sm_89") else 4), tiles.keys()
+
+
+# m, n, k: one element of a tile; partial tiles in every dimension (k not a multiple of 32); the
+# timed size; a wide n with a partial column tile and a k of partial steps.
+SHAPES = [(1, 8, 8), (127, 136, 72), (4096, 4096, 4096), (333, 4104, 1000)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_path_2_matches_torch_on_partial_tiles(
+    lib: Any, dtype: torch.dtype, shape: tuple[int, int, int]
+) -> None:
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("the mma path needs sm_80")
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+    b = torch.randn(k, n, device="cuda", dtype=dtype, generator=gen)
+    got = lib.matmul_path(a, b, 2)
+    ref = (a.float() @ b.float()).to(dtype)
+    # float32 sums in another order, each rounded once: within two ulps of the dtype.
+    torch.testing.assert_close(got, ref, rtol=8e-3, atol=1e-3 * ref.abs().max().item())
