@@ -23,10 +23,17 @@
 // consumers the rest (232 by default). ptxas compiles the consumers' code within the starting
 // count all the same, so their BN / 2 accumulators must fit in it (see WgmmaTile).
 //
+// Two kernels run this loop (wgmma_units). wgmma_kernel: the tile below, k whole, c written in
+// c's dtype. wgmma_split_kernel (split-k, for a c of fewer tiles than SMs: a short a): a fixed
+// 64 x 256 tile, 5 stages; a unit is (slice of k, tile), and each writes its float32 sums to
+// its slice of a workspace [splits, m, n], which the launcher then sums in slice order into c
+// (deterministic: no atomics). The launcher picks one per call (matmul_wgmma.cu, plan_split).
+//
 // The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
 // WB_TUNE_CONSUMERS, WB_TUNE_STAGES and WB_TUNE_BLOCKS (blocks an SM) below; the plain build is
 // 128 x 256, 2 consumers, 4 stages, one block an SM. Only this TU reads them: the launcher reads
-// the tile from the module (wgmma_shape below), so a variant compiles this file alone.
+// the tile from the module (wgmma_shape below), so a variant compiles this file alone. A variant
+// (wgmma_shape.tuned) runs its tile for every shape: the split-k route is the plain build's.
 //
 // Layout facts this relies on (PTX ISA, "Matrix Descriptor" and "Shared Memory Matrix Layout"):
 //   - TMA with CU_TENSOR_MAP_SWIZZLE_128B writes a box whose inner extent is 128 bytes (64
@@ -74,6 +81,14 @@ constexpr int kRegsPerSm = 65536;
 // The point of the tuning space this TU is built at (kernels/matmul/spec.py declares the space
 // and repeats kSmemBytes and the register split below in its `where`; tests/test_tune_matmul.py
 // checks that the defaults here are the space's default).
+// Built at a point of the space (wb tune sets every parameter), not as the plain build: the
+// launcher then runs this tile for every shape, and routes none to the split-k kernel.
+#if defined(WB_TUNE_BN) || defined(WB_TUNE_CONSUMERS) || defined(WB_TUNE_STAGES) || \
+    defined(WB_TUNE_BLOCKS)
+#define WB_WGMMA_TUNED 1
+#else
+#define WB_WGMMA_TUNED 0
+#endif
 #ifndef WB_TUNE_BN
 #define WB_TUNE_BN 256  // columns of c a tile: the N of wgmma.m64nNk16
 #endif
@@ -131,12 +146,18 @@ struct WgmmaTile {
 
 // --- the kernel ---------------------------------------------------------------------------------
 
-// The epilogue: this thread's BN / 2 accumulators into c ([m, n] contiguous), for each 8 columns j
-// d[4j], d[4j+1] at (row, col + 8j + {0, 1}) and d[4j+2], d[4j+3] eight rows below. Stores of
-// elements outside c are predicated off, not branched around: straight-line code, which compiles
-// about 3x faster than a branch per pair (the epilogue was two thirds of the kernel's compile)
-// and costs the edge tiles nothing extra. Pairs are one 4-byte store when n is even (col is even,
-// so a pair never straddles a row), else two 2-byte stores.
+// The epilogue: this thread's BN / 2 accumulators into out ([m, n] contiguous, of c's type or
+// float32 partial sums), for each 8 columns j d[4j], d[4j+1] at (row, col + 8j + {0, 1}) and
+// d[4j+2], d[4j+3] eight rows below. Stores of elements outside out are predicated off, not
+// branched around: straight-line code, which compiles about 3x faster than a branch per pair (the
+// epilogue was two thirds of the kernel's compile) and costs the edge tiles nothing extra. Pairs
+// are one store of both when n is even (col is even, so a pair never straddles a row), else two.
+__device__ __forceinline__ void store_if(uint64_t address, uint64_t value, bool in) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p st.global.b64 [%0], %1;\n}\n" ::"l"(address),
+      "l"(value), "r"(static_cast<int>(in))
+      : "memory");
+}
 __device__ __forceinline__ void store_if(uint64_t address, uint32_t value, bool in) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p st.global.b32 [%0], %1;\n}\n" ::"l"(address),
@@ -150,30 +171,47 @@ __device__ __forceinline__ void store_if(uint64_t address, uint16_t value, bool 
       : "memory");
 }
 
-template <typename T, int BN>
-__device__ __forceinline__ void store_tile(T* c, int m, int n, int64_t row, int64_t col,
+// An accumulator as the bits the epilogue stores: one element (one) or two neighbours (pair), of
+// c's 16-bit type (rounded once) or float32 (a split-k partial, as it is).
+template <typename O>
+struct Bits {
+  static __device__ __forceinline__ uint16_t one(float x) { return from_acc<O>(x).bits; }
+  static __device__ __forceinline__ uint32_t pair(float x, float y) {
+    return pack2(from_acc<O>(x), from_acc<O>(y));
+  }
+};
+template <>
+struct Bits<float> {
+  static __device__ __forceinline__ uint32_t one(float x) { return __float_as_uint(x); }
+  static __device__ __forceinline__ uint64_t pair(float x, float y) {
+    return __float_as_uint(x) | static_cast<uint64_t>(__float_as_uint(y)) << 32;
+  }
+};
+
+template <typename O, int BN>
+__device__ __forceinline__ void store_tile(O* out, int m, int n, int64_t row, int64_t col,
                                            const float (&d)[BN / 2]) {
-  const uint64_t base = reinterpret_cast<uint64_t>(c);
+  const uint64_t base = reinterpret_cast<uint64_t>(out);
   const bool in0 = row < m, in1 = row + 8 < m;
-  const uint64_t at0 = base + static_cast<uint64_t>(row * n + col) * sizeof(T);
-  const uint64_t at1 = at0 + static_cast<uint64_t>(8 * n) * sizeof(T);
+  const uint64_t at0 = base + static_cast<uint64_t>(row * n + col) * sizeof(O);
+  const uint64_t at1 = at0 + static_cast<uint64_t>(8 * n) * sizeof(O);
   if (n % 2 == 0) {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const bool in = col + 8 * j < n;
-      const uint64_t off = 8 * j * sizeof(T);
-      store_if(at0 + off, pack2(from_acc<T>(d[4 * j]), from_acc<T>(d[4 * j + 1])), in0 && in);
-      store_if(at1 + off, pack2(from_acc<T>(d[4 * j + 2]), from_acc<T>(d[4 * j + 3])), in1 && in);
+      const uint64_t off = 8 * j * sizeof(O);
+      store_if(at0 + off, Bits<O>::pair(d[4 * j], d[4 * j + 1]), in0 && in);
+      store_if(at1 + off, Bits<O>::pair(d[4 * j + 2], d[4 * j + 3]), in1 && in);
     }
   } else {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const bool a = col + 8 * j < n, b = col + 8 * j + 1 < n;
-      const uint64_t off = 8 * j * sizeof(T);
-      store_if(at0 + off, from_acc<T>(d[4 * j]).bits, in0 && a);
-      store_if(at0 + off + sizeof(T), from_acc<T>(d[4 * j + 1]).bits, in0 && b);
-      store_if(at1 + off, from_acc<T>(d[4 * j + 2]).bits, in1 && a);
-      store_if(at1 + off + sizeof(T), from_acc<T>(d[4 * j + 3]).bits, in1 && b);
+      const uint64_t off = 8 * j * sizeof(O);
+      store_if(at0 + off, Bits<O>::one(d[4 * j]), in0 && a);
+      store_if(at0 + off + sizeof(O), Bits<O>::one(d[4 * j + 1]), in0 && b);
+      store_if(at1 + off, Bits<O>::one(d[4 * j + 2]), in1 && a);
+      store_if(at1 + off + sizeof(O), Bits<O>::one(d[4 * j + 3]), in1 && b);
     }
   }
 }
@@ -184,33 +222,47 @@ template <bool BKMajor>
 using DefaultTile =
     WgmmaTile<WB_TUNE_BN, WB_TUNE_CONSUMERS, WB_TUNE_STAGES, WB_TUNE_BLOCKS, BKMajor>;
 
-// The tile, for the host launcher (wb/module.h's wb::global): the same for both layouts of b.
-using Built = DefaultTile<false>;
-__constant__ WgmmaShape wgmma_shape = {Built::BM,        Built::BN,         kBK,
-                                       Built::kThreads,  Built::kSmemBytes, Built::BLOCKS,
-                                       Built::kEntryRegs};
+// The split-k tile (wgmma_split_kernel; not tuned): 64 x 256, one consumer warpgroup, 5 stages of
+// 40 KiB. For a c of few tiles (a short a): 64 rows waste least of the MMA on m <= 64, and the
+// deep ring keeps the most of b in flight, which is what such a shape waits on.
+template <bool BKMajor>
+using SplitTile = WgmmaTile<256, 1, 5, 1, BKMajor>;
 
-// T: f16 or bf16; BKMajor: b column-major (read k-major), else row-major (n-major).
-template <typename T, bool BKMajor>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThreads : 1,
-                                  WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::BLOCKS : 1)
-    wgmma_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x BM
-                 const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x BN or 64 x 64
-                 T* __restrict__ c,                        // [m, n]
-                 int m, int n, int k) {
-  using Tl = DefaultTile<BKMajor>;
-#if WB_WGMMA_IMAGE
-  extern __shared__ unsigned char smem_raw[];
-  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
+// The tiles, for the host launcher (wb/module.h's wb::global): the same for both layouts of b.
+// wgmma_shape.tuned: built at a point of the tuning space, which the launcher runs as it is.
+using Built = DefaultTile<false>;
+__constant__ WgmmaShape wgmma_shape = {Built::BM,         Built::BN,         kBK,
+                                       Built::kThreads,   Built::kSmemBytes, Built::BLOCKS,
+                                       Built::kEntryRegs, WB_WGMMA_TUNED};
+using SplitBuilt = SplitTile<false>;
+__constant__ WgmmaShape wgmma_split_shape = {
+    SplitBuilt::BM,     SplitBuilt::BN,         kBK, SplitBuilt::kThreads, SplitBuilt::kSmemBytes,
+    SplitBuilt::BLOCKS, SplitBuilt::kEntryRegs, 0};
+
+// The shared memory a kernel declares, for the loop below: the ring of stages (dynamic, any
+// alignment) and its full and empty mbarriers.
+struct Ring {
+  unsigned char* raw;
+  uint64_t *full, *empty;
+};
+
+// The work of one block of tile Tl: units of (slice of k, tile of c), blockIdx.x, + gridDim.x, ...
+// Slice s of `splits` is k steps [s * steps / splits, (s + 1) * steps / splits) (each non-empty:
+// the launcher keeps splits <= steps), and its sums go to out + s * m * n (one slice: out is c).
+template <typename Tl, typename T, typename O>
+__device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const TensorMap& map_b, O* out,
+                                            int m, int n, int k, int splits, Ring ring) {
+  uint64_t* const full = ring.full;
+  uint64_t* const empty = ring.empty;
   // Stages start 1024-byte aligned (the swizzle atom), whatever the dynamic base is.
   unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + Tl::kAtomBytes - 1) / Tl::kAtomBytes *
+      (reinterpret_cast<uintptr_t>(ring.raw) + Tl::kAtomBytes - 1) / Tl::kAtomBytes *
       Tl::kAtomBytes);
   unsigned char* stage_a = smem;                             // [STAGES][BM rows of 128 B]
   unsigned char* stage_b = smem + Tl::STAGES * Tl::kBytesA;  // [STAGES][b's tile]
 
   const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
-  const int tiles = tiles_m * tiles_n;
+  const int tiles = tiles_m * tiles_n, units = tiles * splits;
   const int steps = (k + kBK - 1) / kBK;
   const int warpgroup = threadIdx.x / 128;
 
@@ -223,18 +275,20 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThread
   }
   __syncthreads();
 
-  // Both roles walk the same tiles (blockIdx.x, + gridDim.x, ...) and count the same steps `it`
-  // across them: stage it % STAGES, its use number it / STAGES giving the mbarrier parity.
+  // Both roles walk the same units and count the same steps `it` across them: stage
+  // it % STAGES, its use number it / STAGES giving the mbarrier parity.
   if (warpgroup == 0) {  // producer
     if constexpr (Tl::kProducerRegs < Tl::kEntryRegs) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tl::kProducerRegs));
     }
     if (threadIdx.x != 0) return;
     int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const sm90::TileAt at = sm90::tile_at(tile, tiles_m, tiles_n);
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      const int slice = unit / tiles;
+      const sm90::TileAt at = sm90::tile_at(unit % tiles, tiles_m, tiles_n);
       const int m0 = at.m * Tl::BM, n0 = at.n * Tl::BN;
-      for (int step = 0; step < steps; ++step, ++it) {
+      const int last = (slice + 1) * steps / splits;
+      for (int step = slice * steps / splits; step < last; ++step, ++it) {
         const int s = it % Tl::STAGES;
         if (it >= Tl::STAGES) sm90::bar_wait(&empty[s], (it / Tl::STAGES - 1) & 1);
         sm90::bar_expect(&full[s], Tl::kBytesA + Tl::kBytesB);
@@ -260,12 +314,14 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThread
   const int consumer = warpgroup - 1, t = threadIdx.x % 128;
   const bool leader = t == 0;  // arrives on `empty` for its warpgroup
   int it = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const sm90::TileAt at = sm90::tile_at(tile, tiles_m, tiles_n);
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const int slice = unit / tiles;
+    const sm90::TileAt at = sm90::tile_at(unit % tiles, tiles_m, tiles_n);
     float d[Tl::BN / 2];
 #pragma unroll
     for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
-    for (int step = 0; step < steps; ++step, ++it) {
+    const int first = slice * steps / splits, last = (slice + 1) * steps / splits;
+    for (int step = first; step < last; ++step, ++it) {
       const int s = it % Tl::STAGES;
       sm90::bar_wait(&full[s], (it / Tl::STAGES) & 1);
       const unsigned char* a_tile = stage_a + s * Tl::kBytesA + consumer * 64 * kRowBytes;
@@ -283,7 +339,7 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThread
       sm90::commit();
       sm90::wait<1>();  // the previous step's batch is done: hand its stage back
       sm90::pin(d);
-      if (step > 0 && leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
+      if (step > first && leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
     }
     sm90::wait<0>();
     sm90::pin(d);
@@ -291,8 +347,41 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThread
 
     const int64_t row = at.m * Tl::BM + consumer * 64 + 16 * (t / 32) + (t % 32) / 4;
     const int64_t col = at.n * Tl::BN + 2 * (t % 4);
-    store_tile<T, Tl::BN>(c, m, n, row, col, d);
+    store_tile<O, Tl::BN>(out + static_cast<int64_t>(slice) * m * n, m, n, row, col, d);
   }
+}
+
+// c = a @ b on the tile this TU is built at, k whole. T: f16 or bf16; BKMajor: b column-major
+// (read k-major), else row-major (n-major).
+template <typename T, bool BKMajor>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::BLOCKS : 1)
+    wgmma_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x BM
+                 const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x BN or 64 x 64
+                 T* __restrict__ c,                        // [m, n]
+                 int m, int n, int k) {
+#if WB_WGMMA_IMAGE
+  using Tl = DefaultTile<BKMajor>;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
+  wgmma_units<Tl, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
+#endif
+}
+
+// The split-k partial sums: partial[s] = a[:, slice s of k] @ b[slice s of k, :], in float32, on
+// the split tile; the launcher then sums the slices in order into c (matmul_wgmma.cu).
+template <typename T, bool BKMajor>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SplitTile<BKMajor>::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? SplitTile<BKMajor>::BLOCKS : 1)
+    wgmma_split_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x 64
+                       const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x 256 or 64 x 64
+                       float* __restrict__ partial,              // [splits, m, n]
+                       int m, int n, int k, int splits) {
+#if WB_WGMMA_IMAGE
+  using Tl = SplitTile<BKMajor>;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
+  wgmma_units<Tl, T>(map_a, map_b, partial, m, n, k, splits, Ring{smem_raw, full, empty});
 #endif
 }
 

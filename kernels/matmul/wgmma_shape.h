@@ -4,6 +4,8 @@
 // space), not in the launcher: the device-only TU defines a WgmmaShape for the tile it was built
 // with, and the launcher reads it from the loaded module (wb::global). So a variant of the tile,
 // or an edit of it, compiles the device-only TU alone and the host launcher stays as it is.
+// The module holds two: wgmma_shape (the tile of wgmma_kernel, the tuning space's) and
+// wgmma_split_shape (the fixed tile of wgmma_split_kernel, the split-k route's).
 // No CUDA or torch header: both sides include it.
 #pragma once
 
@@ -15,6 +17,7 @@ struct WgmmaShape {
   int smem;        // dynamic shared memory per block, bytes
   int blocks;      // resident blocks an SM the kernel is built for (its launch bounds)
   int entry_regs;  // registers a thread must start with for the kernel's setmaxnreg split
+  int tuned;       // 1: built at a point of the tuning space, run as built (no split-k route)
 };
 
 }  // namespace wb::matmul
