@@ -101,8 +101,14 @@ at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Ten
     const View<scalar_t> va = view_of<scalar_t>(a), vb = view_of<scalar_t>(b);
     const char* why = matmul_cuda_unusable(path, va, vb);
     TORCH_CHECK(why == nullptr, op, ": path ", static_cast<int>(path), " cannot run here: ", why);
+    // The split-k partial sums of a c of few tiles, from the caching allocator (so a CUDA graph
+    // capture gets them from its pool); nothing for most calls.
+    const int64_t floats = matmul_cuda_workspace(va, vb, m, n, k, path);
+    at::Tensor workspace;
+    if (floats > 0) workspace = at::empty({floats}, a.options().dtype(at::kFloat));
+    float* ws = floats > 0 ? workspace.data_ptr<float>() : nullptr;
     wb::check_launch(
-        op, matmul_cuda(va, vb, wb::data<scalar_t>(c), m, n, k, path, wb::current_stream(a)));
+        op, matmul_cuda(va, vb, wb::data<scalar_t>(c), ws, m, n, k, path, wb::current_stream(a)));
   });
   return c;
 }

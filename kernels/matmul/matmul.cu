@@ -3,7 +3,8 @@
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j];  a: [m, k], b: [k, n] strided, c: [m, n] contiguous
 //   float32 / float64: simt. float16 / bfloat16: wgmma on an sm_90a image, else mma on sm_80+,
 //   when the tensor-core layout holds (a's rows contiguous, b's rows or columns contiguous, each
-//   16-byte aligned); otherwise simt. k == 0 writes zeros.
+//   16-byte aligned); otherwise simt. k == 0 writes zeros. The wgmma path may need a float32
+//   workspace (matmul_cuda_workspace: a c of few tiles splits k), which the caller allocates.
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul matmul_path --dtype bfloat16
 #include "matmul/matmul.h"
 #include "wb/cuda.cuh"
@@ -41,31 +42,46 @@ const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b) {
   return "unknown path";
 }
 
+namespace {
+
+// The path a call takes: `path`, or for Path::automatic the fastest usable one.
 template <typename T>
-Status matmul_cuda(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Path path,
-                   Stream stream) {
+Path route(Path path, View<T> a, View<T> b) {
+  if (path != Path::automatic || !kHalf<T>) return path;
+  if (!matmul_cuda_unusable(Path::wgmma, a, b)) return Path::wgmma;
+  if (!matmul_cuda_unusable(Path::mma, a, b)) return Path::mma;
+  return path;
+}
+
+}  // namespace
+
+template <typename T>
+int64_t matmul_cuda_workspace(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, Path path) {
+  if (m == 0 || n == 0 || k == 0 || !kHalf<T> || route(path, a, b) != Path::wgmma) return 0;
+  return wgmma_workspace(m, n, k);
+}
+
+template <typename T>
+Status matmul_cuda(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
+                   Path path, Stream stream) {
   if (m == 0 || n == 0) return nullptr;
   if (k == 0) {
     cudaMemsetAsync(c, 0, m * n * sizeof(T), static_cast<cudaStream_t>(stream));
     return launch_status();
   }
-  if (path == Path::automatic && kHalf<T>) {
-    if (!matmul_cuda_unusable(Path::wgmma, a, b)) {
-      path = Path::wgmma;
-    } else if (!matmul_cuda_unusable(Path::mma, a, b)) {
-      path = Path::mma;
-    }
-  }
+  path = route(path, a, b);
   if constexpr (kHalf<T>) {
-    if (path == Path::wgmma) return matmul_wgmma(a, b, c, m, n, k, stream);
+    if (path == Path::wgmma) return matmul_wgmma(a, b, c, workspace, m, n, k, stream);
     if (path == Path::mma) return matmul_mma(a, b, c, m, n, k, stream);
   }
   return matmul_simt(a, b, c, m, n, k, stream);
 }
 
-#define WB_MATMUL_ENTRY_(T, _)                                          \
-  template const char* matmul_cuda_unusable<T>(Path, View<T>, View<T>); \
-  template Status matmul_cuda<T>(View<T>, View<T>, T*, int64_t, int64_t, int64_t, Path, Stream);
+#define WB_MATMUL_ENTRY_(T, _)                                                                  \
+  template const char* matmul_cuda_unusable<T>(Path, View<T>, View<T>);                         \
+  template int64_t matmul_cuda_workspace<T>(View<T>, View<T>, int64_t, int64_t, int64_t, Path); \
+  template Status matmul_cuda<T>(View<T>, View<T>, T*, float*, int64_t, int64_t, int64_t, Path, \
+                                 Stream);
 WB_FLOATING(WB_MATMUL_ENTRY_, )
 
 }  // namespace wb::matmul

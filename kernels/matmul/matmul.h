@@ -7,7 +7,9 @@
 // CUDA has three paths; matmul_cuda (matmul.cu) picks one per call:
 //   simt   (matmul_simt.cu)   shared-memory tiles, FMA on CUDA cores; every dtype, any strides
 //   mma    (matmul_mma.cu)    tensor cores through mma.sync (sm_80+), float16 / bfloat16
-//   wgmma  (matmul_wgmma.cu)  Hopper warpgroup MMA fed by TMA (sm_90a), float16 / bfloat16
+//   wgmma  (matmul_wgmma.cu)  Hopper warpgroup MMA fed by TMA (sm_90a), float16 / bfloat16; a c of
+//                             few tiles splits k across blocks (a float32 workspace, summed in
+//                             order)
 #pragma once
 
 #include "wb/types.h"
@@ -42,10 +44,17 @@ enum class Path : int { automatic = 0, simt = 1, mma = 2, wgmma = 3 };
 template <typename T>
 const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b);
 
-// c = a @ b on `path` (automatic: the fastest usable one); the caller checked it is usable.
+// The float32 elements of workspace matmul_cuda needs for this call, 0 for none: the wgmma path's
+// split-k partial sums, [splits, m, n] (matmul_wgmma.cu). The caller allocates them (any
+// contents; the call writes every element it reads) and passes them to matmul_cuda.
 template <typename T>
-Status matmul_cuda(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Path path,
-                   Stream stream);
+int64_t matmul_cuda_workspace(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, Path path);
+
+// c = a @ b on `path` (automatic: the fastest usable one); the caller checked it is usable, and
+// workspace holds matmul_cuda_workspace's count for the same arguments (nullptr for 0).
+template <typename T>
+Status matmul_cuda(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
+                   Path path, Stream stream);
 
 // Rows [begin, end) of c; the binding splits the rows across threads in multiples of kCpuRows.
 constexpr int64_t kCpuRows = 32;
@@ -59,7 +68,10 @@ Status matmul_simt(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, 
 template <typename T>
 Status matmul_mma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream);
 template <typename T>
-Status matmul_wgmma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream);
+Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
+                    Stream stream);
+// The float32 workspace matmul_wgmma needs for these sizes on the current device (0: no split).
+int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k);
 
 // Whether this device runs a real image of the path's kernel (not the stub compiled for an
 // arch that lacks its instructions): the build's arch list decides, not only the device.

@@ -9,6 +9,13 @@
 // tile is built for more). The tile's sizes come from the module (wgmma_shape, which the kernel's
 // TU defines for the tile it was built with): this file does not change with the tile, so a
 // variant of the family's tuning space or an edit of the kernel compiles the device-only TU alone.
+//
+// Split-k (plan_split): where c has fewer tiles than the device has SMs (a short a, as in
+// 16 x 4096 x 4096), the plain build runs wgmma_split_kernel instead: a 64 x 256 tile, k cut into
+// S slices so that tiles * S fill the SMs once, each slice's float32 sums into a workspace
+// [S, m, n] the caller allocates (matmul_cuda_workspace), then sum_slices_kernel adds the slices
+// in order and rounds once into c. The same bits every call; no state kept between calls, so a
+// CUDA graph replays it.
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -23,6 +30,8 @@ namespace wb::matmul {
 
 WB_DEVICE_TEMPLATE(kWgmma, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_kernel");
 WB_DEVICE_TEMPLATE(kShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_shape");
+WB_DEVICE_TEMPLATE(kSplit, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_kernel");
+WB_DEVICE_TEMPLATE(kSplitShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_shape");
 
 namespace {
 
@@ -65,6 +74,123 @@ template <typename T>
 const DeviceKernel& wgmma_kernel(bool b_kmajor) {
   return b_kmajor ? kernel<&kWgmma, T, Val<true>> : kernel<&kWgmma, T, Val<false>>;
 }
+template <typename T>
+const DeviceKernel& split_kernel(bool b_kmajor) {
+  return b_kmajor ? kernel<&kSplit, T, Val<true>> : kernel<&kSplit, T, Val<false>>;
+}
+
+int64_t tiles_of(int64_t m, int64_t n, const WgmmaShape& tile) {
+  return ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms > 0 ? sms : 1;
+}
+
+// The default route's split of k for an m x n x k call: 0 runs the built tile with k whole;
+// S >= 2 runs the split tile on S slices of k, then sums them (sum_slices_kernel).
+//
+// The built tile (128 x 256) leaves most SMs idle when c has fewer tiles than there are SMs
+// (16 x 4096 x 4096: 16 tiles for 132 SMs), and such a shape waits on reading b, which only many
+// blocks reading at once makes fast. So there the split tile (64 x 256) runs with
+// S = SMs / its tiles: one wave of at most one block an SM, each slice at least kMinSteps k steps
+// (64 k each) so that the pipeline fills. A split of 1 would add the workspace's round trip for
+// nothing: the built tile runs instead. A tuned module runs its tile for every shape (the tune
+// chose it, for its own sizes); so does a c with enough tiles for the SMs.
+struct Split {
+  int splits = 0;
+  WgmmaShape tile{};  // the split tile, when splits >= 2
+};
+constexpr int64_t kMinSteps = 4;
+
+Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
+  *plan = Split{};
+  WgmmaShape built{};
+  if (const Status e = global<&kShape>.read(&built)) return e;
+  const int64_t sms = sm_count();
+  if (built.tuned || tiles_of(m, n, built) >= sms) return nullptr;
+  WgmmaShape tile{};
+  if (const Status e = global<&kSplitShape>.read(&tile)) return e;
+  const int64_t steps = (k + tile.bk - 1) / tile.bk;
+  const int64_t splits = min_of(sms / tiles_of(m, n, tile), steps / kMinSteps);
+  if (splits >= 2) *plan = Split{static_cast<int>(splits), tile};
+  return nullptr;
+}
+
+// c = the sum of the slices' partial sums in slice order (the same order every call, so the same
+// bits), rounded once. Four elements a thread where the slices' rows allow 16-byte loads.
+template <typename T>
+__global__ void sum_slices_kernel(const float* __restrict__ partial,  // [splits, size]
+                                  T* __restrict__ c,                  // [size]
+                                  int64_t size, int splits) {
+  const int64_t i = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (i >= size) return;
+  if (size % 4 == 0) {
+    float4 sum = reinterpret_cast<const float4*>(partial + i)[0];
+    for (int s = 1; s < splits; ++s) {
+      const float4 v = reinterpret_cast<const float4*>(partial + s * size + i)[0];
+      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    }
+    c[i] = from_acc<T>(sum.x), c[i + 1] = from_acc<T>(sum.y);
+    c[i + 2] = from_acc<T>(sum.z), c[i + 3] = from_acc<T>(sum.w);
+    return;
+  }
+  for (int64_t j = i; j < i + 4 && j < size; ++j) {
+    float sum = partial[j];
+    for (int s = 1; s < splits; ++s) sum += partial[s * size + j];
+    c[j] = from_acc<T>(sum);
+  }
+}
+
+// The maps of a and b in boxes of this tile (a's of 64 k x BM rows; b's of 64 k x BN columns
+// when k-major, else 64 n x 64 k).
+template <typename T>
+bool make_maps(CUtensorMap* map_a, CUtensorMap* map_b, View<T> a, View<T> b, int64_t m, int64_t n,
+               int64_t k, bool b_kmajor, const WgmmaShape& tile) {
+  return make_map(map_a, a.data, k, m, a.row, tile.bk, tile.bm) &&
+         (b_kmajor ? make_map(map_b, b.data, k, n, b.col, tile.bk, tile.bn)
+                   : make_map(map_b, b.data, n, k, b.row, 64, tile.bk));
+}
+
+// With fewer registers at entry than the split assumes, the pool would be short of what the
+// consumers' setmaxnreg.inc asks for, and they would wait for ever: an error instead of a hang.
+Status check_regs(const DeviceKernel& kernel, const WgmmaShape& tile) {
+  int regs = 0;
+  if (const Status e = kernel.attribute(KernelAttr::num_regs, &regs)) return e;
+  if (regs < tile.entry_regs) {
+    return "matmul: the wgmma kernel starts with fewer registers than it splits";
+  }
+  return nullptr;
+}
+
+// S slices of k on the split tile into workspace [S, m, n], one block a unit (S * tiles <= SMs),
+// then their sum into c.
+template <typename T>
+Status run_split(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
+                 bool b_kmajor, const Split& plan, Stream stream) {
+  if (workspace == nullptr) return "matmul: the split-k route was given no workspace";
+  const DeviceKernel& kernel = split_kernel<T>(b_kmajor);
+  if (const Status e = check_regs(kernel, plan.tile)) return e;
+  CUtensorMap map_a, map_b;
+  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, plan.tile)) {
+    return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  }
+  const int64_t units = tiles_of(m, n, plan.tile) * plan.splits;
+  const LaunchConfig config{static_cast<unsigned>(units), static_cast<unsigned>(plan.tile.threads),
+                            static_cast<unsigned>(plan.tile.smem)};
+  if (const Status e = kernel.launch(config, stream, map_a, map_b, workspace, static_cast<int>(m),
+                                     static_cast<int>(n), static_cast<int>(k), plan.splits)) {
+    return e;
+  }
+  const int64_t size = m * n, threads = 256;
+  const int64_t blocks = ((size + 3) / 4 + threads - 1) / threads;
+  sum_slices_kernel<T><<<static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0,
+                         static_cast<cudaStream_t>(stream)>>>(workspace, c, size, plan.splits);
+  return launch_status();
+}
 
 }  // namespace
 
@@ -86,33 +212,34 @@ bool wgmma_available() {
   return known[device] == 1;
 }
 
+int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k) {
+  Split plan;
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || plan_split(m, n, k, &plan)) return 0;
+  return plan.splits >= 2 ? plan.splits * m * n : 0;
+}
+
 template <typename T>
-Status matmul_wgmma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream) {
+Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
+                    Stream stream) {
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "matmul: wgmma takes sizes < 2^31";
+  const bool b_kmajor = b.row == 1 && b.col != 1;
+  Split plan;
+  if (const Status e = plan_split(m, n, k, &plan)) return e;
+  if (plan.splits >= 2) return run_split(a, b, c, workspace, m, n, k, b_kmajor, plan, stream);
+
   WgmmaShape tile{};
   if (const Status e = global<&kShape>.read(&tile)) return e;
-  const bool b_kmajor = b.row == 1 && b.col != 1;
   const DeviceKernel& kernel = wgmma_kernel<T>(b_kmajor);
-  // With fewer registers at entry than the split assumes, the pool would be short of what the
-  // consumers' setmaxnreg.inc asks for, and they would wait for ever: an error instead of a hang.
-  int regs = 0;
-  if (const Status e = kernel.attribute(KernelAttr::num_regs, &regs)) return e;
-  if (regs < tile.entry_regs) {
-    return "matmul: the wgmma kernel starts with fewer registers than it splits";
-  }
+  if (const Status e = check_regs(kernel, tile)) return e;
   CUtensorMap map_a, map_b;
-  bool ok = make_map(&map_a, a.data, k, m, a.row, tile.bk, tile.bm);
-  ok = ok && (b_kmajor ? make_map(&map_b, b.data, k, n, b.col, tile.bk, tile.bn)
-                       : make_map(&map_b, b.data, n, k, b.row, 64, tile.bk));
-  if (!ok) return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
-  const int64_t tiles = ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
+  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, tile)) {
+    return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  }
+  const int64_t tiles = tiles_of(m, n, tile);
   if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   // Persistent: BLOCKS blocks an SM (one by default), each walking tiles. With more than one, all
   // of the SM's shared memory goes to shared memory (carveout 100%), so that they fit.
-  const int64_t blocks = min_of<int64_t>(tiles, (sms > 0 ? sms : 1) * int64_t{tile.blocks});
+  const int64_t blocks = min_of<int64_t>(tiles, sm_count() * int64_t{tile.blocks});
   LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads),
                       static_cast<unsigned>(tile.smem)};
   if (tile.blocks > 1) config.carveout = 100;
