@@ -122,10 +122,15 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
 
 // c = the sum of the slices' partial sums in slice order (the same order every call, so the same
 // bits), rounded once. Four elements a thread where the slices' rows allow 16-byte loads.
+// Launched as a programmatic dependent of the split kernel (sm_90): its blocks are scheduled while
+// that kernel still runs, and wait here until it has finished and its stores are visible.
 template <typename T>
 __global__ void sum_slices_kernel(const float* __restrict__ partial,  // [splits, size]
                                   T* __restrict__ c,                  // [size]
                                   int64_t size, int splits) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const int64_t i = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (i >= size) return;
   if (size % 4 == 0) {
@@ -186,9 +191,17 @@ Status run_split(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_
     return e;
   }
   const int64_t size = m * n, threads = 256;
-  const int64_t blocks = ((size + 3) / 4 + threads - 1) / threads;
-  sum_slices_kernel<T><<<static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0,
-                         static_cast<cudaStream_t>(stream)>>>(workspace, c, size, plan.splits);
+  cudaLaunchConfig_t sum{};
+  sum.gridDim = dim3(static_cast<unsigned>(((size + 3) / 4 + threads - 1) / threads));
+  sum.blockDim = dim3(static_cast<unsigned>(threads));
+  sum.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  sum.attrs = &early;
+  sum.numAttrs = 1;
+  cudaLaunchKernelEx(&sum, sum_slices_kernel<T>, static_cast<const float*>(workspace), c, size,
+                     plan.splits);
   return launch_status();
 }
 

@@ -379,6 +379,9 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SplitTile<BKMajor>::kThreads 
                        int m, int n, int k, int splits) {
 #if WB_WGMMA_IMAGE
   using Tl = SplitTile<BKMajor>;
+  // The launcher's sum of the slices (a programmatic dependent launch) may be scheduled now: its
+  // blocks wait for this grid to finish, so the launch's latency overlaps this kernel.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T>(map_a, map_b, partial, m, n, k, splits, Ring{smem_raw, full, empty});
