@@ -131,6 +131,19 @@ def test_a_short_a_is_right(lib: Any, m: int, n: int, k: int, dtype: torch.dtype
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_odd_n_is_right(lib: Any, dtype: torch.dtype) -> None:
+    """15 x 1001 (b column-major, as x @ w.t()): partial sums stored one float at a time (n odd),
+    and a c whose size is not a multiple of 4 summed element by element."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a = torch.randn(15, 4096, device="cuda", dtype=dtype)
+    w = torch.randn(1001, 4096, device="cuda", dtype=dtype)
+    assert "wgmma_split_kernel" in _kernels_run(lambda: lib.matmul(a, w.t()))
+    _within_tolerance(lib, lib.matmul(a, w.t()), a, w.t())
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("m", [1, 16, 64, 128])
 def test_the_default_route_splits_a_short_a(lib: Any, m: int) -> None:
     """m x 4096 x 4096 is at most 32 tiles of 64 x 256: the split kernel and the sum run, and
