@@ -40,13 +40,14 @@ def _timer(device: torch.device) -> Callable[[Callable[[], Any], int], float]:
     if device.type == "cuda":
 
         def on_gpu(fn: Callable[[], Any], n: int) -> float:
-            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            start.record()
-            for _ in range(n):
-                fn()
-            end.record()
-            end.synchronize()
+            with torch.cuda.device(device):  # the events on the stream the calls run on
+                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                start.record()
+                for _ in range(n):
+                    fn()
+                end.record()
+                end.synchronize()
             return float(start.elapsed_time(end)) / 1e3 / n
 
         return on_gpu

@@ -239,9 +239,20 @@ def wall_check(
 
 
 def time_cuda(fn: Fn, args: tuple[Any, ...], device: torch.device, method: str) -> Measurement:
-    """Warm up, sample by ``method`` ('events' or 'graph'), then cross-check against the wall."""
+    """Warm up, sample by ``method`` ('events' or 'graph'), then cross-check against the wall.
+
+    The events, the graph and every synchronize are ``device``'s: it is made the current device
+    for the timing (on cuda:1 under a current cuda:0, events on cuda:0's stream would time none
+    of the op's work)."""
     if method not in ("events", "graph"):
         raise ValueError(f"method must be 'events' or 'graph', got {method!r}")
+    with torch.cuda.device(device):
+        return _time_on_device(fn, args, device, method)
+
+
+def _time_on_device(
+    fn: Fn, args: tuple[Any, ...], device: torch.device, method: str
+) -> Measurement:
     estimate, wall_guess = warm_up(fn, args, device)
     notes: list[str] = []
     if method == "graph":

@@ -204,6 +204,21 @@ def run_on_side_stream(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     stream; then the side stream sleeps, writes the real values and calls the op. A kernel that
     launches on another stream than the current one reads the NaN and returns a wrong result.
     """
+    with on_device_of(args):
+        return _run_on_side_stream(op, args)
+
+
+def on_device_of(args: tuple[Any, ...]) -> contextlib.AbstractContextManager[Any]:
+    """The first CUDA tensor argument's device made current: streams, graphs and events the
+    caller makes are that device's, as the op's launches are (on cuda:1 under a current cuda:0
+    a side stream or a graph capture of cuda:0's would see none of the op's work)."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.is_cuda:
+            return torch.cuda.device(a.device)
+    return contextlib.nullcontext()
+
+
+def _run_on_side_stream(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     main = torch.cuda.current_stream()
     staged = [same_layout_copy(a) if isinstance(a, torch.Tensor) else a for a in args]
     for t in staged:
@@ -228,6 +243,11 @@ def run_graph(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     Every input is restored to its values before the replay, so an op that writes into its
     arguments replays on the same values as the eager call it is compared with.
     """
+    with on_device_of(args):
+        return _run_graph(op, args)
+
+
+def _run_graph(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     static = tuple(same_layout_copy(a) if isinstance(a, torch.Tensor) else a for a in args)
     side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     side.wait_stream(torch.cuda.current_stream())
