@@ -63,10 +63,9 @@ Range check_range(int64_t bins, double lo, double hi) {
   TORCH_CHECK(std::isfinite(lo), "histogram: expected lo to be finite, got ", lo);
   TORCH_CHECK(std::isfinite(hi), "histogram: expected hi to be finite, got ", hi);
   TORCH_CHECK(lo < hi, "histogram: expected lo < hi, got lo = ", lo, " and hi = ", hi);
-  const double width = hi - lo;
-  TORCH_CHECK(std::isfinite(width), "histogram: expected hi - lo to be finite, got lo = ", lo,
+  TORCH_CHECK(std::isfinite(hi - lo), "histogram: expected hi - lo to be finite, got lo = ", lo,
               " and hi = ", hi, " (hi - lo overflows a double)");
-  return Range{lo, hi, width, 1.0 / width, static_cast<double>(bins), bins};
+  return make_range(bins, lo, hi);
 }
 
 // Elements per CPU chunk, at least: below this the threading overhead outweighs the work.

@@ -99,6 +99,39 @@ def test_values_a_few_ulps_from_every_edge(lib: Any, bins: int, lo: float, hi: f
     assert lib.histogram(x, bins, lo, hi).tolist() == _python_histogram(values, bins, lo, hi)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("bins", "lo", "hi"),
+    [
+        (7, -3.0, 3.0),
+        (256, -4.0, 4.0),
+        (1000, 0.1, 0.7),  # lo, hi and the scale no floats: the offset carries a rounding
+        (4096, -3.0, 3.0),  # the float path's margin near its limit (2^-9 of a bin)
+        (8192, 1e6, 1e6 + 8192.0),  # a far offset: the float path's margin is 2^-8 of a bin
+        (16384, -3.0, 3.0),  # past the float path's limit: the double path only
+        (5, -1e30, 1e30),
+        (3, -1e-30, 1e-30),
+    ],
+)
+def test_floats_a_few_ulps_from_every_edge(
+    lib: Any, dtype: torch.dtype, bins: int, lo: float, hi: float
+) -> None:
+    """The float path of float32, float16 and bfloat16 (a multiply-add with a margin, the double
+    rule near an edge) bins values up to 8 ulps of the dtype either side of every edge, and lo and
+    hi rounded to the dtype, where the plain double arithmetic puts them."""
+    step = max(1, bins // 200)
+    edges = torch.tensor(
+        [lo + k * (hi - lo) / bins for k in range(0, bins + 1, step)], dtype=torch.float64
+    ).to(dtype)
+    up, down, parts = edges, edges, [edges]
+    for _ in range(8):
+        up, down = _next(up, 1), _next(down, -1)
+        parts += [up, down]
+    x = torch.cat(parts)
+    values = [float(v) for v in x.to(torch.float64).tolist()]
+    assert lib.histogram(x, bins, lo, hi).tolist() == _python_histogram(values, bins, lo, hi)
+
+
 def _next(x: torch.Tensor, direction: int) -> torch.Tensor:
     return torch.nextafter(x, torch.full_like(x, direction * math.inf))
 

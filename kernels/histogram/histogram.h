@@ -3,6 +3,9 @@
 // Torch-free: included by histogram.cu, histogram.cpp and bindings/histogram.cpp.
 #pragma once
 
+#include <cfloat>
+#include <cmath>
+
 #include "wb/dtypes.h"
 #include "wb/types.h"
 
@@ -12,7 +15,8 @@
 
 namespace wb::histogram {
 
-// The range, as the binding checked it: bins in [1, 2^31); lo, hi and width finite; lo < hi.
+// The range, as the binding checked it (make_range): bins in [1, 2^31); lo, hi and width finite;
+// lo < hi.
 struct Range {
   double lo;
   double hi;
@@ -20,6 +24,15 @@ struct Range {
   double inv_width;  // 1 / width, rounded to nearest (the fast path of bin_of only)
   double nbins;      // bins as a double (exact)
   int64_t bins;
+  // The float path of bin_of_float (float32, float16 and bfloat16 inputs, which are floats
+  // exactly); scale, offset, margin and top are set only where fast is.
+  float flo;     // the least float >= lo: for a float v, v >= lo iff v >= flo
+  float fhi;     // the greatest float <= hi: v <= hi iff v <= fhi
+  float scale;   // bins / width, rounded to float
+  float offset;  // -lo * bins / width, rounded to float
+  float margin;  // a bound on |fma(v, scale, offset) - t| and its roundings (make_range)
+  float top;     // bins - 0.5: floor(min(x, top)) == min(floor(x), bins - 1)
+  bool fast;
 };
 
 // An element as a double: exact for the floating dtypes and int32, to nearest (even) for int64
@@ -77,6 +90,84 @@ WB_HD int64_t bin_of(double v, const Range& r) {
   const double t = p / r.width;
 #endif
   return t < r.nbins ? static_cast<int64_t>(t) : r.bins - 1;
+}
+
+// The bin of a float v (a float32, float16 or bfloat16 element, exact as a float), as bin_of gives
+// it, mostly without double arithmetic: a float multiply-add and a margin decide it wherever they
+// can, and bin_of decides the rest. Where v is in [lo, hi] (flo <= v <= fhi, exactly) and fast:
+// with t* = (v - lo) * bins / width in real numbers and A = max(|lo|, |hi|) * s + |c| (s, c the
+// exact scale and offset), q = fma(v, scale, offset) is within 2^-24 * (A + bins) * (1 + 2^-20)
+// of t* (scale and offset carry one float rounding each, the fma one more; their double rounding
+// on the host and underflow add less than 2^-40), the t of bin_of is within 2^-50 * bins of t*
+// (three roundings, no overflow: make_range asks width * bins <= DBL_MAX / 4), and rounding
+// q -+ margin to float moves it by at most 2^-24 * (bins + 2 * margin). margin = 2^-22 * (A + bins)
+// covers all three, so lower <= t <= upper. g(x) = floor(min(max(x, 0), top)) is nondecreasing
+// and g(t) = min(floor(t), bins - 1) is the bin (t >= 0), so where g(lower) == g(upper) that is
+// the bin. The device floors by adding 2^23 rounding down (2^23 + floor(x) for 0 <= x <= top,
+// which is below 2^22). Otherwise (v within about 2 * margin bins of an edge) bin_of decides.
+WB_HD int64_t bin_of_float(float v, const Range& r) {
+  if (!(v >= r.flo && v <= r.fhi)) return -1;
+  if (r.fast) {
+#if defined(__CUDA_ARCH__)
+    const float q = __fmaf_rn(v, r.scale, r.offset);
+    const float lower = fminf(fmaxf(__fsub_rn(q, r.margin), 0.0f), r.top);
+    const float upper = fminf(__fadd_rn(q, r.margin), r.top);
+    const float floor_lower = __fadd_rd(lower, 0x1p23f);  // 2^23 + floor(lower)
+    if (__fadd_rd(upper, 0x1p23f) == floor_lower) return __float_as_int(floor_lower) - 0x4B000000;
+#else
+    const float q = std::fma(v, r.scale, r.offset);
+    const float lower = std::fmin(std::fmax(q - r.margin, 0.0f), r.top);
+    const float upper = std::fmin(q + r.margin, r.top);
+    const float floor_lower = std::floor(lower);
+    if (std::floor(upper) == floor_lower) return static_cast<int64_t>(floor_lower);
+#endif
+  }
+  return bin_of(static_cast<double>(v), r);
+}
+
+// The bin of an element of x, or -1: the floating types that are floats exactly take the float
+// path, the others (float64, int32, int64) bin_of.
+WB_HD int64_t element_bin(float v, const Range& r) { return bin_of_float(v, r); }
+WB_HD int64_t element_bin(f16 v, const Range& r) { return bin_of_float(to_acc(v), r); }
+WB_HD int64_t element_bin(bf16 v, const Range& r) { return bin_of_float(to_acc(v), r); }
+WB_HD int64_t element_bin(double v, const Range& r) { return bin_of(v, r); }
+WB_HD int64_t element_bin(int32_t v, const Range& r) { return bin_of(to_double(v), r); }
+WB_HD int64_t element_bin(int64_t v, const Range& r) { return bin_of(to_double(v), r); }
+
+// The least float >= x (x finite): +Inf above the largest float.
+inline float float_at_or_above(double x) {
+  if (x > FLT_MAX) return INFINITY;
+  if (x < -FLT_MAX) return -FLT_MAX;
+  const float f = static_cast<float>(x);  // nearest
+  return static_cast<double>(f) < x ? std::nextafter(f, INFINITY) : f;
+}
+
+// The Range of a checked (bins, lo, hi). The float path is on where its margin is at most 2^-8 of
+// a bin (elsewhere most elements would need bin_of anyway; margin >= 2^-22 * bins, so bins <= 2^14
+// and top is exact), where scale is a normal float, scale, offset and q are far from overflow, and
+// where (v - lo) * bins cannot overflow a double.
+inline Range make_range(int64_t bins, double lo, double hi) {
+  Range r{};
+  r.lo = lo;
+  r.hi = hi;
+  r.width = hi - lo;
+  r.inv_width = 1.0 / r.width;
+  r.nbins = static_cast<double>(bins);
+  r.bins = bins;
+  r.flo = float_at_or_above(lo);
+  r.fhi = -float_at_or_above(-hi);
+  const double s = r.nbins / r.width;
+  const double c = -lo * s;
+  const double reach = std::fmax(std::fabs(lo), std::fabs(hi)) * s + std::fabs(c) + r.nbins;
+  const double margin = 0x1p-22 * reach;
+  r.fast = s >= 0x1p-60 && reach <= 0x1p60 && margin <= 0x1p-8 && r.width <= DBL_MAX / 4 / r.nbins;
+  if (r.fast) {
+    r.scale = static_cast<float>(s);
+    r.offset = static_cast<float>(c);
+    r.margin = float_at_or_above(margin);
+    r.top = static_cast<float>(r.nbins - 0.5);
+  }
+  return r;
 }
 
 // x is contiguous with n elements; counts [bins] is zeroed by the caller and receives the
