@@ -106,14 +106,29 @@ WB_IMPL(CPU, m) {
 #ifdef WB_WITH_CUDA
 namespace {
 
+// The kernels' scratch for rows of `cols` elements (softmax.h), from the caching allocator on the
+// current stream; none for short rows.
+struct CudaWorkspace {
+  at::Tensor buffer;
+  Workspace view;
+};
+CudaWorkspace cuda_workspace(const at::Tensor& like, int64_t cols) {
+  const int64_t bytes = cuda_workspace_bytes(cols);
+  if (bytes == 0) return {at::Tensor(), Workspace{nullptr, 0}};
+  at::Tensor buffer = at::empty({bytes}, like.options().dtype(at::kByte));
+  return {buffer, Workspace{buffer.data_ptr(), bytes}};
+}
+
 at::Tensor softmax_cuda_op(const at::Tensor& x_in, int64_t dim_in) {
   const int64_t dim = wrap_dim("softmax", "x", x_in, dim_in);
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = rows_of(x_in, dim);
   at::Tensor y = at::empty(x.sizes(), x.options());
+  const CudaWorkspace ws = cuda_workspace(x, x.size(-1));
   WB_DISPATCH(WB_FLOATING, x.scalar_type(), "softmax", "x", [&] {
-    wb::check_launch("softmax", softmax_cuda(wb::data<scalar_t>(x), wb::data<scalar_t>(y),
-                                             count_rows(x), x.size(-1), wb::current_stream(x)));
+    wb::check_launch("softmax",
+                     softmax_cuda(wb::data<scalar_t>(x), wb::data<scalar_t>(y), count_rows(x),
+                                  x.size(-1), ws.view, wb::current_stream(x)));
   });
   return restore(y, x_in, dim);
 }
@@ -125,11 +140,12 @@ at::Tensor softmax_backward_cuda_op(const at::Tensor& grad_in, const at::Tensor&
   const c10::cuda::CUDAGuard guard(y_in.device());
   const at::Tensor grad = rows_of(grad_in, dim), y = rows_of(y_in, dim);
   at::Tensor dx = at::empty(y.sizes(), y.options());
+  const CudaWorkspace ws = cuda_workspace(y, y.size(-1));
   WB_DISPATCH(WB_FLOATING, y.scalar_type(), "softmax_backward", "y", [&] {
     wb::check_launch("softmax_backward",
                      softmax_backward_cuda(wb::data<scalar_t>(grad), wb::data<scalar_t>(y),
                                            wb::data<scalar_t>(dx), count_rows(y), y.size(-1),
-                                           wb::current_stream(y)));
+                                           ws.view, wb::current_stream(y)));
   });
   return restore(dx, y_in, dim);
 }

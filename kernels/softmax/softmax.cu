@@ -4,8 +4,9 @@
 //   x, y: [rows, cols] contiguous; float32 / float64 / float16 / bfloat16, computed in float
 //   (double for float64) with __expf (ex2.approx) for float. Rows of any length: the paths and
 //   the index map are in softmax_rows.cuh; a thread holds up to 32 float (16 double) values of
-//   x in registers, so a row is read once up to 16384 float32 elements a block, 262144 a cluster
-//   of 16 (sm_90), and twice beyond (the stream path).
+//   x in registers, so a row is read once up to 16384 float32 elements a block; longer rows are
+//   split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up to
+//   about 2M float32 elements a row on an H100), and read twice beyond (the stream path).
 //
 // Each thread takes the max m of its own elements and keeps e = exp(x - m) and their sum s; the
 // row's threads combine their (m, s) pairs into (M, S) in one reduction (each pair rescaled by
@@ -145,14 +146,75 @@ struct Forward {
       }
     }
   }
+
+  // The split path (softmax_split.cuh): x's vectors of the thread's share held as loaded, their
+  // (max, sum of exp) taken a vector at a time as the stream path does (so that no converted copy
+  // of the buffer stays live), and exp(x - M) / S written from them once the row's (M, S) is known.
+  template <int N, int K>
+  __device__ __forceinline__ void load(int64_t r, Share s, Vec<T, N> (&v)[kTensors][K]) const {
+    const Vec<T, N>* xr = reinterpret_cast<const Vec<T, N>*>(x + r * cols);  // [cols / N]
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (s.has(k)) v[0][k] = xr[s.at(k)];
+    }
+  }
+  template <int N, int K>
+  __device__ __forceinline__ Partial partial(Share s, const Vec<T, N> (&v)[kTensors][K]) const {
+    Partial run = Partial::identity();
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (s.has(k)) {
+        A big = run.m;
+#pragma unroll
+        for (int j = 0; j < N; ++j) big = fmax(big, held_acc(v[0][k], j));
+        const A ref = exp_origin(big);
+        A add = 0;
+#pragma unroll
+        for (int j = 0; j < N; ++j) add += exp_acc(held_acc(v[0][k], j) - ref);
+        run = Partial{big, run.s * rescale(run.m, big) + add};
+      }
+    }
+    return run;
+  }
+  template <int N, int K>
+  __device__ __forceinline__ void store(int64_t r, Share s, const Vec<T, N> (&v)[kTensors][K],
+                                        Partial total) const {
+    Vec<T, N>* yr = reinterpret_cast<Vec<T, N>*>(y + r * cols);  // [cols / N]
+    const A inv = A(1) / total.s;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (s.has(k)) {
+        Vec<T, N> o;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          o.v[j] = from_acc<T>(exp_acc(held_acc(v[0][k], j) - total.m) * inv);
+        }
+        yr[s.at(k)] = o;
+      }
+    }
+  }
 };
 
 }  // namespace
 
 template <typename T>
-Status softmax_cuda(const T* x, T* y, int64_t rows, int64_t cols, Stream stream) {
-  return launch_rows(Forward<T>{x, y, cols}, rows, stream);
+Status softmax_cuda(const T* x, T* y, int64_t rows, int64_t cols, Workspace ws, Stream stream) {
+  return launch_rows(Forward<T>{x, y, cols}, rows, ws, stream);
 }
 WB_INSTANTIATE(WB_FLOATING, softmax_cuda)
+
+int64_t cuda_workspace_bytes(int64_t cols) {
+  // The split path takes rows of more than 512 * K vectors, K >= 4 (softmax_rows.cuh): more than
+  // 2048 elements. Its grid is at most 2048 / kSplitThreads blocks an SM, with two partials of at
+  // most 16 bytes (Stats<double>) each.
+  if (cols <= 2048) return 0;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return int64_t{sms} * (2048 / kSplitThreads) * 2 * 16;
+}
 
 }  // namespace wb::softmax

@@ -15,11 +15,24 @@
 
 namespace wb::softmax {
 
+// Device scratch of the CUDA ops: `bytes` of uninitialised device memory, ordered on the op's
+// stream (the split path's partial results, softmax_split.cuh). A launch given less than it needs
+// takes another path.
+struct Workspace {
+  void* data;
+  int64_t bytes;
+};
+
+// The workspace the CUDA ops want for rows of `cols` elements on the current device: 0 for rows
+// no path splits across blocks (2048 elements or fewer), else enough for any grid the device
+// holds at once (a few KiB an SM).
+int64_t cuda_workspace_bytes(int64_t cols);
+
 template <typename T>
-Status softmax_cuda(const T* x, T* y, int64_t rows, int64_t cols, Stream stream);
+Status softmax_cuda(const T* x, T* y, int64_t rows, int64_t cols, Workspace ws, Stream stream);
 template <typename T>
 Status softmax_backward_cuda(const T* grad, const T* y, T* dx, int64_t rows, int64_t cols,
-                             Stream stream);
+                             Workspace ws, Stream stream);
 
 // CPU: the rows [begin, end) (the binding splits the rows across threads).
 template <typename T>

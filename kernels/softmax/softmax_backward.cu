@@ -4,8 +4,9 @@
 //   grad, y, dx: [rows, cols] contiguous; float32 / float64 / float16 / bfloat16, computed in
 //   float (double for float64). The same paths as softmax (softmax_rows.cuh) with two tensors
 //   read: a thread holds up to 16 float (8 double) values of each of grad and y, so a row is
-//   read once up to 8192 float32 elements a block, 262144 a cluster of 16 blocks of 1024
-//   threads (sm_90), and twice beyond.
+//   read once up to 8192 float32 elements a block, split across a team of blocks of a
+//   cooperative grid beyond (softmax_split.cuh: read once, up to about 1M float32 elements a
+//   row on an H100), and twice beyond that.
 //   dx is computed as grad * y - y * D, the form PyTorch's CUDA kernel computes (the CPU
 //   kernels, PyTorch's and softmax.cpp, compute y * (grad - D)). The two differ only in where
 //   NaN and Inf land when y holds an Inf: +Inf * (g - +Inf) is -Inf, g * +Inf - +Inf * +Inf is
@@ -124,14 +125,58 @@ struct Backward {
       }
     }
   }
+
+  // The split path (softmax_split.cuh): grad's and y's vectors of the thread's share held as
+  // loaded, their dot product, and dx written from them once the row's sum is known.
+  template <int N, int K>
+  __device__ __forceinline__ void load(int64_t r, Share s, Vec<T, N> (&v)[kTensors][K]) const {
+    const Vec<T, N>* gr = reinterpret_cast<const Vec<T, N>*>(grad + r * cols);  // [cols / N]
+    const Vec<T, N>* yr = reinterpret_cast<const Vec<T, N>*>(y + r * cols);     // [cols / N]
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (s.has(k)) {
+        v[0][k] = gr[s.at(k)];
+        v[1][k] = yr[s.at(k)];
+      }
+    }
+  }
+  template <int N, int K>
+  __device__ __forceinline__ Partial partial(Share s, const Vec<T, N> (&v)[kTensors][K]) const {
+    A dot = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (s.has(k)) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) dot += held_acc(v[0][k], j) * held_acc(v[1][k], j);
+      }
+    }
+    return {dot};
+  }
+  template <int N, int K>
+  __device__ __forceinline__ void store(int64_t r, Share s, const Vec<T, N> (&v)[kTensors][K],
+                                        Partial total) const {
+    Vec<T, N>* dxr = reinterpret_cast<Vec<T, N>*>(dx + r * cols);  // [cols / N]
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (s.has(k)) {
+        Vec<T, N> o;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+          const A a = held_acc(v[0][k], j), b = held_acc(v[1][k], j);
+          o.v[j] = from_acc<T>(a * b - b * total.s);
+        }
+        dxr[s.at(k)] = o;
+      }
+    }
+  }
 };
 
 }  // namespace
 
 template <typename T>
 Status softmax_backward_cuda(const T* grad, const T* y, T* dx, int64_t rows, int64_t cols,
-                             Stream stream) {
-  return launch_rows(Backward<T>{grad, y, dx, cols}, rows, stream);
+                             Workspace ws, Stream stream) {
+  return launch_rows(Backward<T>{grad, y, dx, cols}, rows, ws, stream);
 }
 WB_INSTANTIATE(WB_FLOATING, softmax_backward_cuda)
 

@@ -18,13 +18,22 @@
 //   block    nvec <= 512 * K: one block of 32..512 threads per row; registers; the block reduces
 //            through shared memory. Blocks of at most 512 threads let an SM hold two or more
 //            rows, so one block's reduction overlaps another's loads.
-//   cluster  (an sm_90 image on an sm_90+ device, where a cluster of that shape can be resident)
+//   split    nvec > 512 * K, where the device takes cooperative launches (every GPU since
+//            Pascal) and holds the row in the registers of its resident blocks
+//            (softmax_split.cuh): a cooperative grid of every block the GPU holds at once, a team
+//            of blocks per row, the rows in rounds; each block holds its share of this round's
+//            row and of the next one in registers, the team combines its partials through global
+//            memory across a grid barrier. The row is read once, and the next round's loads are
+//            in flight while a round waits on its barrier.
+//   cluster  (where the split path does not apply, with an sm_90 image on an sm_90+ device and
+//            a cluster of that shape resident)
 //            nvec <= 16 * 1024 * K: a thread-block cluster of C = 2..16 blocks per row (blocks
 //            of up to 512 threads, of up to 1024 past 16 * 512 * K), block `rank` holding the
 //            vectors [rank * per, (rank + 1) * per) in registers; blocks reduce as above, then
 //            exchange their partials through distributed shared memory. The row is read from
 //            memory once, and no block waits on another that may not be resident.
-//   block    (without clusters) nvec <= 1024 * K: one block of up to 1024 threads per row.
+//   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
+//            row.
 //   stream   any length: one block of 512 threads per row reads its row twice, once for the
 //            partial results (softmax: a running max with a rescaled sum), once to write.
 #pragma once
@@ -267,6 +276,13 @@ __global__ void __launch_bounds__(kStreamThreads) stream_kernel(Op op, int64_t r
   }
 }
 
+}  // namespace wb::softmax
+
+// The split path's kernel and launch, written with the reductions and Slots above.
+#include "softmax/softmax_split.cuh"
+
+namespace wb::softmax {
+
 // --- host: the path for a row length ------------------------------------------------------------
 
 // Vectors a thread of Op holds in registers when reading N at a time. Single elements (N = 1)
@@ -363,7 +379,7 @@ cudaError_t launch_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t s
 // of a launch made through the runtime API (the cluster path's), cudaSuccess for the others,
 // whose errors cudaGetLastError reports.
 template <typename Op, int N>
-cudaError_t launch_rows_n(const Op& op, int64_t rows, cudaStream_t stream) {
+cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t stream) {
   constexpr int K = slots_per_thread<Op, N>();
   static_assert(K >= 2, "a thread holds at least two vectors (the warp path's narrow groups)");
   const int64_t nvec = op.cols / N;
@@ -380,7 +396,10 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, cudaStream_t stream) {
   }
   const int threads = threads_for(nvec, K);
   cudaError_t err = cudaSuccess;
-  if (threads > kBlockThreads && launch_cluster<Op, N, K>(op, rows, nvec, stream, err)) return err;
+  if (threads > kBlockThreads) {
+    if (launch_split<Op, N>(op, rows, nvec, ws, stream, err)) return err;
+    if (launch_cluster<Op, N, K>(op, rows, nvec, stream, err)) return err;
+  }
   if (threads <= kMaxThreads) {
     block_kernel<Op, N, K><<<grid_for(rows), threads, 0, stream>>>(op, rows, nvec);
   } else {
@@ -391,12 +410,12 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, cudaStream_t stream) {
 
 // Runs Op over every row on `stream`: 16-byte vectors where cols and every pointer allow them.
 template <typename Op>
-Status launch_rows(const Op& op, int64_t rows, Stream stream) {
+Status launch_rows(const Op& op, int64_t rows, Workspace ws, Stream stream) {
   if (rows == 0 || op.cols == 0) return nullptr;
   constexpr int kN = kVec16<typename Op::T>;
   auto s = static_cast<cudaStream_t>(stream);
-  const cudaError_t err = op.cols % kN == 0 && op.aligned() ? launch_rows_n<Op, kN>(op, rows, s)
-                                                            : launch_rows_n<Op, 1>(op, rows, s);
+  const cudaError_t err = op.cols % kN == 0 && op.aligned() ? launch_rows_n<Op, kN>(op, rows, ws, s)
+                                                            : launch_rows_n<Op, 1>(op, rows, ws, s);
   if (err != cudaSuccess) {
     cudaGetLastError();  // the same error, if the runtime also recorded it
     return cudaGetErrorString(err);

@@ -1,0 +1,218 @@
+// softmax/softmax_split.cuh: the split path of softmax_rows.cuh, for rows longer than a block of
+// 512 threads holds in registers (softmax: float32 rows of more than 16384 elements).
+//
+// A cooperative grid of every block the GPU holds at once: `chunks` blocks share a row (a team),
+// block `chunk` of a team holding the vectors [chunk * per, min((chunk + 1) * per, nvec)) of
+// it, and the grid's teams take the rows in rounds: team j the rows j, j + teams, j + 2 * teams,
+// ... A round of a block:
+//   1. issue the loads of its share of its next row (the round after), into the other of its two
+//      register buffers;
+//   2. reduce its share of this round's row (loaded the round before) to a partial result
+//      (softmax: max and sum of exp; backward: the dot product) and publish it in `partials`;
+//   3. grid.sync(); combine the team's `chunks` partials into the row's result (every warp of
+//      the team combines the same values in the same order, so the team agrees bit for bit);
+//   4. write its share of the row from the registers.
+// Each element is read from memory once and written once, and while a round waits on its grid
+// barrier the next round's loads are already in flight: the wait costs no bandwidth.
+//
+// Why no block waits for ever: the launch is cooperative (cudaLaunchAttributeCooperative), so the
+// runtime starts it only with every block of the grid resident at once (it refuses a grid larger
+// than the occupancy allows, cudaErrorCooperativeLaunchTooLarge), and grid.sync() is that
+// launch's barrier. Every block runs the same number of rounds (rows past the end are skipped,
+// their barrier is not), so every barrier is reached by the whole grid.
+// Nothing is left behind between launches, so a CUDA graph replays the launch as it is:
+// `partials` is scratch that every round writes before it reads (two slots a block, by the
+// round's parity: a block writes the slot of round t + 2 only after the barrier of round t + 1,
+// which every reader of round t has passed), and the barrier's counter is the runtime's.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include "softmax/softmax.h"
+#include "softmax/softmax_rows.cuh"
+
+namespace wb::softmax {
+
+constexpr int kSplitThreads = 512;
+
+// Vectors of each tensor a thread holds in one of its two buffers: 4 vectors of 16 bytes (16
+// registers) for one tensor, 2 each for two, so that both buffers take 32 registers and a block
+// of 512 threads stays within 64 (two blocks an SM); 8 (4) single elements where the row is read
+// element by element (N = 1). Half as many for float64 softmax, whose exp takes the registers
+// (ptxas -v, sm_80 and sm_90a: 4-16 bytes of spills a thread with the full count).
+template <typename Op, int N>
+constexpr int split_slots() {
+  constexpr int k = (N == 1 ? 8 : 4) / Op::kTensors;
+  return sizeof(typename Op::A) == 8 && Op::kTensors == 1 ? k / 2 : k;
+}
+
+// Element j of a held vector as an acc value. bfloat16 pairs are read as the 32-bit words they
+// were loaded in (a shift or a mask each), which keeps ptxas from unpacking a buffer into one
+// register an element (92 bytes of spills a thread for bfloat16 softmax, sm_90a).
+template <typename T, int N>
+__device__ __forceinline__ acc_t<T> held_acc(const Vec<T, N>& v, int j) {
+  return to_acc(v.v[j]);
+}
+template <int N>
+__device__ __forceinline__ float held_acc(const Vec<bf16, N>& v, int j) {
+  if constexpr (N % 2 == 0) {
+    uint32_t word;
+    __builtin_memcpy(&word, &v.v[j & ~1], sizeof word);
+    return __uint_as_float(j % 2 == 1 ? word & 0xffff0000u : word << 16);
+  } else {
+    return to_acc(v.v[j]);
+  }
+}
+
+// *p read from L2 (ld.global.cg): a partial another block wrote this round, where this SM's L1
+// may still hold the value of two rounds before.
+template <typename P>
+__device__ __forceinline__ P load_cg(const P* p) {
+  static_assert(sizeof(P) % 4 == 0, "read as 32-bit words");
+  const unsigned* w = reinterpret_cast<const unsigned*>(p);
+  unsigned words[sizeof(P) / 4];
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(P) / 4); ++i) words[i] = __ldcg(w + i);
+  P out;
+  __builtin_memcpy(&out, words, sizeof(P));
+  return out;
+}
+
+// A thread's vectors of its block's share of a row: first + k * kSplitThreads for k = 0, 1, ...,
+// those below first + left (left may be 0 or less: none). The stride is a constant, so that the
+// K addresses are one pointer and immediate offsets.
+struct Share {
+  int64_t first;
+  int left;
+  __device__ bool has(int k) const { return k * kSplitThreads < left; }
+  __device__ int64_t at(int k) const { return first + k * kSplitThreads; }
+};
+
+// The geometry of one launch: which vectors of which row a block owns.
+struct SplitPlan {
+  int64_t rows, nvec, per;  // per: vectors of a row a block owns (the last block of a team fewer)
+  int chunks;               // blocks a row
+};
+
+// One round of one block (steps 1-4 above) on `row` (past the last row: only the barrier):
+// `cur` holds the block's share of it (loaded the round before), `next` receives the share of
+// row + teams. Parity: the round's slot of `partials`.
+template <typename Op, int N, int K, int Parity>
+__device__ __forceinline__ void split_round(
+    const Op& op, int64_t row, int64_t rows, int teams, int chunks, Share s,
+    Vec<typename Op::T, N> (&cur)[Op::kTensors][K], Vec<typename Op::T, N> (&next)[Op::kTensors][K],
+    typename Op::Partial* __restrict__ partials,  // [2, gridDim.x]
+    typename Op::Partial* buf) {                  // __shared__ [32]
+  using P = typename Op::Partial;
+  if (row + teams < rows) op.template load<N, K>(row + teams, s, next);
+  P p = row < rows ? op.template partial<N, K>(s, cur) : P::identity();
+  p = BlockReduce<P>{buf}(p);
+  P* slots = partials + Parity * gridDim.x;
+  if (threadIdx.x == 0) slots[blockIdx.x] = p;
+  cooperative_groups::this_grid().sync();
+  if (row >= rows) return;  // uniform across the block
+  const P* team_slots = slots + (blockIdx.x - blockIdx.x % chunks);
+  P total = P::identity();
+  for (int j = static_cast<int>(threadIdx.x) % 32; j < chunks; j += 32) {
+    total = P::combine(total, load_cg(team_slots + j));
+  }
+  total = WarpReduce<32>{}(total);
+  op.template store<N, K>(row, s, cur, total);
+}
+
+// Team blockIdx.x / chunks, block blockIdx.x % chunks of its team (see the header comment).
+template <typename Op, int N, int K>
+__global__ void __launch_bounds__(kSplitThreads, 2)
+    split_kernel(Op op, SplitPlan plan, typename Op::Partial* __restrict__ partials) {
+  using V = Vec<typename Op::T, N>;
+  __shared__ typename Op::Partial buf[32];
+  const int chunks = plan.chunks, teams = static_cast<int>(gridDim.x) / chunks;
+  const int64_t base = (blockIdx.x % chunks) * plan.per;
+  const int64_t end = base + plan.per < plan.nvec ? base + plan.per : plan.nvec;
+  const int64_t first = base + threadIdx.x;
+  const Share s{first, static_cast<int>(end > first ? end - first : 0)};
+  const int64_t rows = plan.rows;
+  // Every block runs the same rounds: `stop` is the first row of the round after the last.
+  const int64_t stop = (rows + teams - 1) / teams * teams;
+  V a[Op::kTensors][K], b[Op::kTensors][K];
+  int64_t row = blockIdx.x / chunks;
+  if (row < rows) op.template load<N, K>(row, s, a);
+  // Two rounds an iteration, so that the buffers swap roles with compile-time indices (a register
+  // array indexed at run time would live in local memory).
+  for (; row < stop; row += 2 * teams) {
+    split_round<Op, N, K, 0>(op, row, rows, teams, chunks, s, a, b, partials, buf);
+    if (row + teams < stop) {
+      split_round<Op, N, K, 1>(op, row + teams, rows, teams, chunks, s, b, a, partials, buf);
+    }
+  }
+}
+
+// What the split path needs to know of the device, asked once per device and kernel.
+struct SplitDevice {
+  int resident = 0;  // blocks of the kernel the device holds at once; 0: no cooperative launch
+};
+
+template <typename Op, int N, int K>
+SplitDevice split_device() {
+  static int known[64];  // resident + 1 a device; 0 unknown
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return {};
+  if (known[device] == 0) {
+    int cooperative = 0, sms = 0, per_sm = 0;
+    const bool ok =
+        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_kernel<Op, N, K>,
+                                                      kSplitThreads, 0) == cudaSuccess;
+    cudaGetLastError();  // a refusal above is an answer, not an error of the caller's
+    known[device] = 1 + (ok && cooperative ? sms * per_sm : 0);
+  }
+  return {known[device] - 1};
+}
+
+// The plan for `rows` rows of nvec vectors on `resident` blocks, K vectors a thread at most:
+// the fewest blocks a row that hold it, more where few rows leave blocks idle (at least one
+// vector a thread), and the rows spread evenly over the rounds. chunks = 0: the row is longer
+// than the whole grid holds.
+inline SplitPlan split_plan(int64_t rows, int64_t nvec, int k, int64_t resident, int64_t* teams) {
+  const int64_t least = (nvec + int64_t{kSplitThreads} * k - 1) / (int64_t{kSplitThreads} * k);
+  if (least > resident) return {rows, nvec, 0, 0};
+  const int64_t most = (nvec + kSplitThreads - 1) / kSplitThreads;
+  int64_t chunks = min_of(resident / min_of(rows, resident), most);
+  if (chunks < least) chunks = least;
+  const int64_t fit = resident / chunks;          // teams the device holds
+  const int64_t rounds = (rows + fit - 1) / fit;  // as few rounds as that allows
+  *teams = (rows + rounds - 1) / rounds;          // and rows spread evenly over them
+  const int64_t per = (nvec + chunks - 1) / chunks;
+  return {rows, nvec, per, static_cast<int>(chunks)};
+}
+
+// The split path: launches it and returns true with the launch's result in `err`, or returns
+// false (nothing launched) where it does not apply: no cooperative launch on this device, a row
+// longer than the device holds, or a workspace too small for the partials.
+template <typename Op, int N>
+bool launch_split(const Op& op, int64_t rows, int64_t nvec, Workspace ws, cudaStream_t stream,
+                  cudaError_t& err) {
+  constexpr int K = split_slots<Op, N>();
+  using P = typename Op::Partial;
+  const SplitDevice device = split_device<Op, N, K>();
+  if (device.resident == 0) return false;
+  int64_t teams = 0;
+  const SplitPlan plan = split_plan(rows, nvec, K, device.resident, &teams);
+  if (plan.chunks == 0) return false;
+  const int64_t grid = teams * plan.chunks;
+  if (ws.data == nullptr || ws.bytes < 2 * grid * static_cast<int64_t>(sizeof(P))) return false;
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(kSplitThreads);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  err = cudaLaunchKernelEx(&config, split_kernel<Op, N, K>, op, plan, static_cast<P*>(ws.data));
+  return true;
+}
+
+}  // namespace wb::softmax
