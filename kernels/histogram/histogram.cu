@@ -1,48 +1,55 @@
 // histogram.cu: CUDA kernel of the histogram family.
 //
-//   histogram: counts[b] = #{ i : bin_of(x[i]) == b }, b in [0, bins)  (bin_of: histogram.h,
-//   computed in double with explicitly rounded operations)
+//   histogram: counts[b] = #{ i : element_bin(x[i]) == b }, b in [0, bins)  (histogram.h:
+//   float32/float16/bfloat16 elements through a float multiply-add with a proven margin, the rest
+//   and the elements near an edge in double with explicitly rounded operations)
 //   x: [n] contiguous, float32 / float64 / float16 / bfloat16 / int32 / int64;
 //   counts: [bins] int64, zeroed by the binding on the same stream.
-//   Shared path, when the block's histograms fit in shared memory: a block keeps `replicas`
+//   Shared path, when a block's histogram fits in shared memory: a block keeps `replicas`
 //   private histograms of 32-bit counters in shared memory ([replicas, bins]; warp w counts into
 //   replica w % replicas, so fewer warps contend for a hot bin), reads x in a grid-stride loop of
-//   16-byte loads (kUnroll of them in flight a thread), then adds each bin's sum over its
-//   replicas, where nonzero, to counts with one 64-bit atomicAdd. Global path, when one copy does
-//   not fit the most shared memory a block may opt in to (more than 41,728 bins on an A100's
-//   163 KiB, 58,112 on an H100's or H200's 227 KiB): one 64-bit atomicAdd on counts per counted
-//   element. The merge never makes more global atomics than the global path (one per nonzero bin
-//   of a block, at most one per element), so the shared path is taken wherever it fits. Counts
-//   are integers, so any order of the atomics gives the same result.
-//   Check and time:  wb check histogram --device cuda;  wb bench histogram
+//   16-byte loads (kUnroll of them in flight a thread, the unaligned head and the tail one element
+//   at a time), then adds each bin's sum over its replicas, where nonzero, to counts with one
+//   64-bit atomicAdd. Chunked path, when one copy does not fit the most shared memory a block may
+//   opt in to (above 41,728 bins on an A100's 163 KiB, 58,112 on an H100's or H200's 227 KiB,
+//   25,344 on sm_86's 99 KiB) but kMaxChunks slices of the bins do and x has at least as many
+//   elements as bins: the same kernel, each block counting one slice of the bins over its share of
+//   x (block i: slice i % chunks), so x is read once from memory per slice group (the slices of
+//   one share run side by side and read it through L2) and the merge adds one atomic per nonzero
+//   bin of a slice. Global path otherwise (huge or sparse histograms): one 64-bit atomicAdd on
+//   counts per counted element. Counts are integers, so any order of the atomics gives the same
+//   result.
+//   Check and time:  wb check histogram --device cuda;  wb bench histogram --device cuda
 #include "histogram/histogram.h"
 #include "wb/cuda.cuh"
 
 namespace wb::histogram {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 1024;  // one block of the chunked path per SM keeps 32 warps resident
 constexpr int kWarps = kThreads / 32;
 constexpr int kUnroll = 2;  // 16-byte loads a thread issues before counting their elements
 // Shared memory the replicas of a small histogram may take: 256 bins get one replica per warp
-// (16 KiB). A histogram of more than 8 Ki bins gets a single copy, up to the device's limit.
+// (32 KiB). A histogram of more than 8 Ki bins gets a single copy, up to the device's limit.
 constexpr int kReplicaBytes = 32 * 1024;
+// Slices of the bins the chunked path may take: each slice computes the bin of every element.
+constexpr int64_t kMaxChunks = 4;
 constexpr int kStaticSharedBytes = 48 * 1024;  // beyond this a kernel must opt in
 // Elements a block counts, at most, so that its 32-bit shared counters cannot overflow.
 constexpr int64_t kMaxBlockItems = int64_t{1} << 31;
 
 using Count = unsigned long long;  // the int64 counts as 64-bit atomicAdd takes them (never < 0)
 
-// Calls f on every element of x once across the grid: the elements before x's first 16-byte
-// boundary (head, fewer than a vector) and after its last whole vector (tail) one at a time,
-// the rest as 16-byte vectors, kUnroll loads in flight before any is counted.
+// Calls f on every element of x once across `blocks` blocks (this one is `block`): the elements
+// before x's first 16-byte boundary (head, fewer than a vector) and after its last whole vector
+// (tail) one at a time, the rest as 16-byte vectors, kUnroll loads in flight before any is counted.
 template <typename T, typename F>
 __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
-                                         int64_t n, F& f) {
+                                         int64_t n, int64_t block, int64_t blocks, F& f) {
   constexpr int N = kVec16<T>;
   using V = Vec<T, N>;
-  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t tid = block * blockDim.x + threadIdx.x;
+  const int64_t stride = blocks * blockDim.x;
   const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16);
   const int64_t to_boundary = misalign ? (16 - misalign) / int64_t{sizeof(T)} : 0;
   const int64_t head = to_boundary < n ? to_boundary : n;
@@ -69,39 +76,46 @@ __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
   }
 }
 
-// Requires replicas * bins 32-bit counters of dynamic shared memory, and at most kMaxBlockItems
-// elements a block.
+// Block i counts the slice i % chunks of the bins, [first, first + chunk_bins) cut at bins, over
+// the share i / chunks of x's gridDim.x / chunks shares. Requires replicas * chunk_bins 32-bit
+// counters of dynamic shared memory, gridDim.x a multiple of chunks, and at most kMaxBlockItems
+// elements a share.
 template <typename T>
-__global__ void histogram_shared_kernel(const T* __restrict__ x,  // [n]
-                                        int64_t n, Range r, int replicas,
-                                        Count* __restrict__ counts) {  // [bins]
-  extern __shared__ uint32_t sub[];                                    // [replicas, bins]
-  const int bins = static_cast<int>(r.bins);
+__global__ void __launch_bounds__(kThreads, 1)
+    histogram_shared_kernel(const T* __restrict__ x,  // [n]
+                            int64_t n, Range r, int chunks, int chunk_bins, int replicas,
+                            Count* __restrict__ counts) {  // [bins]
+  extern __shared__ uint32_t sub[];                        // [replicas, chunk_bins]
+  const int64_t first = int64_t{chunk_bins} * (blockIdx.x % chunks);
+  const int bins = static_cast<int>(r.bins - first < chunk_bins ? r.bins - first : chunk_bins);
   for (int i = threadIdx.x; i < replicas * bins; i += blockDim.x) sub[i] = 0;
   __syncthreads();
   uint32_t* mine = sub + (threadIdx.x / 32) % replicas * bins;  // [bins]
   auto count = [&](T v) {
-    const int64_t b = bin_of(to_double(v), r);
-    if (b >= 0) atomicAdd(&mine[b], 1u);
+    // -1 (not counted) and bins of other slices fall outside [0, bins) as unsigned numbers.
+    const auto b = static_cast<uint32_t>(element_bin(v, r) - first);
+    if (b < static_cast<uint32_t>(bins)) atomicAdd(&mine[b], 1u);
   };
-  for_each(x, n, count);
+  for_each(x, n, blockIdx.x / chunks, gridDim.x / chunks, count);
   __syncthreads();
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     uint32_t c = 0;  // at most the block's elements: no overflow
+#pragma unroll 8
     for (int k = 0; k < replicas; ++k) c += sub[k * bins + b];
-    if (c != 0) atomicAdd(&counts[b], Count{c});
+    if (c != 0) atomicAdd(&counts[first + b], Count{c});
   }
 }
 
 template <typename T>
-__global__ void histogram_global_kernel(const T* __restrict__ x,  // [n]
-                                        int64_t n, Range r,
-                                        Count* __restrict__ counts) {  // [bins]
+__global__ void __launch_bounds__(kThreads, 1)
+    histogram_global_kernel(const T* __restrict__ x,  // [n]
+                            int64_t n, Range r,
+                            Count* __restrict__ counts) {  // [bins]
   auto count = [&](T v) {
-    const int64_t b = bin_of(to_double(v), r);
+    const int64_t b = element_bin(v, r);
     if (b >= 0) atomicAdd(&counts[b], Count{1});
   };
-  for_each(x, n, count);
+  for_each(x, n, blockIdx.x, gridDim.x, count);
 }
 
 struct DeviceInfo {
@@ -151,6 +165,40 @@ Status resident_blocks(K k, int smem, int sms, int64_t* blocks) {
   return nullptr;
 }
 
+// Slices of the bins for the shared path: 1 where one copy of the histogram fits `optin` bytes,
+// else the fewest whose slices fit (each then at most optin bytes: (chunks - 1) slices of
+// ceil(bins / chunks) bins hold fewer than bins, so no slice is empty).
+int64_t chunks_for(int64_t bins, int64_t optin) {
+  const int64_t per_chunk = optin / int64_t{sizeof(uint32_t)};
+  return (bins + per_chunk - 1) / per_chunk;
+}
+
+template <typename T>
+Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, Count* counts,
+                     const DeviceInfo& d, cudaStream_t s) {
+  const int64_t chunk_bins = (r.bins + chunks - 1) / chunks;
+  const int64_t bin_bytes = chunk_bins * int64_t{sizeof(uint32_t)};
+  int64_t replicas = kReplicaBytes / bin_bytes;
+  replicas = replicas < 1 ? 1 : (replicas > kWarps ? kWarps : replicas);
+  const int64_t smem = replicas * bin_bytes;
+  const auto kernel = histogram_shared_kernel<T>;
+  if (smem > kStaticSharedBytes) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return cudaGetErrorString(err);
+  }
+  int64_t resident = 0;
+  if (const Status err = resident_blocks(kernel, static_cast<int>(smem), d.sms, &resident)) {
+    return err;
+  }
+  // Shares of x: the resident blocks split among the slices, at least one share a slice.
+  const int64_t shares = grid_for<T>(n, resident / chunks > 0 ? resident / chunks : 1);
+  kernel<<<static_cast<unsigned>(shares * chunks), kThreads, smem, s>>>(
+      x, n, r, static_cast<int>(chunks), static_cast<int>(chunk_bins), static_cast<int>(replicas),
+      counts);
+  return launch_status();
+}
+
 }  // namespace
 
 template <typename T>
@@ -160,28 +208,14 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
   if (const Status err = device_info(&d)) return err;
   auto s = static_cast<cudaStream_t>(stream);
   auto* counts = reinterpret_cast<Count*>(counts_out);
-  const int64_t bin_bytes = r.bins * int64_t{sizeof(uint32_t)};
-  int64_t replicas = kReplicaBytes / bin_bytes;
-  replicas = replicas < 1 ? 1 : (replicas > kWarps ? kWarps : replicas);
-  const int64_t smem = replicas * bin_bytes;
-  int64_t resident = 0;
-  if (smem <= d.shared_optin) {
-    const auto kernel = histogram_shared_kernel<T>;
-    if (smem > kStaticSharedBytes) {
-      const cudaError_t err = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (err != cudaSuccess) return cudaGetErrorString(err);
-    }
-    if (const Status err = resident_blocks(kernel, static_cast<int>(smem), d.sms, &resident)) {
-      return err;
-    }
-    kernel<<<grid_for<T>(n, resident), kThreads, smem, s>>>(x, n, r, static_cast<int>(replicas),
-                                                            counts);
-  } else {
-    const auto kernel = histogram_global_kernel<T>;
-    if (const Status err = resident_blocks(kernel, 0, d.sms, &resident)) return err;
-    kernel<<<grid_for<T>(n, resident), kThreads, 0, s>>>(x, n, r, counts);
+  const int64_t chunks = chunks_for(r.bins, d.shared_optin);
+  if (chunks == 1 || (chunks <= kMaxChunks && n >= r.bins)) {
+    return launch_shared(x, n, r, chunks, counts, d, s);
   }
+  const auto kernel = histogram_global_kernel<T>;
+  int64_t resident = 0;
+  if (const Status err = resident_blocks(kernel, 0, d.sms, &resident)) return err;
+  kernel<<<grid_for<T>(n, resident), kThreads, 0, s>>>(x, n, r, counts);
   return launch_status();
 }
 WB_INSTANTIATE(WB_HISTOGRAM_INPUTS, histogram_cuda)

@@ -82,6 +82,15 @@ def _edges(dtype: torch.dtype, bins: int, lo: float, hi: float) -> torch.Tensor:
     return torch.cat([below - 1, below, above, above + 1]).to(dtype)
 
 
+def _ends(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """x with some elements set to lo and to hi and, for a floating dtype, to NaN and +-Inf."""
+    x = x.clone()
+    x[::7], x[3::11] = lo, hi
+    if x.dtype.is_floating_point:
+        x[5::13], x[6::17], x[8::19] = math.nan, math.inf, -math.inf
+    return x
+
+
 def _sample(
     x: torch.Tensor, device: torch.device, bins: int, lo: float, hi: float, label: str
 ) -> Sample:
@@ -104,6 +113,12 @@ def histogram_samples(
         _sample(spread((33, 130))[:, ::2], device, 16, lo, hi, "strided"),
         _sample(spread((1, 97)).expand(16, 97), device, 12, lo, hi, "expanded"),
         _sample(spread((3, 5, 67)), device, 256, lo, hi, "3d"),
+        # Views whose data start off a 16-byte boundary: the kernel's scalar head, then vectors,
+        # then a tail (2003 and 2^20 + 4 elements: no whole vectors after the head). Both, and
+        # "ends", are sized so that the check's special values still derive from edges256.
+        _sample(spread((2004,))[1:], device, 256, lo, hi, "unaligned"),
+        _sample(spread(((1 << 20) + 7,))[3:], device, 256, lo, hi, "unaligned_large"),
+        _sample(_ends(spread((20011,)), lo, hi), device, 256, lo, hi, "ends"),
     ]
     if dtype.is_floating_point:
         edge_cases = [
@@ -125,7 +140,12 @@ def histogram_samples(
         _sample(spread((1001,)), device, 1, lo, hi, "bins1"),
         # A histogram of 80 KB: shared memory beyond the 48 KiB a CUDA kernel gets unasked.
         _sample(spread(((1 << 17) + 1,)), device, 20000, lo, hi, "bins_mid"),
-        # More bins than fit in shared memory: the CUDA kernel's global-atomics path.
+        # 4096 bins: the float path's margin (2^-9 of a bin over [-3, 3]) leaves more values near
+        # an edge to the double path than 256 bins do.
+        _sample(spread(((1 << 16) + 1,)), device, 4096, lo, hi, "bins_4k"),
+        # More bins than fit in shared memory, fewer than x's elements: the CUDA kernel's chunked
+        # path, each block counting one slice of the bins.
+        _sample(spread(((1 << 18) + 3,)), device, 65536, lo, hi, "bins_64k"),
         _sample(
             _spread(((1 << 18) + 5,), dtype, gen, -50000, 50000),
             device,
@@ -134,6 +154,8 @@ def histogram_samples(
             50000.0,
             "bins_large",
         ),
+        # More bins than elements: the CUDA kernel's global-atomics path.
+        _sample(spread((40001,)), device, 100000, lo, hi, "bins_sparse"),
         _sample(spread(((1 << 20) + 3,)), device, 256, lo, hi, "large"),
     ]
     if dtype.is_floating_point:
@@ -149,15 +171,18 @@ def histogram_bench_sizes(
     dtype: torch.dtype, device: torch.device, gen: torch.Generator
 ) -> list[Sample]:
     """256 bins over [-4, 4] of normal values (hot bins in the middle), 4Ki up to 64Mi on a GPU
-    (16Mi is the size the op is measured at against torch.histc)."""
+    (16Mi is the size the op is measured at against torch.histc); then 65536 bins over the same
+    values at 16Mi on a GPU, 1Mi on a CPU (labelled '16Mi_bins64Ki')."""
+    many = 1 << 24 if device.type == "cuda" else 1 << 20
     out = []
-    for n in bench_numels(device):
+    for n, bins in [*((n, 256) for n in bench_numels(device)), (many, 65536)]:
         if dtype.is_floating_point:
             x = torch.randn((n,), generator=gen, dtype=torch.float32).to(dtype)
         else:
             x = (torch.randn((n,), generator=gen) * 40).round().to(dtype)
         lo, hi = (-4.0, 4.0) if dtype.is_floating_point else (-128.0, 128.0)
-        out.append(Sample((x.to(device), 256, lo, hi), size_label(n)))
+        label = size_label(n) if bins == 256 else f"{size_label(n)}_bins{size_label(bins)}"
+        out.append(Sample((x.to(device), bins, lo, hi), label))
     return out
 
 
