@@ -51,8 +51,8 @@ def test_compiles_with_no_graph_break(lib: Any, name: str, device: str) -> None:
 
 # Row lengths that take each launch path for some dtype (kernels/softmax/softmax_rows.cuh): a
 # warp per row, by 4, 16 or 32 lanes, with 16-byte vectors or single elements, 2 or up to 8
-# slots a lane; a block; a cluster of 2, 9 and 16 blocks on sm_90 (a block or the stream path
-# elsewhere); the stream path.
+# slots a lane; a block; the split path on a GPU (a team of blocks a row; on a device without
+# cooperative launch a cluster of 2, 9 and 16 blocks, or the stream path).
 _PATH_COLS = [1, 3, 16, 60, 128, 131, 256, 1024, 4096, 16388, 65537, 262144, 600000]
 
 
@@ -92,18 +92,25 @@ def test_special_rows_give_what_torch_gives(
     assert verdict.passed, f"softmax_backward, cols={cols}: {verdict.reason}: {verdict.detail}"
 
 
-# Long rows through the cluster path (sm_90: one thread-block cluster a row, the row in
-# registers, partials exchanged through distributed shared memory): more rows than an H100 or
-# H200 holds clusters at once, and fewer; lengths a multiple of the vector width (16-byte loads)
-# and odd ones (single elements, each block's share starting anywhere in its 16-byte unit). Paths
-# as float32 takes them: clusters of 2 (16388), 9 (65537), 13 (200001, 1024 threads a block) and
-# 16 (262144); the other dtypes cross over at other lengths.
-_LONG_SHAPES = [(1, 65537), (5, 131075), (600, 16388), (160, 65537), (48, 200001), (48, 262144)]
+# Long rows through the split path (kernels/softmax/softmax_split.cuh: a team of blocks of a
+# cooperative grid a row, the rows in rounds): one row over many blocks, few rows, and more rows
+# than one round holds (several rounds, so that both register buffers and both slots of the
+# partials serve); lengths a multiple of the vector width (16-byte loads) and odd ones (single
+# elements), and shares that do not fill a block's last vector slot (131075, 200001).
+_LONG_SHAPES = [
+    (1, 65537),
+    (5, 131075),
+    (600, 16388),
+    (160, 65537),
+    (48, 200001),
+    (48, 262144),
+    (700, 65536),
+]
 
 
 def _rows_with_specials(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
     """Normal rows with the nine special rows of _special_rows spread among them (so that they
-    fall in later waves of clusters), or the first `rows` of them."""
+    fall in later rounds and on other teams), or the first `rows` of them."""
     special = _special_rows(cols, dtype, "cpu")
     if rows <= special.shape[0]:
         return special[:rows].contiguous()
@@ -115,7 +122,7 @@ def _rows_with_specials(rows: int, cols: int, dtype: torch.dtype) -> torch.Tenso
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize(("rows", "cols"), _LONG_SHAPES)
-def test_long_rows_through_the_cluster_path(
+def test_long_rows_through_the_split_path(
     lib: Any, dtype: torch.dtype, rows: int, cols: int
 ) -> None:
     """Each row against the reference (special rows included), forward and backward."""
@@ -131,8 +138,9 @@ def test_long_rows_through_the_cluster_path(
 @pytest.mark.cuda
 @pytest.mark.parametrize("cols", [65536, 65537])
 def test_long_rows_match_torch_and_replay_in_a_cuda_graph(lib: Any, cols: int) -> None:
-    """The cluster path against torch.softmax and its backward, also when captured in a CUDA
-    graph and replayed on new inputs (no host sync or allocation in the launch)."""
+    """The split path against torch.softmax and its backward, also when captured in a CUDA graph
+    and replayed twice on new inputs (no host sync or allocation in the launch, and no state
+    left behind by one replay for the next)."""
     gen = torch.Generator().manual_seed(cols)
     x = torch.randn(300, cols, generator=gen).cuda()
     grad = torch.randn(300, cols, generator=gen).cuda()
@@ -144,13 +152,57 @@ def test_long_rows_match_torch_and_replay_in_a_cuda_graph(lib: Any, cols: int) -
     with torch.cuda.graph(graph):
         y_graph = lib.softmax(x, -1)
         dx_graph = lib.softmax_backward(grad, y_graph, -1)
-    x.copy_(torch.randn(300, cols, generator=gen))
-    grad.copy_(torch.randn(300, cols, generator=gen))
-    graph.replay()
-    torch.cuda.synchronize()
-    y = lib.softmax(x, -1)
-    assert torch.equal(y_graph, y)
-    assert torch.equal(dx_graph, lib.softmax_backward(grad, y, -1))
+    for replay in range(2):
+        x.copy_(torch.randn(300, cols, generator=gen) * (1 + replay))
+        x[7 * replay + 3] = float("-inf")  # an all -Inf row: NaN, in a different row each time
+        grad.copy_(torch.randn(300, cols, generator=gen))
+        graph.replay()
+        torch.cuda.synchronize()
+        y = lib.softmax(x, -1)
+        assert torch.equal(y_graph, y)
+        assert torch.isnan(y[7 * replay + 3]).all()
+        torch.testing.assert_close(y, torch.softmax(x, -1), equal_nan=True)
+        assert torch.equal(dx_graph, lib.softmax_backward(grad, y, -1))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "cols"), [(1024, 65536), (256, 65536), (64, 262144), (8, 262147)])
+def test_few_long_rows_take_the_split_kernel(
+    lib: Any, dtype: torch.dtype, rows: int, cols: int
+) -> None:
+    """The bench's long-row sizes run the split kernel (the profiler's kernel names), and match
+    torch.softmax and its backward."""
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    lib.softmax(x, -1)  # the one-time queries outside the profile
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        y = lib.softmax(x, -1)
+        dx = lib.softmax_backward(grad, y, -1)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert sum("split_kernel" in n for n in names) == 2, names
+    tol = {"rtol": 1.6e-2, "atol": 1e-5} if dtype == torch.bfloat16 else {}
+    want = torch.softmax(x.float(), -1)
+    torch.testing.assert_close(y.float(), want, **tol)
+    want_dx = torch._softmax_backward_data(grad.float(), y.float(), -1, torch.float32)
+    torch.testing.assert_close(dx.float(), want_dx, **tol)
+
+
+@pytest.mark.cuda
+def test_a_row_longer_than_the_grid_holds_is_streamed(lib: Any) -> None:
+    """A row of 4M float32 elements is more than the resident blocks of an H100 or H200 hold in
+    registers (about 2M): it takes the stream path, and still matches torch.softmax."""
+    x = torch.randn(2, 1 << 22, generator=torch.Generator().manual_seed(0)).cuda()
+    x[1, :1000] = float("-inf")
+    torch.testing.assert_close(lib.softmax(x, -1), torch.softmax(x, -1))
+    g = torch.randn_like(x)
+    y = torch.softmax(x, -1)
+    torch.testing.assert_close(
+        lib.softmax_backward(g, y, -1), torch._softmax_backward_data(g, y, -1, x.dtype)
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -189,7 +189,8 @@ inline SplitPlan split_plan(int64_t rows, int64_t nvec, int k, int64_t resident,
 
 // The split path: launches it and returns true with the launch's result in `err`, or returns
 // false (nothing launched) where it does not apply: no cooperative launch on this device, a row
-// longer than the device holds, or a workspace too small for the partials.
+// longer than the device holds, a workspace too small for the partials, or a grid the runtime
+// finds too large (a process given fewer SMs than the device has).
 template <typename Op, int N>
 bool launch_split(const Op& op, int64_t rows, int64_t nvec, Workspace ws, cudaStream_t stream,
                   cudaError_t& err) {
@@ -212,6 +213,10 @@ bool launch_split(const Op& op, int64_t rows, int64_t nvec, Workspace ws, cudaSt
   config.attrs = &attribute;
   config.numAttrs = 1;
   err = cudaLaunchKernelEx(&config, split_kernel<Op, N, K>, op, plan, static_cast<P*>(ws.data));
+  if (err == cudaErrorCooperativeLaunchTooLarge) {  // fewer SMs than the device has (MPS limits)
+    cudaGetLastError();
+    return false;
+  }
   return true;
 }
 
