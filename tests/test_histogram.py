@@ -5,6 +5,9 @@ Python floats), the op contract, errors, and an impostor that drops the right ed
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ import torch
 import workbench
 from tests.conftest import DEVICES
 from tests.op_contract import assert_contract, assert_matches_reference, assert_opcheck
+from workbench import knobs
 from workbench.verify import specials
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
@@ -99,26 +103,23 @@ def test_values_a_few_ulps_from_every_edge(lib: Any, bins: int, lo: float, hi: f
     assert lib.histogram(x, bins, lo, hi).tolist() == _python_histogram(values, bins, lo, hi)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize(
-    ("bins", "lo", "hi"),
-    [
-        (7, -3.0, 3.0),
-        (256, -4.0, 4.0),
-        (1000, 0.1, 0.7),  # lo, hi and the scale no floats: the offset carries a rounding
-        (4096, -3.0, 3.0),  # the float path's margin near its limit (2^-9 of a bin)
-        (8192, 1e6, 1e6 + 8192.0),  # a far offset: the float path's margin is 2^-8 of a bin
-        (16384, -3.0, 3.0),  # past the float path's limit: the double path only
-        (5, -1e30, 1e30),
-        (3, -1e-30, 1e-30),
-    ],
-)
-def test_floats_a_few_ulps_from_every_edge(
-    lib: Any, dtype: torch.dtype, bins: int, lo: float, hi: float
-) -> None:
-    """The float path of float32, float16 and bfloat16 (a multiply-add with a margin, the double
-    rule near an edge) bins values up to 8 ulps of the dtype either side of every edge, and lo and
-    hi rounded to the dtype, where the plain double arithmetic puts them."""
+# (bins, lo, hi, whether the float path is on): ranges for the float path's tests.
+FLOAT_RANGES = [
+    (7, -3.0, 3.0, True),
+    (256, -4.0, 4.0, True),
+    (1000, 0.1, 0.7, True),  # lo, hi and the scale no floats
+    (256, 100.0, 108.0, True),  # an offset: its rounding counts in the margin
+    (4096, -3.0, 3.0, True),  # the margin near its limit (2^-9 of a bin)
+    (16384, -3.0, 3.0, False),  # past the limit: the double rule only
+    (5, -1e30, 1e30, True),
+    (3, -1e-28, 1e-28, True),
+    (3, -1e-35, 1e-35, False),  # scale 1.5e35 past 2^100
+]
+
+
+def _float_values(dtype: torch.dtype, bins: int, lo: float, hi: float) -> torch.Tensor:
+    """Values of dtype up to 8 ulps either side of every edge (lo and hi rounded to the dtype
+    included), NaN, +-Inf, and 2000 random values over the range and a little beyond."""
     step = max(1, bins // 200)
     edges = torch.tensor(
         [lo + k * (hi - lo) / bins for k in range(0, bins + 1, step)], dtype=torch.float64
@@ -127,9 +128,83 @@ def test_floats_a_few_ulps_from_every_edge(
     for _ in range(8):
         up, down = _next(up, 1), _next(down, -1)
         parts += [up, down]
-    x = torch.cat(parts)
+    u = torch.rand(2000, generator=torch.Generator().manual_seed(bins), dtype=torch.float64)
+    parts += [(lo + (u * 1.2 - 0.1) * (hi - lo)).to(dtype)]
+    parts += [torch.tensor([math.nan, math.inf, -math.inf], dtype=dtype)]
+    return torch.cat(parts)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(("bins", "lo", "hi", "fast"), FLOAT_RANGES)
+def test_floats_near_every_edge(
+    lib: Any, device: str, dtype: torch.dtype, bins: int, lo: float, hi: float, fast: bool
+) -> None:
+    """float32, float16 and bfloat16 (on CUDA the float path: a multiply-add with a margin, the
+    double rule near an edge) land where the plain double arithmetic puts them."""
+    x = _float_values(dtype, bins, lo, hi)
     values = [float(v) for v in x.to(torch.float64).tolist()]
-    assert lib.histogram(x, bins, lo, hi).tolist() == _python_histogram(values, bins, lo, hi)
+    got = lib.histogram(x.to(device), bins, lo, hi).cpu()
+    assert got.tolist() == _python_histogram(values, bins, lo, hi)
+
+
+_FLOAT_PATH_MAIN = r"""
+#include <cstdio>
+#include <cstring>
+
+#include "histogram/histogram.h"
+
+// stdin: bins lo hi count, then count float32 bit patterns in hex. stdout: 1 where the float
+// path is on, then per value bin_of_float's bin and bin_of's.
+int main() {
+  long long bins = 0, count = 0;
+  double lo = 0, hi = 0;
+  if (std::scanf("%lld %la %la %lld", &bins, &lo, &hi, &count) != 4) return 2;
+  const wb::histogram::Range r = wb::histogram::make_range(bins, lo, hi);
+  std::printf("%d\n", r.fast ? 1 : 0);
+  for (long long i = 0; i < count; ++i) {
+    unsigned bits = 0;
+    if (std::scanf("%x", &bits) != 1) return 2;
+    float v = 0;
+    std::memcpy(&v, &bits, sizeof v);
+    std::printf("%lld %lld\n", static_cast<long long>(wb::histogram::bin_of_float(v, r)),
+                static_cast<long long>(wb::histogram::bin_of(v, r)));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def float_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """histogram.h's bin_of_float and bin_of side by side in a host program (the CPU op bins with
+    bin_of alone: the float path is the CUDA kernel's, and this is its logic on the host)."""
+    folder = tmp_path_factory.mktemp("float_path")
+    (folder / "main.cpp").write_text(_FLOAT_PATH_MAIN)
+    cxx = knobs.cxx() or shutil.which("c++") or "g++"
+    root = Path(__file__).resolve().parents[1] / "kernels"
+    subprocess.run(
+        [cxx, "-std=c++17", "-O2", f"-I{root / 'include'}", f"-I{root}", "main.cpp", "-o", "main"],
+        cwd=folder, check=True, capture_output=True,
+    )  # fmt: skip
+    return folder / "main"
+
+
+@pytest.mark.parametrize(("bins", "lo", "hi", "fast"), FLOAT_RANGES)
+def test_the_float_path_bins_as_bin_of(
+    float_path: Path, bins: int, lo: float, hi: float, fast: bool
+) -> None:
+    """Near every edge and across the range, the float path gives bin_of's bin (or -1)."""
+    x = _float_values(torch.float32, bins, lo, hi)
+    bits = [f"{b & 0xFFFFFFFF:x}" for b in x.view(torch.int32).tolist()]
+    stdin = f"{bins} {lo.hex()} {hi.hex()} {len(bits)}\n" + "\n".join(bits) + "\n"
+    run = subprocess.run([float_path], input=stdin, capture_output=True, text=True, check=True)
+    first, *rows = run.stdout.splitlines()
+    assert first == ("1" if fast else "0")
+    pairs = [row.split() for row in rows]
+    assert len(pairs) == x.numel()
+    wrong = [(float(v), p) for v, p in zip(x.tolist(), pairs, strict=True) if p[0] != p[1]]
+    assert not wrong, wrong[:5]
 
 
 def _next(x: torch.Tensor, direction: int) -> torch.Tensor:

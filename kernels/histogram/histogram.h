@@ -97,8 +97,9 @@ WB_HD int64_t bin_of(double v, const Range& r) {
 // can, and bin_of decides the rest. Where v is in [lo, hi] (flo <= v <= fhi, exactly) and fast:
 // with t* = (v - lo) * bins / width in real numbers and A = max(|lo|, |hi|) * s + |c| (s, c the
 // exact scale and offset), q = fma(v, scale, offset) is within 2^-24 * (A + bins) * (1 + 2^-20)
-// of t* (scale and offset carry one float rounding each, the fma one more; their double rounding
-// on the host and underflow add less than 2^-40), the t of bin_of is within 2^-50 * bins of t*
+// of t* (scale and offset carry one float rounding each, the fma one more: on the host, where a
+// float fma is a slow library call, a rounding to double and then to float; the host's double
+// arithmetic and underflow add less than 2^-40), the t of bin_of is within 2^-50 * bins of t*
 // (three roundings, no overflow: make_range asks width * bins <= DBL_MAX / 4), and rounding
 // q -+ margin to float moves it by at most 2^-24 * (bins + 2 * margin). margin = 2^-22 * (A + bins)
 // covers all three, so lower <= t <= upper. g(x) = floor(min(max(x, 0), top)) is nondecreasing
@@ -115,11 +116,13 @@ WB_HD int64_t bin_of_float(float v, const Range& r) {
     const float floor_lower = __fadd_rd(lower, 0x1p23f);  // 2^23 + floor(lower)
     if (__fadd_rd(upper, 0x1p23f) == floor_lower) return __float_as_int(floor_lower) - 0x4B000000;
 #else
-    const float q = std::fma(v, r.scale, r.offset);
-    const float lower = std::fmin(std::fmax(q - r.margin, 0.0f), r.top);
-    const float upper = std::fmin(q + r.margin, r.top);
-    const float floor_lower = std::floor(lower);
-    if (std::floor(upper) == floor_lower) return static_cast<int64_t>(floor_lower);
+    // The product of two floats is exact in double; the sum's two roundings stay in the bound.
+    const auto q = static_cast<float>(static_cast<double>(v) * r.scale + r.offset);
+    const float below = q - r.margin, above = q + r.margin;
+    const float lower = below < 0.0f ? 0.0f : (below < r.top ? below : r.top);
+    const float upper = above < r.top ? above : r.top;
+    const auto floor_lower = static_cast<int32_t>(lower);  // 0 <= lower: truncation is floor
+    if (static_cast<int32_t>(upper) == floor_lower) return floor_lower;
 #endif
   }
   return bin_of(static_cast<double>(v), r);
@@ -160,7 +163,8 @@ inline Range make_range(int64_t bins, double lo, double hi) {
   const double c = -lo * s;
   const double reach = std::fmax(std::fabs(lo), std::fabs(hi)) * s + std::fabs(c) + r.nbins;
   const double margin = 0x1p-22 * reach;
-  r.fast = s >= 0x1p-60 && reach <= 0x1p60 && margin <= 0x1p-8 && r.width <= DBL_MAX / 4 / r.nbins;
+  r.fast = s >= 0x1p-100 && s <= 0x1p100 && reach <= 0x1p60 && margin <= 0x1p-8 &&
+           r.width <= DBL_MAX / 4 / r.nbins;
   if (r.fast) {
     r.scale = static_cast<float>(s);
     r.offset = static_cast<float>(c);
