@@ -206,7 +206,7 @@ WB_INSTANTIATE(WB_FLOATING, softmax_cuda)
 int64_t cuda_workspace_bytes(int64_t cols) {
   // The split path takes rows of more than 512 * K vectors, K >= 4 (softmax_rows.cuh): more than
   // 2048 elements. Its grid is at most 2048 / kSplitThreads blocks an SM, with two partials of at
-  // most 16 bytes (Stats<double>) each.
+  // most 16 bytes (Stats<double>) and two 4-byte flags each.
   if (cols <= 2048) return 0;
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -214,7 +214,7 @@ int64_t cuda_workspace_bytes(int64_t cols) {
     cudaGetLastError();
     return 0;
   }
-  return int64_t{sms} * (2048 / kSplitThreads) * 2 * 16;
+  return int64_t{sms} * (2048 / kSplitThreads) * 2 * (16 + 4);
 }
 
 }  // namespace wb::softmax

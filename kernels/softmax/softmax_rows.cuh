@@ -22,9 +22,9 @@
 //            Pascal) and holds the row in the registers of its resident blocks
 //            (softmax_split.cuh): a cooperative grid of every block the GPU holds at once, a team
 //            of blocks per row, the rows in rounds; each block holds its share of this round's
-//            row and of the next one in registers, the team combines its partials through global
-//            memory across a grid barrier. The row is read once, and the next round's loads are
-//            in flight while a round waits on its barrier.
+//            row and of the next one in registers, and the team combines its partials through
+//            global memory (a flag a block, raised and awaited within the team). The row is read
+//            once, and the next round's loads are in flight while a block waits on its team.
 //   cluster  (where the split path does not apply, with an sm_90 image on an sm_90+ device and
 //            a cluster of that shape resident)
 //            nvec <= 16 * 1024 * K: a thread-block cluster of C = 2..16 blocks per row (blocks

@@ -8,22 +8,28 @@
 //   1. issue the loads of its share of its next row (the round after), into the other of its two
 //      register buffers;
 //   2. reduce its share of this round's row (loaded the round before) to a partial result
-//      (softmax: max and sum of exp; backward: the dot product) and publish it in `partials`;
-//   3. grid.sync(); combine the team's `chunks` partials into the row's result (every warp of
-//      the team combines the same values in the same order, so the team agrees bit for bit);
+//      (softmax: max and sum of exp; backward: the dot product), store it in `partials` and
+//      raise its flag to the round's tag (a release store);
+//   3. wait until the flags of the team's blocks show the tag (acquire loads by one warp), and
+//      combine the team's `chunks` partials into the row's result (every warp of the team
+//      combines the same values in the same order, so the team agrees bit for bit);
 //   4. write its share of the row from the registers.
-// Each element is read from memory once and written once, and while a round waits on its grid
-// barrier the next round's loads are already in flight: the wait costs no bandwidth.
+// Each element is read from memory once and written once, and while a block waits on its team
+// the next round's loads are in flight. Teams never wait on each other, so they drift apart and
+// the loads and stores of the grid overlap.
 //
 // Why no block waits for ever: the launch is cooperative (cudaLaunchAttributeCooperative), so the
 // runtime starts it only with every block of the grid resident at once (it refuses a grid larger
-// than the occupancy allows, cudaErrorCooperativeLaunchTooLarge), and grid.sync() is that
-// launch's barrier. Every block runs the same number of rounds (rows past the end are skipped,
-// their barrier is not), so every barrier is reached by the whole grid.
-// Nothing is left behind between launches, so a CUDA graph replays the launch as it is:
-// `partials` is scratch that every round writes before it reads (two slots a block, by the
-// round's parity: a block writes the slot of round t + 2 only after the barrier of round t + 1,
-// which every reader of round t has passed), and the barrier's counter is the runtime's.
+// than the occupancy allows, cudaErrorCooperativeLaunchTooLarge). A block waits only on the
+// blocks of its own team, for the round it is in; each of them is resident and reaches that
+// round's flag after waiting only on the team's previous round, which by the same argument
+// (from round 1, which waits on nothing before it) ends.
+// Nothing is left behind between launches, so a CUDA graph replays the launch as it is: each
+// block zeroes its own flags before the one grid.sync() of the launch (the runtime's barrier),
+// so no flag of an earlier launch is read as this one's, and `partials` is scratch written before
+// it is read. A block keeps two slots of partials and flags, by the round's parity: it writes
+// the slot of round t + 2 only after it saw its whole team's flags of round t + 1, which each
+// teammate raised after it had read the partials of round t.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -46,12 +52,23 @@ constexpr int split_slots() {
   return sizeof(typename Op::A) == 8 && Op::kTensors == 1 ? k / 2 : k;
 }
 
-// Element j of a held vector as an acc value. bfloat16 pairs are read as the 32-bit words they
-// were loaded in (a shift or a mask each), which keeps ptxas from unpacking a buffer into one
-// register an element (92 bytes of spills a thread for bfloat16 softmax, sm_90a).
+// Element j of a held vector as an acc value. float16 and bfloat16 pairs are read as the 32-bit
+// words they were loaded in (a shift or a mask each), which keeps ptxas from unpacking a buffer
+// into one register an element (92 bytes of spills a thread for bfloat16 softmax on sm_90a, 4-8
+// for float16 on sm_80).
 template <typename T, int N>
 __device__ __forceinline__ acc_t<T> held_acc(const Vec<T, N>& v, int j) {
   return to_acc(v.v[j]);
+}
+template <int N>
+__device__ __forceinline__ float held_acc(const Vec<f16, N>& v, int j) {
+  if constexpr (N % 2 == 0) {
+    uint32_t word;
+    __builtin_memcpy(&word, &v.v[j & ~1], sizeof word);
+    return to_acc(f16{static_cast<uint16_t>(j % 2 == 1 ? word >> 16 : word & 0xffffu)});
+  } else {
+    return to_acc(v.v[j]);
+  }
 }
 template <int N>
 __device__ __forceinline__ float held_acc(const Vec<bf16, N>& v, int j) {
@@ -94,24 +111,56 @@ struct SplitPlan {
   int chunks;               // blocks a row
 };
 
-// One round of one block (steps 1-4 above) on `row` (past the last row: only the barrier):
-// `cur` holds the block's share of it (loaded the round before), `next` receives the share of
-// row + teams. Parity: the round's slot of `partials`.
+// A flag raised with release semantics, read with acquire semantics, at GPU scope (sm_70 and
+// later; a fence around a volatile access before).
+__device__ __forceinline__ void store_release(int* p, int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  __threadfence();
+  *reinterpret_cast<volatile int*>(p) = v;
+#endif
+}
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+  v = *reinterpret_cast<const volatile int*>(p);
+  __threadfence();
+#endif
+  return v;
+}
+
+// One round of one block (steps 1-4 above) on `row` (< rows): `cur` holds the block's share of
+// it (loaded the round before), `next` receives the share of row + teams. tag: the round's number
+// from 1; Parity: its slot of `partials` and `flags`.
 template <typename Op, int N, int K, int Parity>
 __device__ __forceinline__ void split_round(
-    const Op& op, int64_t row, int64_t rows, int teams, int chunks, Share s,
+    const Op& op, int64_t row, int64_t rows, int teams, int chunks, int tag, Share s,
     Vec<typename Op::T, N> (&cur)[Op::kTensors][K], Vec<typename Op::T, N> (&next)[Op::kTensors][K],
     typename Op::Partial* __restrict__ partials,  // [2, gridDim.x]
+    int* __restrict__ flags,                      // [2, gridDim.x]
     typename Op::Partial* buf) {                  // __shared__ [32]
   using P = typename Op::Partial;
   if (row + teams < rows) op.template load<N, K>(row + teams, s, next);
-  P p = row < rows ? op.template partial<N, K>(s, cur) : P::identity();
+  P p = op.template partial<N, K>(s, cur);
   p = BlockReduce<P>{buf}(p);
+  const int first = static_cast<int>(blockIdx.x - blockIdx.x % chunks);  // the team's block 0
   P* slots = partials + Parity * gridDim.x;
-  if (threadIdx.x == 0) slots[blockIdx.x] = p;
-  cooperative_groups::this_grid().sync();
-  if (row >= rows) return;  // uniform across the block
-  const P* team_slots = slots + (blockIdx.x - blockIdx.x % chunks);
+  int* raised = flags + Parity * gridDim.x;
+  if (threadIdx.x == 0) {
+    slots[blockIdx.x] = p;
+    store_release(raised + blockIdx.x, tag);
+  }
+  if (threadIdx.x < 32) {
+    for (int j = static_cast<int>(threadIdx.x); j < chunks; j += 32) {
+      while (load_acquire(raised + first + j) < tag) {
+      }
+    }
+  }
+  __syncthreads();
+  const P* team_slots = slots + first;
   P total = P::identity();
   for (int j = static_cast<int>(threadIdx.x) % 32; j < chunks; j += 32) {
     total = P::combine(total, load_cg(team_slots + j));
@@ -123,7 +172,9 @@ __device__ __forceinline__ void split_round(
 // Team blockIdx.x / chunks, block blockIdx.x % chunks of its team (see the header comment).
 template <typename Op, int N, int K>
 __global__ void __launch_bounds__(kSplitThreads, 2)
-    split_kernel(Op op, SplitPlan plan, typename Op::Partial* __restrict__ partials) {
+    split_kernel(Op op, SplitPlan plan,
+                 typename Op::Partial* __restrict__ partials,  // [2, gridDim.x]
+                 int* __restrict__ flags) {                    // [2, gridDim.x]
   using V = Vec<typename Op::T, N>;
   __shared__ typename Op::Partial buf[32];
   const int chunks = plan.chunks, teams = static_cast<int>(gridDim.x) / chunks;
@@ -132,18 +183,21 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   const int64_t first = base + threadIdx.x;
   const Share s{first, static_cast<int>(end > first ? end - first : 0)};
   const int64_t rows = plan.rows;
-  // Every block runs the same rounds: `stop` is the first row of the round after the last.
-  const int64_t stop = (rows + teams - 1) / teams * teams;
   V a[Op::kTensors][K], b[Op::kTensors][K];
   int64_t row = blockIdx.x / chunks;
   if (row < rows) op.template load<N, K>(row, s, a);
+  if (threadIdx.x == 0) {
+    flags[blockIdx.x] = 0;
+    flags[gridDim.x + blockIdx.x] = 0;
+  }
+  cooperative_groups::this_grid().sync();  // every flag is zero before any is raised
   // Two rounds an iteration, so that the buffers swap roles with compile-time indices (a register
-  // array indexed at run time would live in local memory).
-  for (; row < stop; row += 2 * teams) {
-    split_round<Op, N, K, 0>(op, row, rows, teams, chunks, s, a, b, partials, buf);
-    if (row + teams < stop) {
-      split_round<Op, N, K, 1>(op, row + teams, rows, teams, chunks, s, b, a, partials, buf);
-    }
+  // array indexed at run time would live in local memory). A team's rows run out together.
+  for (int tag = 1; row < rows; row += 2 * teams, tag += 2) {
+    split_round<Op, N, K, 0>(op, row, rows, teams, chunks, tag, s, a, b, partials, flags, buf);
+    if (row + teams >= rows) break;
+    split_round<Op, N, K, 1>(op, row + teams, rows, teams, chunks, tag + 1, s, b, a, partials,
+                             flags, buf);
   }
 }
 
@@ -202,7 +256,11 @@ bool launch_split(const Op& op, int64_t rows, int64_t nvec, Workspace ws, cudaSt
   const SplitPlan plan = split_plan(rows, nvec, K, device.resident, &teams);
   if (plan.chunks == 0) return false;
   const int64_t grid = teams * plan.chunks;
-  if (ws.data == nullptr || ws.bytes < 2 * grid * static_cast<int64_t>(sizeof(P))) return false;
+  // The workspace: partials [2, grid], then flags [2, grid].
+  const int64_t flags_at = 2 * grid * static_cast<int64_t>(sizeof(P));
+  if (ws.data == nullptr || ws.bytes < flags_at + 2 * grid * 4) return false;
+  P* partials = static_cast<P*>(ws.data);
+  int* flags = reinterpret_cast<int*>(static_cast<char*>(ws.data) + flags_at);
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeCooperative;
@@ -212,7 +270,7 @@ bool launch_split(const Op& op, int64_t rows, int64_t nvec, Workspace ws, cudaSt
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  err = cudaLaunchKernelEx(&config, split_kernel<Op, N, K>, op, plan, static_cast<P*>(ws.data));
+  err = cudaLaunchKernelEx(&config, split_kernel<Op, N, K>, op, plan, partials, flags);
   if (err == cudaErrorCooperativeLaunchTooLarge) {  // fewer SMs than the device has (MPS limits)
     cudaGetLastError();
     return false;
