@@ -5,6 +5,10 @@ max subtraction."""
 from __future__ import annotations
 
 import dataclasses
+import math
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +22,7 @@ from tests.op_contract import (
     assert_matches_reference,
     assert_opcheck,
 )
+from workbench import knobs
 from workbench.verify import check_call
 
 OPS = ["softmax", "softmax_backward"]
@@ -203,6 +208,83 @@ def test_a_row_longer_than_the_grid_holds_is_streamed(lib: Any) -> None:
     torch.testing.assert_close(
         lib.softmax_backward(g, y, -1), torch._softmax_backward_data(g, y, -1, x.dtype)
     )
+
+
+_SPLIT_PLAN_MAIN = r"""
+#include <cstdio>
+
+#include "softmax/softmax.h"
+#include "softmax/softmax_rows.cuh"
+
+// stdin: lines of rows nvec k resident. stdout: per line, split_plan's chunks, per and teams.
+int main() {
+  long long rows = 0, nvec = 0, resident = 0;
+  int k = 0;
+  while (std::scanf("%lld %lld %d %lld", &rows, &nvec, &k, &resident) == 4) {
+    int64_t teams = 0;
+    const wb::softmax::SplitPlan p = wb::softmax::split_plan(rows, nvec, k, resident, &teams);
+    std::printf("%d %lld %lld\n", p.chunks, static_cast<long long>(p.per),
+                static_cast<long long>(teams));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def split_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """softmax_split.cuh's split_plan (the host side of the split path's launch) in a host
+    program built by nvcc; it calls no CUDA API, so it runs without a GPU."""
+    folder = tmp_path_factory.mktemp("split_plan")
+    (folder / "main.cu").write_text(_SPLIT_PLAN_MAIN)
+    home = knobs.cuda_home()
+    nvcc = str(Path(home) / "bin" / "nvcc") if home else shutil.which("nvcc") or "nvcc"
+    root = Path(__file__).resolve().parents[1] / "kernels"
+    subprocess.run(
+        [nvcc, "-std=c++17", f"-I{root / 'include'}", f"-I{root}", "main.cu", "-o", "main"],
+        cwd=folder, check=True, capture_output=True,
+    )  # fmt: skip
+    return folder / "main"
+
+
+# (rows, vectors a row, vectors a thread, resident blocks): the bench's long rows as float32
+# forward takes them on an H100 (132 SMs x 2 blocks), a row over many blocks, odd counts, more
+# rows than a round holds, and a row longer than the grid holds.
+_PLANS = [
+    (1024, 16384, 4, 264),
+    (256, 16384, 4, 264),
+    (64, 65536, 4, 264),
+    (1, 65536, 4, 264),
+    (5, 32769, 8, 264),
+    (600, 4097, 4, 264),
+    (48, 200001, 8, 264),
+    (3, 150000, 4, 7),
+    (1, 1048576, 4, 264),
+    (2, 600000, 2, 528),
+]
+
+
+@pytest.mark.nvcc
+def test_the_split_plan_covers_each_row_within_the_resident_grid(split_plan: Path) -> None:
+    """Every row's vectors fall in its team's shares (each within a thread's slots), the grid
+    fits the resident blocks, and the rows take as few rounds as the teams that fit allow,
+    spread evenly; a row longer than the grid holds is refused (chunks 0)."""
+    stdin = "".join(f"{r} {n} {k} {res}\n" for r, n, k, res in _PLANS)
+    run = subprocess.run([split_plan], input=stdin, capture_output=True, text=True, check=True)
+    got = [tuple(int(v) for v in line.split()) for line in run.stdout.splitlines()]
+    assert len(got) == len(_PLANS)
+    for (rows, nvec, k, resident), (chunks, per, teams) in zip(_PLANS, got, strict=True):
+        least = math.ceil(nvec / (512 * k))
+        if least > resident:
+            assert chunks == 0, (rows, nvec)
+            continue
+        assert chunks >= least and per <= 512 * k and per * chunks >= nvec, (rows, nvec, per)
+        assert 1 <= teams <= rows and teams * chunks <= resident, (rows, nvec, teams)
+        rounds = math.ceil(rows / teams)
+        assert rounds == math.ceil(rows / (resident // chunks)), (rows, nvec, teams)
+        assert teams - (rows - (rounds - 1) * teams) < rounds  # no round far lighter than another
+    assert got[:4] == [(8, 2048, 32), (8, 2048, 32), (32, 2048, 8), (128, 512, 1)]
+    assert got[8][0] == 0
 
 
 @pytest.mark.parametrize("device", DEVICES)
