@@ -114,6 +114,7 @@ FLOAT_RANGES = [
     (5, -1e30, 1e30, True),
     (3, -1e-28, 1e-28, True),
     (3, -1e-35, 1e-35, False),  # scale 1.5e35 past 2^100
+    (65536, -4.0, 4.0, False),  # no float path, but bounds (the chunked path's slice test)
 ]
 
 
@@ -154,21 +155,27 @@ _FLOAT_PATH_MAIN = r"""
 
 #include "histogram/histogram.h"
 
-// stdin: bins lo hi count, then count float32 bit patterns in hex. stdout: 1 where the float
-// path is on, then per value bin_of_float's bin and bin_of's.
+// stdin: bins lo hi count, then count float32 bit patterns in hex. stdout: whether the float
+// path is on and whether bin_bounds holds (1 or 0 each), then per value bin_of_float's bin and
+// bin_of's, and bin_bounds's first and last where it holds and the value is in [lo, hi].
 int main() {
   long long bins = 0, count = 0;
   double lo = 0, hi = 0;
   if (std::scanf("%lld %la %la %lld", &bins, &lo, &hi, &count) != 4) return 2;
   const wb::histogram::Range r = wb::histogram::make_range(bins, lo, hi);
-  std::printf("%d\n", r.fast ? 1 : 0);
+  std::printf("%d %d\n", r.fast ? 1 : 0, r.estimate ? 1 : 0);
   for (long long i = 0; i < count; ++i) {
     unsigned bits = 0;
     if (std::scanf("%x", &bits) != 1) return 2;
     float v = 0;
     std::memcpy(&v, &bits, sizeof v);
-    std::printf("%lld %lld\n", static_cast<long long>(wb::histogram::bin_of_float(v, r)),
+    std::printf("%lld %lld", static_cast<long long>(wb::histogram::bin_of_float(v, r)),
                 static_cast<long long>(wb::histogram::bin_of(v, r)));
+    if (r.estimate && v >= r.flo && v <= r.fhi) {
+      const wb::histogram::BinBounds b = wb::histogram::bin_bounds(v, r);
+      std::printf(" %d %d", b.first, b.last);
+    }
+    std::printf("\n");
   }
   return 0;
 }
@@ -194,17 +201,24 @@ def float_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_float_path_bins_as_bin_of(
     float_path: Path, bins: int, lo: float, hi: float, fast: bool
 ) -> None:
-    """Near every edge and across the range, the float path gives bin_of's bin (or -1)."""
+    """Near every edge and across the range, the float path gives bin_of's bin (or -1), and
+    bin_bounds's bounds hold it."""
     x = _float_values(torch.float32, bins, lo, hi)
     bits = [f"{b & 0xFFFFFFFF:x}" for b in x.view(torch.int32).tolist()]
     stdin = f"{bins} {lo.hex()} {hi.hex()} {len(bits)}\n" + "\n".join(bits) + "\n"
     run = subprocess.run([float_path], input=stdin, capture_output=True, text=True, check=True)
     first, *rows = run.stdout.splitlines()
-    assert first == ("1" if fast else "0")
-    pairs = [row.split() for row in rows]
-    assert len(pairs) == x.numel()
-    wrong = [(float(v), p) for v, p in zip(x.tolist(), pairs, strict=True) if p[0] != p[1]]
+    assert first.split()[0] == ("1" if fast else "0")
+    estimate = first.split()[1] == "1"
+    assert estimate or bins != 65536
+    cols = [[int(c) for c in row.split()] for row in rows]
+    assert len(cols) == x.numel()
+    wrong = [(float(v), c) for v, c in zip(x.tolist(), cols, strict=True) if c[0] != c[1]]
     assert not wrong, wrong[:5]
+    bounded = [c for c in cols if len(c) == 4]
+    assert len(bounded) == (sum(c[1] >= 0 for c in cols) if estimate else 0)
+    outside = [c for c in bounded if not c[2] <= c[1] <= c[3]]
+    assert not outside, outside[:5]
 
 
 def _next(x: torch.Tensor, direction: int) -> torch.Tensor:

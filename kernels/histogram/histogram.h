@@ -24,14 +24,16 @@ struct Range {
   double inv_width;  // 1 / width, rounded to nearest (the fast path of bin_of only)
   double nbins;      // bins as a double (exact)
   int64_t bins;
-  // The float path of bin_of_float (float32, float16 and bfloat16 inputs, which are floats
-  // exactly); scale, offset, margin and top are set only where fast is.
+  // The float path (float32, float16 and bfloat16 inputs, which are floats exactly): flo and fhi
+  // always; scale, offset, margin and top where estimate (bin_bounds holds), and fast where the
+  // margin is small enough that bin_bounds mostly pins the bin (bin_of_float).
   float flo;     // the least float >= lo: for a float v, v >= lo iff v >= flo
   float fhi;     // the greatest float <= hi: v <= hi iff v <= fhi
   float scale;   // bins / width, rounded to float
   float offset;  // -lo * bins / width, rounded to float
-  float margin;  // a bound on |fma(v, scale, offset) - t| and its roundings (make_range)
+  float margin;  // a bound on |fma(v, scale, offset) - t| and its roundings (bin_bounds)
   float top;     // bins - 0.5: floor(min(x, top)) == min(floor(x), bins - 1)
+  bool estimate;
   bool fast;
 };
 
@@ -92,38 +94,48 @@ WB_HD int64_t bin_of(double v, const Range& r) {
   return t < r.nbins ? static_cast<int64_t>(t) : r.bins - 1;
 }
 
+// Bounds first <= bin <= last on the bin of a float v in [lo, hi] (flo <= v <= fhi, exactly),
+// where r.estimate. With t* = (v - lo) * bins / width in real numbers and A = max(|lo|, |hi|) * s
+// + |c| (s, c the exact scale and offset), q = fma(v, scale, offset) is within 2^-24 * (A + bins)
+// * (1 + 2^-20) of t* (scale and offset carry one float rounding each, the fma one more: on the
+// host, where a float fma is a slow library call, a rounding to double and then to float; the
+// host's double arithmetic and underflow add less than 2^-40), the t of bin_of is within
+// 2^-50 * bins of t* (three roundings, no overflow: make_range asks width * bins <= DBL_MAX / 4),
+// and rounding q -+ margin to float moves it by at most 2^-24 * (bins + 2 * margin).
+// margin = 2^-22 * (A + bins) covers all three, so q - margin <= t <= q + margin.
+// g(x) = floor(min(max(x, 0), top)) is nondecreasing and g(t) = min(floor(t), bins - 1) is the bin
+// (t >= 0), so g(q - margin) <= bin <= g(q + margin). The device floors by adding 2^23 rounding
+// down (2^23 + floor(x) for 0 <= x <= top < 2^22).
+struct BinBounds {
+  int32_t first;
+  int32_t last;
+};
+
+WB_HD BinBounds bin_bounds(float v, const Range& r) {
+#if defined(__CUDA_ARCH__)
+  const float q = __fmaf_rn(v, r.scale, r.offset);
+  const float lower = fminf(fmaxf(__fsub_rn(q, r.margin), 0.0f), r.top);
+  const float upper = fminf(__fadd_rn(q, r.margin), r.top);
+  return {__float_as_int(__fadd_rd(lower, 0x1p23f)) - 0x4B000000,   // 2^23 + floor(lower)
+          __float_as_int(__fadd_rd(upper, 0x1p23f)) - 0x4B000000};  // as a float's bits
+#else
+  // The product of two floats is exact in double; the sum's two roundings stay in the bound.
+  const auto q = static_cast<float>(static_cast<double>(v) * r.scale + r.offset);
+  const float below = q - r.margin, above = q + r.margin;
+  const float lower = below < 0.0f ? 0.0f : (below < r.top ? below : r.top);
+  const float upper = above < r.top ? above : r.top;
+  return {static_cast<int32_t>(lower), static_cast<int32_t>(upper)};  // >= 0: truncation is floor
+#endif
+}
+
 // The bin of a float v (a float32, float16 or bfloat16 element, exact as a float), as bin_of gives
-// it, mostly without double arithmetic: a float multiply-add and a margin decide it wherever they
-// can, and bin_of decides the rest. Where v is in [lo, hi] (flo <= v <= fhi, exactly) and fast:
-// with t* = (v - lo) * bins / width in real numbers and A = max(|lo|, |hi|) * s + |c| (s, c the
-// exact scale and offset), q = fma(v, scale, offset) is within 2^-24 * (A + bins) * (1 + 2^-20)
-// of t* (scale and offset carry one float rounding each, the fma one more: on the host, where a
-// float fma is a slow library call, a rounding to double and then to float; the host's double
-// arithmetic and underflow add less than 2^-40), the t of bin_of is within 2^-50 * bins of t*
-// (three roundings, no overflow: make_range asks width * bins <= DBL_MAX / 4), and rounding
-// q -+ margin to float moves it by at most 2^-24 * (bins + 2 * margin). margin = 2^-22 * (A + bins)
-// covers all three, so lower <= t <= upper. g(x) = floor(min(max(x, 0), top)) is nondecreasing
-// and g(t) = min(floor(t), bins - 1) is the bin (t >= 0), so where g(lower) == g(upper) that is
-// the bin. The device floors by adding 2^23 rounding down (2^23 + floor(x) for 0 <= x <= top,
-// which is below 2^22). Otherwise (v within about 2 * margin bins of an edge) bin_of decides.
+// it, mostly without double arithmetic: where r.fast and bin_bounds pins it (first == last), that
+// is the bin; elsewhere (v within about 2 * margin bins of an edge) bin_of decides.
 WB_HD int64_t bin_of_float(float v, const Range& r) {
   if (!(v >= r.flo && v <= r.fhi)) return -1;
   if (r.fast) {
-#if defined(__CUDA_ARCH__)
-    const float q = __fmaf_rn(v, r.scale, r.offset);
-    const float lower = fminf(fmaxf(__fsub_rn(q, r.margin), 0.0f), r.top);
-    const float upper = fminf(__fadd_rn(q, r.margin), r.top);
-    const float floor_lower = __fadd_rd(lower, 0x1p23f);  // 2^23 + floor(lower)
-    if (__fadd_rd(upper, 0x1p23f) == floor_lower) return __float_as_int(floor_lower) - 0x4B000000;
-#else
-    // The product of two floats is exact in double; the sum's two roundings stay in the bound.
-    const auto q = static_cast<float>(static_cast<double>(v) * r.scale + r.offset);
-    const float below = q - r.margin, above = q + r.margin;
-    const float lower = below < 0.0f ? 0.0f : (below < r.top ? below : r.top);
-    const float upper = above < r.top ? above : r.top;
-    const auto floor_lower = static_cast<int32_t>(lower);  // 0 <= lower: truncation is floor
-    if (static_cast<int32_t>(upper) == floor_lower) return floor_lower;
-#endif
+    const BinBounds b = bin_bounds(v, r);
+    if (b.first == b.last) return b.first;
   }
   return bin_of(static_cast<double>(v), r);
 }
@@ -145,10 +157,11 @@ inline float float_at_or_above(double x) {
   return static_cast<double>(f) < x ? std::nextafter(f, INFINITY) : f;
 }
 
-// The Range of a checked (bins, lo, hi). The float path is on where its margin is at most 2^-8 of
-// a bin (elsewhere most elements would need bin_of anyway; margin >= 2^-22 * bins, so bins <= 2^14
-// and top is exact), where scale is a normal float, scale, offset and q are far from overflow, and
-// where (v - lo) * bins cannot overflow a double.
+// The Range of a checked (bins, lo, hi). bin_bounds holds (estimate) where bins <= 2^22 (top is
+// exact, and below 2^22), scale is a normal float in 2^-100..2^100, scale, offset and q are far
+// from overflow, and (v - lo) * bins cannot overflow a double. The float path decides bins (fast)
+// where the margin is at most 2^-8 of a bin too; with more, most elements would need bin_of anyway
+// (margin >= 2^-22 * bins: fast needs bins <= 2^14).
 inline Range make_range(int64_t bins, double lo, double hi) {
   Range r{};
   r.lo = lo;
@@ -163,9 +176,10 @@ inline Range make_range(int64_t bins, double lo, double hi) {
   const double c = -lo * s;
   const double reach = std::fmax(std::fabs(lo), std::fabs(hi)) * s + std::fabs(c) + r.nbins;
   const double margin = 0x1p-22 * reach;
-  r.fast = s >= 0x1p-100 && s <= 0x1p100 && reach <= 0x1p60 && margin <= 0x1p-8 &&
-           r.width <= DBL_MAX / 4 / r.nbins;
-  if (r.fast) {
+  r.estimate = bins <= (int64_t{1} << 22) && s >= 0x1p-100 && s <= 0x1p100 && reach <= 0x1p60 &&
+               r.width <= DBL_MAX / 4 / r.nbins;
+  r.fast = r.estimate && margin <= 0x1p-8;
+  if (r.estimate) {
     r.scale = static_cast<float>(s);
     r.offset = static_cast<float>(c);
     r.margin = float_at_or_above(margin);

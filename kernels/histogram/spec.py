@@ -125,6 +125,9 @@ def histogram_samples(
             (7, lo, hi, "edges7"),
             (256, -4.0, 4.0, "edges256"),  # edges k / 32 - 4: exact in every dtype
             (6, 0.1, 0.7, "edges_frac"),  # lo, hi and the edges inexact in every dtype
+            # Every edge of 65536 bins (the CUDA kernel's chunked path: each slice tells by a
+            # float estimate which elements are another slice's, the edges between them included).
+            (65536, -4.0, 4.0, "edges64k"),
         ]
     else:
         # int64: beyond 2^53, where the conversion to double rounds (2^62 + 1 becomes hi).
