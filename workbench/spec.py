@@ -29,6 +29,19 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 
 
+def within_torch_error(dtype: torch.dtype, ulps: float = 2.0) -> tuple[float, float]:
+    """A tolerance (rtol, atol) whose floor is ``ulps`` epsilons of ``dtype`` times the sample's
+    largest output (about that many units in its last place), with no term relative to each
+    element: the check then holds a kernel to twice PyTorch's own error in ``dtype`` on the very
+    sample (see :mod:`workbench.verify.oracle`), and the floor only decides where PyTorch is
+    exact. For an op whose error PyTorch keeps small as the sample grows (a matmul's, as k
+    grows), where a fixed floor would let an error that grows faster pass:
+
+        OpSpec(..., tolerances={torch.float32: within_torch_error(torch.float32)})
+    """
+    return (0.0, ulps * torch.finfo(dtype).eps)
+
+
 @dataclass(frozen=True)
 class Sample:
     """One call of an op: its arguments in schema order (keyword-only ones too: the check passes

@@ -10,7 +10,10 @@ error is measured in units of
 ``kernel = max |out - ref64| / bound`` and ``torch = max |ref_dtype - ref64| / bound``. The kernel
 passes when ``kernel <= max(1, 2 * torch)``: within the floor, or at most twice PyTorch's own
 error where PyTorch needs more than the floor (fp32 matmul with TF32, long fp16 reductions).
-``Verdict.ratio`` is ``kernel / max(1, 2 * torch)``: at most 1 passes.
+``Verdict.ratio`` is ``kernel / max(1, 2 * torch)``: at most 1 passes. A floor of a few ulps of
+the largest output and no relative term (:func:`workbench.spec.within_torch_error`) makes the
+bound twice PyTorch's own error, whatever that error is at the sample's size (float32 matmul: at
+the sample's k). A failure names the worst element's error and its bound in the output's units.
 
 NaN and Inf must sit exactly where the float64 reference rounded to the dtype has them (same sign
 for Inf); a pattern that matches PyTorch's own dtype result is accepted too (an overflow that
@@ -25,9 +28,10 @@ element the kernel never wrote.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -56,9 +60,20 @@ class Verdict:
     detail: str  # the worst element (index, got, expected), or why it failed
     reason: str = ""  # one of the constants above; "" when passed
     torch_ratio: float = float("nan")  # PyTorch's own error in floor units (nan: not known)
+    error: float = float("nan")  # the worst element's |out - truth| (nan: not compared)
+    bound: float = float("nan")  # what it was allowed there, in the same units
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.passed, self.ratio, self.detail))
+
+    @property
+    def explained(self) -> str:
+        """``detail``, and where finite values are off by too much, the worst element's error
+        against its bound and where the bound came from."""
+        if self.passed or self.reason != VALUES or not math.isfinite(self.bound):
+            return self.detail
+        source = "twice PyTorch's own error" if 2 * self.torch_ratio > 1 else "the spec's floor"
+        return f"{self.detail}: error {self.error:.3g} > bound {self.bound:.3g} ({source})"
 
 
 def fail(reason: str, detail: str) -> Verdict:
@@ -137,7 +152,7 @@ def compare_outputs(
             continue  # a non-tensor return (an int, None) is not compared
         want = _expected_dtype(r, t, dtype)
         v = compare(o, r, want, tolerance(spec, want), _tensor_or_none(t))
-        v = Verdict(v.passed, v.ratio, f"{label}: {v.detail}", v.reason, v.torch_ratio)
+        v = replace(v, detail=f"{label}: {v.detail}")
         if not v.passed:
             return v
         if worst is None or not v.ratio <= worst.ratio:
@@ -232,7 +247,11 @@ def _within(
         allowance = max(1.0, 2.0 * torch_ratio)
     ratio = float(kernel[i]) / allowance
     passed = ratio <= 1.0
-    return Verdict(passed, ratio, element(i, got, ref), "" if passed else VALUES, torch_ratio)
+    error = float((got.flatten()[i] - ref.flatten()[i]).abs())
+    return Verdict(
+        passed, ratio, element(i, got, ref), "" if passed else VALUES, torch_ratio,
+        error, allowance * float(bound.flatten()[i]),
+    )  # fmt: skip
 
 
 def _units(x: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, mask: torch.Tensor) -> Any:

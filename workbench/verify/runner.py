@@ -118,7 +118,7 @@ def _error(name: str, e: BaseException) -> Verdict:
 
 def _row(spec: OpSpec, device: str, dtype: str, label: str, v: Verdict, **kw: Any) -> Row:
     return Row(
-        spec.name, device, dtype, label, v.passed, v.ratio, v.detail,
+        spec.name, device, dtype, label, v.passed, v.ratio, v.explained,
         reason=v.reason, torch_ratio=v.torch_ratio, **kw,
     )  # fmt: skip
 
