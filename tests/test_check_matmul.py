@@ -95,11 +95,12 @@ def test_tf32_fails_unless_the_spec_allows_it(spec: Any, k: int) -> None:
     full = dataclasses.replace(spec, reference=_matmul_on_tf32_hardware)
     verdict = check_call(mm_tf32, full, args)
     assert not verdict.passed and verdict.reason == "values", verdict
-    assert verdict.torch_ratio <= 1  # PyTorch's float32 result was within the floor
+    float32_error = verdict.torch_ratio  # PyTorch's own, at full float32 precision
     allowing = dataclasses.replace(full, allow_tf32=True)
     verdict = check_call(mm_tf32, allowing, args)
     assert verdict.passed, verdict
-    assert verdict.torch_ratio > 1  # the bound came from PyTorch's own TF32 error
+    # the bound came from PyTorch's own TF32 error, far above its float32 error
+    assert verdict.torch_ratio > max(1, 100 * float32_error)
 
 
 @pytest.mark.cuda
