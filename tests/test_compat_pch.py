@@ -16,6 +16,7 @@ import workbench
 from workbench import knobs
 from workbench.cli import main as wb
 from workbench.compat import dropin, pch
+from workbench.errors import BuildError
 
 SOURCE = """\
 // A TORCH_LIBRARY source whose first include is a torch header.
@@ -154,3 +155,113 @@ def test_a_source_that_cannot_use_a_header_says_why_once(tmp_path: Path) -> None
     assert why.returncode == 0, why.stderr
     assert "no precompiled header: it starts with #define" in why.stdout
     assert "make the torch header the source's first include" in why.stdout
+
+
+UMBRELLA = """\
+#include <torch/extension.h>
+
+at::Tensor twice_cpu(const at::Tensor& x) { return x * 2 + STEP + EXTRA; }
+TORCH_LIBRARY(NAMESPACE, m) { m.def("twice(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(NAMESPACE, CPU, m) { m.impl("twice", &twice_cpu); }
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "lean", "beyond"),
+    [
+        (UMBRELLA, True, None),
+        ("#include <torch/torch.h>\nat::Tensor f(at::Tensor x) { return torch::relu(x); }\n",
+         True, None),
+        ("#include <torch/library.h>\n", False, None),  # not an umbrella: read whole already
+        (UMBRELLA + "PYBIND11_MODULE(m, mod) {}\n", False, "PYBIND11_MODULE"),
+        (UMBRELLA + "void g(py::object o) {}\n", False, "py::"),
+        (UMBRELLA + "auto l = torch::nn::Linear(2, 2);\n", False, "torch::nn"),
+        (UMBRELLA + "// torch::nn in a comment is no use\n", True, None),
+    ],
+)  # fmt: skip
+def test_which_sources_get_the_lean_form(text: str, lean: bool, beyond: str | None) -> None:
+    ident = {"cxx": "g++ (test)"}
+    api = Path(torch.__file__).parent / "include/torch/csrc/api/include"  # torch/torch.h's
+    head = _head("one", f"-isystem{api}")
+    full, _ = pch.plan(text, head, ident)
+    assert full is not None
+    slim = pch.lean(full, text, head, ident)
+    assert (slim is not None) == lean
+    assert pch.beyond_lean(text) == beyond
+    if slim is not None:
+        assert slim.lean and slim.include == full.include and slim.folder != full.folder
+        assert slim.output.name == f"{full.include.rsplit('/', 1)[1]}.gch"
+
+
+def test_an_umbrella_source_reads_the_lean_header_and_falls_back_to_the_whole(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    ns = f"wblean{os.getpid()}"
+    src = tmp_path / "twice.cpp"
+    options = dict(extra_cflags=[], extra_cuda_cflags=[], extra_ldflags=[], extra_include_paths=[])
+
+    def load(step: int, extra: str = "0") -> dropin.Unit:
+        text = UMBRELLA.replace("NAMESPACE", ns).replace("STEP", str(step))
+        src.write_text(text.replace("EXTRA", extra))
+        workbench.load(ns, [str(src)], is_python_module=False)
+        x = torch.ones(2)
+        torch.testing.assert_close(getattr(torch.ops, ns).twice(x), x * 2 + step)
+        units = dropin.recipe(ns, [src], with_cuda=False, python_module=False, **options).units
+        return next(u for u in units if u.source == src)  # the rest are the workbench's own
+
+    load(1)
+    unit = load(2)  # the first edit makes the lean header
+    assert unit.pch is not None and unit.pch.lean and unit.pch.output.exists()
+    stand_in = (unit.pch.folder / "torch/extension.h").read_text()
+    assert all(f"#include <{h}>" in stand_in for h in pch.LEAN)
+    assert unit.fallback is not None and unit.refused is not None and not unit.refused.exists()
+    unit = load(3)
+    assert _uses_header(unit, tmp_path)
+    capfd.readouterr()
+    assert wb(["why", str(src)]) == 0
+    assert "with the precompiled torch/extension.h (its lean form: ATen/ATen.h" in (
+        capfd.readouterr().out
+    )
+
+    # torch::kSum is declared by torch/enum.h, which only the whole header includes, and no
+    # scan names it: the lean compile fails, the same step compiles with the whole header.
+    unit = load(4, "(int(sizeof(torch::kSum)) - 1)")
+    assert unit.refused is not None and unit.refused.exists()
+    assert "kSum" in unit.refused.read_text()  # the lean compile's error, kept
+    assert unit.fallback is None and unit.pch is not None and not unit.pch.lean
+    capfd.readouterr()
+    assert wb(["why", str(src)]) == 0
+    assert "its lean form did not compile this source" in capfd.readouterr().out
+    load(5, "(int(sizeof(torch::kSum)) - 1)")  # the whole header from now on
+
+    # A real error: both compiles fail, the error is the whole header's, and nothing is kept.
+    src.write_text(src.read_text().replace("return x * 2", "return x * * 2"))
+    with pytest.raises(BuildError, match=r"twice\.cpp:3"):
+        workbench.load(ns, [str(src)], is_python_module=False)
+
+
+def test_a_fallback_step_shows_the_first_commands_warnings_or_the_seconds_errors(
+    tmp_path: Path,
+) -> None:
+    from workbench import ninja
+
+    def job(name: str, first: str, second: str) -> ninja.Job:
+        out = tmp_path / f"{name}.o"
+        (tmp_path / f"{name}.cpp").touch()
+        refused = str(tmp_path / "refused" / name)
+        return ninja.Job(out, tmp_path / f"{name}.cpp", ("sh", "-c", first), None,
+                         ("sh", "-c", second), refused)  # fmt: skip
+
+    ok = job("ok", "echo first-warning >&2; touch ok.o", "echo second >&2; exit 1")
+    ran = ninja.run(tmp_path, [ok], 1)
+    assert "first-warning" in "".join(ran.tu_output.values())
+    assert not Path(str(ok.refused)).exists()
+    back = job("back", "echo lean-error >&2; exit 1", "touch back.o")
+    ninja.run(tmp_path, [back], 1)
+    assert Path(str(back.refused)).read_text().strip() == "lean-error"
+    both = job("both", "echo lean-error >&2; exit 1", "echo whole-error >&2; exit 1")
+    with pytest.raises(BuildError) as failed:
+        ninja.run(tmp_path, [both], 1)
+    said = str(failed.value)  # the summary of the compiler's output (the log has the command)
+    assert "whole-error" in said and "lean-error" not in said
+    assert not Path(str(both.refused)).exists()

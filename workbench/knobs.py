@@ -89,6 +89,12 @@ def dropin_pch() -> bool:
     return (get("WB_DROPIN_PCH") or "1") != "0"
 
 
+def dropin_lean() -> bool:
+    """WB_DROPIN_PCH=full: a drop-in source under torch/extension.h (torch/all.h, torch/torch.h)
+    reads the whole header precompiled, never its lean form (workbench.compat.pch)."""
+    return (get("WB_DROPIN_PCH") or "1") not in ("0", "full")
+
+
 def nvrtc() -> str | None:
     """WB_NVRTC: the libnvrtc.so that compiles device-only TUs (default: torch's, then CUDA's)."""
     return get("WB_NVRTC") or None

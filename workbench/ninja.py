@@ -27,6 +27,11 @@ class Job:
     # nvcc only: keep the host object apart and reuse it from this folder (nvcc_pipeline's
     # --reuse-host), and write each pass's seconds beside the output (OUTPUT.times.json)
     reuse_host: str | None = None
+    # A second command run when the first fails (a drop-in source's lean precompiled header,
+    # then the whole one): the first's errors are then kept in ``refused`` (the mark that the
+    # source's next compiles take the second command), a first that succeeds shows its warnings
+    fallback: tuple[str, ...] | None = None
+    refused: str | None = None
 
 
 def times_file(job: Job) -> Path:
@@ -92,9 +97,25 @@ def ninja_text(jobs: Sequence[Job], parallel: int = 1, launcher: Sequence[str] =
     prefix = launchers(jobs, parallel, launcher)
     for i, job in enumerate(jobs):
         command = (*prefix.get(i, ()), *job.command)
+        if job.fallback is not None:
+            command = _or_else(job, command, (*prefix.get(i, ()), *job.fallback))
         lines.append(f"build {_escape(str(job.output))}: compile {_escape(str(job.source))}")
         lines.append(f"  cmd = {shlex.join(command).replace('$', '$$')}")
     return "\n".join(lines) + "\n"
+
+
+def _or_else(job: Job, first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
+    """One shell command: ``first``, and where it fails ``second``, whose errors are then the
+    step's; ``first``'s are kept in ``job.refused`` once ``second`` succeeds."""
+    assert job.refused is not None
+    err = shlex.quote(f"{job.output}.first.err")
+    refused = Path(job.refused)
+    keep = f"mkdir -p {shlex.quote(str(refused.parent))} && mv {err} {shlex.quote(str(refused))}"
+    script = (
+        f"if {shlex.join(first)} 2>{err}; then cat {err} >&2; "
+        f"else {shlex.join(second)} && {keep}; fi"
+    )
+    return ("/bin/sh", "-c", script)
 
 
 def find_ninja() -> str:

@@ -40,6 +40,10 @@ class Unit:
     note: str = ""  # why a torch source gets no precompiled header
     reuse_host: bool = False  # nvcc: keep the host object apart and reuse it (ninja.Job)
     own: bool = False  # the workbench's own file, not one of the user's sources
+    # With a lean header (pch.Header.lean): the command with the whole one, run where the lean
+    # one fails, and where that failure is then kept (the source's next compiles skip the lean)
+    fallback: tuple[str, ...] | None = None
+    refused: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -172,13 +176,23 @@ def _build_locked(
 
 def _job(unit: Unit, obj: Path) -> ninja.Job:
     reuse = str(cache.root() / "nvcc-host") if unit.reuse_host else None
-    return ninja.Job(obj, unit.source, _expand(unit.command, obj), reuse)
+    if unit.fallback is None or unit.refused is None:
+        return ninja.Job(obj, unit.source, _expand(unit.command, obj), reuse)
+    fallback = _expand(unit.fallback, obj)
+    refused = str(unit.refused)
+    return ninja.Job(obj, unit.source, _expand(unit.command, obj), reuse, fallback, refused)
 
 
 def _pch(unit: Unit) -> str | None:
     """The precompiled header a unit's compile read, or why none (None: no torch include)."""
+    if unit.refused is not None and unit.refused.exists():
+        return (
+            f"with the precompiled {unit.pch.include if unit.pch else 'header'}; its lean form "
+            "did not compile this source, whose next compiles read the whole header"
+        )
     if unit.pch is not None and unit.pch.output.exists():
-        return f"with the precompiled {unit.pch.include}"
+        lean = f" (its lean form: {', '.join(pch.LEAN)})" if unit.pch.lean else ""
+        return f"with the precompiled {unit.pch.include}{lean}"
     if unit.note:
         return unit.note
     if unit.pch is not None:

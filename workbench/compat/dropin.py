@@ -117,6 +117,8 @@ def _unit(
     std = f"-std={config.torch.cxx_std}"
     head: list[str]
     made, note = None, ""
+    fallback: tuple[str, ...] | None = None
+    refused: Path | None = None
     if source.suffix in CUDA_SUFFIXES:
         ccbin = ["-ccbin", str(config.cxx)] if knobs.cxx() else []
         head = [str(config.nvcc), *_split_isystem(common), *NVCC_COMMON, *ccbin]
@@ -127,12 +129,19 @@ def _unit(
         head = [str(config.cxx), *common, "-fPIC", std, *extra_cflags]
         if not own and config.use_pch and knobs.dropin_pch():  # see workbench.compat.pch
             made, note = pch.plan(text, head, config.identity)
-    flags = made.flags if made is not None else ()
     tail = ["-MMD", "-MF", f"{OUT}.d", "-c", str(source), "-o", OUT]
+    slim = pch.lean(made, text, head, config.identity) if made and knobs.dropin_lean() else None
+    if made is not None and slim is not None:
+        refused = pch.refused_file(slim, source)
+        if not refused.exists():  # else the lean header failed this source before: the whole
+            fallback = (*head, *made.flags, *prelude, *tail)
+            made = slim
+    flags = made.flags if made is not None else ()
     # A .cu's host compile is its longest pass when it includes torch: kept apart and reused
     # while an edit leaves nvcc's host-side output unchanged (see workbench.nvcc_pipeline).
     reuse = source.suffix == ".cu" and not own
-    return Unit(source, (*head, *flags, *prelude, *tail), made, note, reuse, own)
+    command = (*head, *flags, *prelude, *tail)
+    return Unit(source, command, made, note, reuse, own, fallback, refused)
 
 
 def _link_command(

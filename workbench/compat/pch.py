@@ -21,6 +21,20 @@ The header is made when a source that can use it is compiled again (an edit, in 
 script's first run and a one-shot build (CI) never pay for it; the first edit makes it, and from
 then on each edit compiles the source's own code only. ``WB_DROPIN_PCH=0`` turns it off.
 
+**The lean form.** Most of what the umbrella headers (``torch/extension.h``, ``torch/all.h``,
+``torch/torch.h``) cost a compile that reads them precompiled is not parsing but the templates
+their inline code uses, which GCC instantiates at the end of every translation unit (a
+precompiled header is written before that step): about 4 s of an empty source under
+``torch/extension.h`` (pybind11's bindings and the C++ frontend's modules, optimizers and data
+loaders), under 1.5 s under the part a custom op uses (:data:`LEAN`: ATen, ``torch/library.h``,
+the tensor factories, autograd). A source that opens with an umbrella header and names nothing
+beyond that part (:data:`BEYOND_LEAN`: Python bindings, ``torch::nn``, ``torch::optim``, ...) gets
+the lean form: the folder holds a stand-in for the umbrella header that includes the lean
+headers, and the precompiled header is theirs. Its compile falls back to the whole header (as
+above) in the same build step when the lean one does not compile it (a name the scan missed),
+and that source is remembered as refused (``refused_file``) so that its next edits go straight to
+the whole header. ``WB_DROPIN_PCH=full`` never uses the lean form.
+
 A source that opens with anything else (a ``#define`` that could change the header, another
 include, code) compiles as written, and the load says why once. clang is left alone: its
 ``-include`` takes ``.pch`` files, not ``.gch``.
@@ -45,6 +59,23 @@ TORCH_PREFIXES = ("torch/", "ATen/")
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _FIRST = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
 _INCLUDE = re.compile(r"^<([^>]+)>$")
+# The umbrella headers that have a lean form, and what it includes.
+UMBRELLAS = ("torch/extension.h", "torch/all.h", "torch/torch.h")
+LEAN = (
+    "ATen/ATen.h",
+    "torch/library.h",
+    "torch/types.h",
+    "torch/autograd.h",
+    "torch/utils.h",
+    "torch/cuda.h",
+)
+# Names a source can only get from the whole umbrella header (its first match says why not lean).
+BEYOND_LEAN = re.compile(
+    r"\bPYBIND11_\w+|\bpybind11\b|\bpy::|\bPy[A-Z]\w*|\bTHP\w*|"
+    r"\btorch::(?:python|nn|optim|data|jit|serialize|save|load|fft|linalg|special|nested|"
+    r"sparse|mps|xpu|stable|enumtype|version)\b|\bTORCH_VERSION\w*|"
+    r"#\s*include\s*[<\"](?:torch/python\.h|torch/csrc/|pybind11/|Python\.h)"
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +86,7 @@ class Header:
     real: Path  # the header that name finds on the source's include path
     folder: Path  # first on the include path: holds <include>.gch and a link to ``real``
     command: tuple[str, ...]
+    lean: bool = False  # the lean form: <include> in the folder is a stand-in including LEAN
 
     @property
     def output(self) -> Path:
@@ -103,6 +135,33 @@ def plan(text: str, head: list[str], identity: dict[str, object]) -> tuple[Heade
     return Header(include, real, folder, command), ""
 
 
+def lean(full: Header, text: str, head: list[str], identity: dict[str, object]) -> Header | None:
+    """The lean form of ``full`` for a source of ``text`` (see the module docstring), or None
+    where ``full`` is not an umbrella header or the source names something beyond the lean
+    part (:func:`beyond_lean` says what)."""
+    if full.include not in UMBRELLAS or beyond_lean(text) is not None:
+        return None
+    flags = [f for f in head if not f.startswith(NAME_FLAG)]
+    key = digest("drop-in lean pch", 1, full.include, LEAN, str(full.real), flags, identity)
+    folder = pch_root() / "dropin" / key[:32]
+    wrapper = folder / "wb_dropin_pch.h"
+    out = f"{folder / full.include}.gch"
+    command = (*flags, "-x", "c++-header", str(wrapper), "-o", out)
+    return Header(full.include, full.real, folder, command, lean=True)
+
+
+def beyond_lean(text: str) -> str | None:
+    """The first thing ``text`` names that only the whole umbrella header declares, or None."""
+    found = BEYOND_LEAN.search(_COMMENTS.sub(" ", text))
+    return found.group(0) if found is not None else None
+
+
+def refused_file(header: Header, source: Path) -> Path:
+    """Where a lean header's failed compile of ``source`` is kept (its errors): the mark that
+    the source's next compiles take the whole header."""
+    return header.folder / "refused" / digest("refused", str(source))[:32]
+
+
 def _find(include: str, head: list[str]) -> Path | None:
     """Where ``#include <include>`` lands: the first -I, then -isystem, folder that has it."""
     for prefix in ("-I", "-isystem"):
@@ -124,12 +183,18 @@ def ensure(header: Header) -> str | None:
             return None
         header.output.parent.mkdir(parents=True, exist_ok=True)
         wrapper = header.folder / "wb_dropin_pch.h"
-        cache.write_atomic(wrapper, f"#include <{header.include}>\n")
         link = header.folder / header.include
-        part = link.with_name(f".{link.name}.{os.getpid()}.link")
-        part.unlink(missing_ok=True)
-        part.symlink_to(header.real)
-        os.replace(part, link)
+        if header.lean:
+            includes = "".join(f"#include <{h}>\n" for h in LEAN)
+            cache.write_atomic(wrapper, includes)
+            stand_in = f"#pragma once\n// The lean form of <{header.include}>\n"
+            cache.write_atomic(link, stand_in + includes)
+        else:
+            cache.write_atomic(wrapper, f"#include <{header.include}>\n")
+            part = link.with_name(f".{link.name}.{os.getpid()}.link")
+            part.unlink(missing_ok=True)
+            part.symlink_to(header.real)
+            os.replace(part, link)
         tmp = header.output.with_name(f".{header.output.name}.{os.getpid()}.tmp")
         command = [*header.command[:-1], str(tmp)]
         proc = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
