@@ -24,18 +24,27 @@
 #include "layer_norm/layer_norm.h"
 #include "wb/dtypes.h"
 
+// The register path's launch bounds. sm_8x's ptxas, told only the block size, held the
+// float16/bfloat16 K = 8 kernel to 64 registers and spilled; told that one block per SM will do,
+// it spills nothing. sm_90's code keeps the plain bound (no spill there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define WB_LAYER_NORM_REGS_BOUNDS __launch_bounds__(kMaxGroup, 1)
+#else
+#define WB_LAYER_NORM_REGS_BOUNDS __launch_bounds__(kMaxGroup)
+#endif
+
 namespace wb::layer_norm {
 namespace {
 
 template <int N, int K, typename T>
-__global__ void __launch_bounds__(kMaxGroup)
-    layer_norm_regs_kernel(const T* __restrict__ x,          // [rows, hidden]
-                           const T* __restrict__ weight,     // [hidden]
-                           const T* __restrict__ bias,       // [hidden]
-                           acc_t<T> eps, T* __restrict__ y,  // [rows, hidden]
-                           acc_t<T>* __restrict__ mean,      // [rows]
-                           acc_t<T>* __restrict__ rstd,      // [rows]
-                           int64_t rows, int hidden, int group) {
+__global__ void WB_LAYER_NORM_REGS_BOUNDS
+layer_norm_regs_kernel(const T* __restrict__ x,          // [rows, hidden]
+                       const T* __restrict__ weight,     // [hidden]
+                       const T* __restrict__ bias,       // [hidden]
+                       acc_t<T> eps, T* __restrict__ y,  // [rows, hidden]
+                       acc_t<T>* __restrict__ mean,      // [rows]
+                       acc_t<T>* __restrict__ rstd,      // [rows]
+                       int64_t rows, int hidden, int group) {
   using A = acc_t<T>;
   using V = Vec<T, N>;
   __shared__ A buf[32];
