@@ -9,7 +9,8 @@
 // x, grad: [..., hidden] with hidden >= 1, any strides (made contiguous here); weight, bias:
 // [hidden] of x's dtype; mean, rstd: x.shape[:-1], float32 for float32/float16/bfloat16 inputs
 // and float64 for float64 (the accumulation type, as torch.native_layer_norm); eps >= 0. Outputs
-// are contiguous. The backward's workspace is [2][partials][hidden] of that type (layer_norm.h).
+// are contiguous. The backward's workspace is [2][partials][hidden] of that type (layer_norm.h;
+// on CUDA with room for a counter after it: BackwardPlan::workspace elements).
 //
 // layer_norm's autograd kernel is C++ (WB_AUTOGRAD, at the end): y is differentiated through
 // the family's layer_norm_backward op, whose own autograd formula (spec.py) is the double
@@ -208,7 +209,8 @@ Triple layer_norm_backward_cuda_op(const at::Tensor& grad_in, const at::Tensor& 
     const auto* w = wb::data<scalar_t>(weight);
     auto* dxp = wb::data<scalar_t>(dx);
     const BackwardPlan plan = plan_backward_cuda(g, xp, w, dxp, rows, hidden);
-    at::Tensor workspace = at::empty({2, plan.partials, hidden}, x.options().dtype(acc_type(x)));
+    // Uninitialized: every block writes its partials before any are read.
+    at::Tensor workspace = at::empty({plan.workspace}, x.options().dtype(acc_type(x)));
     wb::check_launch(
         "layer_norm_backward",
         layer_norm_backward_cuda(plan, g, xp, wb::data<A>(mean), wb::data<A>(rstd), w, dxp,

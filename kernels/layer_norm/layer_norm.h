@@ -13,9 +13,11 @@
 // The dweight/dbias reduction is deterministic on both devices: rows are split into a fixed set
 // of partitions (chosen from the sizes and the device, never from timing or the thread count),
 // each partition sums its rows in a fixed order into one row of a workspace, and the workspace
-// rows are then summed per column in order. Workspace layout, both devices:
+// rows are then summed per column in a fixed order (on CUDA by the last blocks of the same
+// launch: layer_norm_backward.cu). Workspace layout, both devices:
 //   workspace[2][partials][hidden] of acc_t<T>: [0][p][i] = partition p's sum of grad * xhat at
-//   column i, [1][p][i] = its sum of grad.
+//   column i, [1][p][i] = its sum of grad. On CUDA it has BackwardPlan::workspace elements: these,
+//   then room for an arrival counter. Its contents on entry do not matter.
 #pragma once
 
 #include "wb/types.h"
@@ -51,7 +53,7 @@ Status layer_norm_cuda(const T* x, const T* weight, const T* bias, double eps, T
                        acc_t<T>* rstd, int64_t rows, int64_t hidden, Stream stream);
 
 // How layer_norm_backward runs on the current device for one call; made by
-// plan_backward_cuda, read by the binding only for `partials` (the workspace it allocates).
+// plan_backward_cuda, read by the binding only for `workspace` (the size it allocates).
 struct BackwardPlan {
   int path = 0;                  // kernel choice (layer_norm_backward.cu)
   int vec = 1;                   // elements per load: 16 bytes' worth, or 1
@@ -59,8 +61,10 @@ struct BackwardPlan {
   int group = 32;                // threads per row (register path)
   int groups = 1;                // rows a block works on at once (register path)
   int blocks = 0;                // grid of the first kernel
+  int reducers = 1;              // blocks that sum the partials at the end (reduce_last.cuh)
   int64_t partials = 0;          // rows of the workspace: [2][partials][hidden]
   int64_t rows_per_partial = 0;  // the two-read path's row chunk
+  int64_t workspace = 0;         // elements of acc_t<T> the workspace needs
 };
 
 template <typename T>

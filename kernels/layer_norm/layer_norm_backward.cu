@@ -6,10 +6,21 @@
 //   grad, x, dx: [rows, hidden] contiguous; mean, rstd: [rows] of acc_t<T>; weight, dweight,
 //   dbias: [hidden]; accumulated in float (double for float64).
 //
-// dweight and dbias are summed deterministically, with no atomics, in two stages: the first
-// kernel leaves one partial sum per partition of the rows in workspace[2][partials][hidden]
-// (layer_norm.h), and column_sum_kernel adds the partials of each column in order. The
-// partitions depend only on the sizes and the device, so a second run is bit for bit the same.
+// dweight and dbias are summed deterministically, with no floating-point atomics, inside the
+// kernel that reads the rows (one launch on the register path): each block leaves one partial
+// sum per column in its row of workspace[2][partials][hidden] (layer_norm.h) and takes a ticket
+// from an arrival counter. The last `reducers` blocks to arrive wait for the others, then each
+// sums its share of the columns over every partial in a fixed order (reduce_last, sum_tiles),
+// and the last of them sets the counter back to zero for the next launch, CUDA graph replays
+// included. The partitions and the order depend only on the sizes and the device, so a second
+// run is bit for bit the same. One last block alone would read every partial through one SM
+// (~100 GB/s from L2: 8 us for the 1 MiB of 32 rows of 4096 floats); the reducers share that.
+// They are at most one per SM, so they and the blocks they wait for fit on the GPU together and
+// the wait always ends.
+//
+// The counter and reduce_last are in reduce_last.cuh: a slot of device memory of this module per
+// stream (and per CUDA graph capture), zero when the module loads, so that no call allocates or
+// clears one; past the slots, a counter at the workspace's end is zeroed with cudaMemsetAsync.
 //
 // Paths (plan_backward_cuda), by the row's length in loads nvec (as in layer_norm.cu):
 //   register path (nvec <= 4096 and 2 * hidden accumulators fit in 128 KiB of shared memory,
@@ -18,19 +29,19 @@
 //   L1/L2 where used) and computes dx from one read. Each group also adds grad * xhat and grad
 //   of its rows into its own [2][hidden] accumulators in shared memory (a thread touches only
 //   its own columns, so no barrier or atomic); at the end the block adds its groups in order
-//   into workspace row blockIdx.x. The grid is persistent (each block loops over rows, so
-//   partials = grid size and grad and x are read from memory once in all): per SM, enough
-//   blocks for kInflightBytes of rows in flight, at most as many as fit (occupancy). Groups per
-//   block: up to 256 threads' worth, within 48 KiB of accumulators; one group per block (up to
-//   128 KiB) for long rows or few rows.
+//   into workspace row blockIdx.x, then reduce_last. The grid is persistent (each block loops
+//   over rows, so partials = grid size and grad and x are read from memory once in all): per
+//   SM, enough blocks for kInflightBytes of rows in flight, at most as many as fit (occupancy).
+//   Groups per block: up to 256 threads' worth, within 48 KiB of accumulators; one group per
+//   block (up to 128 KiB) for long rows or few rows.
 //   two-read path (longer rows): backward_dx_long_kernel, a block of 1024 threads per row,
 //   reads the row twice (sums, then dx); backward_partials_kernel reads grad and x once more by
-//   columns: block (32, 8) sums 32 columns over one chunk of rows_per_partial rows. Rows this
-//   long are rare, and shared memory cannot hold their accumulators.
-// Then column_sum_kernel, block (32, 32): 32 columns, 32 threads down the partials.
-// Check and time:  wb check layer_norm_backward --device cuda;  wb bench layer_norm_backward
+//   columns: block (32, 8) sums 32 columns over one chunk of rows_per_partial rows, then
+//   reduce_last. Rows this long are rare, and shared memory cannot hold their accumulators.
+// Check and time:  wb check layer_norm_backward --device cuda;  wb bench layer_norm --backward
 #include "layer_norm/layer_norm.cuh"
 #include "layer_norm/layer_norm.h"
+#include "layer_norm/reduce_last.cuh"
 #include "wb/dtypes.h"
 
 namespace wb::layer_norm {
@@ -48,30 +59,34 @@ constexpr int kBackwardK = 4;               // vectors per thread up to 2048 loa
 constexpr int kSmemTarget = 48 * 1024;      // accumulators of the groups of one block, aimed for
 constexpr int kMaxSmem = 128 * 1024;        // accumulators of a block, at most (one row, G = 1)
 constexpr int kPartRows = 8;                // backward_partials_kernel: threads down the rows
-constexpr int kSumRows = 32;                // column_sum_kernel: threads down the partials
 constexpr int64_t kMaxPartials = 1024;      // two-read path: row chunks, at most
 constexpr int64_t kMinChunkRows = 32;       // two-read path: rows per chunk, at least
 constexpr int64_t kPartialElems = 1 << 22;  // two-read path: partials * hidden, at most
 // Register path: bytes of grad and x per SM that the grid aims to have in flight (each group
 // issues all of a row's loads at once). Memory needs bandwidth x latency / SMs, about 18 KiB
 // on an H100 and 25 KiB on an H200 at 0.7 us; more blocks than that buy little and cost a
-// workspace row each (2 * hidden floats written, then read by column_sum_kernel).
+// workspace row each (2 * hidden floats written, then read by the reducers).
 constexpr int64_t kInflightBytes = 48 * 1024;
-
+// One block per SM is enough (minBlocks = 1): told only the block size, ptxas held some of
+// these kernels to 64 registers and spilled (sm_90a, K = 8 float32).
 template <int N, int K, typename T>
-__global__ void __launch_bounds__(kMaxGroup)
+__global__ void __launch_bounds__(kMaxGroup, 1)
     backward_regs_kernel(const T* __restrict__ grad,         // [rows, hidden]
                          const T* __restrict__ x,            // [rows, hidden]
                          const acc_t<T>* __restrict__ mean,  // [rows]
                          const acc_t<T>* __restrict__ rstd,  // [rows]
                          const T* __restrict__ weight,       // [hidden]
                          T* __restrict__ dx,                 // [rows, hidden]
+                         T* __restrict__ dweight,            // [hidden]
+                         T* __restrict__ dbias,              // [hidden]
                          acc_t<T>* __restrict__ workspace,   // [2][gridDim.x][hidden]
-                         int64_t rows, int hidden, int group) {
+                         unsigned* counter,                  // zero on entry; left zero
+                         int reducers, int64_t rows, int hidden, int group) {
   using A = acc_t<T>;
   using V = Vec<T, N>;
   using VA = Vec<A, N>;
-  extern __shared__ __align__(32) unsigned char smem[];  // A [groups][2][hidden]
+  // A [groups][2][hidden]; at the end, reduce_last's buf [blockDim.x]
+  extern __shared__ __align__(32) unsigned char smem[];
   __shared__ A buf[2 * 32];
   const int groups = blockDim.x / group;
   const int gi = threadIdx.x / group, lane = threadIdx.x % group;
@@ -168,6 +183,11 @@ __global__ void __launch_bounds__(kMaxGroup)
     workspace[int64_t{blockIdx.x} * hidden + c] = sw;
     workspace[(partials + blockIdx.x) * hidden + c] = sb;
   }
+  // 16-byte loads of the partials where grad and x had them (hidden a multiple of 16 bytes'
+  // worth; the launcher checks the workspace's alignment), but at K = 8: single loads keep
+  // float32's kernel within its 128 registers (16-byte ones spilled 44 bytes on sm_90a).
+  constexpr int kTailVW = N > 1 && K < 8 ? 16 / static_cast<int>(sizeof(A)) : 1;
+  reduce_last<kTailVW>(workspace, partials, hidden, dweight, dbias, counter, reducers, acc);
 }
 
 // dx of rows too long for registers: one block per row (rows past the grid loop), thread t on
@@ -221,16 +241,19 @@ __global__ void __launch_bounds__(kLongThreads)
 // The two-read path's partials: block (32, kPartRows); column c = blockIdx.x * 32 + threadIdx.x,
 // partition p = blockIdx.y = rows [p * chunk, (p + 1) * chunk); thread row threadIdx.y sums
 // rows p * chunk + threadIdx.y + kPartRows * t in order, then thread row 0 adds the kPartRows
-// sums in order into workspace[0][p][c] and workspace[1][p][c]. A warp reads 32 consecutive
-// elements of a row.
+// sums in order into workspace[0][p][c] and workspace[1][p][c], then reduce_last (with sw as
+// its buf). A warp reads 32 consecutive elements of a row.
 template <typename T>
 __global__ void backward_partials_kernel(
     const T* __restrict__ grad,         // [rows, hidden]
     const T* __restrict__ x,            // [rows, hidden]
     const acc_t<T>* __restrict__ mean,  // [rows]
     const acc_t<T>* __restrict__ rstd,  // [rows]
+    T* __restrict__ dweight,            // [hidden]
+    T* __restrict__ dbias,              // [hidden]
     acc_t<T>* __restrict__ workspace,   // [2][gridDim.y][hidden]
-    int64_t rows, int64_t hidden, int64_t chunk) {
+    unsigned* counter,                  // zero on entry; left zero
+    int reducers, bool vec_tail, int64_t rows, int64_t hidden, int64_t chunk) {
   using A = acc_t<T>;
   __shared__ A sw[kPartRows][33], sb[kPartRows][33];
   const int64_t c = int64_t{blockIdx.x} * 32 + threadIdx.x;
@@ -257,39 +280,17 @@ __global__ void backward_partials_kernel(
     workspace[int64_t{blockIdx.y} * hidden + c] = tw;
     workspace[(int64_t{gridDim.y} + blockIdx.y) * hidden + c] = tb;
   }
-}
-
-// dweight (blockIdx.y = 0) and dbias (1) from the workspace: block (32, kSumRows); column
-// c = blockIdx.x * 32 + threadIdx.x; thread row t sums partials t, t + kSumRows, ... in order,
-// then thread row 0 adds the kSumRows sums in order and rounds once to T.
-template <typename T>
-__global__ void __launch_bounds__(32 * kSumRows)
-    column_sum_kernel(const acc_t<T>* __restrict__ workspace,     // [2][partials][hidden]
-                      int64_t partials, T* __restrict__ dweight,  // [hidden]
-                      T* __restrict__ dbias,                      // [hidden]
-                      int64_t hidden) {
-  using A = acc_t<T>;
-  __shared__ A buf[kSumRows][33];
-  const int64_t c = int64_t{blockIdx.x} * 32 + threadIdx.x;
-  const A* src = workspace + int64_t{blockIdx.y} * partials * hidden;  // [partials][hidden]
-  A s = 0;
-  if (c < hidden) {
-#pragma unroll 4
-    for (int64_t p = threadIdx.y; p < partials; p += kSumRows) s += src[p * hidden + c];
-  }
-  buf[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < hidden) {
-    A t = 0;
-#pragma unroll
-    for (int j = 0; j < kSumRows; ++j) t += buf[j][threadIdx.x];
-    (blockIdx.y == 0 ? dweight : dbias)[c] = from_acc<T>(t);
+  constexpr int kVW = 16 / static_cast<int>(sizeof(A));
+  if (vec_tail) {
+    reduce_last<kVW>(workspace, gridDim.y, hidden, dweight, dbias, counter, reducers, &sw[0][0]);
+  } else {
+    reduce_last<1>(workspace, gridDim.y, hidden, dweight, dbias, counter, reducers, &sw[0][0]);
   }
 }
 
 template <typename T>
-using RegsKernel = void (*)(const T*, const T*, const acc_t<T>*, const acc_t<T>*, const T*, T*,
-                            acc_t<T>*, int64_t, int, int);
+using RegsKernel = void (*)(const T*, const T*, const acc_t<T>*, const acc_t<T>*, const T*, T*, T*,
+                            T*, acc_t<T>*, unsigned*, int, int64_t, int, int);
 
 template <typename T>
 RegsKernel<T> regs_kernel(int vec, int k) {
@@ -300,8 +301,12 @@ RegsKernel<T> regs_kernel(int vec, int k) {
   });
 }
 
+// The register path's dynamic shared memory: its groups' accumulators, or reduce_last's buf
+// (one value per thread) where that is larger.
 int smem_bytes(const BackwardPlan& plan, int64_t hidden, int acc_size) {
-  return static_cast<int>(plan.groups * 2 * hidden * acc_size);
+  const int64_t values = plan.groups * 2 * hidden;
+  const int64_t threads = int64_t{plan.groups} * plan.group;
+  return static_cast<int>((values > threads ? values : threads) * acc_size);
 }
 
 // The accumulators a block of the register path may hold on this device: kMaxSmem, less where
@@ -310,12 +315,20 @@ int64_t smem_limit() { return min_of<int64_t>(kMaxSmem, device_info().smem_optin
 
 // Lets `kernel` launch with more than the default 48 KiB of dynamic shared memory: up to
 // smem_limit(), whatever this call needs, so that any plan on this device may launch it later.
+// Set once per kernel and device on each thread (the last pair is remembered).
 void allow_smem(const void* kernel, int smem) {
   // The default limit counts static shared memory too (the kernel's few hundred bytes): opt in
   // from 47 KiB of dynamic memory on, so that 48 KiB of accumulators plus those bytes launch.
-  if (smem > 47 * 1024) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem_limit()));
+  if (smem <= 47 * 1024) return;
+  thread_local const void* last_kernel = nullptr;
+  thread_local int last_device = -1;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return;
+  if (kernel == last_kernel && device == last_device) return;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem_limit())) == cudaSuccess) {
+    last_kernel = kernel;
+    last_device = device;
   }
 }
 
@@ -325,6 +338,15 @@ void launch_dx_long(const T* grad, const T* x, const acc_t<T>* mean, const acc_t
                     cudaStream_t s) {
   backward_dx_long_kernel<N>
       <<<blocks, kLongThreads, 0, s>>>(grad, x, mean, rstd, weight, dx, rows, hidden);
+}
+
+// reduce_last's reducers: one per SM at most (so that they fit beside the blocks they wait
+// for), no more than the grid's blocks or the tiles of dweight and dbias (sum_tiles).
+template <typename A>
+int reducers_for(int64_t blocks, int64_t hidden, bool vec) {
+  const int64_t tile = vec ? 8 * (16 / sizeof(A)) : 8;
+  return static_cast<int>(
+      min_of(min_of<int64_t>(blocks, device_info().sms), 2 * ceil_div(hidden, tile)));
 }
 
 }  // namespace
@@ -340,6 +362,7 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
   const int64_t nvec = hidden / plan.vec;
   const int64_t row_smem = 2 * hidden * static_cast<int64_t>(sizeof(A));
   const DeviceInfo device = device_info();
+  int64_t blocks = 0;  // of the kernel that ends in reduce_last
   if (nvec <= kRegVectors && row_smem <= smem_limit()) {
     // Fewer rows than SMs: K = 2, each row over up to 512 threads (as the forward does).
     const RegShape shape = reg_shape(nvec, rows < device.sms ? 2 : kBackwardK);
@@ -359,6 +382,7 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
     const int64_t per_sm = min_of<int64_t>(wanted, blocks_per_sm(kernel, threads, smem));
     plan.blocks = static_cast<int>(min_of(ceil_div(rows, groups), device.sms * per_sm));
     plan.partials = plan.blocks;
+    blocks = plan.blocks;
   } else {
     plan.path = kLong;
     plan.blocks = static_cast<int>(min_of<int64_t>(rows, INT32_MAX));
@@ -366,7 +390,14 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
     plan.rows_per_partial = ceil_div(rows, most);
     if (plan.rows_per_partial < kMinChunkRows) plan.rows_per_partial = kMinChunkRows;
     plan.partials = ceil_div(rows, plan.rows_per_partial);
+    blocks = ceil_div(hidden, 32) * plan.partials;
   }
+  // The reducers' tiles: 16-byte loads where the register path loads grad and x so, and on the
+  // two-read path where hidden allows (the workspace is aligned: the launcher checks).
+  const bool vec = plan.path == kRegs ? plan.vec > 1 && plan.k < 8 : hidden % (16 / sizeof(A)) == 0;
+  plan.reducers = reducers_for<A>(blocks, hidden, vec);
+  // The partials, then room for a counter of the launcher's own (arrival_counter).
+  plan.workspace = 2 * plan.partials * hidden + ceil_div(sizeof(unsigned), sizeof(A));
   return plan;
 }
 
@@ -379,28 +410,35 @@ Status layer_norm_backward_cuda(const BackwardPlan& plan, const T* grad, const T
   if (rows == 0 || hidden == 0) return nullptr;  // the binding writes zeros for dweight, dbias
   auto s = static_cast<cudaStream_t>(stream);
   constexpr int kN = kVec16<T>;
+  if (!aligned16(workspace)) return "layer_norm_backward: the workspace is not 16-byte aligned";
+  unsigned* counter = arrival_counter(s);
+  if (counter == nullptr) {
+    counter = reinterpret_cast<unsigned*>(workspace + 2 * plan.partials * hidden);
+    if (const cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(unsigned), s)) {
+      cudaGetLastError();
+      return cudaGetErrorString(err);
+    }
+  }
   if (plan.path == kRegs) {
     const int smem = smem_bytes(plan, hidden, sizeof(A));
     RegsKernel<T> kernel = regs_kernel<T>(plan.vec, plan.k);
     allow_smem(reinterpret_cast<const void*>(kernel), smem);
     kernel<<<plan.blocks, plan.groups * plan.group, smem, s>>>(
-        grad, x, mean, rstd, weight, dx, workspace, rows, static_cast<int>(hidden), plan.group);
+        grad, x, mean, rstd, weight, dx, dweight, dbias, workspace, counter, plan.reducers, rows,
+        static_cast<int>(hidden), plan.group);
+    return launch_status();
+  }
+  if (plan.vec == kN) {
+    launch_dx_long<kN>(grad, x, mean, rstd, weight, dx, rows, hidden, plan.blocks, s);
   } else {
-    if (plan.vec == kN) {
-      launch_dx_long<kN>(grad, x, mean, rstd, weight, dx, rows, hidden, plan.blocks, s);
-    } else {
-      launch_dx_long<1>(grad, x, mean, rstd, weight, dx, rows, hidden, plan.blocks, s);
-    }
-    if (const Status err = launch_status()) return err;
-    const dim3 grid(static_cast<unsigned>(ceil_div(hidden, 32)),
-                    static_cast<unsigned>(plan.partials));
-    backward_partials_kernel<T><<<grid, dim3(32, kPartRows), 0, s>>>(
-        grad, x, mean, rstd, workspace, rows, hidden, plan.rows_per_partial);
+    launch_dx_long<1>(grad, x, mean, rstd, weight, dx, rows, hidden, plan.blocks, s);
   }
   if (const Status err = launch_status()) return err;
-  const dim3 grid(static_cast<unsigned>(ceil_div(hidden, 32)), 2);
-  column_sum_kernel<T>
-      <<<grid, dim3(32, kSumRows), 0, s>>>(workspace, plan.partials, dweight, dbias, hidden);
+  const dim3 grid(static_cast<unsigned>(ceil_div(hidden, 32)),
+                  static_cast<unsigned>(plan.partials));
+  backward_partials_kernel<T><<<grid, dim3(32, kPartRows), 0, s>>>(
+      grad, x, mean, rstd, dweight, dbias, workspace, counter, plan.reducers,
+      hidden % (16 / sizeof(A)) == 0, rows, hidden, plan.rows_per_partial);
   return launch_status();
 }
 
