@@ -62,6 +62,7 @@ struct BackwardPlan {
   int groups = 1;                // rows a block works on at once (register path)
   int blocks = 0;                // grid of the first kernel
   int reducers = 1;              // blocks that sum the partials at the end (reduce_last.cuh)
+  int columns = 0;               // few rows: blocks that sum dweight, dbias from grad and x
   int64_t partials = 0;          // rows of the workspace: [2][partials][hidden]
   int64_t rows_per_partial = 0;  // the two-read path's row chunk
   int64_t workspace = 0;         // elements of acc_t<T> the workspace needs

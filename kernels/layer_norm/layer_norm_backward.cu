@@ -33,7 +33,9 @@
 //   over rows, so partials = grid size and grad and x are read from memory once in all): per
 //   SM, enough blocks for kInflightBytes of rows in flight, at most as many as fit (occupancy).
 //   Groups per block: up to 256 threads' worth, within 48 KiB of accumulators; one group per
-//   block (up to 128 KiB) for long rows or few rows.
+//   block (up to 128 KiB) for long rows. Fewer rows than SMs (the launch-bound sizes, 32x4096):
+//   one block per row with no accumulators, and beside them column blocks that sum dweight and
+//   dbias straight from grad and x (column_sums; no workspace, no counter, nothing to wait for).
 //   two-read path (longer rows): backward_dx_long_kernel, a block of 1024 threads per row,
 //   reads the row twice (sums, then dx); backward_partials_kernel reads grad and x once more by
 //   columns: block (32, 8) sums 32 columns over one chunk of rows_per_partial rows, then
@@ -67,6 +69,104 @@ constexpr int64_t kPartialElems = 1 << 22;  // two-read path: partials * hidden,
 // on an H100 and 25 KiB on an H200 at 0.7 us; more blocks than that buy little and cost a
 // workspace row each (2 * hidden floats written, then read by the reducers).
 constexpr int64_t kInflightBytes = 48 * 1024;
+// column_sums: warps that share a tile, for each lane strand to sum 4 rows at least.
+__host__ __device__ inline int column_strands(int64_t rows, int warps) {
+  const int64_t wanted = (rows + 15) / 16;
+  return wanted < warps ? static_cast<int>(wanted) : warps;
+}
+
+// Few rows (fewer than SMs): the register path's grid is one block per row, then `columns`
+// blocks that sum dweight and dbias straight from grad and x, at the same time as the rows (no
+// workspace, no counter). Column block j takes tiles [j * n / C, (j + 1) * n / C) of the
+// n = ceil(hidden / (8 * N)) tiles of 8 * N columns. A warp works on one tile: lane = sub * 8 + v
+// reads the N columns at v * N of rows sub, sub + 4, ... (each load instruction reads 4 rows' 16
+// bytes * 8); `strands` warps share a tile (lane strand q = s * 4 + sub sums rows q,
+// q + 4 * strands, ... in order), and the warps work on warps / strands tiles at once. The four
+// subs are added by shuffles in a fixed order, the strands in order by the strand-0 warp, which
+// rounds once to T. buf: shared, N / 2 A per thread (at least 32).
+template <int N, typename T>
+__device__ void column_sums(const T* __restrict__ grad,         // [rows, hidden]
+                            const T* __restrict__ x,            // [rows, hidden]
+                            const acc_t<T>* __restrict__ mean,  // [rows]
+                            const acc_t<T>* __restrict__ rstd,  // [rows]
+                            int rows, int hidden,
+                            T* __restrict__ dweight,  // [hidden]
+                            T* __restrict__ dbias,    // [hidden]
+                            int j, int columns, acc_t<T>* buf) {
+  using A = acc_t<T>;
+  using V = Vec<T, N>;
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane / 8, v = lane % 8;
+  const int tiles = (hidden + 8 * N - 1) / (8 * N);
+  const int begin = static_cast<int>(int64_t{tiles} * j / columns);
+  const int end = static_cast<int>(int64_t{tiles} * (j + 1) / columns);
+  const int strands = column_strands(rows, warps), at_once = warps / strands;
+  const int s = warp % strands;
+  const int q = s * 4 + sub, lanes = 4 * strands;  // this lane's strand, of `lanes`
+  for (int base = begin; base < end; base += at_once) {
+    const int tile = base + warp / strands;
+    const bool mine = warp < at_once * strands && tile < end;  // the same for a whole warp
+    const int c = tile * 8 * N + v * N;
+    A sw[N], sb[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) sw[e] = sb[e] = A(0);
+    if (mine && c < hidden) {
+      for (int r0 = q; r0 < rows; r0 += 4 * lanes) {
+        V gv[4], xv[4];
+        A m[4], rs[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const int r = r0 + b * lanes;
+          if (r < rows) {
+            gv[b] = *reinterpret_cast<const V*>(grad + int64_t{r} * hidden + c);
+            xv[b] = *reinterpret_cast<const V*>(x + int64_t{r} * hidden + c);
+            m[b] = mean[r];
+            rs[b] = rstd[r];
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          if (r0 + b * lanes < rows) {
+#pragma unroll
+            for (int e = 0; e < N; ++e) {
+              const A g = to_acc(gv[b].v[e]);
+              sw[e] += g * ((to_acc(xv[b].v[e]) - m[b]) * rs[b]);
+              sb[e] += g;
+            }
+          }
+        }
+      }
+    }
+    if (mine) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        sw[e] += __shfl_down_sync(0xffffffffu, sw[e], 16);  // subs 0 + 2, 1 + 3
+        sw[e] += __shfl_down_sync(0xffffffffu, sw[e], 8);   // (0 + 2) + (1 + 3)
+        sb[e] += __shfl_down_sync(0xffffffffu, sb[e], 16);
+        sb[e] += __shfl_down_sync(0xffffffffu, sb[e], 8);
+        if (lane < 8) {
+          buf[((warp * 8 + v) * 2) * N + e] = sw[e];
+          buf[((warp * 8 + v) * 2 + 1) * N + e] = sb[e];
+        }
+      }
+    }
+    __syncthreads();
+    if (mine && s == 0 && lane < 8 && c < hidden) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        A tw = buf[((warp * 8 + v) * 2) * N + e], tb = buf[((warp * 8 + v) * 2 + 1) * N + e];
+        for (int h = 1; h < strands; ++h) {
+          tw += buf[(((warp + h) * 8 + v) * 2) * N + e];
+          tb += buf[(((warp + h) * 8 + v) * 2 + 1) * N + e];
+        }
+        dweight[c + e] = from_acc<T>(tw);
+        dbias[c + e] = from_acc<T>(tb);
+      }
+    }
+    __syncthreads();  // buf is rewritten by the next tiles
+  }
+}
+
 // One block per SM is enough (minBlocks = 1): told only the block size, ptxas held some of
 // these kernels to 64 registers and spilled (sm_90a, K = 8 float32).
 template <int N, int K, typename T>
@@ -81,7 +181,7 @@ __global__ void __launch_bounds__(kMaxGroup, 1)
                          T* __restrict__ dbias,              // [hidden]
                          acc_t<T>* __restrict__ workspace,   // [2][gridDim.x][hidden]
                          unsigned* counter,                  // zero on entry; left zero
-                         int reducers, int64_t rows, int hidden, int group) {
+                         int reducers, int columns, int64_t rows, int hidden, int group) {
   using A = acc_t<T>;
   using V = Vec<T, N>;
   using VA = Vec<A, N>;
@@ -96,10 +196,11 @@ __global__ void __launch_bounds__(kMaxGroup, 1)
   VA* acc_w = reinterpret_cast<VA*>(acc + int64_t{gi} * 2 * hidden);        // [nvec]: grad * xhat
   VA* acc_b = reinterpret_cast<VA*>(acc + (int64_t{gi} * 2 + 1) * hidden);  // [nvec]: grad
   const V* w = reinterpret_cast<const V*>(weight);                          // [nvec]
+  const bool direct = columns > 0;  // few rows: no accumulators, column blocks sum instead
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int i = lane + k * group;
-    if (i < nvec) {
+    if (!direct && i < nvec) {
       VA zero;
 #pragma unroll
       for (int j = 0; j < N; ++j) zero.v[j] = A(0);
@@ -136,7 +237,10 @@ __global__ void __launch_bounds__(kMaxGroup, 1)
       const int i = lane + k * group;
       if (active && i < nvec) {
         const V wv = held_or_read<kHoldWeight>(wh, w, k, i);
-        VA aw = acc_w[i], ab = acc_b[i];
+        VA aw, ab;
+#pragma unroll
+        for (int j = 0; j < N; ++j) aw.v[j] = ab.v[j] = A(0);
+        if (!direct) aw = acc_w[i], ab = acc_b[i];
 #pragma unroll
         for (int j = 0; j < N; ++j) {
           const A g = to_acc(gv[k].v[j]);
@@ -147,8 +251,7 @@ __global__ void __launch_bounds__(kMaxGroup, 1)
           aw.v[j] += g * xh;
           ab.v[j] += g;
         }
-        acc_w[i] = aw;
-        acc_b[i] = ab;
+        if (!direct) acc_w[i] = aw, acc_b[i] = ab;
       }
     }
     group_sum(sums, group, buf);
@@ -170,6 +273,13 @@ __global__ void __launch_bounds__(kMaxGroup, 1)
         dxr[i] = o;
       }
     }
+  }
+  if (direct) {
+    if (blockIdx.x >= rows) {
+      column_sums<N>(grad, x, mean, rstd, static_cast<int>(rows), hidden, dweight, dbias,
+                     static_cast<int>(blockIdx.x - rows), columns, acc);
+    }
+    return;
   }
   __syncthreads();
   // This block's partition: its groups' accumulators added in group order.
@@ -290,7 +400,7 @@ __global__ void backward_partials_kernel(
 
 template <typename T>
 using RegsKernel = void (*)(const T*, const T*, const acc_t<T>*, const acc_t<T>*, const T*, T*, T*,
-                            T*, acc_t<T>*, unsigned*, int, int64_t, int, int);
+                            T*, acc_t<T>*, unsigned*, int, int, int64_t, int, int);
 
 template <typename T>
 RegsKernel<T> regs_kernel(int vec, int k) {
@@ -301,11 +411,13 @@ RegsKernel<T> regs_kernel(int vec, int k) {
   });
 }
 
-// The register path's dynamic shared memory: its groups' accumulators, or reduce_last's buf
-// (one value per thread) where that is larger.
+// The register path's dynamic shared memory: with column blocks, column_sums' buf (vec / 2
+// values per thread); else its groups' accumulators, or reduce_last's buf (one value per
+// thread) where that is larger.
 int smem_bytes(const BackwardPlan& plan, int64_t hidden, int acc_size) {
-  const int64_t values = plan.groups * 2 * hidden;
   const int64_t threads = int64_t{plan.groups} * plan.group;
+  if (plan.columns > 0) return static_cast<int>((threads * plan.vec + 1) / 2 * acc_size);
+  const int64_t values = plan.groups * 2 * hidden;
   return static_cast<int>((values > threads ? values : threads) * acc_size);
 }
 
@@ -374,6 +486,11 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
     if (groups < 1 || ceil_div(rows, groups) < device.sms) groups = 1;
     plan.groups = groups;
     const int threads = groups * shape.group;
+    if (rows < device.sms) {  // a block per row, and column blocks (column_sums) beside them
+      const int64_t tiles = ceil_div(hidden, 8 * plan.vec);
+      const int at_once = threads / 32 / column_strands(rows, threads / 32);
+      plan.columns = static_cast<int>(ceil_div(tiles, at_once));
+    }
     const int smem = smem_bytes(plan, hidden, sizeof(A));
     const void* kernel = reinterpret_cast<const void*>(regs_kernel<T>(plan.vec, plan.k));
     allow_smem(kernel, smem);  // before the occupancy query, which assumes the launch is allowed
@@ -381,7 +498,8 @@ BackwardPlan plan_backward_cuda(const T* grad, const T* x, const T* weight, cons
     const int64_t wanted = ceil_div(ceil_div(kInflightBytes, row_bytes), groups);  // per SM
     const int64_t per_sm = min_of<int64_t>(wanted, blocks_per_sm(kernel, threads, smem));
     plan.blocks = static_cast<int>(min_of(ceil_div(rows, groups), device.sms * per_sm));
-    plan.partials = plan.blocks;
+    plan.partials = plan.columns > 0 ? 0 : plan.blocks;
+    plan.blocks += plan.columns;
     blocks = plan.blocks;
   } else {
     plan.path = kLong;
@@ -411,8 +529,8 @@ Status layer_norm_backward_cuda(const BackwardPlan& plan, const T* grad, const T
   auto s = static_cast<cudaStream_t>(stream);
   constexpr int kN = kVec16<T>;
   if (!aligned16(workspace)) return "layer_norm_backward: the workspace is not 16-byte aligned";
-  unsigned* counter = arrival_counter(s);
-  if (counter == nullptr) {
+  unsigned* counter = plan.columns > 0 ? nullptr : arrival_counter(s);  // column blocks: none
+  if (counter == nullptr && plan.columns == 0) {
     counter = reinterpret_cast<unsigned*>(workspace + 2 * plan.partials * hidden);
     if (const cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(unsigned), s)) {
       cudaGetLastError();
@@ -424,8 +542,8 @@ Status layer_norm_backward_cuda(const BackwardPlan& plan, const T* grad, const T
     RegsKernel<T> kernel = regs_kernel<T>(plan.vec, plan.k);
     allow_smem(reinterpret_cast<const void*>(kernel), smem);
     kernel<<<plan.blocks, plan.groups * plan.group, smem, s>>>(
-        grad, x, mean, rstd, weight, dx, dweight, dbias, workspace, counter, plan.reducers, rows,
-        static_cast<int>(hidden), plan.group);
+        grad, x, mean, rstd, weight, dx, dweight, dbias, workspace, counter, plan.reducers,
+        plan.columns, rows, static_cast<int>(hidden), plan.group);
     return launch_status();
   }
   if (plan.vec == kN) {
