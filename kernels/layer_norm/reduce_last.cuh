@@ -60,10 +60,9 @@ __device__ __forceinline__ Vec<A, VW> load_cg(const A* p) {
 }
 
 // count vectors src[0], src[stride], ... summed in a fixed order: vector p joins accumulator
-// p % 2 in increasing p (4 loads in flight at a time), then the two are added. Offsets are
-// 32-bit: a workspace holds fewer than 2^31 values (plan_backward_cuda's grids and chunks).
+// p % 2 in increasing p (4 loads in flight at a time), then the two are added.
 template <int VW, typename A>
-__device__ __forceinline__ Vec<A, VW> sum_strand(const A* src, int count, int stride) {
+__device__ __forceinline__ Vec<A, VW> sum_strand(const A* src, int count, int64_t stride) {
   constexpr int kBatch = 4;
   Vec<A, VW> acc[2];
 #pragma unroll
@@ -120,8 +119,8 @@ __device__ void sum_tiles(const acc_t<T>* workspace,  // [2][partials][hidden]
 #pragma unroll
     for (int e = 0; e < VW; ++e) sum.v[e] = A(0);
     if (mine && c < hidden && q < partials) {
-      const A* src = workspace + (which * partials + q) * hidden + c;  // partial q, column c
-      sum = sum_strand<VW>(src, (partials - q + lanes - 1) / lanes, lanes * hidden);
+      const A* src = workspace + int64_t{which * partials + q} * hidden + c;  // partial q, col c
+      sum = sum_strand<VW>(src, (partials - q + lanes - 1) / lanes, int64_t{lanes} * hidden);
     }
     if (mine) {
 #pragma unroll
