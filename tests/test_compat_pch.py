@@ -177,6 +177,7 @@ TORCH_LIBRARY_IMPL(NAMESPACE, CPU, m) { m.impl("twice", &twice_cpu); }
         (UMBRELLA + "void g(py::object o) {}\n", False, "py::"),
         (UMBRELLA + "auto l = torch::nn::Linear(2, 2);\n", False, "torch::nn"),
         (UMBRELLA + "// torch::nn in a comment is no use\n", True, None),
+        (UMBRELLA + "struct F : torch::autograd::Function<F> {};\n", True, None),
     ],
 )  # fmt: skip
 def test_which_sources_get_the_lean_form(text: str, lean: bool, beyond: str | None) -> None:
@@ -189,7 +190,9 @@ def test_which_sources_get_the_lean_form(text: str, lean: bool, beyond: str | No
     assert (slim is not None) == lean
     assert pch.beyond_lean(text) == beyond
     if slim is not None:
-        assert slim.lean and slim.include == full.include and slim.folder != full.folder
+        assert slim.lean[: len(pch.LEAN)] == pch.LEAN
+        assert (pch.LEAN_AUTOGRAD in slim.lean) == ("autograd" in text)
+        assert slim.include == full.include and slim.folder != full.folder
         assert slim.output.name == f"{full.include.rsplit('/', 1)[1]}.gch"
 
 
@@ -214,6 +217,7 @@ def test_an_umbrella_source_reads_the_lean_header_and_falls_back_to_the_whole(
     assert unit.pch is not None and unit.pch.lean and unit.pch.output.exists()
     stand_in = (unit.pch.folder / "torch/extension.h").read_text()
     assert all(f"#include <{h}>" in stand_in for h in pch.LEAN)
+    assert pch.LEAN_AUTOGRAD not in stand_in  # the source names no C++ autograd
     assert unit.fallback is not None and unit.refused is not None and not unit.refused.exists()
     unit = load(3)
     assert _uses_header(unit, tmp_path)

@@ -191,7 +191,7 @@ def _pch(unit: Unit) -> str | None:
             "did not compile this source, whose next compiles read the whole header"
         )
     if unit.pch is not None and unit.pch.output.exists():
-        lean = f" (its lean form: {', '.join(pch.LEAN)})" if unit.pch.lean else ""
+        lean = f" (its lean form: {', '.join(unit.pch.lean)})" if unit.pch.lean else ""
         return f"with the precompiled {unit.pch.include}{lean}"
     if unit.note:
         return unit.note

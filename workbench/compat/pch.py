@@ -26,8 +26,8 @@ then on each edit compiles the source's own code only. ``WB_DROPIN_PCH=0`` turns
 their inline code uses, which GCC instantiates at the end of every translation unit (a
 precompiled header is written before that step): about 4 s of an empty source under
 ``torch/extension.h`` (pybind11's bindings and the C++ frontend's modules, optimizers and data
-loaders), under 1.5 s under the part a custom op uses (:data:`LEAN`: ATen, ``torch/library.h``,
-the tensor factories, autograd). A source that opens with an umbrella header and names nothing
+loaders), 1.1 s under the part a custom op uses (:data:`LEAN`: ATen, ``torch/library.h``, the
+tensor factories; 1.5 s with ``torch/autograd.h``, added for a source that names C++ autograd). A source that opens with an umbrella header and names nothing
 beyond that part (:data:`BEYOND_LEAN`: Python bindings, ``torch::nn``, ``torch::optim``, ...) gets
 the lean form: the folder holds a stand-in for the umbrella header that includes the lean
 headers, and the precompiled header is theirs. Its compile falls back to the whole header (as
@@ -61,14 +61,11 @@ _FIRST = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
 _INCLUDE = re.compile(r"^<([^>]+)>$")
 # The umbrella headers that have a lean form, and what it includes.
 UMBRELLAS = ("torch/extension.h", "torch/all.h", "torch/torch.h")
-LEAN = (
-    "ATen/ATen.h",
-    "torch/library.h",
-    "torch/types.h",
-    "torch/autograd.h",
-    "torch/utils.h",
-    "torch/cuda.h",
-)
+LEAN = ("ATen/ATen.h", "torch/library.h", "torch/types.h", "torch/utils.h", "torch/cuda.h")
+# ... and, for a source that names C++ autograd (a quarter of the lean header's cost, which most
+# op sources, registering their formulas from Python, never use), torch/autograd.h.
+LEAN_AUTOGRAD = "torch/autograd.h"
+_AUTOGRAD = re.compile(r"\bautograd\b|\bAutogradContext\b|\bvariable_list\b|\btensor_list\b")
 # Names a source can only get from the whole umbrella header (its first match says why not lean).
 BEYOND_LEAN = re.compile(
     r"\bPYBIND11_\w+|\bpybind11\b|\bpy::|\bPy[A-Z]\w*|\bTHP\w*|"
@@ -86,7 +83,7 @@ class Header:
     real: Path  # the header that name finds on the source's include path
     folder: Path  # first on the include path: holds <include>.gch and a link to ``real``
     command: tuple[str, ...]
-    lean: bool = False  # the lean form: <include> in the folder is a stand-in including LEAN
+    lean: tuple[str, ...] = ()  # the lean form: <include> in the folder includes these alone
 
     @property
     def output(self) -> Path:
@@ -141,13 +138,15 @@ def lean(full: Header, text: str, head: list[str], identity: dict[str, object]) 
     part (:func:`beyond_lean` says what)."""
     if full.include not in UMBRELLAS or beyond_lean(text) is not None:
         return None
+    code = _COMMENTS.sub(" ", text)
+    includes = (*LEAN, LEAN_AUTOGRAD) if _AUTOGRAD.search(code) else LEAN
     flags = [f for f in head if not f.startswith(NAME_FLAG)]
-    key = digest("drop-in lean pch", 1, full.include, LEAN, str(full.real), flags, identity)
+    key = digest("drop-in lean pch", 1, full.include, includes, str(full.real), flags, identity)
     folder = pch_root() / "dropin" / key[:32]
     wrapper = folder / "wb_dropin_pch.h"
     out = f"{folder / full.include}.gch"
     command = (*flags, "-x", "c++-header", str(wrapper), "-o", out)
-    return Header(full.include, full.real, folder, command, lean=True)
+    return Header(full.include, full.real, folder, command, lean=includes)
 
 
 def beyond_lean(text: str) -> str | None:
@@ -185,7 +184,7 @@ def ensure(header: Header) -> str | None:
         wrapper = header.folder / "wb_dropin_pch.h"
         link = header.folder / header.include
         if header.lean:
-            includes = "".join(f"#include <{h}>\n" for h in LEAN)
+            includes = "".join(f"#include <{h}>\n" for h in header.lean)
             cache.write_atomic(wrapper, includes)
             stand_in = f"#pragma once\n// The lean form of <{header.include}>\n"
             cache.write_atomic(link, stand_in + includes)
