@@ -27,9 +27,10 @@ their inline code uses, which GCC instantiates at the end of every translation u
 precompiled header is written before that step): about 4 s of an empty source under
 ``torch/extension.h`` (pybind11's bindings and the C++ frontend's modules, optimizers and data
 loaders), 1.1 s under the part a custom op uses (:data:`LEAN`: ATen, ``torch/library.h``, the
-tensor factories; 1.5 s with ``torch/autograd.h``, added for a source that names C++ autograd). A source that opens with an umbrella header and names nothing
-beyond that part (:data:`BEYOND_LEAN`: Python bindings, ``torch::nn``, ``torch::optim``, ...) gets
-the lean form: the folder holds a stand-in for the umbrella header that includes the lean
+tensor factories; 1.5 s with ``torch/autograd.h``, added for a source that names C++
+autograd). A source that opens with an umbrella header and names nothing beyond that part
+(:data:`BEYOND_LEAN`: Python bindings, ``torch::nn``, ``torch::optim``, ...) gets the lean
+form: the folder holds a stand-in for the umbrella header that includes the lean
 headers, and the precompiled header is theirs. Its compile falls back to the whole header (as
 above) in the same build step when the lean one does not compile it (a name the scan missed),
 and that source is remembered as refused (``refused_file``) so that its next edits go straight to
