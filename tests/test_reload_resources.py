@@ -76,6 +76,12 @@ def test_an_nvcc_kernel_edit_names_each_changed_kernel_and_a_comment_names_none(
     assert lines == [] and warnings == []  # ... to the same kernels: nothing to say
 
     edit(source, LIGHT, HEAVY)
+    # A reload reads the kernels it may replace while it compiles: all of them, in a thread.
+    (old_tu,) = [t for t in second.manifest["tus"] if t["kind"] == "cuda"]
+    resources.forget()
+    assert not resources.remembered(old_tu["key"], ARCH)
+    resources.prefetch({"op00": resources.Snapshot(second, {})}, ARCH).join()
+    assert resources.remembered(old_tu["key"], ARCH)
     third = built()
     lines, warnings = report(
         {"op00": resources.Snapshot(second, {})}, {"op00": resources.Snapshot(third, {})}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -124,6 +125,7 @@ class Library:
         self.failed: dict[str, WorkbenchError] = {}
         self._tune_records: frozenset[str] | None = None  # the stored tune records, per reload
         self._stamps: dict[str, list[int] | None] = {}  # of device-only TUs' inputs, per reload
+        self._prefetch: threading.Thread | None = None  # a reload's old kernels, being read
         self.eager = knobs.eager() if eager is None else eager
         self._index: warm.Index | None = None  # the warm-start index of the last reload
         self.last = self.reload(_first=True, _started=started)
@@ -189,13 +191,14 @@ class Library:
         # Each input's stat, read once per load (the index and the device-only TUs share headers).
         self._stamps = {}
         with cache.use_locks(names):  # gc and clean remove no library between find and open
+            # The kernels a reload may replace, noted (and read in a thread) while it builds.
+            before = self._resource_snapshot(loader.handles(self.namespace), _first)
             built, failed = self._build_all(project, names)
             for hook in before_open_hooks:
                 hook(built)
             report = LoadReport(built)
             self._tune_records = tune_store.listing()  # one directory read for every family
             live = loader.handles(self.namespace)
-            before = self._resource_snapshot(live, _first)
             later = {b.family: d for b in built if (d := self._deferrable(b, live)) is not None}
             fresh = [
                 os.fspath(b.library)
@@ -250,13 +253,18 @@ class Library:
             return None
         from workbench import resources
 
-        return resources.snapshot(live)
+        snap = resources.snapshot(live)
+        arch = resources.newest_arch(list(self.config.archs))
+        self._prefetch = resources.prefetch(snap, arch) if arch is not None else None
+        return snap
 
     def _resources(self, before: dict[str, resources.Snapshot], report: LoadReport) -> None:
         """A line per kernel the reload changed, and what got worse (workbench.resources)."""
         from workbench import resources
 
         start = time.perf_counter()
+        if self._prefetch is not None:  # the old kernels, read while the reload compiled
+            self._prefetch.join()
         arch = resources.newest_arch(list(self.config.archs))
         live = loader.handles(self.namespace)
         after = resources.snapshot({n: live[n] for n in report.swapped if n in live})

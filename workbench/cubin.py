@@ -22,6 +22,7 @@ under a millisecond each.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import zlib
@@ -332,6 +333,7 @@ def bound(k: Kernel) -> Occupancy:
 # --- what changed -------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)  # a reload's old and new kernels share most names
 def short_name(mangled: str) -> str:
     """``wb::scale::scale_kernel<4, true, float>`` for ``_ZN2wb5scale12scale_kernelILi4ELb1EfEE
     vi...``: the name of an Itanium-mangled function with its template arguments, without its
