@@ -3,8 +3,8 @@ the kernels there.
 
 The CPU kernel and the CUDA SIMT kernel sum each 128-long (CPU) or 64-long (SIMT) slice of k from
 zero before it joins the total; matmul's float32 bound is twice PyTorch's own error on the sample,
-over a floor of eight epsilons of its largest output (``workbench.spec.within_torch_error``), where a fixed floor let
-one running sum over k pass at k = 8192.
+over a floor of eight epsilons of its largest output (``workbench.spec.within_torch_error``),
+where a fixed floor let one running sum over k pass at k = 8192.
 
 Without a GPU: a planted kernel that keeps one running sum over k fails the check at k = 8192, the
 failure naming the sample, the error and the bound (twice PyTorch's, recomputed here); it passed

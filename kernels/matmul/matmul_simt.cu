@@ -19,8 +19,8 @@
 //   k / sqrt(kChunk), as a blocked BLAS's does (cuBLAS's; the CPU kernel, matmul.cpp, sums
 //   128-long slices): 6-10x less at k = 8192. 64 rather than 128 gives the same at k = 8192
 //   and about 20% less at k = 256, where 128 measured 2.1x cuBLAS's error on an H100 (a 64 x 64
-//   output, whose few elements make the largest error a noisy figure). The check holds float32 within 2x
-//   PyTorch's own error (kernels/matmul/spec.py).
+//   output, whose few elements make the largest error a noisy figure). The check holds float32
+//   within 2x PyTorch's own error (kernels/matmul/spec.py).
 //
 //   Global reads: float32 and float64 operands whose contiguous dimension (k, or m for a and n
 //   for b) has 16-byte aligned lines are read 16 bytes at a time (float4 for float32); any other
