@@ -80,7 +80,9 @@ def _capture(fn: Fn, sets: list[tuple[Any, ...]], calls: int) -> torch.cuda.CUDA
     """A CUDA graph of ``calls`` calls of ``fn``, rotating over the argument sets."""
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph):
+        # A capture stream of the current device: torch.cuda.graph's default is one stream for
+        # the process, made on whichever device was current at the first capture.
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):  # type: ignore[no-untyped-call]
             for i in range(calls):
                 fn(*sets[i % len(sets)])
     except RuntimeError:

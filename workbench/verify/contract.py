@@ -255,7 +255,9 @@ def _run_graph(op: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         op(*static)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # A capture stream of the current device: torch.cuda.graph's default is one stream for the
+    # process, made on whichever device was current at the first capture.
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream()):  # type: ignore[no-untyped-call]
         out = op(*static)
     for a, t in zip(args, static, strict=True):
         if isinstance(t, torch.Tensor):
