@@ -173,6 +173,6 @@ def test_a_reload_prints_the_resources_of_the_kernels_an_edit_changed(
     assert not any("backward" in line for line in norm_lines), err
     arch = resources.newest_arch(list(lib.config.archs))
     assert arch is not None and all(f" {arch}: " in line for line in scale_lines + norm_lines)
-    assert report.resource_seconds < 0.005, report.resource_seconds
+    assert report.resource_seconds < 0.005, (report.resource_seconds, report.resource_parts)
     print(err)  # the lines, for the record of the run
     assert cubin.sm_of(arch) >= 70

@@ -59,6 +59,7 @@ class LoadReport:
         self.resources: list[str] = []
         self.resource_warnings: list[str] = []
         self.resource_seconds = 0.0
+        self.resource_parts: dict[str, float] = {}  # its seconds by step (wait, read, lines)
 
     def __repr__(self) -> str:
         return (
@@ -265,11 +266,14 @@ class Library:
         start = time.perf_counter()
         if self._prefetch is not None:  # the old kernels, read while the reload compiled
             self._prefetch.join()
+        parts = report.resource_parts
+        parts["wait"] = time.perf_counter() - start
         arch = resources.newest_arch(list(self.config.archs))
         live = loader.handles(self.namespace)
         after = resources.snapshot({n: live[n] for n in report.swapped if n in live})
         if arch is not None:
-            report.resources, report.resource_warnings = resources.report(before, after, arch)
+            found = resources.report(before, after, arch, parts)
+            report.resources, report.resource_warnings = found
         report.resource_seconds = time.perf_counter() - start
 
     def _build_all(

@@ -16,6 +16,7 @@ thread started with the snapshot), so that only the new objects are read after t
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,22 +56,33 @@ def newest_arch(archs: list[str]) -> str | None:
 
 
 def report(
-    before: Mapping[str, Snapshot], after: Mapping[str, Snapshot], arch: str
+    before: Mapping[str, Snapshot],
+    after: Mapping[str, Snapshot],
+    arch: str,
+    seconds: dict[str, float] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(lines, warnings) for the kernels that changed between two snapshots of the families in
-    both (see the module docstring)."""
+    both (see the module docstring). ``seconds`` gets the time spent reading the kernels
+    ("read") and comparing and describing them ("lines")."""
     lines: list[str] = []
     warnings: list[str] = []
+    spent = {"read": 0.0, "lines": 0.0}
     for family, new in after.items():
         old = before.get(family)
         if old is None or (old.built is new.built and old.modules == new.modules):
             continue
+        start = time.perf_counter()
         was, now = _changed_units(old, new, arch)
+        spent["read"] += time.perf_counter() - start
+        start = time.perf_counter()
         olds = {name: k for name, (k, _) in was.items()}
         for k, previous in cubin.changed(olds, {n: k for n, (k, _) in now.items()}):
             shown = now[k.name][1]
             lines.append(f"{family}: {cubin.describe(k, shown)}")
             warnings += [f"{family}: {w}" for w in cubin.warnings_for(k, previous, shown)]
+        spent["lines"] += time.perf_counter() - start
+    if seconds is not None:
+        seconds.update(spent)
     return lines, warnings
 
 
