@@ -266,13 +266,12 @@ class Library:
         start = time.perf_counter()
         if self._prefetch is not None:  # the old kernels, read while the reload compiled
             self._prefetch.join()
-        parts = report.resource_parts
-        parts["wait"] = time.perf_counter() - start
+        report.resource_parts["wait"] = time.perf_counter() - start
         arch = resources.newest_arch(list(self.config.archs))
         live = loader.handles(self.namespace)
         after = resources.snapshot({n: live[n] for n in report.swapped if n in live})
         if arch is not None:
-            found = resources.report(before, after, arch, parts)
+            found = resources.report(before, after, arch, report.resource_parts)
             report.resources, report.resource_warnings = found
         report.resource_seconds = time.perf_counter() - start
 
