@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +25,8 @@ import pytest
 import torch
 
 import workbench
+from tests.bundled_cubin import compile_cubin
 from workbench import cubin
-from workbench.config import CUDA_FLAGS
 from workbench.project import BUNDLED_KERNELS
 from workbench.spec import DEFAULT_TOLERANCES, within_torch_error
 from workbench.verify import CheckFailed, check_call, compare
@@ -139,22 +137,12 @@ def test_the_bundled_kernel_passes_every_float32_sample(lib: Any, spec: Any) -> 
 SIMT = BUNDLED_KERNELS / "matmul" / "matmul_simt.cu"
 
 
-def _kernels(tmp: Path, arch: str) -> dict[str, cubin.Kernel]:
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    out = tmp / f"matmul_simt.{arch}.cubin"
-    includes = [f"-I{BUNDLED_KERNELS}", f"-I{BUNDLED_KERNELS / 'include'}"]
-    cmd = [nvcc, "-cubin", f"-arch={arch}", *CUDA_FLAGS, *includes, "-Xptxas", "-v"]
-    done = subprocess.run([*cmd, "-o", str(out), str(SIMT)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return cubin.with_spills(cubin.read(out.read_bytes(), arch), done.stderr)
-
-
 @pytest.mark.nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_simt_kernels_compile_without_spills(tmp_path: Path, arch: str) -> None:
     """One kernel a dtype reading element by element, and for float32 and float64 one reading
     16 bytes at a time (4 and 2 elements); 256 threads, none spilling."""
-    kernels = {cubin.short_name(k.name): k for k in _kernels(tmp_path, arch).values()}
+    kernels = {cubin.short_name(k.name): k for k in compile_cubin(tmp_path, SIMT, arch).values()}
     widths = {name: int(name.rsplit(", ", 1)[1].rstrip(">")) for name in kernels}
     assert sorted(widths.values()) == [1, 1, 1, 1, 2, 4], sorted(widths)
     for name, k in kernels.items():

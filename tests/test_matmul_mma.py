@@ -7,16 +7,14 @@ blocks too. On a GPU: path 2 against torch on shapes that are not multiples of i
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from tests.bundled_cubin import compile_cubin
 from workbench import cubin
-from workbench.config import CUDA_FLAGS
 from workbench.project import BUNDLED_KERNELS
 
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
@@ -24,18 +22,6 @@ SOURCE = BUNDLED_KERNELS / "matmul" / "matmul_mma.cu"
 BLOCKS_PER_SM = 2  # MmaTile::kBlocksPerSm
 # MmaTile<BM, BN, BK, WM, WN, STAGES> as cubin.short_name reads it.
 TILE = re.compile(r"MmaTile<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)>")
-
-
-def compile_cubin(tmp: Path, arch: str) -> dict[str, cubin.Kernel]:
-    """The kernels of matmul_mma.cu compiled for ``arch`` with the build's CUDA flags, with the
-    spills ptxas reported."""
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    out = tmp / f"matmul_mma.{arch}.cubin"
-    includes = [f"-I{BUNDLED_KERNELS}", f"-I{BUNDLED_KERNELS / 'include'}"]
-    cmd = [nvcc, "-cubin", f"-arch={arch}", *CUDA_FLAGS, *includes, "-Xptxas", "-v"]
-    done = subprocess.run([*cmd, "-o", str(out), str(SOURCE)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return cubin.with_spills(cubin.read(out.read_bytes(), arch), done.stderr)
 
 
 def ring_bytes(tile: tuple[int, ...]) -> int:
@@ -47,7 +33,7 @@ def ring_bytes(tile: tuple[int, ...]) -> int:
 @pytest.mark.nvcc
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_mma_kernels_fit_two_blocks_an_sm_without_spills(tmp_path: Path, arch: str) -> None:
-    kernels = compile_cubin(tmp_path, arch)
+    kernels = compile_cubin(tmp_path, SOURCE, arch)
     tiles: dict[tuple[int, ...], list[cubin.Kernel]] = {}
     for k in kernels.values():
         found = TILE.search(cubin.short_name(k.name))
