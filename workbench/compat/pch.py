@@ -137,9 +137,11 @@ def lean(full: Header, text: str, head: list[str], identity: dict[str, object]) 
     """The lean form of ``full`` for a source of ``text`` (see the module docstring), or None
     where ``full`` is not an umbrella header or the source names something beyond the lean
     part (:func:`beyond_lean` says what)."""
-    if full.include not in UMBRELLAS or beyond_lean(text) is not None:
+    if full.include not in UMBRELLAS:
         return None
-    code = _COMMENTS.sub(" ", text)
+    code = _COMMENTS.sub(" ", text)  # the comments stripped once, for both scans
+    if BEYOND_LEAN.search(code) is not None:
+        return None
     includes = (*LEAN, LEAN_AUTOGRAD) if _AUTOGRAD.search(code) else LEAN
     flags = [f for f in head if not f.startswith(NAME_FLAG)]
     key = digest("drop-in lean pch", 1, full.include, includes, str(full.real), flags, identity)
