@@ -8,19 +8,30 @@
 //   Shared path, when a block's histogram fits in shared memory: a block keeps `replicas`
 //   private histograms of 32-bit counters in shared memory ([replicas, bins]; warp w counts into
 //   replica w % replicas, so fewer warps contend for a hot bin), reads x in a grid-stride loop of
-//   16-byte loads (kUnroll of them in flight a thread, the unaligned head and the tail one element
-//   at a time), then adds each bin's sum over its replicas, where nonzero, to counts with one
-//   64-bit atomicAdd. Chunked path, when one copy does not fit the most shared memory a block may
-//   opt in to (above 41,728 bins on an A100's 163 KiB, 58,112 on an H100's or H200's 227 KiB,
-//   25,344 on sm_86's 99 KiB) but kMaxChunks slices of the bins do and x has at least as many
-//   elements as bins: the same kernel, each block counting one slice of the bins over its share of
-//   x (block i: slice i % chunks), so x is read once from memory per slice group (the slices of
-//   one share run side by side and read it through L2) and the merge adds one atomic per nonzero
-//   bin of a slice. A slice skips the float elements that the float estimate puts in other slices
-//   (histogram.h, bin_bounds), so the exact bin is computed about once an element. Global path
-//   otherwise (huge or sparse histograms): one 64-bit atomicAdd on counts per counted element.
+//   16-byte loads (4 of them in flight a thread, not allocated in L1; the unaligned head and the
+//   tail one element at a time), then adds each bin's sum over its replicas, where nonzero, to
+//   counts with one 64-bit atomicAdd. Cluster path (sm_90, above kClusterBins bins, x at least as
+//   many elements as bins): a thread-block cluster of 8 (or 2, 4) blocks holds the whole
+//   histogram in its blocks' shared memory, the bins interleaved across the blocks, and counts
+//   into it with distributed shared memory atomics; each element is read and binned once, and the
+//   merge costs one atomic per nonzero bin of a cluster instead of one per nonzero bin of a block.
+//   Chunked path, where there are no clusters and one copy does not fit the most shared memory a
+//   block may opt in to (above 41,728 bins on an A100's 163 KiB, 58,112 on an H100's or H200's
+//   227 KiB, 25,344 on sm_86's 99 KiB) but kMaxChunks slices of the bins do and x has at least as
+//   many elements as bins: the shared kernel, each block counting one slice of the bins over its
+//   share of x (block i: slice i % chunks), so x is read once from memory per slice group (the
+//   slices of one share run side by side and read it through L2) and the merge adds one atomic per
+//   nonzero bin of a slice. A slice skips the float elements that the float estimate puts in other
+//   slices (histogram.h, bin_bounds), so the exact bin is computed about once an element. Global
+//   path otherwise (huge or sparse histograms): one 64-bit atomicAdd on counts per counted element.
+//   WB_HISTOGRAM_KERNEL / WB_HISTOGRAM_CLUSTER select other kernels for A/B timing (choice()).
 //   Counts are integers, so any order of the atomics gives the same result. Check and time:  wb
 //   check histogram --device cuda;  wb bench histogram --device cuda
+#include <cooperative_groups.h>
+
+#include <cstdlib>
+#include <cstring>
+
 #include "histogram/histogram.h"
 #include "wb/cuda.cuh"
 
@@ -29,7 +40,9 @@ namespace {
 
 constexpr int kThreads = 1024;  // one block of the chunked path per SM keeps 32 warps resident
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 2;  // 16-byte loads a thread issues before counting their elements
+// Bins above which the cluster path (sm_90) counts: per-block histograms of more bins cost a
+// merge of about as many atomics as x has elements at the sizes the op is timed at.
+constexpr int64_t kClusterBins = 16384;
 // Shared memory the replicas of a small histogram may take: 256 bins get one replica per warp
 // (32 KiB). A histogram of more than 8 Ki bins gets a single copy, up to the device's limit.
 constexpr int kReplicaBytes = 32 * 1024;
@@ -41,10 +54,27 @@ constexpr int64_t kMaxBlockItems = int64_t{1} << 31;
 
 using Count = unsigned long long;  // the int64 counts as 64-bit atomicAdd takes them (never < 0)
 
+// One 16-byte vector of x; with NoL1 read through the non-coherent path without allocating it
+// in L1 (x is read once: L1 would only evict the shared-memory carveout's neighbours).
+template <bool NoL1, typename V>
+__device__ __forceinline__ V load_x(const V* __restrict__ p) {
+  if constexpr (NoL1 && sizeof(V) == 16) {
+    int4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    V v;
+    __builtin_memcpy(&v, &r, sizeof(V));
+    return v;
+  } else {
+    return *p;
+  }
+}
+
 // Calls f on every element of x once across `blocks` blocks (this one is `block`): the elements
 // before x's first 16-byte boundary (head, fewer than a vector) and after its last whole vector
-// (tail) one at a time, the rest as 16-byte vectors, kUnroll loads in flight before any is counted.
-template <typename T, typename F>
+// (tail) one at a time, the rest as 16-byte vectors, Unroll loads in flight before any is counted.
+template <int Unroll, bool NoL1, typename T, typename F>
 __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
                                          int64_t n, int64_t block, int64_t blocks, F& f) {
   constexpr int N = kVec16<T>;
@@ -60,18 +90,18 @@ __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
   if (tid < n - tail) f(x[tail + tid]);
   const V* xv = reinterpret_cast<const V*>(x + head);  // [nvec]
   int64_t i = tid;
-  for (; i + (kUnroll - 1) * stride < nvec; i += kUnroll * stride) {
-    V v[kUnroll];
+  for (; i + (Unroll - 1) * stride < nvec; i += Unroll * stride) {
+    V v[Unroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = xv[i + u * stride];
+    for (int u = 0; u < Unroll; ++u) v[u] = load_x<NoL1>(xv + i + u * stride);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < Unroll; ++u) {
 #pragma unroll
       for (int j = 0; j < N; ++j) f(v[u].v[j]);
     }
   }
   for (; i < nvec; i += stride) {
-    const V v = xv[i];
+    const V v = load_x<NoL1>(xv + i);
 #pragma unroll
     for (int j = 0; j < N; ++j) f(v.v[j]);
   }
@@ -100,7 +130,7 @@ __device__ __forceinline__ bool may_hold(bf16 v, const Range& r, int64_t first, 
 // the share i / chunks of x's gridDim.x / chunks shares. Requires replicas * chunk_bins 32-bit
 // counters of dynamic shared memory, gridDim.x a multiple of chunks, and at most kMaxBlockItems
 // elements a share.
-template <typename T>
+template <typename T, int Unroll, bool NoL1>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_shared_kernel(const T* __restrict__ x,  // [n]
                             int64_t n, Range r, int chunks, int chunk_bins, int replicas,
@@ -119,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto b = static_cast<uint32_t>(element_bin(v, r) - first);
     if (b < static_cast<uint32_t>(bins)) atomicAdd(&mine[b], 1u);
   };
-  for_each(x, n, blockIdx.x / chunks, gridDim.x / chunks, count);
+  for_each<Unroll, NoL1>(x, n, blockIdx.x / chunks, gridDim.x / chunks, count);
   __syncthreads();
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     uint32_t c = 0;  // at most the block's elements: no overflow
@@ -129,7 +159,50 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// Cluster path (sm_90): a cluster of 2^shift blocks holds one copy of the whole histogram in its
+// blocks' shared memory, bin b in block b % 2^shift at b >> shift (interleaved, so the hot bins of
+// a peaked distribution spread over the cluster's blocks), and counts into it with distributed
+// shared memory atomics. Every block reads its own share of x once, bins each element once, and
+// the merge adds one 64-bit atomic per nonzero bin of a cluster (a 2^shift-th of the merges of
+// per-block histograms). Requires slice_bins >= ceil(bins / 2^shift) 32-bit counters of dynamic
+// shared memory, gridDim.x a multiple of the cluster size, and at most kMaxBlockItems elements a
+// cluster. Compiled to nothing below sm_90: the launcher takes it only on such a device.
 template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    histogram_cluster_kernel(const T* __restrict__ x,  // [n]
+                             int64_t n, Range r, int shift, int slice_bins,
+                             Count* __restrict__ counts) {  // [bins]
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  extern __shared__ uint32_t sub[];  // [slice_bins]: bins rank, rank + 2^shift, ...
+  const cg::cluster_group cluster = cg::this_cluster();
+  const uint32_t rank = cluster.block_rank();
+  const uint32_t mask = (1u << shift) - 1;
+  for (int i = threadIdx.x; i < slice_bins; i += blockDim.x) sub[i] = 0;
+  cluster.sync();  // every block's counters are zero before any block counts into them
+  const auto base = static_cast<uint32_t>(__cvta_generic_to_shared(sub));
+  auto count = [&](T v) {
+    const int64_t b = element_bin(v, r);
+    if (b >= 0) {
+      // The counter's shared::cluster address in its block, and an add that returns nothing.
+      const auto u = static_cast<uint32_t>(b);
+      uint32_t at;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                   : "=r"(at)
+                   : "r"(base + (u >> shift) * 4), "r"(u & mask));
+      asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], 1;" ::"r"(at) : "memory");
+    }
+  };
+  for_each<4, true>(x, n, blockIdx.x, gridDim.x, count);
+  cluster.sync();  // every count has landed, and no block reads another's memory after this
+  for (int j = threadIdx.x; j < slice_bins; j += blockDim.x) {
+    const uint32_t c = sub[j];  // at most the cluster's elements: no overflow
+    if (c != 0) atomicAdd(&counts[(int64_t{j} << shift) | rank], Count{c});
+  }
+#endif
+}
+
+template <typename T, int Unroll, bool NoL1>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_global_kernel(const T* __restrict__ x,  // [n]
                             int64_t n, Range r,
@@ -138,15 +211,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t b = element_bin(v, r);
     if (b >= 0) atomicAdd(&counts[b], Count{1});
   };
-  for_each(x, n, blockIdx.x, gridDim.x, count);
+  for_each<Unroll, NoL1>(x, n, blockIdx.x, gridDim.x, count);
 }
 
 struct DeviceInfo {
   int sms = 0;
+  int major = 0;         // compute capability
   int shared_optin = 0;  // the most dynamic shared memory a block may opt in to, in bytes
 };
 
-// The current device's SM count and shared memory limit, read once per device and thread.
+// The current device's SM count, compute capability and shared memory limit, read once per device
+// and thread.
 Status device_info(DeviceInfo* info) {
   thread_local int cached_device = -1;
   thread_local DeviceInfo cached;
@@ -155,6 +230,9 @@ Status device_info(DeviceInfo* info) {
   if (err == cudaSuccess && device != cached_device) {
     DeviceInfo d;
     err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device);
+    }
     if (err == cudaSuccess) {
       err =
           cudaDeviceGetAttribute(&d.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -168,14 +246,38 @@ Status device_info(DeviceInfo* info) {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// The kernels a call takes, read from the environment at every call (for A/B timing in one
+// process): WB_HISTOGRAM_KERNEL=base takes the kernels as they were before the cluster path (two
+// loads in flight a thread, loads through L1, the chunked path beyond one block's shared memory);
+// anything else, or unset, the current ones (four loads in flight, not allocated in L1).
+// WB_HISTOGRAM_CLUSTER=2, 4 or 8 sets the cluster size of the cluster path (default 8; 0 turns
+// the path off, leaving the chunked one).
+struct Choice {
+  bool base = false;
+  int cluster = 8;  // 0: no cluster path
+};
+
+Choice choice() {
+  Choice c;
+  const char* kernel = std::getenv("WB_HISTOGRAM_KERNEL");
+  c.base = kernel != nullptr && std::strcmp(kernel, "base") == 0;
+  const char* cluster = std::getenv("WB_HISTOGRAM_CLUSTER");
+  if (cluster != nullptr && cluster[0] != '\0') {
+    const int k = std::atoi(cluster);
+    c.cluster = k == 2 || k == 4 || k == 8 ? k : 0;
+  }
+  if (c.base) c.cluster = 0;
+  return c;
+}
+
 // Blocks for n elements: as many as fit on the device at once (`resident`), no more than give
-// every thread kUnroll vectors, and enough that no block counts more than kMaxBlockItems.
-template <typename T>
-int grid_for(int64_t n, int64_t resident) {
-  const int64_t per_block = int64_t{kThreads} * kVec16<T> * kUnroll;
+// every thread Unroll vectors, and enough that no block counts more than kMaxBlockItems.
+template <typename T, int Unroll>
+int64_t grid_for(int64_t n, int64_t resident) {
+  const int64_t per_block = int64_t{kThreads} * kVec16<T> * Unroll;
   int64_t blocks = min_of<int64_t>(resident, (n + per_block - 1) / per_block);
   blocks = blocks > (n - 1) / kMaxBlockItems + 1 ? blocks : (n - 1) / kMaxBlockItems + 1;
-  return static_cast<int>(blocks > 0 ? blocks : 1);
+  return blocks > 0 ? blocks : 1;
 }
 
 // Blocks of kernel k resident on the whole device with `smem` bytes of dynamic shared memory.
@@ -196,7 +298,16 @@ int64_t chunks_for(int64_t bins, int64_t optin) {
   return (bins + per_chunk - 1) / per_chunk;
 }
 
-template <typename T>
+// Raises kernel k's dynamic shared memory limit to smem bytes where that is beyond the default.
+template <typename K>
+Status allow_shared(K k, int64_t smem) {
+  if (smem <= kStaticSharedBytes) return nullptr;
+  const cudaError_t err =
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+template <typename T, int Unroll, bool NoL1>
 Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, Count* counts,
                      const DeviceInfo& d, cudaStream_t s) {
   const int64_t chunk_bins = (r.bins + chunks - 1) / chunks;
@@ -204,21 +315,70 @@ Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, Count* coun
   int64_t replicas = kReplicaBytes / bin_bytes;
   replicas = replicas < 1 ? 1 : (replicas > kWarps ? kWarps : replicas);
   const int64_t smem = replicas * bin_bytes;
-  const auto kernel = histogram_shared_kernel<T>;
-  if (smem > kStaticSharedBytes) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return cudaGetErrorString(err);
-  }
+  const auto kernel = histogram_shared_kernel<T, Unroll, NoL1>;
+  if (const Status err = allow_shared(kernel, smem)) return err;
   int64_t resident = 0;
   if (const Status err = resident_blocks(kernel, static_cast<int>(smem), d.sms, &resident)) {
     return err;
   }
   // Shares of x: the resident blocks split among the slices, at least one share a slice.
-  const int64_t shares = grid_for<T>(n, resident / chunks > 0 ? resident / chunks : 1);
+  const int64_t shares = grid_for<T, Unroll>(n, resident / chunks > 0 ? resident / chunks : 1);
   kernel<<<static_cast<unsigned>(shares * chunks), kThreads, smem, s>>>(
       x, n, r, static_cast<int>(chunks), static_cast<int>(chunk_bins), static_cast<int>(replicas),
       counts);
+  return launch_status();
+}
+
+// The cluster path with clusters of `size` (2, 4 or 8) blocks. *launched is false, and nothing
+// ran, where a block's share of the bins does not fit its shared memory or no such cluster fits
+// the device (the caller then takes another path).
+template <typename T>
+Status launch_cluster(const T* x, int64_t n, Range r, int size, Count* counts, const DeviceInfo& d,
+                      cudaStream_t s, bool* launched) {
+  *launched = false;
+  const int shift = size == 8 ? 3 : (size == 4 ? 2 : 1);
+  const int64_t slice_bins = (r.bins + size - 1) / size;
+  const int64_t smem = slice_bins * int64_t{sizeof(uint32_t)};
+  if (smem > d.shared_optin) return nullptr;
+  const auto kernel = histogram_cluster_kernel<T>;
+  if (const Status err = allow_shared(kernel, smem)) return err;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(size));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = s;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int resident = 0;  // clusters on the device at once
+  if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess || resident < 1) {
+    (void)cudaGetLastError();  // not this call's error: another path runs instead
+    return nullptr;
+  }
+  // Clusters: the resident ones, fewer where blocks would get less than 4 vectors a thread, and
+  // enough that no cluster counts more than kMaxBlockItems elements.
+  int64_t clusters = (grid_for<T, 4>(n, int64_t{resident} * size) + size - 1) / size;
+  clusters = clusters > (n - 1) / kMaxBlockItems + 1 ? clusters : (n - 1) / kMaxBlockItems + 1;
+  config.gridDim = dim3(static_cast<unsigned>(clusters * size));
+  const cudaError_t err =
+      cudaLaunchKernelEx(&config, kernel, x, n, r, shift, static_cast<int>(slice_bins), counts);
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+  *launched = true;
+  return launch_status();
+}
+
+template <typename T, int Unroll, bool NoL1>
+Status launch_global(const T* x, int64_t n, Range r, Count* counts, const DeviceInfo& d,
+                     cudaStream_t s) {
+  const auto kernel = histogram_global_kernel<T, Unroll, NoL1>;
+  int64_t resident = 0;
+  if (const Status err = resident_blocks(kernel, 0, d.sms, &resident)) return err;
+  kernel<<<static_cast<unsigned>(grid_for<T, Unroll>(n, resident)), kThreads, 0, s>>>(x, n, r,
+                                                                                      counts);
   return launch_status();
 }
 
@@ -231,15 +391,23 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
   if (const Status err = device_info(&d)) return err;
   auto s = static_cast<cudaStream_t>(stream);
   auto* counts = reinterpret_cast<Count*>(counts_out);
+  const Choice c = choice();
   const int64_t chunks = chunks_for(r.bins, d.shared_optin);
-  if (chunks == 1 || (chunks <= kMaxChunks && n >= r.bins)) {
-    return launch_shared(x, n, r, chunks, counts, d, s);
+  // The cluster path where per-block histograms would be large (their merge then costs about as
+  // much as the elements) and x has at least as many elements as bins.
+  if (c.cluster > 0 && d.major >= 9 && r.bins > kClusterBins && n >= r.bins) {
+    bool launched = false;
+    if (const Status err = launch_cluster(x, n, r, c.cluster, counts, d, s, &launched)) {
+      return err;
+    }
+    if (launched) return nullptr;
   }
-  const auto kernel = histogram_global_kernel<T>;
-  int64_t resident = 0;
-  if (const Status err = resident_blocks(kernel, 0, d.sms, &resident)) return err;
-  kernel<<<grid_for<T>(n, resident), kThreads, 0, s>>>(x, n, r, counts);
-  return launch_status();
+  if (chunks == 1 || (chunks <= kMaxChunks && n >= r.bins)) {
+    return c.base ? launch_shared<T, 2, false>(x, n, r, chunks, counts, d, s)
+                  : launch_shared<T, 4, true>(x, n, r, chunks, counts, d, s);
+  }
+  return c.base ? launch_global<T, 2, false>(x, n, r, counts, d, s)
+                : launch_global<T, 4, true>(x, n, r, counts, d, s);
 }
 WB_INSTANTIATE(WB_HISTOGRAM_INPUTS, histogram_cuda)
 

@@ -1,0 +1,183 @@
+"""histogram on CUDA, every kernel the launcher can take (WB_HISTOGRAM_KERNEL, WB_HISTOGRAM_CLUSTER
+pick them at each call): exactly the reference everywhere, exactly torch.histc where both bin
+exactly (dyadic values, a power-of-two range and bin count), graph capture, concurrent streams;
+and the kernels' registers and spills on every target architecture (nvcc only).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.bundled_cubin import compile_cubin
+from workbench import cubin
+from workbench.project import BUNDLED_KERNELS
+
+ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
+SOURCE = BUNDLED_KERNELS / "histogram" / "histogram.cu"
+THREADS = 1024  # kThreads
+
+# (WB_HISTOGRAM_KERNEL, WB_HISTOGRAM_CLUSTER): the kernels before the cluster path; the current
+# ones with the chunked path (no clusters); the cluster path with clusters of 2, 4 and 8 blocks.
+CHOICES = [("base", ""), ("", "0"), ("", "2"), ("", "4"), ("", "8")]
+CHOICE_IDS = ["base", "chunked", "cluster2", "cluster4", "cluster8"]
+# Bin counts across every path: replicated small histograms, one copy, the cluster path (above
+# 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than cluster 2
+# fits (200000: cluster 4 and 8 only, else the global path).
+BINS = [1, 2, 7, 255, 256, 257, 4096, 16384, 16385, 20000, 65536, 65537, 100000, 200000]
+
+
+@pytest.fixture(params=CHOICES, ids=CHOICE_IDS)
+def choice(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    kernel, cluster = request.param
+    saved = {k: os.environ.get(k) for k in ("WB_HISTOGRAM_KERNEL", "WB_HISTOGRAM_CLUSTER")}
+    os.environ["WB_HISTOGRAM_KERNEL"] = kernel
+    os.environ["WB_HISTOGRAM_CLUSTER"] = cluster
+    yield request.param
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _reference(lib: Any, x: torch.Tensor, bins: int, lo: float, hi: float) -> torch.Tensor:
+    return lib.specs["histogram"].reference(x, bins, lo, hi)
+
+
+def _assert_equal(got: torch.Tensor, want: torch.Tensor, label: str) -> None:
+    assert got.dtype == torch.int64 and got.shape == want.shape, label
+    if not torch.equal(got.cpu(), want.cpu()):
+        i = int((got.cpu() != want.cpu()).nonzero()[0])
+        raise AssertionError(f"{label}: bin {i}: got {int(got[i])}, expected {int(want[i])}")
+
+
+def _dyadic(n: int, gen: torch.Generator) -> torch.Tensor:
+    """Normal-looking values k / 1024 in [-5, 5]: every step of both binnings is exact."""
+    k = (torch.randn(n, generator=gen) * 1024).round().clamp_(-5120, 5120)
+    return (k / 1024).to(torch.float32).cuda()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("bins", BINS)
+def test_every_path_equals_the_reference(lib: Any, choice: tuple[str, str], bins: int) -> None:
+    gen = torch.Generator().manual_seed(bins)
+    for n in (bins - 1, bins, 3 * bins + 5, 1 << 20):
+        x = (torch.randn(max(n, 0), generator=gen) * 1.5).cuda()
+        _assert_equal(
+            lib.histogram(x, bins, -4.0, 4.0),
+            _reference(lib, x, bins, -4.0, 4.0),
+            f"{choice} n={n} bins={bins}",
+        )
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("bins", [256, 65536])
+def test_the_timed_sizes_equal_torch_histc(lib: Any, choice: tuple[str, str], bins: int) -> None:
+    x = _dyadic(1 << 24, torch.Generator().manual_seed(7))
+    got = lib.histogram(x, bins, -4.0, 4.0)
+    _assert_equal(got, torch.histc(x, bins, -4.0, 4.0).to(torch.int64), f"{choice} histc")
+    _assert_equal(got, _reference(lib, x, bins, -4.0, 4.0), f"{choice} reference")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("bins", [256, 20000, 65536])
+def test_edges_and_specials(lib: Any, choice: tuple[str, str], bins: int) -> None:
+    """Every edge and its float neighbours, lo and hi, NaN, +-Inf, values outside, unaligned and
+    non-contiguous views."""
+    lo, hi = -3.0, 5.0
+    edges = torch.tensor([lo + k * (hi - lo) / bins for k in range(bins + 1)], dtype=torch.float64)
+    e = edges.to(torch.float32)
+    values = torch.cat(
+        [e.nextafter(torch.tensor(-math.inf)), e, e.nextafter(torch.tensor(math.inf))]
+    )
+    specials = torch.tensor([math.nan, math.inf, -math.inf, lo, hi, lo - 1, hi + 1, -0.0, 0.0])
+    x = torch.cat([values, specials.repeat(1000)])
+    x = x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(1))].cuda()
+    for label, v in (
+        ("all", x),
+        ("unaligned", x[3:]),
+        ("strided", x[::3]),
+        ("2d", x[: x.numel() // 4 * 4].view(-1, 4).t()),
+    ):
+        _assert_equal(
+            lib.histogram(v, bins, lo, hi),
+            _reference(lib, v, bins, lo, hi),
+            f"{choice} {label} bins={bins}",
+        )
+
+
+@pytest.mark.cuda
+def test_empty_and_tiny(lib: Any, choice: tuple[str, str]) -> None:
+    for n in (0, 1, 3, 4, 5, 17):
+        x = torch.linspace(-1, 1, n, device="cuda")
+        for bins in (1, 65536):
+            _assert_equal(
+                lib.histogram(x, bins, -1.0, 1.0),
+                _reference(lib, x, bins, -1.0, 1.0),
+                f"{choice} n={n} bins={bins}",
+            )
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int32])
+def test_other_dtypes_on_the_cluster_path(
+    lib: Any, choice: tuple[str, str], dtype: torch.dtype
+) -> None:
+    x = (torch.randn(1 << 18, generator=torch.Generator().manual_seed(3)) * 3000).to(dtype).cuda()
+    _assert_equal(
+        lib.histogram(x, 65536, -9000.0, 9000.0),
+        _reference(lib, x, 65536, -9000.0, 9000.0),
+        f"{choice} {dtype}",
+    )
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("bins", [256, 65536])
+def test_graph_capture_replays_on_new_data(lib: Any, choice: tuple[str, str], bins: int) -> None:
+    x = torch.randn(1 << 20, device="cuda")
+    lib.histogram(x, bins, -4.0, 4.0)  # warm up outside the capture (attributes, occupancy)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = lib.histogram(x, bins, -4.0, 4.0)
+    for seed in range(3):
+        x.copy_(torch.randn(1 << 20, generator=torch.Generator().manual_seed(seed)).cuda() * 2)
+        graph.replay()
+        torch.cuda.synchronize()
+        _assert_equal(out, _reference(lib, x, bins, -4.0, 4.0), f"{choice} replay {seed}")
+
+
+@pytest.mark.cuda
+def test_concurrent_streams(lib: Any, choice: tuple[str, str]) -> None:
+    xs = [torch.randn(1 << 22, device="cuda") * (1 + i) for i in range(4)]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream() for _ in xs]
+    outs = []
+    for i, (x, s) in enumerate(zip(xs, streams, strict=True)):
+        with torch.cuda.stream(s):
+            outs.append(lib.histogram(x, 256 if i % 2 else 65536, -4.0, 4.0))
+    torch.cuda.synchronize()
+    for i, (x, out) in enumerate(zip(xs, outs, strict=True)):
+        _assert_equal(out, _reference(lib, x, 256 if i % 2 else 65536, -4.0, 4.0), f"stream {i}")
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_kernel_fits_without_spills(tmp_path: Path, arch: str) -> None:
+    """One 1024-thread block an SM (launch bound), no local memory, on every target."""
+    kernels = compile_cubin(tmp_path, SOURCE, arch)
+    names = [cubin.short_name(k.name) for k in kernels.values()]
+    for kind in ("histogram_shared_kernel", "histogram_global_kernel", "histogram_cluster_kernel"):
+        assert any(kind in n for n in names), f"{kind} missing on {arch}: {names}"
+    for k in kernels.values():
+        shown = f"{cubin.short_name(k.name)} [{arch}]: {k.registers} registers"
+        assert k.spills == 0 and k.frame == 0, f"{shown}, {k.spills} bytes spilled"
+        assert k.launch_bound == THREADS, shown
+        assert k.registers <= 64, shown  # a whole 1024-thread block fits the register file
