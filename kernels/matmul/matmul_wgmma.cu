@@ -20,6 +20,9 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "matmul/matmul.h"
 #include "matmul/wgmma_shape.h"
 #include "wb/cuda.cuh"
@@ -68,6 +71,22 @@ bool make_map(CUtensorMap* map, const T* base, int64_t inner, int64_t outer, int
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The epilogue both kernels run: through shared memory and asynchronous bulk copies (the
+// default), or, with WB_WGMMA_STORE=direct in the environment when the library loads, from
+// registers straight to c: the launch then gives the kernel no buffer for it (launch_smem), which
+// the kernel reads as "store from registers". The way to A/B the two on a GPU.
+bool direct_store() {
+  static const bool direct = [] {
+    const char* v = std::getenv("WB_WGMMA_STORE");
+    return v != nullptr && std::string_view(v) == "direct";
+  }();
+  return direct;
+}
+
+unsigned launch_smem(const WgmmaShape& tile) {
+  return static_cast<unsigned>(direct_store() ? tile.smem - tile.stage_smem : tile.smem);
 }
 
 template <typename T>
@@ -185,7 +204,7 @@ Status run_split(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_
   }
   const int64_t units = tiles_of(m, n, plan.tile) * plan.splits;
   const LaunchConfig config{static_cast<unsigned>(units), static_cast<unsigned>(plan.tile.threads),
-                            static_cast<unsigned>(plan.tile.smem)};
+                            launch_smem(plan.tile)};
   if (const Status e = kernel.launch(config, stream, map_a, map_b, workspace, static_cast<int>(m),
                                      static_cast<int>(n), static_cast<int>(k), plan.splits)) {
     return e;
@@ -254,7 +273,7 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   // of the SM's shared memory goes to shared memory (carveout 100%), so that they fit.
   const int64_t blocks = min_of<int64_t>(tiles, sm_count() * int64_t{tile.blocks});
   LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads),
-                      static_cast<unsigned>(tile.smem)};
+                      launch_smem(tile)};
   if (tile.blocks > 1) config.carveout = 100;
   return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
                        static_cast<int>(k));

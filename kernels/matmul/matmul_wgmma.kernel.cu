@@ -17,7 +17,10 @@
 //   - warpgroups 1..CONSUMERS each own 64 rows of the tile: per stage, 4 wgmma.m64nBNk16 (k = 64)
 //     accumulate into BN / 2 float registers per thread; one batch stays in flight while the
 //     next stage is awaited, and a stage is released (arrive on `empty`) once its batch is done.
-//     Then they store the tile from registers while the producer fills stages for the next.
+//     Then they store the tile while the producer fills stages for the next: through a
+//     shared-memory buffer and asynchronous bulk copies (store_staged), so that the next tile's
+//     MMAs start while c drains, or from registers (store_tile: where n % 8 != 0, or where the
+//     launch gave no buffer: the launcher's WB_WGMMA_STORE=direct).
 // Registers: a block starts with what its launch bounds allow (168 a thread for 384 threads and
 // one block an SM); setmaxnreg drops the producer to 40 (24 with two blocks an SM) and gives the
 // consumers the rest (232 by default). ptxas compiles the consumers' code within the starting
@@ -110,8 +113,17 @@ struct WgmmaTile {
   static constexpr int kThreads = 128 * (1 + CONSUMERS);
   static constexpr int kBytesA = BM * kRowBytes, kBytesB = BN * kRowBytes;  // per stage
   static constexpr int kAtomBytes = 8 * kRowBytes;  // one swizzle atom: 8 rows of 128 bytes
-  static constexpr int kSmemBytes = STAGES * (kBytesA + kBytesB) + kAtomBytes;  // + alignment
+  static constexpr int kRingBytes = STAGES * (kBytesA + kBytesB);
   static constexpr int kBarrierBytes = 2 * STAGES * 8;  // full[] and empty[]: static shared
+  // The staged epilogue's buffer (store_staged): per consumer, 64 rows of one 128-byte chunk of
+  // c's row, padded (kStagePitch<O>: at most 160 bytes, for float32 partials). Only where it fits
+  // beside the ring; a tile without it stores from registers (store_tile).
+  static constexpr int kStageBytes = CONSUMERS * 64 * (kRowBytes + 32);
+  static constexpr bool kStaged =
+      kRingBytes + kAtomBytes + kStageBytes + kBarrierBytes <= kSmemPerBlock &&
+      BLOCKS * (kRingBytes + kAtomBytes + kStageBytes + kBarrierBytes + kSmemReserved) <=
+          kSmemPerSm;
+  static constexpr int kSmemBytes = kRingBytes + kAtomBytes + (kStaged ? kStageBytes : 0);
   // Registers. __launch_bounds__(kThreads, BLOCKS) caps a thread at kRegsPerSm / (kThreads *
   // BLOCKS), in units of 8, at most 255. A kernel with setmaxnreg starts at that cap (ptxas
   // reports it as the kernel's count; launch() checks) and the block's pool is kThreads of them.
@@ -132,9 +144,9 @@ struct WgmmaTile {
                 "STAGES: at least 2 (a stage is handed back only once the next one's MMAs are "
                 "issued, so one stage would wait on itself)");
   static_assert(BLOCKS >= 1, "BLOCKS: at least one block an SM");
-  static_assert(kSmemBytes + kBarrierBytes <= kSmemPerBlock,
+  static_assert(kRingBytes + kAtomBytes + kBarrierBytes <= kSmemPerBlock,
                 "STAGES * (BM + BN) * 128 bytes + 1 KiB of alignment exceed a block's 227 KiB");
-  static_assert(BLOCKS * (kSmemBytes + kBarrierBytes + kSmemReserved) <= kSmemPerSm,
+  static_assert(BLOCKS * (kRingBytes + kAtomBytes + kBarrierBytes + kSmemReserved) <= kSmemPerSm,
                 "BLOCKS blocks of this tile's shared memory do not fit an SM's 228 KiB");
   static_assert(kProducerRegs >= 24 && kPoolShare % 8 == 0 && kConsumerRegs <= 256,
                 "setmaxnreg takes a multiple of 8 from 24 to 256");
@@ -216,6 +228,55 @@ __device__ __forceinline__ void store_tile(O* out, int m, int n, int64_t row, in
   }
 }
 
+// The staged epilogue: the same accumulators through shared memory, copied out asynchronously
+// (cp.async.bulk, one row of a 128-byte chunk a copy), so that the consumers go on to the next
+// tile's MMAs while c's stores drain, where store_tile's scattered 4-byte stores hold them until
+// the memory system has taken them (on 8192 x 8192 x 1024, 16 k steps a tile, that is a large
+// part of a tile's time). Chunk by chunk of kCols columns: this thread writes its pairs of the
+// chunk into the consumer's buffer (rows kStagePitch apart: the 8 rows of a warp's stores fall on
+// different banks), then threads 0..63 copy one row each (the columns inside n; rows inside m).
+// Needs n % 8 == 0 and out 16-byte aligned (each row of a chunk a 16-byte multiple at a 16-byte
+// boundary); the caller checks. row0: the consumer's first row of c; col0: the tile's first column.
+template <typename O>
+constexpr int kStagePitch = kRowBytes + 8 * static_cast<int>(sizeof(O));
+
+template <typename O, int BN>
+__device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0, int64_t col0,
+                                             const float (&d)[BN / 2], unsigned char* buf, int t,
+                                             int barrier) {
+  constexpr int kCols = kRowBytes / static_cast<int>(sizeof(O));  // columns a chunk
+  constexpr int kGroups = kCols / 8;                              // 8-column groups a chunk
+  constexpr int kPitch = kStagePitch<O>;
+  const int r = 16 * (t / 32) + (t % 32) / 4;
+  unsigned char* const mine = buf + r * kPitch + 2 * (t % 4) * static_cast<int>(sizeof(O));
+  using Pair = decltype(Bits<O>::pair(0.0f, 0.0f));
+#pragma unroll
+  for (int c = 0; c < BN / kCols; ++c) {
+    // The buffer is free once the copies of the chunk before (this tile's or the last tile's)
+    // have read it.
+    if (t < 64) sm90::bulk_wait_read<0>();
+    sm90::named_sync(barrier, 128);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int j = c * kGroups + g;
+      *reinterpret_cast<Pair*>(mine + g * 8 * sizeof(O)) = Bits<O>::pair(d[4 * j], d[4 * j + 1]);
+      *reinterpret_cast<Pair*>(mine + 8 * kPitch + g * 8 * sizeof(O)) =
+          Bits<O>::pair(d[4 * j + 2], d[4 * j + 3]);
+    }
+    sm90::fence_proxy_async();
+    sm90::named_sync(barrier, 128);
+    const int64_t col = col0 + c * kCols;
+    if (t < 64) {
+      if (row0 + t < m && col < n) {
+        const int64_t cols = n - col < kCols ? n - col : kCols;
+        sm90::bulk_store(out + (row0 + t) * n + col, buf + t * kPitch,
+                         static_cast<int>(cols * sizeof(O)));
+      }
+      sm90::bulk_commit();
+    }
+  }
+}
+
 // The point this TU is built at; the plain build: 128 x 256 tiles (two consumer warpgroups of
 // 64 x 256), 4 stages of 48 KiB, one block an SM.
 template <bool BKMajor>
@@ -231,16 +292,23 @@ using SplitTile = WgmmaTile<256, 1, 5, 1, BKMajor>;
 // The tiles, for the host launcher (wb/module.h's wb::global): the same for both layouts of b.
 // wgmma_shape.tuned: built at a point of the tuning space, which the launcher runs as it is.
 using Built = DefaultTile<false>;
-__constant__ WgmmaShape wgmma_shape = {Built::BM,         Built::BN,         kBK,
-                                       Built::kThreads,   Built::kSmemBytes, Built::BLOCKS,
-                                       Built::kEntryRegs, WB_WGMMA_TUNED};
+__constant__ WgmmaShape wgmma_shape = {
+    Built::BM,         Built::BN,         kBK,
+    Built::kThreads,   Built::kSmemBytes, Built::BLOCKS,
+    Built::kEntryRegs, WB_WGMMA_TUNED,    Built::kStaged ? Built::kStageBytes : 0};
 using SplitBuilt = SplitTile<false>;
-__constant__ WgmmaShape wgmma_split_shape = {
-    SplitBuilt::BM,     SplitBuilt::BN,         kBK, SplitBuilt::kThreads, SplitBuilt::kSmemBytes,
-    SplitBuilt::BLOCKS, SplitBuilt::kEntryRegs, 0};
+__constant__ WgmmaShape wgmma_split_shape = {SplitBuilt::BM,
+                                             SplitBuilt::BN,
+                                             kBK,
+                                             SplitBuilt::kThreads,
+                                             SplitBuilt::kSmemBytes,
+                                             SplitBuilt::BLOCKS,
+                                             SplitBuilt::kEntryRegs,
+                                             0,
+                                             SplitBuilt::kStaged ? SplitBuilt::kStageBytes : 0};
 
 // The shared memory a kernel declares, for the loop below: the ring of stages (dynamic, any
-// alignment) and its full and empty mbarriers.
+// alignment; the staged epilogue's buffers follow the ring) and its full and empty mbarriers.
 struct Ring {
   unsigned char* raw;
   uint64_t *full, *empty;
@@ -249,6 +317,9 @@ struct Ring {
 // The work of one block of tile Tl: units of (slice of k, tile of c), blockIdx.x, + gridDim.x, ...
 // Slice s of `splits` is k steps [s * steps / splits, (s + 1) * steps / splits) (each non-empty:
 // the launcher keeps splits <= steps), and its sums go to out + s * m * n (one slice: out is c).
+// c is stored through shared memory (store_staged) where the tile has its buffer, the launch gave
+// it (its dynamic shared memory reaches past the ring) and c's rows allow; else from registers
+// (store_tile).
 template <typename Tl, typename T, typename O>
 __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const TensorMap& map_b, O* out,
                                             int m, int n, int k, int splits, Ring ring) {
@@ -260,6 +331,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
       Tl::kAtomBytes);
   unsigned char* stage_a = smem;                             // [STAGES][BM rows of 128 B]
   unsigned char* stage_b = smem + Tl::STAGES * Tl::kBytesA;  // [STAGES][b's tile]
+  unsigned char* stage_c = smem + Tl::kRingBytes;  // [CONSUMERS][64 rows of kStagePitch<O>]
 
   const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
   const int tiles = tiles_m * tiles_n, units = tiles * splits;
@@ -313,6 +385,11 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   }
   const int consumer = warpgroup - 1, t = threadIdx.x % 128;
   const bool leader = t == 0;  // arrives on `empty` for its warpgroup
+  uint32_t smem_given = 0;
+  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(smem_given));
+  const bool staged = Tl::kStaged && smem_given >= static_cast<uint32_t>(Tl::kSmemBytes) &&
+                      n % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<O>;
   int it = 0;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const int slice = unit / tiles;
@@ -345,10 +422,21 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     sm90::pin(d);
     if (leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
 
-    const int64_t row = at.m * Tl::BM + consumer * 64 + 16 * (t / 32) + (t % 32) / 4;
+    O* const slice_out = out + static_cast<int64_t>(slice) * m * n;
+    const int64_t row0 = at.m * Tl::BM + consumer * 64;
+    if constexpr (Tl::kStaged) {
+      if (staged) {
+        store_staged<O, Tl::BN>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d, my_stage, t,
+                                1 + consumer);
+        continue;
+      }
+    }
+    const int64_t row = row0 + 16 * (t / 32) + (t % 32) / 4;
     const int64_t col = at.n * Tl::BN + 2 * (t % 4);
-    store_tile<O, Tl::BN>(out + static_cast<int64_t>(slice) * m * n, m, n, row, col, d);
+    store_tile<O, Tl::BN>(slice_out, m, n, row, col, d);
   }
+  // Shared memory stays the block's until its copies out have read it.
+  if (staged && t < 64) sm90::bulk_wait_read<0>();
 }
 
 // c = a @ b on the tile this TU is built at, k whole. T: f16 or bf16; BKMajor: b column-major
@@ -364,7 +452,7 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThread
   using Tl = DefaultTile<BKMajor>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  wgmma_units<Tl, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
+  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
 #endif
 }
 
@@ -384,7 +472,7 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SplitTile<BKMajor>::kThreads 
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  wgmma_units<Tl, T>(map_a, map_b, partial, m, n, k, splits, Ring{smem_raw, full, empty});
+  wgmma_units<Tl, T, float>(map_a, map_b, partial, m, n, k, splits, Ring{smem_raw, full, empty});
 #endif
 }
 

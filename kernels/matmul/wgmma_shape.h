@@ -18,6 +18,8 @@ struct WgmmaShape {
   int blocks;      // resident blocks an SM the kernel is built for (its launch bounds)
   int entry_regs;  // registers a thread must start with for the kernel's setmaxnreg split
   int tuned;       // 1: built at a point of the tuning space, run as built (no split-k route)
+  int stage_smem;  // of smem, the staged epilogue's buffer at its end (0: the tile has none); a
+                   // launch given less (smem - stage_smem) stores c from registers instead
 };
 
 }  // namespace wb::matmul

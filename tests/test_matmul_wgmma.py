@@ -1,0 +1,208 @@
+"""The wgmma matmul's staged epilogue (issue 37): c leaves through shared memory and asynchronous
+bulk copies (cp.async.bulk) instead of scattered stores from registers, so that the consumers go
+on to the next tile while c drains (kernels/matmul/matmul_wgmma.kernel.cu, store_staged).
+WB_WGMMA_STORE=direct, read when the library loads, runs the old epilogue instead (the launch
+then gives the kernels no buffer for it).
+
+Without a GPU: the kernels compile for sm_90a with both epilogues, without spills.
+On a Hopper GPU (marked cuda): the default route is right against torch.mm at odd shapes (m, n
+and k tails, m = 1, n not a multiple of 8 where the staged epilogue stands aside, b column-major),
+gives the same bits as the direct epilogue (both round the same float32 sums once), replays in a
+CUDA graph, and runs on two streams at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from workbench import toolchain
+from workbench.config import cuda_flags
+from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
+
+WGMMA = BUNDLED_KERNELS / "matmul" / "matmul_wgmma.kernel.cu"
+ROOT = Path(__file__).resolve().parent.parent
+# (m, n, k, b column-major): the built tile whole (many tiles) and the split-k route (few).
+SHAPES = [
+    (4096, 4096, 1024, False),
+    (1000, 1032, 520, False),  # m, n (8 past a tile) and k (8 past a step) tails
+    (1000, 1032, 520, True),
+    (385, 2056, 4136, True),
+    (1, 4096, 4096, False),  # split-k, one row
+    (16, 4104, 4096, True),
+    (128, 4096, 4096, False),
+    (200, 1001, 4096, False),  # n odd: both epilogues store from registers
+]
+
+
+def _instantiated(folder: Path) -> Path:
+    maps = "const __grid_constant__ wb::matmul::TensorMap"
+    lines = [f'#include "{WGMMA}"']
+    for kmajor in ("true", "false"):
+        lines.append(
+            f"template __global__ void wb::matmul::wgmma_kernel<wb::bf16, {kmajor}>("
+            f"{maps}, {maps}, wb::bf16*, int, int, int);"
+        )
+        lines.append(
+            f"template __global__ void wb::matmul::wgmma_split_kernel<wb::bf16, {kmajor}>("
+            f"{maps}, {maps}, float*, int, int, int, int);"
+        )
+    path = folder / "wgmma_staged.cu"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _nvcc(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    home = toolchain.find_cuda_home()
+    assert home is not None
+    nvcc = home / "bin" / "nvcc"
+    cmd = [
+        str(nvcc),
+        *cuda_flags(toolchain.compiler_version(nvcc)),
+        "-gencode=arch=compute_90a,code=sm_90a",
+        f"-I{WB_KERNEL_INCLUDE}",
+        f"-I{BUNDLED_KERNELS}",
+        *args,
+        str(_instantiated(folder)),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.nvcc
+def test_both_kernels_stage_c_and_compile_for_sm90a_without_spills(tmp_path: Path) -> None:
+    """Each kernel has the bulk copies out and reads its dynamic shared memory's size (a launch
+    without the buffer stores from registers); none spills."""
+    ptx = tmp_path / "wgmma.ptx"
+    done = _nvcc(tmp_path, "--ptx", "-o", str(ptx))
+    assert done.returncode == 0, done.stderr
+    entries = re.split(r"\n(?:.visible )?.entry ", ptx.read_text())[1:]
+    assert len(entries) == 4
+    for entry in entries:
+        assert "cp.async.bulk.global.shared::cta.bulk_group" in entry
+        assert "cp.async.bulk.wait_group.read 0;" in entry
+        assert "%dynamic_smem_size" in entry
+        assert "st.global.b32" in entry or "st.global.b64" in entry  # the direct epilogue
+    done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"))
+    assert done.returncode == 0, done.stderr
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
+    assert len(spills) == 4 and all(s == ("0", "0") for s in spills), done.stderr
+
+
+# --- on a Hopper GPU ------------------------------------------------------------------------
+
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _operands(m: int, n: int, k: int, col: bool, dtype: torch.dtype = torch.bfloat16) -> Any:
+    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+    a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+    if col:
+        return a, torch.randn(n, k, device="cuda", dtype=dtype, generator=gen).t()
+    return a, torch.randn(k, n, device="cuda", dtype=dtype, generator=gen)
+
+
+def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    ref = a.double() @ b.double()
+    rtol, atol = lib.specs["matmul"].tolerances[got.dtype]
+    bound = atol * max(1.0, ref.abs().max().item()) + rtol * ref.abs()
+    worst = ((got.double() - ref).abs() / bound).max().item()
+    assert worst <= 1.0, f"{tuple(a.shape)} @ {tuple(b.shape)}: err/tol {worst:.2f}"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("m", "n", "k", "col"), SHAPES)
+def test_the_default_route_is_right(
+    lib: Any, m: int, n: int, k: int, col: bool, dtype: Any
+) -> None:
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a, b = _operands(m, n, k, col, dtype)
+    got = lib.matmul(a, b)
+    _within_tolerance(lib, got, a, b)
+    torch.testing.assert_close(got.float(), torch.mm(a, b).float(), rtol=2e-2, atol=0.5)
+
+
+_DIRECT = """
+import sys, torch, workbench
+sys.path.insert(0, sys.argv[2])
+from test_matmul_wgmma import SHAPES, _operands
+lib = workbench.load()
+torch.save([lib.matmul(*_operands(*s)).cpu() for s in SHAPES], sys.argv[1])
+"""
+
+
+@pytest.mark.cuda
+def test_the_staged_epilogue_gives_the_direct_ones_bits(
+    lib: Any, tmp_path: Path, cache_dir: Path
+) -> None:
+    """WB_WGMMA_STORE=direct in a child process: every shape's c, bit for bit."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    out = tmp_path / "direct.pt"
+    env = {**os.environ, "WB_WGMMA_STORE": "direct", "WB_CACHE_DIR": str(cache_dir)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", _DIRECT, str(out), str(Path(__file__).parent)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    direct = torch.load(out)
+    for shape, theirs in zip(SHAPES, direct, strict=True):
+        ours = lib.matmul(*_operands(*shape)).cpu()
+        assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), shape
+
+
+@pytest.mark.cuda
+def test_a_cuda_graph_replays_the_whole_tile_route(lib: Any) -> None:
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a, b = _operands(1000, 1032, 520, False)
+    lib.matmul(a, b)  # loads the modules before the capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        lib.matmul(a, b)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = lib.matmul(a, b)
+    for _ in range(3):
+        a.copy_(torch.randn_like(a))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(c.view(torch.int16), lib.matmul(a, b).view(torch.int16))
+
+
+@pytest.mark.cuda
+def test_two_streams_at_once(lib: Any) -> None:
+    """The whole-tile and split routes on two streams, overlapping: each its own c."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    big = _operands(2048, 2048, 1024, True)
+    small = _operands(16, 4096, 4096, False)
+    expected = [lib.matmul(*big), lib.matmul(*small)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    got: list[list[torch.Tensor]] = [[], []]
+    for _ in range(4):
+        for i, (s, ops) in enumerate(zip(streams, (big, small), strict=True)):
+            with torch.cuda.stream(s):
+                got[i].append(lib.matmul(*ops))
+    torch.cuda.synchronize()
+    for i in range(2):
+        for c in got[i]:
+            assert torch.equal(c.view(torch.int16), expected[i].view(torch.int16))
