@@ -1,13 +1,14 @@
 """The wgmma matmul's staged epilogue (issue 37): c leaves through shared memory and asynchronous
 bulk copies (cp.async.bulk) instead of scattered stores from registers, so that the consumers go
 on to the next tile while c drains (kernels/matmul/matmul_wgmma.kernel.cu, store_staged).
-WB_WGMMA_STORE=direct, read when the library loads, runs the old epilogue instead (the launch
-then gives the kernels no buffer for it).
+WB_WGMMA_STORE, read when the library loads, picks another epilogue for A/B (the launch's
+dynamic shared memory tells the kernel): =direct the old one (no buffer: scattered stores from
+registers), =vector the buffer copied out with 16-byte stores by all the consumer's threads.
 
 Without a GPU: the kernels compile for sm_90a with both epilogues, without spills.
 On a Hopper GPU (marked cuda): the default route is right against torch.mm at odd shapes (m, n
 and k tails, m = 1, n not a multiple of 8 where the staged epilogue stands aside, b column-major),
-gives the same bits as the direct epilogue (both round the same float32 sums once), replays in a
+gives the same bits as the direct and vector epilogues (both round the same float32 sums once), replays in a
 CUDA graph, and runs on two streams at once.
 """
 
@@ -89,6 +90,7 @@ def test_both_kernels_stage_c_and_compile_for_sm90a_without_spills(tmp_path: Pat
         assert "cp.async.bulk.wait_group.read 0;" in entry
         assert "%dynamic_smem_size" in entry
         assert "st.global.b32" in entry or "st.global.b64" in entry  # the direct epilogue
+        assert "st.global.v4.u32" in entry  # the vector epilogue
     done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"))
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
@@ -142,14 +144,15 @@ torch.save([lib.matmul(*_operands(*s)).cpu() for s in SHAPES], sys.argv[1])
 
 
 @pytest.mark.cuda
-def test_the_staged_epilogue_gives_the_direct_ones_bits(
-    lib: Any, tmp_path: Path, cache_dir: Path
+@pytest.mark.parametrize("store", ["direct", "vector"])
+def test_the_bulk_epilogue_gives_the_others_bits(
+    lib: Any, tmp_path: Path, cache_dir: Path, store: str
 ) -> None:
-    """WB_WGMMA_STORE=direct in a child process: every shape's c, bit for bit."""
+    """WB_WGMMA_STORE=direct or vector in a child process: every shape's c, bit for bit."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    out = tmp_path / "direct.pt"
-    env = {**os.environ, "WB_WGMMA_STORE": "direct", "WB_CACHE_DIR": str(cache_dir)}
+    out = tmp_path / "other.pt"
+    env = {**os.environ, "WB_WGMMA_STORE": store, "WB_CACHE_DIR": str(cache_dir)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
         [sys.executable, "-c", _DIRECT, str(out), str(Path(__file__).parent)],
@@ -159,8 +162,8 @@ def test_the_staged_epilogue_gives_the_direct_ones_bits(
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    direct = torch.load(out)
-    for shape, theirs in zip(SHAPES, direct, strict=True):
+    others = torch.load(out)
+    for shape, theirs in zip(SHAPES, others, strict=True):
         ours = lib.matmul(*_operands(*shape)).cpu()
         assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), shape
 

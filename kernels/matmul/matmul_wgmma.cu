@@ -73,20 +73,32 @@ bool make_map(CUtensorMap* map, const T* base, int64_t inner, int64_t outer, int
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The epilogue both kernels run: through shared memory and asynchronous bulk copies (the
-// default), or, with WB_WGMMA_STORE=direct in the environment when the library loads, from
-// registers straight to c: the launch then gives the kernel no buffer for it (launch_smem), which
-// the kernel reads as "store from registers". The way to A/B the two on a GPU.
-bool direct_store() {
-  static const bool direct = [] {
+// The epilogue both kernels run, which the kernel reads off the launch's dynamic shared memory
+// (launch_smem): by default through shared memory and asynchronous bulk copies (tile.smem); with
+// WB_WGMMA_STORE in the environment when the library loads, for A/B on a GPU, =direct from
+// registers straight to c (the ring alone: no buffer) or =vector through shared memory and 16-byte
+// stores (tile.smem + 16). A tile without the buffer (stage_smem 0) stores from registers.
+enum class Store { bulk, direct, vector };
+Store store_choice() {
+  static const Store store = [] {
     const char* v = std::getenv("WB_WGMMA_STORE");
-    return v != nullptr && std::string_view(v) == "direct";
+    const std::string_view s = v != nullptr ? v : "";
+    return s == "direct" ? Store::direct : s == "vector" ? Store::vector : Store::bulk;
   }();
-  return direct;
+  return store;
 }
 
 unsigned launch_smem(const WgmmaShape& tile) {
-  return static_cast<unsigned>(direct_store() ? tile.smem - tile.stage_smem : tile.smem);
+  if (tile.stage_smem == 0) return static_cast<unsigned>(tile.smem);
+  switch (store_choice()) {
+    case Store::direct:
+      return static_cast<unsigned>(tile.smem - tile.stage_smem);
+    case Store::vector:
+      return static_cast<unsigned>(tile.smem + 16);
+    case Store::bulk:
+      break;
+  }
+  return static_cast<unsigned>(tile.smem);
 }
 
 template <typename T>

@@ -119,9 +119,10 @@ struct WgmmaTile {
   // c's row, padded (kStagePitch<O>: at most 160 bytes, for float32 partials). Only where it fits
   // beside the ring; a tile without it stores from registers (store_tile).
   static constexpr int kStageBytes = CONSUMERS * 64 * (kRowBytes + 32);
+  // (+ 16: a launch may ask for the 16-byte-store epilogue by 16 bytes more, see wgmma_units.)
   static constexpr bool kStaged =
-      kRingBytes + kAtomBytes + kStageBytes + kBarrierBytes <= kSmemPerBlock &&
-      BLOCKS * (kRingBytes + kAtomBytes + kStageBytes + kBarrierBytes + kSmemReserved) <=
+      kRingBytes + kAtomBytes + kStageBytes + 16 + kBarrierBytes <= kSmemPerBlock &&
+      BLOCKS * (kRingBytes + kAtomBytes + kStageBytes + 16 + kBarrierBytes + kSmemReserved) <=
           kSmemPerSm;
   static constexpr int kSmemBytes = kRingBytes + kAtomBytes + (kStaged ? kStageBytes : 0);
   // Registers. __launch_bounds__(kThreads, BLOCKS) caps a thread at kRegsPerSm / (kThreads *
@@ -235,15 +236,18 @@ __device__ __forceinline__ void store_tile(O* out, int m, int n, int64_t row, in
 // part of a tile's time). Chunk by chunk of kCols columns: this thread writes its pairs of the
 // chunk into the consumer's buffer (rows kStagePitch apart: the 8 rows of a warp's stores fall on
 // different banks), then threads 0..63 copy one row each (the columns inside n; rows inside m).
-// Needs n % 8 == 0 and out 16-byte aligned (each row of a chunk a 16-byte multiple at a 16-byte
-// boundary); the caller checks. row0: the consumer's first row of c; col0: the tile's first column.
+// Or (bulk false, for A/B: the launcher's WB_WGMMA_STORE=vector) all 128 threads copy the chunk
+// with 16-byte loads and stores, a warp's stores 4 whole rows of the chunk: coalesced, but the
+// consumers wait for them as for store_tile's. Needs n % 8 == 0 and out 16-byte aligned (each row
+// of a chunk a 16-byte multiple at a 16-byte boundary); the caller checks. row0: the consumer's
+// first row of c; col0: the tile's first column.
 template <typename O>
 constexpr int kStagePitch = kRowBytes + 8 * static_cast<int>(sizeof(O));
 
 template <typename O, int BN>
 __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0, int64_t col0,
                                              const float (&d)[BN / 2], unsigned char* buf, int t,
-                                             int barrier) {
+                                             int barrier, bool bulk) {
   constexpr int kCols = kRowBytes / static_cast<int>(sizeof(O));  // columns a chunk
   constexpr int kGroups = kCols / 8;                              // 8-column groups a chunk
   constexpr int kPitch = kStagePitch<O>;
@@ -266,7 +270,17 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
     sm90::fence_proxy_async();
     sm90::named_sync(barrier, 128);
     const int64_t col = col0 + c * kCols;
-    if (t < 64) {
+    if (!bulk) {  // 64 rows x 8 vectors of 16 bytes, 4 a thread; n % 8 == 0: each all in or out
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int v = t + 128 * i, row = v / 8, part = v % 8;
+        const int64_t at = col + part * (16 / static_cast<int>(sizeof(O)));
+        if (row0 + row < m && at < n) {
+          *reinterpret_cast<uint4*>(out + (row0 + row) * n + at) =
+              *reinterpret_cast<const uint4*>(buf + row * kPitch + part * 16);
+        }
+      }
+    } else if (t < 64) {
       if (row0 + t < m && col < n) {
         const int64_t cols = n - col < kCols ? n - col : kCols;
         sm90::bulk_store(out + (row0 + t) * n + col, buf + t * kPitch,
@@ -387,8 +401,12 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   const bool leader = t == 0;  // arrives on `empty` for its warpgroup
   uint32_t smem_given = 0;
   asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(smem_given));
+  // The launch's dynamic shared memory picks the epilogue (the launcher's WB_WGMMA_STORE, for
+  // A/B): the tile's kSmemBytes, bulk copies; 16 bytes more, 16-byte stores; less (the ring
+  // alone), store_tile.
   const bool staged = Tl::kStaged && smem_given >= static_cast<uint32_t>(Tl::kSmemBytes) &&
                       n % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  const bool bulk = smem_given == static_cast<uint32_t>(Tl::kSmemBytes);
   unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<O>;
   int it = 0;
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
@@ -427,7 +445,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     if constexpr (Tl::kStaged) {
       if (staged) {
         store_staged<O, Tl::BN>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d, my_stage, t,
-                                1 + consumer);
+                                1 + consumer, bulk);
         continue;
       }
     }
@@ -436,7 +454,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     store_tile<O, Tl::BN>(slice_out, m, n, row, col, d);
   }
   // Shared memory stays the block's until its copies out have read it.
-  if (staged && t < 64) sm90::bulk_wait_read<0>();
+  if (staged && bulk && t < 64) sm90::bulk_wait<0>();
 }
 
 // c = a @ b on the tile this TU is built at, k whole. T: f16 or bf16; BKMajor: b column-major
