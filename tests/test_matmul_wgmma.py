@@ -5,11 +5,11 @@ WB_WGMMA_STORE, read when the library loads, picks another epilogue for A/B (the
 dynamic shared memory tells the kernel): =direct the old one (no buffer: scattered stores from
 registers), =vector the buffer copied out with 16-byte stores by all the consumer's threads.
 
-Without a GPU: the kernels compile for sm_90a with both epilogues, without spills.
+Without a GPU: the kernels compile for sm_90a with all three epilogues, without spills.
 On a Hopper GPU (marked cuda): the default route is right against torch.mm at odd shapes (m, n
 and k tails, m = 1, n not a multiple of 8 where the staged epilogue stands aside, b column-major),
-gives the same bits as the direct and vector epilogues (both round the same float32 sums once), replays in a
-CUDA graph, and runs on two streams at once.
+gives the same bits as the direct and vector epilogues (all round the same float32 sums once),
+replays in a CUDA graph, and runs on two streams at once.
 """
 
 from __future__ import annotations
