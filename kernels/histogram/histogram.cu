@@ -100,10 +100,18 @@ __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
       for (int j = 0; j < N; ++j) f(v[u].v[j]);
     }
   }
-  for (; i < nvec; i += stride) {
-    const V v = load_x<NoL1>(xv + i);
+  // Fewer than Unroll vectors left (i, i + stride, ... below nvec): loaded together too.
+  V v[Unroll - 1];
 #pragma unroll
-    for (int j = 0; j < N; ++j) f(v.v[j]);
+  for (int u = 0; u < Unroll - 1; ++u) {
+    if (i + u * stride < nvec) v[u] = load_x<NoL1>(xv + i + u * stride);
+  }
+#pragma unroll
+  for (int u = 0; u < Unroll - 1; ++u) {
+    if (i + u * stride < nvec) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) f(v[u].v[j]);
+    }
   }
 }
 
@@ -160,13 +168,21 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Cluster path (sm_90): a cluster of 2^shift blocks holds one copy of the whole histogram in its
-// blocks' shared memory, bin b in block b % 2^shift at b >> shift (interleaved, so the hot bins of
-// a peaked distribution spread over the cluster's blocks), and counts into it with distributed
-// shared memory atomics. Every block reads its own share of x once, bins each element once, and
-// the merge adds one 64-bit atomic per nonzero bin of a cluster (a 2^shift-th of the merges of
-// per-block histograms). Requires slice_bins >= ceil(bins / 2^shift) 32-bit counters of dynamic
-// shared memory, gridDim.x a multiple of the cluster size, and at most kMaxBlockItems elements a
-// cluster. Compiled to nothing below sm_90: the launcher takes it only on such a device.
+// blocks' shared memory and counts into it with distributed shared memory atomics. The bins go to
+// the blocks in runs of 4 (kRunBits): bin b = (g * 2^shift + k) * 4 + i (i < 4) lives in block k at
+// g * 4 + i, so the hot bins of a peaked distribution spread over the cluster's blocks and the
+// merge's 64-bit atomics come in runs of 4 neighbours (one 32-byte sector). Every block reads its
+// own share of x once, bins each element once, and the merge adds one atomic per nonzero bin of a
+// cluster (a 2^shift-th of the merges of per-block histograms). Requires slice_bins =
+// 4 * ceil(bins / (4 * 2^shift)) 32-bit counters of dynamic shared memory, gridDim.x a multiple of
+// the cluster size, and at most kMaxBlockItems elements a cluster. Compiled to nothing below
+// sm_90: the launcher takes it only on such a device.
+constexpr int kRunBits = 2;  // runs of 4 bins
+// Where bin u lives in its block (above): run u / 4 of the histogram is run u / 4 >> shift there.
+__device__ __forceinline__ uint32_t local(uint32_t u, int shift) {
+  return (u >> (kRunBits + shift)) << kRunBits | (u & ((1u << kRunBits) - 1));
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_cluster_kernel(const T* __restrict__ x,  // [n]
@@ -174,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                              Count* __restrict__ counts) {  // [bins]
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
-  extern __shared__ uint32_t sub[];  // [slice_bins]: bins rank, rank + 2^shift, ...
+  extern __shared__ uint32_t sub[];  // [slice_bins]: the runs rank, rank + 2^shift, ... of 4 bins
   const cg::cluster_group cluster = cg::this_cluster();
   const uint32_t rank = cluster.block_rank();
   const uint32_t mask = (1u << shift) - 1;
@@ -189,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t at;
       asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                    : "=r"(at)
-                   : "r"(base + (u >> shift) * 4), "r"(u & mask));
+                   : "r"(base + local(u, shift) * 4), "r"((u >> kRunBits) & mask));
       asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], 1;" ::"r"(at) : "memory");
     }
   };
@@ -197,7 +213,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   cluster.sync();  // every count has landed, and no block reads another's memory after this
   for (int j = threadIdx.x; j < slice_bins; j += blockDim.x) {
     const uint32_t c = sub[j];  // at most the cluster's elements: no overflow
-    if (c != 0) atomicAdd(&counts[(int64_t{j} << shift) | rank], Count{c});
+    const uint32_t run = static_cast<uint32_t>(j) >> kRunBits, i = j & ((1u << kRunBits) - 1);
+    const int64_t b = int64_t{(run << shift | rank) << kRunBits | i};  // < 2^31: bins fit an int
+    if (c != 0) atomicAdd(&counts[b], Count{c});
   }
 #endif
 }
@@ -271,10 +289,10 @@ Choice choice() {
 }
 
 // Blocks for n elements: as many as fit on the device at once (`resident`), no more than give
-// every thread Unroll vectors, and enough that no block counts more than kMaxBlockItems.
-template <typename T, int Unroll>
+// every thread 2 vectors, and enough that no block counts more than kMaxBlockItems.
+template <typename T>
 int64_t grid_for(int64_t n, int64_t resident) {
-  const int64_t per_block = int64_t{kThreads} * kVec16<T> * Unroll;
+  const int64_t per_block = int64_t{kThreads} * kVec16<T> * 2;
   int64_t blocks = min_of<int64_t>(resident, (n + per_block - 1) / per_block);
   blocks = blocks > (n - 1) / kMaxBlockItems + 1 ? blocks : (n - 1) / kMaxBlockItems + 1;
   return blocks > 0 ? blocks : 1;
@@ -322,7 +340,7 @@ Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, Count* coun
     return err;
   }
   // Shares of x: the resident blocks split among the slices, at least one share a slice.
-  const int64_t shares = grid_for<T, Unroll>(n, resident / chunks > 0 ? resident / chunks : 1);
+  const int64_t shares = grid_for<T>(n, resident / chunks > 0 ? resident / chunks : 1);
   kernel<<<static_cast<unsigned>(shares * chunks), kThreads, smem, s>>>(
       x, n, r, static_cast<int>(chunks), static_cast<int>(chunk_bins), static_cast<int>(replicas),
       counts);
@@ -337,7 +355,8 @@ Status launch_cluster(const T* x, int64_t n, Range r, int size, Count* counts, c
                       cudaStream_t s, bool* launched) {
   *launched = false;
   const int shift = size == 8 ? 3 : (size == 4 ? 2 : 1);
-  const int64_t slice_bins = (r.bins + size - 1) / size;
+  const int64_t run = int64_t{size} << kRunBits;  // bins a cluster's blocks hold a run each of
+  const int64_t slice_bins = (r.bins + run - 1) / run << kRunBits;
   const int64_t smem = slice_bins * int64_t{sizeof(uint32_t)};
   if (smem > d.shared_optin) return nullptr;
   const auto kernel = histogram_cluster_kernel<T>;
@@ -359,9 +378,9 @@ Status launch_cluster(const T* x, int64_t n, Range r, int size, Count* counts, c
     (void)cudaGetLastError();  // not this call's error: another path runs instead
     return nullptr;
   }
-  // Clusters: the resident ones, fewer where blocks would get less than 4 vectors a thread, and
+  // Clusters: the resident ones, fewer where blocks would get less than 2 vectors a thread, and
   // enough that no cluster counts more than kMaxBlockItems elements.
-  int64_t clusters = (grid_for<T, 4>(n, int64_t{resident} * size) + size - 1) / size;
+  int64_t clusters = (grid_for<T>(n, int64_t{resident} * size) + size - 1) / size;
   clusters = clusters > (n - 1) / kMaxBlockItems + 1 ? clusters : (n - 1) / kMaxBlockItems + 1;
   config.gridDim = dim3(static_cast<unsigned>(clusters * size));
   const cudaError_t err =
@@ -377,8 +396,7 @@ Status launch_global(const T* x, int64_t n, Range r, Count* counts, const Device
   const auto kernel = histogram_global_kernel<T, Unroll, NoL1>;
   int64_t resident = 0;
   if (const Status err = resident_blocks(kernel, 0, d.sms, &resident)) return err;
-  kernel<<<static_cast<unsigned>(grid_for<T, Unroll>(n, resident)), kThreads, 0, s>>>(x, n, r,
-                                                                                      counts);
+  kernel<<<static_cast<unsigned>(grid_for<T>(n, resident)), kThreads, 0, s>>>(x, n, r, counts);
   return launch_status();
 }
 
