@@ -56,8 +56,9 @@ def test_compiles_with_no_graph_break(lib: Any, name: str, device: str) -> None:
 
 # Row lengths that take each launch path for some dtype (kernels/softmax/softmax_rows.cuh): a
 # warp per row, by 4, 16 or 32 lanes, with 16-byte vectors or single elements, 2 or up to 8
-# slots a lane; a block; the split path on a GPU (a team of blocks a row; on a device without
-# cooperative launch a cluster of 2, 9 and 16 blocks, or the stream path).
+# slots a lane; a block; on a GPU the bulk path (rows of 16-byte vectors on sm_90+: a cluster a
+# row) or the split path (a team of blocks a row; on a device without cooperative launch a
+# cluster of 2, 9 and 16 blocks, or the stream path). tests/test_softmax_paths.py runs each.
 _PATH_COLS = [1, 3, 16, 60, 128, 131, 256, 1024, 4096, 16388, 65537, 262144, 600000]
 
 
@@ -97,7 +98,8 @@ def test_special_rows_give_what_torch_gives(
     assert verdict.passed, f"softmax_backward, cols={cols}: {verdict.reason}: {verdict.detail}"
 
 
-# Long rows through the split path (kernels/softmax/softmax_split.cuh: a team of blocks of a
+# Long rows through the default long-row path: bulk for rows of 16-byte vectors on sm_90+
+# (softmax_bulk.cuh), else split (kernels/softmax/softmax_split.cuh: a team of blocks of a
 # cooperative grid a row, the rows in rounds): one row over many blocks, few rows, and more rows
 # than one round holds (several rounds, so that both register buffers and both slots of the
 # partials serve); lengths a multiple of the vector width (16-byte loads) and odd ones (single
@@ -143,7 +145,7 @@ def test_long_rows_through_the_split_path(
 @pytest.mark.cuda
 @pytest.mark.parametrize("cols", [65536, 65537])
 def test_long_rows_match_torch_and_replay_in_a_cuda_graph(lib: Any, cols: int) -> None:
-    """The split path against torch.softmax and its backward, also when captured in a CUDA graph
+    """The long-row paths against torch.softmax and its backward, also when captured in a CUDA graph
     and replayed twice on new inputs (no host sync or allocation in the launch, and no state
     left behind by one replay for the next)."""
     gen = torch.Generator().manual_seed(cols)
@@ -173,10 +175,11 @@ def test_long_rows_match_torch_and_replay_in_a_cuda_graph(lib: Any, cols: int) -
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("rows", "cols"), [(1024, 65536), (256, 65536), (64, 262144), (8, 262147)])
-def test_few_long_rows_take_the_split_kernel(
+def test_few_long_rows_take_the_bulk_kernel(
     lib: Any, dtype: torch.dtype, rows: int, cols: int
 ) -> None:
-    """The bench's long-row sizes run the split kernel (the profiler's kernel names), and match
+    """The bench's long-row sizes run the bulk kernel on sm_90+ (the profiler's kernel names; the
+    split kernel where a row is read element by element, or before sm_90), and match
     torch.softmax and its backward."""
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
@@ -188,7 +191,8 @@ def test_few_long_rows_take_the_split_kernel(
         dx = lib.softmax_backward(grad, y, -1)
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert sum("split_kernel" in n for n in names) == 2, names
+    bulk = cols % 8 == 0 and torch.cuda.get_device_capability() >= (9, 0)
+    assert sum(("bulk_kernel" if bulk else "split_kernel") in n for n in names) == 2, names
     tol = {"rtol": 1.6e-2, "atol": 1e-5} if dtype == torch.bfloat16 else {}
     want = torch.softmax(x.float(), -1)
     torch.testing.assert_close(y.float(), want, **tol)

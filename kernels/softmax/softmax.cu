@@ -147,6 +147,34 @@ struct Forward {
     }
   }
 
+  // The bulk path (softmax_bulk.cuh): x's vectors one at a time from shared memory, folded into
+  // a running (max, sum of exp) as the stream path does; then exp(x - M) / S from them.
+  struct Final {
+    A m, inv;
+  };
+  __host__ __device__ const T* src(int) const { return x; }
+  __host__ __device__ T* dst() const { return y; }
+  template <int N>
+  __device__ __forceinline__ Partial take(Partial run, const Vec<T, N> (&v)[kTensors]) const {
+    A big = run.m;
+#pragma unroll
+    for (int j = 0; j < N; ++j) big = fmax(big, held_acc(v[0], j));
+    const A ref = exp_origin(big);
+    A add = 0;
+#pragma unroll
+    for (int j = 0; j < N; ++j) add += exp_acc(held_acc(v[0], j) - ref);
+    if (big != run.m) run.s *= rescale(run.m, big);  // a new max: seldom, past a row's start
+    return Partial{big, run.s + add};
+  }
+  __device__ __forceinline__ Final finish(Partial total) const { return {total.m, A(1) / total.s}; }
+  template <int N>
+  __device__ __forceinline__ Vec<T, N> out(const Vec<T, N> (&v)[kTensors], Final f) const {
+    Vec<T, N> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(exp_acc(held_acc(v[0], j) - f.m) * f.inv);
+    return o;
+  }
+
   // The split path (softmax_split.cuh): x's vectors of the thread's share held as loaded, their
   // (max, sum of exp) taken a vector at a time as the stream path does (so that no converted copy
   // of the buffer stays live), and exp(x - M) / S written from them once the row's (M, S) is known.

@@ -126,6 +126,29 @@ struct Backward {
     }
   }
 
+  // The bulk path (softmax_bulk.cuh): a vector of grad and one of y at a time from shared
+  // memory, their dot product, then dx from them once the row's sum D is known.
+  using Final = A;
+  __host__ __device__ const T* src(int i) const { return i == 0 ? grad : y; }
+  __host__ __device__ T* dst() const { return dx; }
+  template <int N>
+  __device__ __forceinline__ Partial take(Partial run, const Vec<T, N> (&v)[kTensors]) const {
+#pragma unroll
+    for (int j = 0; j < N; ++j) run.s += held_acc(v[0], j) * held_acc(v[1], j);
+    return run;
+  }
+  __device__ __forceinline__ Final finish(Partial total) const { return total.s; }
+  template <int N>
+  __device__ __forceinline__ Vec<T, N> out(const Vec<T, N> (&v)[kTensors], Final d) const {
+    Vec<T, N> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const A a = held_acc(v[0], j), b = held_acc(v[1], j);
+      o.v[j] = from_acc<T>(a * b - b * d);
+    }
+    return o;
+  }
+
   // The split path (softmax_split.cuh): grad's and y's vectors of the thread's share held as
   // loaded, their dot product, and dx written from them once the row's sum is known.
   template <int N, int K>

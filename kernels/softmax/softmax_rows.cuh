@@ -18,15 +18,23 @@
 //   block    nvec <= 512 * K: one block of 32..512 threads per row; registers; the block reduces
 //            through shared memory. Blocks of at most 512 threads let an SM hold two or more
 //            rows, so one block's reduction overlaps another's loads.
-//   split    nvec > 512 * K, where the device takes cooperative launches (every GPU since
-//            Pascal) and holds the row in the registers of its resident blocks
-//            (softmax_split.cuh): a cooperative grid of every block the GPU holds at once, a team
-//            of blocks per row, the rows in rounds; each block holds its share of this round's
-//            row and of the next one in registers, and the team combines its partials through
-//            global memory (a flag a block, raised and awaited within the team). The row is read
-//            once, and the next round's loads are in flight while a block waits on its team.
-//   cluster  (where the split path does not apply, with an sm_90 image on an sm_90+ device and
-//            a cluster of that shape resident)
+//   bulk     nvec > 512 * K, rows of 16-byte vectors (N > 1), with an sm_90 image on an sm_90+
+//            device (softmax_bulk.cuh): a persistent grid of thread-block clusters, a cluster a
+//            row; each block streams its slice of the cluster's rows into a ring of shared
+//            memory with bulk copies (the copy engine), reduces it, combines the cluster's
+//            partials through distributed shared memory and writes the row from shared memory.
+//            Each element is read from memory once and written once, and the next rows' copies
+//            are in flight while a block reduces and writes this one.
+//   split    (where the bulk path does not apply) nvec > 512 * K, where the device takes
+//            cooperative launches (every GPU since Pascal) and holds the row in the registers
+//            of its resident blocks (softmax_split.cuh): a cooperative grid of every block the GPU
+//            holds at once, a team of blocks per row, the rows in rounds; each block holds its
+//            share of this round's row and of the next one in registers, and the team combines its
+//            partials through global memory (a flag a block, raised and awaited within the team).
+//            The row is read once, and the next round's loads are in flight while a block waits on
+//            its team.
+//   cluster  (where neither applies, with an sm_90 image on an sm_90+ device and a cluster of
+//            that shape resident)
 //            nvec <= 16 * 1024 * K: a thread-block cluster of C = 2..16 blocks per row (blocks
 //            of up to 512 threads, of up to 1024 past 16 * 512 * K), block `rank` holding the
 //            vectors [rank * per, (rank + 1) * per) in registers; blocks reduce as above, then
@@ -37,6 +45,9 @@
 //   stream   any length: one block of 512 threads per row reads its row twice, once for the
 //            partial results (softmax: a running max with a rescaled sum), once to write.
 #pragma once
+
+#include <cstdlib>
+#include <cstring>
 
 #include "wb/cuda.cuh"
 #include "wb/types.h"
@@ -278,7 +289,8 @@ __global__ void __launch_bounds__(kStreamThreads) stream_kernel(Op op, int64_t r
 
 }  // namespace wb::softmax
 
-// The split path's kernel and launch, written with the reductions and Slots above.
+// The split and bulk paths' kernels and launches, written with the reductions and Slots above.
+#include "softmax/softmax_bulk.cuh"
 #include "softmax/softmax_split.cuh"
 
 namespace wb::softmax {
@@ -367,6 +379,27 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
   return true;
 }
 
+// Which path takes rows longer than a block of 512 threads holds, in this order (a path that does
+// not apply here hands the row to the next): bulk, split, cluster, then one block a row (or the
+// stream path). The environment variable WB_SOFTMAX_PATH starts the order further on, so that a
+// benchmark can time each path against the others in one process (it is read at each launch;
+// a CUDA graph keeps the path of its capture). Unset or "bulk": the default order; "split":
+// split, cluster, block; "cluster": cluster, block; "stream": the stream path (rows read twice).
+enum class LongPath { kBulk, kSplit, kCluster, kStream, kInvalid };
+
+inline LongPath parse_long_path(const char* s) {
+  if (s == nullptr || *s == '\0' || std::strcmp(s, "bulk") == 0) return LongPath::kBulk;
+  if (std::strcmp(s, "split") == 0) return LongPath::kSplit;
+  if (std::strcmp(s, "cluster") == 0) return LongPath::kCluster;
+  if (std::strcmp(s, "stream") == 0) return LongPath::kStream;
+  return LongPath::kInvalid;
+}
+
+inline LongPath long_path() { return parse_long_path(std::getenv("WB_SOFTMAX_PATH")); }
+
+constexpr const char* kBadPath =
+    "WB_SOFTMAX_PATH: expected bulk, split, cluster or stream (or unset for the default)";
+
 template <typename Op, int N, int G, int K>
 cudaError_t launch_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream) {
   constexpr int kRows = kWarpBlock / G;
@@ -397,8 +430,22 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
   const int threads = threads_for(nvec, K);
   cudaError_t err = cudaSuccess;
   if (threads > kBlockThreads) {
-    if (launch_split<Op, N>(op, rows, nvec, ws, stream, err)) return err;
-    if (launch_cluster<Op, N, K>(op, rows, nvec, stream, err)) return err;
+    const LongPath path = long_path();
+    if (path == LongPath::kInvalid) return cudaErrorInvalidValue;  // launch_rows names it
+    if constexpr (N > 1) {
+      if (path == LongPath::kBulk && launch_bulk(op, rows, nvec, stream, err)) return err;
+    }
+    if (path != LongPath::kCluster && path != LongPath::kStream &&
+        launch_split<Op, N>(op, rows, nvec, ws, stream, err)) {
+      return err;
+    }
+    if (path != LongPath::kStream && launch_cluster<Op, N, K>(op, rows, nvec, stream, err)) {
+      return err;
+    }
+    if (path == LongPath::kStream) {
+      stream_kernel<Op, N><<<grid_for(rows), kStreamThreads, 0, stream>>>(op, rows, nvec);
+      return cudaSuccess;
+    }
   }
   if (threads <= kMaxThreads) {
     block_kernel<Op, N, K><<<grid_for(rows), threads, 0, stream>>>(op, rows, nvec);
@@ -418,6 +465,7 @@ Status launch_rows(const Op& op, int64_t rows, Workspace ws, Stream stream) {
                                                             : launch_rows_n<Op, 1>(op, rows, ws, s);
   if (err != cudaSuccess) {
     cudaGetLastError();  // the same error, if the runtime also recorded it
+    if (err == cudaErrorInvalidValue && long_path() == LongPath::kInvalid) return kBadPath;
     return cudaGetErrorString(err);
   }
   return launch_status();

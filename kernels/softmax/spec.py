@@ -39,10 +39,10 @@ _SHAPES: list[tuple[str, tuple[int, ...], int, bool]] = [
     ("warp", (4, 1024), -1, False),  # vec, a warp per row, 8 vectors a lane
     ("block", (3, 4096), -1, False),  # vec, a block of 128 per row
     ("block_max", (2, 16384), -1, False),  # vec, a block of 512
-    ("split", (2, 16388), -1, False),  # vec, split across a team of blocks a row
+    ("split", (2, 16388), -1, False),  # vec, bulk (sm_90+: a cluster a row), else split
     ("split_odd", (2, 65537), -1, False),  # elem, split
-    ("long", (1, 262144), -1, False),  # vec, split: 128 blocks of one vector a thread (H100)
-    ("stream", (1, 600000), -1, False),  # vec, split over every resident block (H100)
+    ("long", (1, 262144), -1, False),  # vec, bulk: a cluster of 16 (H100), else split
+    ("stream", (1, 600000), -1, False),  # vec, bulk (16 blocks), else split over every block
     # Large logits, where exp(x) overflows float32 but exp(x - max) cannot: values of about
     # +-300, and values near 86 (each exp(x) finite, their row sum past float32's largest).
     ("wide_range", (32, 256), -1, False),
@@ -108,7 +108,7 @@ def softmax_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generat
 def _bench_shapes(device: torch.device) -> list[tuple[int, int]]:
     """(rows, cols): on a GPU 64 MiB of float32 per size (far past L2) for rows of 128 to
     262144, one small launch-bound size first, and 1024 rows of 65536 (256 MiB: many long rows,
-    the split path's rounds); on a CPU a few small ones."""
+    the long-row path's rounds); on a CPU a few small ones."""
     if device.type != "cuda":
         return [(1024, 128), (256, 1024), (64, 4096), (16, 16384)]
     big = [(1 << 24) // cols for cols in (128, 1024, 4096, 16384, 65536, 262144)]

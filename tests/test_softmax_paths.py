@@ -1,0 +1,225 @@
+"""softmax's long-row paths (kernels/softmax/softmax_rows.cuh): the bulk path's plan (host code,
+run on the CPU), WB_SOFTMAX_PATH's values, and on a GPU every path (bulk, split, cluster, stream)
+against torch.softmax and its backward at long and odd row lengths, in a CUDA graph and on two
+streams at once."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from workbench import knobs
+
+_PATHS_MAIN = r"""
+#include <cstdio>
+#include <cstring>
+
+#include "softmax/softmax.h"
+#include "softmax/softmax_rows.cuh"
+
+// stdin, a request a line:
+//   log2 ROWS NVEC RING C1 C2 C4 C8 C16  ->  bulk_cluster_log2 (resident clusters of each size)
+//   grid ROWS RESIDENT              ->  bulk_clusters
+//   path VALUE                      ->  parse_long_path ("-" for an empty value)
+int main() {
+  char what[16], value[64];
+  while (std::scanf("%15s", what) == 1) {
+    if (std::strcmp(what, "log2") == 0) {
+      long long rows = 0, nvec = 0;
+      int ring = 0, c[5] = {};
+      std::scanf("%lld %lld %d %d %d %d %d %d", &rows, &nvec, &ring, &c[0], &c[1], &c[2], &c[3],
+                 &c[4]);
+      std::printf("%d\n", wb::softmax::bulk_cluster_log2(rows, nvec, ring, c));
+    } else if (std::strcmp(what, "grid") == 0) {
+      long long rows = 0, resident = 0;
+      std::scanf("%lld %lld", &rows, &resident);
+      std::printf("%lld\n", static_cast<long long>(wb::softmax::bulk_clusters(rows, resident)));
+    } else {
+      std::scanf("%63s", value);
+      const char* s = std::strcmp(value, "-") == 0 ? "" : value;
+      std::printf("%d\n", static_cast<int>(wb::softmax::parse_long_path(s)));
+    }
+  }
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def paths_main(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The long-row paths' host logic in a host program built by nvcc (no CUDA API is called,
+    so it runs without a GPU)."""
+    folder = tmp_path_factory.mktemp("softmax_paths")
+    (folder / "main.cu").write_text(_PATHS_MAIN)
+    home = knobs.cuda_home()
+    nvcc = str(Path(home) / "bin" / "nvcc") if home else shutil.which("nvcc") or "nvcc"
+    root = Path(__file__).resolve().parents[1] / "kernels"
+    subprocess.run(
+        [nvcc, "-std=c++17", f"-I{root / 'include'}", f"-I{root}", "main.cu", "-o", "main"],
+        cwd=folder, check=True, capture_output=True,
+    )  # fmt: skip
+    return folder / "main"
+
+
+def _ask(program: Path, lines: list[str]) -> list[int]:
+    run = subprocess.run(
+        [program], input="".join(f"{line}\n" for line in lines), capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    return [int(v) for v in run.stdout.split()]
+
+
+_CHUNK_VECS = 512  # kChunkBytes / 16 in softmax_bulk.cuh
+# Resident clusters of 1..16 blocks of one block an SM on an H100 (132 SMs; 16 fill fewer GPCs).
+_H100 = (132, 66, 33, 16, 7)
+
+
+@pytest.mark.nvcc
+def test_the_bulk_plan_takes_the_cluster_size_that_ends_soonest(paths_main: Path) -> None:
+    """Of the cluster sizes whose slice of a row fits the ring, the fewest rounds times the slice
+    a round moves; on a tie one whose slice takes at most half the ring (the next row loads
+    while this one is written); none where no resident cluster holds a row."""
+    cases = [
+        # (rows, vectors a row, ring slots, resident clusters by size) -> log2 of the size
+        ((1024, 16384, 28, _H100), 2),  # float32 forward 65536: 4 blocks of 64 KiB, 32 rounds
+        ((256, 16384, 28, _H100), 2),  # 2 blocks of 128 KiB tie, but fill more than half a ring
+        ((64, 65536, 28, _H100), 3),  # float32 262144: 16 x 8 blocks in 4 rounds, not 7 x 16
+        ((64, 65536, 14, _H100), 4),  # its backward (2 tensors a slot): only 16 blocks hold it
+        ((4096, 4096, 14, _H100), 2),  # float32 backward 16384: 4 blocks, 125 rounds of 1024
+        ((1, 65536, 28, (132, 66, 33, 0, 0)), -1),  # neither 8 nor 16 resident: none holds it
+        ((2, 1 << 20, 28, _H100), -1),  # 4M float32: no cluster holds it
+        ((8, 16384, 28, (0, 0, 0, 0, 0)), -1),  # nothing resident (the GPU is held elsewhere)
+    ]
+    lines = [f"log2 {r} {n} {ring} {' '.join(map(str, res))}" for (r, n, ring, res), _ in cases]
+    got = _ask(paths_main, lines)
+    assert got == [want for _, want in cases]
+    for ((_, nvec, ring, _), _), e in zip(cases, got, strict=True):
+        if e >= 0:  # every block's slice fits the ring
+            assert math.ceil(math.ceil(nvec / (1 << e)) / _CHUNK_VECS) <= ring
+
+
+@pytest.mark.nvcc
+def test_the_bulk_grid_spreads_rows_evenly_over_resident_clusters(paths_main: Path) -> None:
+    cases = [(1024, 33), (256, 33), (64, 7), (3, 16), (1, 132), (100000, 66)]
+    got = _ask(paths_main, [f"grid {r} {res}" for r, res in cases])
+    for (rows, resident), clusters in zip(cases, got, strict=True):
+        assert 1 <= clusters <= min(rows, resident)
+        rounds = math.ceil(rows / clusters)
+        assert rounds == math.ceil(rows / min(rows, resident))  # as few rounds as fit
+    assert got[:3] == [32, 32, 7]
+
+
+@pytest.mark.nvcc
+def test_wb_softmax_path_values(paths_main: Path) -> None:
+    got = _ask(paths_main, [f"path {v}" for v in ("-", "bulk", "split", "cluster", "stream", "x")])
+    assert got == [0, 0, 1, 2, 3, 4]
+
+
+# --- on a GPU: each path against torch --------------------------------------------------------
+
+
+def _special(x: torch.Tensor) -> torch.Tensor:
+    """x with an all -Inf row, a row holding NaN, one holding +Inf and one with -Inf in part."""
+    x = x.clone()
+    rows = x.shape[0]
+    x[0] = float("-inf")
+    if rows > 3:
+        x[1, 5] = float("nan")
+        x[2, -1] = float("inf")
+        x[3, : x.shape[1] // 2] = float("-inf")
+    return x
+
+
+def _kernels(fn: Any) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("path", ["bulk", "split", "cluster", "stream"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("rows", "cols"), [(64, 262144), (3, 262147), (256, 65536), (5, 131080), (600, 16388)]
+)
+def test_every_path_matches_torch(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, dtype: torch.dtype, rows: int, cols: int
+) -> None:
+    """softmax and softmax_backward through the path WB_SOFTMAX_PATH names, against torch (special
+    rows included); rows of 16-byte vectors run the path's own kernel."""
+    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
+    gen = torch.Generator().manual_seed(rows + cols)
+    x = _special(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
+    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    lib.softmax(x, -1)  # the launch's one-time queries outside the profile
+    names = _kernels(lambda: lib.softmax(x, -1))
+    vec = cols % (16 // x.element_size()) == 0
+    want = {"bulk": "bulk_kernel" if vec else "split_kernel", "split": "split_kernel"}
+    want["stream"] = "stream_kernel"
+    if path in want and torch.cuda.get_device_capability() >= (9, 0):
+        assert any(want[path] in n for n in names), names
+    # Tolerances against float32 references at rows of tiny values (about 1 / cols): relative,
+    # with an absolute floor far below them.
+    bf16 = dtype == torch.bfloat16
+    y = lib.softmax(x, -1)
+    want_y = torch.softmax(x.float(), -1)
+    tol = {"rtol": 1.6e-2 if bf16 else 2e-5, "atol": 1e-9}
+    torch.testing.assert_close(y.float(), want_y, equal_nan=True, **tol)
+    y = want_y.nan_to_num(0.0).to(dtype)
+    dx = lib.softmax_backward(grad, y, -1)
+    want_dx = torch._softmax_backward_data(grad.float(), y.float(), -1, torch.float32)
+    scale = float(want_dx.abs().max())
+    tol = {"rtol": 1.6e-2, "atol": 1e-2 * scale} if bf16 else {"rtol": 1e-4, "atol": 1e-6 * scale}
+    torch.testing.assert_close(dx.float(), want_dx, **tol)
+
+
+@pytest.mark.cuda
+def test_a_bad_path_name_is_named(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WB_SOFTMAX_PATH", "fast")
+    with pytest.raises(RuntimeError, match="WB_SOFTMAX_PATH"):
+        lib.softmax(torch.randn(2, 65536, device="cuda"), -1)
+        torch.cuda.synchronize()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cols", [65536, 262144])
+def test_the_bulk_path_replays_in_a_graph_and_runs_on_two_streams(lib: Any, cols: int) -> None:
+    """No state outlives a launch: a captured forward and backward replay on new inputs, and two
+    launches on two streams at once give what each gives alone."""
+    gen = torch.Generator().manual_seed(cols)
+    rows = (8 << 20) // cols
+    x = torch.randn(rows, cols, generator=gen).cuda()
+    grad = torch.randn(rows, cols, generator=gen).cuda()
+    y = lib.softmax(x, -1)
+    lib.softmax_backward(grad, y, -1)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_graph = lib.softmax(x, -1)
+        dx_graph = lib.softmax_backward(grad, y_graph, -1)
+    for replay in range(2):
+        x.copy_(torch.randn(rows, cols, generator=gen) * (1 + replay))
+        grad.copy_(torch.randn(rows, cols, generator=gen))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y_graph, torch.softmax(x, -1))
+        want = torch._softmax_backward_data(grad, y_graph, -1, x.dtype)
+        torch.testing.assert_close(dx_graph, want)
+    x2 = torch.randn(rows, cols, generator=gen).cuda() * 3
+    alone = (lib.softmax(x, -1), lib.softmax(x2, -1))
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    outs = []
+    torch.cuda.synchronize()
+    for s, inp in zip(streams, (x, x2), strict=True):
+        with torch.cuda.stream(s):
+            outs.append([lib.softmax(inp, -1) for _ in range(4)])
+    torch.cuda.synchronize()
+    for got, want in zip(outs, alone, strict=True):
+        for g in got:
+            assert torch.equal(g, want)
