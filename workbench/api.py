@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -54,12 +53,12 @@ class LoadReport:
         self.device_only: list[str] = []
         self.device_compiled: list[Path] = []
         self.device_seconds = 0.0
-        # The kernels a reload changed (workbench.resources): a line each, what got worse, and
-        # the seconds spent reading them.
+        # The kernels a reload changed (workbench.resources): a line each, what got worse, the
+        # seconds after the swap, by step ("in thread": read beside the build, not counted).
         self.resources: list[str] = []
         self.resource_warnings: list[str] = []
         self.resource_seconds = 0.0
-        self.resource_parts: dict[str, float] = {}  # its seconds by step (wait, read, lines)
+        self.resource_parts: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return (
@@ -114,9 +113,7 @@ class Library:
         eager: bool | None = None,
         started: float | None = None,
     ) -> None:
-        self.project = project
-        self.config = config
-        self.namespace = project.namespace
+        self.project, self.config, self.namespace = project, config, project.namespace
         self.on_error = _on_error(on_error)
         self._selected = tuple(families) if families else None
         self._jobs = jobs
@@ -126,7 +123,7 @@ class Library:
         self.failed: dict[str, WorkbenchError] = {}
         self._tune_records: frozenset[str] | None = None  # the stored tune records, per reload
         self._stamps: dict[str, list[int] | None] = {}  # of device-only TUs' inputs, per reload
-        self._prefetch: threading.Thread | None = None  # a reload's old kernels, being read
+        self._reader: resources.Reader | None = None  # a reload's kernels, read meanwhile
         self.eager = knobs.eager() if eager is None else eager
         self._index: warm.Index | None = None  # the warm-start index of the last reload
         self.last = self.reload(_first=True, _started=started)
@@ -255,8 +252,9 @@ class Library:
         from workbench import resources
 
         snap = resources.snapshot(live)
-        arch = resources.newest_arch(list(self.config.archs))
-        self._prefetch = resources.prefetch(snap, arch) if arch is not None else None
+        if self._reader is not None:  # left by a reload that raised
+            self._reader.close()
+        self._reader = resources.Reader.start(snap, self.config.archs)
         return snap
 
     def _resources(self, before: dict[str, resources.Snapshot], report: LoadReport) -> None:
@@ -264,8 +262,9 @@ class Library:
         from workbench import resources
 
         start = time.perf_counter()
-        if self._prefetch is not None:  # the old kernels, read while the reload compiled
-            self._prefetch.join()
+        reader, self._reader = self._reader, None
+        if reader is not None:  # what it has not read yet is read below
+            report.resource_parts["in thread"] = reader.close()
         report.resource_parts["wait"] = time.perf_counter() - start
         arch = resources.newest_arch(list(self.config.archs))
         live = loader.handles(self.namespace)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench import cache, warm
+from workbench import cache, events, warm
 from workbench.config import PCH_SOURCE, Config
 from workbench.errors import BuildError
 from workbench.events import compile_hooks
@@ -481,6 +481,8 @@ def _store_objects(
         cache.write_atomic(_deps_file(tu.source.path, tu.command), _json_text(tu.headers))
         for hook in compile_hooks:
             hook(family.name, tu.source.path)
+        if tu.source.kind == "cuda":
+            events.stored("object", key)
 
 
 def compile_log(key: str) -> dict[str, Any]:

@@ -482,6 +482,7 @@ def _compile(
         "sha256": file_digest(str(path)),
     }
     cache.write_atomic(path.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True))
+    events.stored("cubin", key)
     image = Image(arch, key, path, lowered)
     image.seconds = seconds
     return image

@@ -9,19 +9,22 @@ device-only TU's cubins and their NVRTC log. A kernel whose code and resources a
 left out, so an edit of one kernel names that kernel. One architecture is read, the newest
 ``sm_`` of the build (the one the GPU of a one-arch build runs). It reads a few files of the
 cache and parses them in Python (about 1.5 ms for an object of 40 kernels), each object once
-in an edit loop. The kernels a reload replaces are read while it compiles (:func:`prefetch`, a
-thread started with the snapshot), so that only the new objects are read after the swap.
+in an edit loop. A reload reads in a thread (:class:`Reader`, started with the snapshot): the
+kernels it may replace while it compiles, and each new object or cubin as the build stores it,
+while it links and loads; after the swap only what that thread has not reached is read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from workbench import build, cache, cubin, device
+from workbench import build, cache, cubin, device, events
 
 Kernels = dict[str, tuple[cubin.Kernel, str]]  # mangled name -> (kernel, the name shown)
 
@@ -140,20 +143,55 @@ def remembered(key: str, arch: str) -> bool:
         return (key, arch) in _read
 
 
-def prefetch(snapshots: Mapping[str, Snapshot], arch: str) -> threading.Thread:
-    """Read the kernels of every CUDA TU of ``snapshots`` in a thread (a reload's old kernels,
-    read while it compiles); join it before :func:`report`."""
+class Reader:
+    """A reload's reader of kernels, in a thread: first the kernels of every CUDA TU of
+    ``snapshots`` (those the reload may replace, read while it compiles), then each new object
+    or cubin as the build stores it (``events.stored_hooks``: read while the reload links and
+    loads), until :meth:`close`. ``seconds``: the time the thread spent reading."""
 
-    def read_all() -> None:
+    def __init__(self, snapshots: Mapping[str, Snapshot], arch: str) -> None:
+        self.arch = arch
+        self.seconds = 0.0
+        self._queue: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        events.stored_hooks.append(self._stored)
+        self._thread = threading.Thread(
+            target=self._run, args=(dict(snapshots),), name="wb-resources", daemon=True
+        )
+        self._thread.start()
+
+    @classmethod
+    def start(cls, snapshots: Mapping[str, Snapshot], archs: Sequence[str]) -> Reader | None:
+        """A reader of the newest ``sm_`` of ``archs``; None where there is none."""
+        arch = newest_arch(list(archs))
+        return cls(snapshots, arch) if arch is not None else None
+
+    def _stored(self, kind: str, key: str) -> None:
+        self._queue.put((kind, key))
+
+    def _run(self, snapshots: dict[str, Snapshot]) -> None:
+        start = time.perf_counter()
         for snap in snapshots.values():
             for key in _objects(snap.built).values():
-                _object_kernels(key, arch)
+                _object_kernels(key, self.arch)
             for keys in snap.modules.values():
-                _module_kernels(keys, arch)
+                _module_kernels(keys, self.arch)
+        self.seconds += time.perf_counter() - start
+        while (item := self._queue.get()) is not None:
+            start = time.perf_counter()
+            kind, key = item
+            if kind == "object":
+                _object_kernels(key, self.arch)
+            else:
+                _module_kernels((key,), self.arch)
+            self.seconds += time.perf_counter() - start
 
-    thread = threading.Thread(target=read_all, name="wb-resources", daemon=True)
-    thread.start()
-    return thread
+    def close(self) -> float:
+        """Stop taking new images and wait for the reads under way; the thread's seconds."""
+        with contextlib.suppress(ValueError):  # closed twice
+            events.stored_hooks.remove(self._stored)
+        self._queue.put(None)
+        self._thread.join()
+        return self.seconds
 
 
 def _object_kernels(key: str, arch: str) -> Kernels:
