@@ -4,9 +4,11 @@
 //   x, y: [rows, cols] contiguous; float32 / float64 / float16 / bfloat16, computed in float
 //   (double for float64) with __expf (ex2.approx) for float. Rows of any length: the paths and
 //   the index map are in softmax_rows.cuh; a thread holds up to 32 float (16 double) values of
-//   x in registers, so a row is read once up to 16384 float32 elements a block; longer rows are
-//   split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up to
-//   about 2M float32 elements a row on an H100), and read twice beyond (the stream path).
+//   x in registers, so a row is read once up to 16384 float32 elements a block; longer rows go
+//   to a thread-block cluster a row on sm_90+ (softmax_bulk.cuh: the row held in shared memory,
+//   read once, up to about 900K float32 elements), else are split across a team of blocks of a
+//   cooperative grid (softmax_split.cuh: read once, up to about 2M float32 elements a row on an
+//   H100), and read twice beyond (the stream path).
 //
 // Each thread takes the max m of its own elements and keeps e = exp(x - m) and their sum s; the
 // row's threads combine their (m, s) pairs into (M, S) in one reduction (each pair rescaled by

@@ -4,9 +4,10 @@
 //   grad, y, dx: [rows, cols] contiguous; float32 / float64 / float16 / bfloat16, computed in
 //   float (double for float64). The same paths as softmax (softmax_rows.cuh) with two tensors
 //   read: a thread holds up to 16 float (8 double) values of each of grad and y, so a row is
-//   read once up to 8192 float32 elements a block, split across a team of blocks of a
-//   cooperative grid beyond (softmax_split.cuh: read once, up to about 1M float32 elements a
-//   row on an H100), and twice beyond that.
+//   read once up to 8192 float32 elements a block, held in the shared memory of a thread-block
+//   cluster beyond on sm_90+ (softmax_bulk.cuh: read once, up to about 450K float32 elements),
+//   else split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up
+//   to about 1M float32 elements a row on an H100), and twice beyond that.
 //   dx is computed as grad * y - y * D, the form PyTorch's CUDA kernel computes (the CPU
 //   kernels, PyTorch's and softmax.cpp, compute y * (grad - D)). The two differ only in where
 //   NaN and Inf land when y holds an Inf: +Inf * (g - +Inf) is -Inf, g * +Inf - +Inf * +Inf is
