@@ -347,9 +347,42 @@ Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, Count* coun
   return launch_status();
 }
 
+// Clusters of `size` blocks of kernel k with `smem` bytes of shared memory each that the current
+// device holds at once; 0 where none fits or the query fails. Remembered per thread (device,
+// kernel, size, smem), so that a call repeated under CUDA graph capture queries nothing.
+template <typename K>
+int resident_clusters(K k, const cudaLaunchConfig_t* config, int size, int64_t smem) {
+  struct Entry {
+    int device;
+    const void* kernel;
+    int size;
+    int64_t smem;
+    int clusters;
+  };
+  constexpr int kEntries = 32;
+  thread_local Entry seen[kEntries];
+  thread_local int used = 0;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const auto* key = reinterpret_cast<const void*>(k);
+  for (int i = 0; i < used; ++i) {
+    const Entry& e = seen[i];
+    if (e.device == device && e.kernel == key && e.size == size && e.smem == smem) {
+      return e.clusters;
+    }
+  }
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, k, config) != cudaSuccess) {
+    (void)cudaGetLastError();  // not the op's error: another path runs instead
+    clusters = 0;
+  }
+  seen[used < kEntries ? used++ : kEntries - 1] = Entry{device, key, size, smem, clusters};
+  return clusters;
+}
+
 // The cluster path with clusters of `size` (2, 4 or 8) blocks. *launched is false, and nothing
-// ran, where a block's share of the bins does not fit its shared memory or no such cluster fits
-// the device (the caller then takes another path).
+// ran, where a block's share of the bins does not fit its shared memory, or no such cluster fits
+// or launches on the device (the caller then takes another path).
 template <typename T>
 Status launch_cluster(const T* x, int64_t n, Range r, int size, Count* counts, const DeviceInfo& d,
                       cudaStream_t s, bool* launched) {
@@ -373,11 +406,8 @@ Status launch_cluster(const T* x, int64_t n, Range r, int size, Count* counts, c
   config.stream = s;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  int resident = 0;  // clusters on the device at once
-  if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess || resident < 1) {
-    (void)cudaGetLastError();  // not this call's error: another path runs instead
-    return nullptr;
-  }
+  const int resident = resident_clusters(kernel, &config, size, smem);
+  if (resident < 1) return nullptr;
   // Clusters: the resident ones, fewer where blocks would get less than 2 vectors a thread, and
   // enough that no cluster counts more than kMaxBlockItems elements.
   int64_t clusters = (grid_for<T>(n, int64_t{resident} * size) + size - 1) / size;
@@ -385,7 +415,10 @@ Status launch_cluster(const T* x, int64_t n, Range r, int size, Count* counts, c
   config.gridDim = dim3(static_cast<unsigned>(clusters * size));
   const cudaError_t err =
       cudaLaunchKernelEx(&config, kernel, x, n, r, shift, static_cast<int>(slice_bins), counts);
-  if (err != cudaSuccess) return cudaGetErrorString(err);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // a cluster this device cannot schedule: the chunked path runs
+    return nullptr;
+  }
   *launched = true;
   return launch_status();
 }
