@@ -3,12 +3,13 @@ bulk copies (cp.async.bulk) instead of scattered stores from registers, so that 
 on to the next tile while c drains (kernels/matmul/matmul_wgmma.kernel.cu, store_staged).
 WB_WGMMA_STORE, read when the library loads, picks another epilogue for A/B (the launch's
 dynamic shared memory tells the kernel): =direct the old one (no buffer: scattered stores from
-registers), =vector the buffer copied out with 16-byte stores by all the consumer's threads.
+registers), =vector the buffer copied out with 16-byte stores by all the consumer's threads;
+WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share b's tile.
 
 Without a GPU: the kernels compile for sm_90a with all three epilogues, without spills.
 On a Hopper GPU (marked cuda): the default route is right against torch.mm at odd shapes (m, n
 and k tails, m = 1, n not a multiple of 8 where the staged epilogue stands aside, b column-major),
-gives the same bits as the direct and vector epilogues (all round the same float32 sums once),
+gives the same bits as the other epilogues and clusters (all round the same float32 sums once),
 replays in a CUDA graph, and runs on two streams at once.
 """
 
@@ -35,6 +36,7 @@ SHAPES = [
     (4096, 4096, 1024, False),
     (1000, 1032, 520, False),  # m, n (8 past a tile) and k (8 past a step) tails
     (1000, 1032, 520, True),
+    (300, 1032, 520, False),  # 3 rows of tiles: in clusters of two, one pair half past m
     (385, 2056, 4136, True),
     (1, 4096, 4096, False),  # split-k, one row
     (16, 4104, 4096, True),
@@ -91,6 +93,7 @@ def test_both_kernels_stage_c_and_compile_for_sm90a_without_spills(tmp_path: Pat
         assert "%dynamic_smem_size" in entry
         assert "st.global.b32" in entry or "st.global.b64" in entry  # the direct epilogue
         assert "st.global.v4.u32" in entry  # the vector epilogue
+        assert ".multicast::cluster" in entry and "mapa.shared::cluster" in entry  # pairs
     done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"))
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
@@ -144,15 +147,19 @@ torch.save([lib.matmul(*_operands(*s)).cpu() for s in SHAPES], sys.argv[1])
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("store", ["direct", "vector"])
-def test_the_bulk_epilogue_gives_the_others_bits(
-    lib: Any, tmp_path: Path, cache_dir: Path, store: str
+@pytest.mark.parametrize(
+    "variant",
+    [{"WB_WGMMA_STORE": "direct"}, {"WB_WGMMA_STORE": "vector"}, {"WB_WGMMA_CLUSTER": "2"}],
+)
+def test_the_default_gives_the_variants_bits(
+    lib: Any, tmp_path: Path, cache_dir: Path, variant: dict[str, str]
 ) -> None:
-    """WB_WGMMA_STORE=direct or vector in a child process: every shape's c, bit for bit."""
+    """The other epilogues, and clusters of two sharing b, in a child process: every shape's c,
+    bit for bit (the same sums in the same order)."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     out = tmp_path / "other.pt"
-    env = {**os.environ, "WB_WGMMA_STORE": store, "WB_CACHE_DIR": str(cache_dir)}
+    env = {**os.environ, **variant, "WB_CACHE_DIR": str(cache_dir)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
         [sys.executable, "-c", _DIRECT, str(out), str(Path(__file__).parent)],

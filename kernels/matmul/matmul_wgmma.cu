@@ -194,13 +194,24 @@ __global__ void sum_slices_kernel(const float* __restrict__ partial,  // [splits
 }
 
 // The maps of a and b in boxes of this tile (a's of 64 k x BM rows; b's of 64 k x BN columns
-// when k-major, else 64 n x 64 k).
+// when k-major, BN / 2 for a cluster of two blocks that each copy half, else 64 n x 64 k).
 template <typename T>
 bool make_maps(CUtensorMap* map_a, CUtensorMap* map_b, View<T> a, View<T> b, int64_t m, int64_t n,
-               int64_t k, bool b_kmajor, const WgmmaShape& tile) {
+               int64_t k, bool b_kmajor, const WgmmaShape& tile, bool paired = false) {
   return make_map(map_a, a.data, k, m, a.row, tile.bk, tile.bm) &&
-         (b_kmajor ? make_map(map_b, b.data, k, n, b.col, tile.bk, tile.bn)
+         (b_kmajor ? make_map(map_b, b.data, k, n, b.col, tile.bk, paired ? tile.bn / 2 : tile.bn)
                    : make_map(map_b, b.data, n, k, b.row, 64, tile.bk));
+}
+
+// WB_WGMMA_CLUSTER=2 in the environment when the library loads (for A/B on a GPU): the whole-k
+// kernel runs in clusters of two blocks that compute two tiles one above the other and copy b's
+// tile once for both (TMA multicast; see the kernel). Off by default.
+bool paired_choice() {
+  static const bool paired = [] {
+    const char* v = std::getenv("WB_WGMMA_CLUSTER");
+    return v != nullptr && std::string_view(v) == "2";
+  }();
+  return paired;
 }
 
 // With fewer registers at entry than the split assumes, the pool would be short of what the
@@ -287,17 +298,22 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   if (const Status e = global<&kShape>.read(&tile)) return e;
   const DeviceKernel& kernel = wgmma_kernel<T>(b_kmajor);
   if (const Status e = check_regs(kernel, tile)) return e;
-  CUtensorMap map_a, map_b;
-  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, tile)) {
-    return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
-  }
   const int64_t tiles = tiles_of(m, n, tile);
   if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
-  // Persistent: BLOCKS blocks an SM (one by default), each walking tiles. With more than one, all
-  // of the SM's shared memory goes to shared memory (carveout 100%), so that they fit.
-  const int64_t blocks = min_of<int64_t>(tiles, sm_count() * int64_t{tile.blocks});
+  const bool paired = paired_choice() && tile.bn >= 128 && tiles >= 2;
+  CUtensorMap map_a, map_b;
+  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, tile, paired)) {
+    return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  }
+  // Persistent: BLOCKS blocks an SM (one by default), each walking tiles (paired: clusters of two
+  // walking pairs of tiles). With more than one an SM, all of the SM's shared memory goes to
+  // shared memory (carveout 100%), so that they fit.
+  const int64_t slots = sm_count() * int64_t{tile.blocks};
+  const int64_t pairs = (m + 2 * tile.bm - 1) / (2 * tile.bm) * ((n + tile.bn - 1) / tile.bn);
+  const int64_t blocks = paired ? 2 * min_of<int64_t>(pairs, slots / 2) : min_of(tiles, slots);
   LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads),
                       launch_smem(tile)};
+  if (paired) config.cluster = Dim3{2, 1, 1};
   if (tile.blocks > 1) config.carveout = 100;
   return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
                        static_cast<int>(k));

@@ -347,19 +347,30 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   unsigned char* stage_b = smem + Tl::STAGES * Tl::kBytesA;  // [STAGES][b's tile]
   unsigned char* stage_c = smem + Tl::kRingBytes;  // [CONSUMERS][64 rows of kStagePitch<O>]
 
+  // Launched in clusters of two (the launcher's WB_WGMMA_CLUSTER=2; never for the split kernel),
+  // the blocks of a cluster take two tiles one above the other (rows (2 * at.m + rank) * BM), and
+  // each copies half of their common tile of b into both (multicast): each stage's b is read from
+  // L2 once for two tiles. A stage is then refilled once the consumers of both blocks released it
+  // (empty counts both), and a block leaves only once the other's consumers released all stages.
+  const int ranks = static_cast<int>(sm90::cluster_size()), rank = sm90::cluster_rank();
+  const bool paired = ranks == 2 && Tl::BN >= 128;
   const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
-  const int tiles = tiles_m * tiles_n, units = tiles * splits;
+  const int rows_of_tiles = paired ? (tiles_m + 1) / 2 : tiles_m;  // of pairs, when paired
+  const int tiles = rows_of_tiles * tiles_n, units = tiles * splits;
+  const int first_unit = paired ? blockIdx.x / 2 : blockIdx.x;
+  const int unit_stride = paired ? gridDim.x / 2 : gridDim.x;
   const int steps = (k + kBK - 1) / kBK;
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Tl::STAGES; ++s) {
       sm90::bar_init(&full[s], 1);
-      sm90::bar_init(&empty[s], Tl::CONSUMERS);
+      sm90::bar_init(&empty[s], Tl::CONSUMERS * (paired ? 2 : 1));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  if (paired) sm90::cluster_sync();  // the other block's barriers are initialised
 
   // Both roles walk the same units and count the same steps `it` across them: stage
   // it % STAGES, its use number it / STAGES giving the mbarrier parity.
@@ -369,10 +380,13 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     }
     if (threadIdx.x != 0) return;
     int it = 0;
-    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    for (int unit = first_unit; unit < units; unit += unit_stride) {
       const int slice = unit / tiles;
-      const sm90::TileAt at = sm90::tile_at(unit % tiles, tiles_m, tiles_n);
-      const int m0 = at.m * Tl::BM, n0 = at.n * Tl::BN;
+      const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n);
+      // Paired, the lower tile of the last pair may lie past m: it copies the last tile's rows of a
+      // instead (a box wholly outside a is not what this relies on), and its c is not stored.
+      const int tile_m = paired ? min(2 * at.m + rank, tiles_m - 1) : at.m;
+      const int m0 = tile_m * Tl::BM, n0 = at.n * Tl::BN;
       const int last = (slice + 1) * steps / splits;
       for (int step = slice * steps / splits; step < last; ++step, ++it) {
         const int s = it % Tl::STAGES;
@@ -380,7 +394,21 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
         sm90::bar_expect(&full[s], Tl::kBytesA + Tl::kBytesB);
         sm90::tma_load(stage_a + s * Tl::kBytesA, &map_a, step * kBK, m0, &full[s]);
         unsigned char* b_dst = stage_b + s * Tl::kBytesB;
-        if constexpr (Tl::B_KMAJOR) {
+        if (paired) {                    // this block's half of b's tile, into both blocks
+          if constexpr (Tl::B_KMAJOR) {  // the map's boxes are BN / 2 rows of b's columns
+            const int half = rank * (Tl::BN / 2);
+            sm90::tma_load_multicast(b_dst + half * kRowBytes, &map_b, step * kBK, n0 + half,
+                                     &full[s], 3);
+          } else {  // chunks of 64 columns, every other one
+#pragma unroll
+            for (int j = 0; j < Tl::BN / 64; ++j) {
+              if (j % 2 == rank) {
+                sm90::tma_load_multicast(b_dst + j * kBK * kRowBytes, &map_b, n0 + 64 * j,
+                                         step * kBK, &full[s], 3);
+              }
+            }
+          }
+        } else if constexpr (Tl::B_KMAJOR) {
           sm90::tma_load(b_dst, &map_b, step * kBK, n0, &full[s]);
         } else {  // BN / 64 chunks of 64 columns x 64 k rows
 #pragma unroll
@@ -389,6 +417,11 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
           }
         }
       }
+    }
+    // Paired: the other block's consumers arrive on this block's `empty` until their last step;
+    // wait for the last release of each stage before leaving.
+    for (int i = 0; paired && i < Tl::STAGES; ++i, ++it) {
+      if (it >= Tl::STAGES) sm90::bar_wait(&empty[it % Tl::STAGES], (it / Tl::STAGES - 1) & 1);
     }
     return;
   }
@@ -409,9 +442,15 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   const bool bulk = smem_given == static_cast<uint32_t>(Tl::kSmemBytes);
   unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<O>;
   int it = 0;
-  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+  // A stage's release: to this block's producer, and paired, to the other block's.
+  const auto release = [&](int s) {
+    sm90::bar_arrive(&empty[s]);
+    if (paired) sm90::bar_arrive_remote(&empty[s], static_cast<uint32_t>(rank ^ 1));
+  };
+  for (int unit = first_unit; unit < units; unit += unit_stride) {
     const int slice = unit / tiles;
-    const sm90::TileAt at = sm90::tile_at(unit % tiles, tiles_m, tiles_n);
+    const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n);
+    const int tile_m = paired ? 2 * at.m + rank : at.m;  // past tiles_m: rows past m, not stored
     float d[Tl::BN / 2];
 #pragma unroll
     for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
@@ -434,14 +473,14 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
       sm90::commit();
       sm90::wait<1>();  // the previous step's batch is done: hand its stage back
       sm90::pin(d);
-      if (step > first && leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
+      if (step > first && leader) release((it - 1) % Tl::STAGES);
     }
     sm90::wait<0>();
     sm90::pin(d);
-    if (leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
+    if (leader) release((it - 1) % Tl::STAGES);
 
     O* const slice_out = out + static_cast<int64_t>(slice) * m * n;
-    const int64_t row0 = at.m * Tl::BM + consumer * 64;
+    const int64_t row0 = int64_t{tile_m} * Tl::BM + consumer * 64;
     if constexpr (Tl::kStaged) {
       if (staged) {
         store_staged<O, Tl::BN>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d, my_stage, t,

@@ -61,6 +61,40 @@ __device__ __forceinline__ void tma_load(void* dst, const void* map, int x, int 
       : "memory");
 }
 
+// Thread-block clusters (the launcher's WB_WGMMA_CLUSTER=2): this block's rank and the cluster's
+// size, an arrive on the mbarrier at the same place in another block's shared memory, a copy
+// multicast to the blocks of `mask`, and a barrier across the cluster (all threads of each block).
+__device__ __forceinline__ uint32_t cluster_size() {
+  uint32_t v;
+  asm("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t v;
+  asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ void bar_arrive_remote(uint64_t* bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(smem_addr(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_multicast(void* dst, const void* map, int x, int y,
+                                                   uint64_t* bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(mask)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+
 // The epilogue's copies of c out of shared memory (cp.async.bulk, 1-D, no tensor map): `bytes`
 // (a multiple of 16) from src to dst (both 16-byte aligned), in this thread's bulk group. Shared
 // memory that ordinary stores wrote needs fence_proxy_async() in each writer before a barrier
