@@ -1,10 +1,11 @@
 """The wgmma matmul's staged epilogue (issue 37): c leaves through shared memory and asynchronous
 bulk copies (cp.async.bulk) instead of scattered stores from registers, so that the consumers go
 on to the next tile while c drains (kernels/matmul/matmul_wgmma.kernel.cu, store_staged).
-WB_WGMMA_STORE, read when the library loads, picks another epilogue for A/B (the launch's
+WB_WGMMA_STORE, read at each call, picks another epilogue for A/B (the launch's
 dynamic shared memory tells the kernel): =direct the old one (no buffer: scattered stores from
 registers), =vector the buffer copied out with 16-byte stores by all the consumer's threads;
-WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share b's tile.
+WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share b's tile (other
+values than these are refused, naming the variable).
 
 Without a GPU: the kernels compile for sm_90a with all three epilogues, without spills.
 On a Hopper GPU (marked cuda): the default route is right against torch.mm at odd shapes (m, n
@@ -15,10 +16,8 @@ replays in a CUDA graph, and runs on two streams at once.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from workbench.config import cuda_flags
 from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
 
 WGMMA = BUNDLED_KERNELS / "matmul" / "matmul_wgmma.kernel.cu"
-ROOT = Path(__file__).resolve().parent.parent
 # (m, n, k, b column-major): the built tile whole (many tiles) and the split-k route (few).
 SHAPES = [
     (4096, 4096, 1024, False),
@@ -137,42 +135,37 @@ def test_the_default_route_is_right(
     torch.testing.assert_close(got.float(), torch.mm(a, b).float(), rtol=2e-2, atol=0.5)
 
 
-_DIRECT = """
-import sys, torch, workbench
-sys.path.insert(0, sys.argv[2])
-from test_matmul_wgmma import SHAPES, _operands
-lib = workbench.load()
-torch.save([lib.matmul(*_operands(*s)).cpu() for s in SHAPES], sys.argv[1])
-"""
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize(
     "variant",
     [{"WB_WGMMA_STORE": "direct"}, {"WB_WGMMA_STORE": "vector"}, {"WB_WGMMA_CLUSTER": "2"}],
 )
 def test_the_default_gives_the_variants_bits(
-    lib: Any, tmp_path: Path, cache_dir: Path, variant: dict[str, str]
+    lib: Any, monkeypatch: pytest.MonkeyPatch, variant: dict[str, str]
 ) -> None:
-    """The other epilogues, and clusters of two sharing b, in a child process: every shape's c,
-    bit for bit (the same sums in the same order)."""
+    """The other epilogues, and clusters of two sharing b: every shape's c, bit for bit (the same
+    sums in the same order)."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    out = tmp_path / "other.pt"
-    env = {**os.environ, **variant, "WB_CACHE_DIR": str(cache_dir)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-c", _DIRECT, str(out), str(Path(__file__).parent)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    others = torch.load(out)
-    for shape, theirs in zip(SHAPES, others, strict=True):
-        ours = lib.matmul(*_operands(*shape)).cpu()
-        assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), shape
+    default = [lib.matmul(*_operands(*shape)) for shape in SHAPES]
+    for name, value in variant.items():
+        monkeypatch.setenv(name, value)
+    for shape, ours in zip(SHAPES, default, strict=True):
+        theirs = lib.matmul(*_operands(*shape))
+        assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), (shape, variant)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["WB_WGMMA_STORE", "WB_WGMMA_CLUSTER"])
+def test_a_bad_variant_is_refused_by_name(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    monkeypatch.setenv(name, "fast")
+    a, b = _operands(256, 256, 256, False)
+    with pytest.raises(RuntimeError, match=name):
+        lib.matmul(a, b)
 
 
 @pytest.mark.cuda

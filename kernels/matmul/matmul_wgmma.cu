@@ -75,30 +75,22 @@ bool make_map(CUtensorMap* map, const T* base, int64_t inner, int64_t outer, int
 
 // The epilogue both kernels run, which the kernel reads off the launch's dynamic shared memory
 // (launch_smem): by default through shared memory and asynchronous bulk copies (tile.smem); with
-// WB_WGMMA_STORE in the environment when the library loads, for A/B on a GPU, =direct from
-// registers straight to c (the ring alone: no buffer) or =vector through shared memory and 16-byte
-// stores (tile.smem + 16). A tile without the buffer (stage_smem 0) stores from registers.
-enum class Store { bulk, direct, vector };
-Store store_choice() {
-  static const Store store = [] {
-    const char* v = std::getenv("WB_WGMMA_STORE");
-    const std::string_view s = v != nullptr ? v : "";
-    return s == "direct" ? Store::direct : s == "vector" ? Store::vector : Store::bulk;
-  }();
-  return store;
-}
-
-unsigned launch_smem(const WgmmaShape& tile) {
-  if (tile.stage_smem == 0) return static_cast<unsigned>(tile.smem);
-  switch (store_choice()) {
-    case Store::direct:
-      return static_cast<unsigned>(tile.smem - tile.stage_smem);
-    case Store::vector:
-      return static_cast<unsigned>(tile.smem + 16);
-    case Store::bulk:
-      break;
+// WB_WGMMA_STORE in the environment (read at each call), for A/B on a GPU, =direct from registers
+// straight to c (the ring alone: no buffer) or =vector through shared memory and 16-byte stores
+// (tile.smem + 16). A tile without the buffer (stage_smem 0) stores from registers.
+Status launch_smem(const WgmmaShape& tile, unsigned* smem) {
+  const char* v = std::getenv("WB_WGMMA_STORE");
+  const std::string_view store = v != nullptr ? v : "";
+  *smem = static_cast<unsigned>(tile.smem);
+  if (store.empty() || store == "bulk") return nullptr;
+  if (store == "direct") {
+    *smem = static_cast<unsigned>(tile.smem - tile.stage_smem);
+  } else if (store == "vector") {
+    if (tile.stage_smem != 0) *smem = static_cast<unsigned>(tile.smem + 16);
+  } else {
+    return "matmul: WB_WGMMA_STORE must be bulk (the default), direct or vector; unset it";
   }
-  return static_cast<unsigned>(tile.smem);
+  return nullptr;
 }
 
 template <typename T>
@@ -203,15 +195,15 @@ bool make_maps(CUtensorMap* map_a, CUtensorMap* map_b, View<T> a, View<T> b, int
                    : make_map(map_b, b.data, n, k, b.row, 64, tile.bk));
 }
 
-// WB_WGMMA_CLUSTER=2 in the environment when the library loads (for A/B on a GPU): the whole-k
-// kernel runs in clusters of two blocks that compute two tiles one above the other and copy b's
-// tile once for both (TMA multicast; see the kernel). Off by default.
-bool paired_choice() {
-  static const bool paired = [] {
-    const char* v = std::getenv("WB_WGMMA_CLUSTER");
-    return v != nullptr && std::string_view(v) == "2";
-  }();
-  return paired;
+// WB_WGMMA_CLUSTER=2 in the environment (read at each call; for A/B on a GPU): the whole-k kernel
+// runs in clusters of two blocks that compute two tiles one above the other and copy b's tile
+// once for both (TMA multicast; see the kernel). Off by default (unset or 1).
+Status paired_choice(bool* paired) {
+  const char* v = std::getenv("WB_WGMMA_CLUSTER");
+  const std::string_view cluster = v != nullptr ? v : "";
+  *paired = cluster == "2";
+  if (cluster.empty() || cluster == "1" || cluster == "2") return nullptr;
+  return "matmul: WB_WGMMA_CLUSTER must be 1 (the default) or 2; unset it";
 }
 
 // With fewer registers at entry than the split assumes, the pool would be short of what the
@@ -238,8 +230,10 @@ Status run_split(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_
     return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
   }
   const int64_t units = tiles_of(m, n, plan.tile) * plan.splits;
+  unsigned smem = 0;
+  if (const Status e = launch_smem(plan.tile, &smem)) return e;
   const LaunchConfig config{static_cast<unsigned>(units), static_cast<unsigned>(plan.tile.threads),
-                            launch_smem(plan.tile)};
+                            smem};
   if (const Status e = kernel.launch(config, stream, map_a, map_b, workspace, static_cast<int>(m),
                                      static_cast<int>(n), static_cast<int>(k), plan.splits)) {
     return e;
@@ -300,7 +294,11 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   if (const Status e = check_regs(kernel, tile)) return e;
   const int64_t tiles = tiles_of(m, n, tile);
   if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
-  const bool paired = paired_choice() && tile.bn >= 128 && tiles >= 2;
+  bool paired = false;
+  if (const Status e = paired_choice(&paired)) return e;
+  paired = paired && tile.bn >= 128 && tiles >= 2;
+  unsigned smem = 0;
+  if (const Status e = launch_smem(tile, &smem)) return e;
   CUtensorMap map_a, map_b;
   if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, tile, paired)) {
     return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
@@ -311,8 +309,7 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   const int64_t slots = sm_count() * int64_t{tile.blocks};
   const int64_t pairs = (m + 2 * tile.bm - 1) / (2 * tile.bm) * ((n + tile.bn - 1) / tile.bn);
   const int64_t blocks = paired ? 2 * min_of<int64_t>(pairs, slots / 2) : min_of(tiles, slots);
-  LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads),
-                      launch_smem(tile)};
+  LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads), smem};
   if (paired) config.cluster = Dim3{2, 1, 1};
   if (tile.blocks > 1) config.carveout = 100;
   return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
