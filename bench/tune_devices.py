@@ -2,9 +2,10 @@
 
 In one run on one host: load the bundled family of ``--op`` (default ``scale:float32``, whose
 space has 18 valid points; ``matmul:bfloat16`` has 15), tune it once to build and cache every
-variant (not timed), then tune it ``--repeats`` times on one GPU and on all of them, alternating,
-with ``save=False``. Each tune's wall time counts checking and timing (the builds are cached
-by then: both runs pay the same cache lookups). Prints the median of each, their ratio (goal:
+variant (not timed), then once on all GPUs (the "cold" run: it starts the library's workers),
+then ``--repeats`` times on one GPU and on all of them, alternating, with ``save=False``. Each
+tune's wall time counts checking and timing (the builds are cached by then: both runs pay the
+same cache lookups). Prints the median of each, their ratio (goal:
 <= 0.6 on 2 GPUs), each run's winners, and whether the all-GPU winner of each size is the
 one-GPU run's or within its noise band. Writes ``tune_devices.md`` and ``tune_devices.json``
 into ``--out`` (default ``$OUT`` or .).
@@ -55,6 +56,11 @@ def main(argv: list[str]) -> int:
     t = time.perf_counter()
     first = workbench.tune(op, rounds=1, **kwargs)  # builds and caches every variant
     build_s = time.perf_counter() - t
+    # The first tune on all GPUs starts the library's workers (CUDA, the family, each variant
+    # opened in each): timed on its own as "cold"; the repeats find them started.
+    t = time.perf_counter()
+    cold = workbench.tune(op, rounds=args.rounds, devices="all", **kwargs)
+    cold_s = time.perf_counter() - t
     runs: dict[str, list[Any]] = {"one": [], "all": []}
     walls: dict[str, list[float]] = {"one": [], "all": []}
     for _ in range(args.repeats):
@@ -86,8 +92,12 @@ def main(argv: list[str]) -> int:
         "|---|---|---|---|---|---|---|",
         _row("one GPU", "cuda (current)", one_s, walls["one"], one),
         _row("all GPUs", ", ".join(every.devices), all_s, walls["all"], every),
+        _row("all GPUs, cold", ", ".join(cold.devices), cold_s, [cold_s], cold),
         "",
-        f"**Ratio all / one: {all_s / one_s:.2f}** (goal <= 0.6 on 2 GPUs).",
+        f"**Ratio all / one: {all_s / one_s:.2f}** (goal <= 0.6 on 2 GPUs); the first tune on "
+        f"all GPUs, which starts the workers: {cold_s / one_s:.2f}.",
+        f"Playoff (the first GPU times the other GPUs' close bests): "
+        f"{every.phases.get('playoff', 0.0):.1f} s of the last run.",
         "",
         "Winner of each size on all GPUs, against the one-GPU run (same, best, or noise):",
         "",
@@ -115,11 +125,12 @@ def main(argv: list[str]) -> int:
         "gpus": gpus,
         "walls": walls,
         "ratio": all_s / one_s,
+        "cold": cold_s,
         "one": one.to_dict(),
         "all": every.to_dict(),
     }
     (out / "tune_devices.json").write_text(json.dumps(record, indent=1))
-    print("\n".join(lines[: 16 + len(agree)]))
+    print("\n".join(lines[: 19 + len(agree)]))
     return 0
 
 

@@ -11,6 +11,7 @@ or one within its noise band.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -33,6 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NS = f"wbtunedev{os.getpid()}"
 ABORT = 'if (std::getenv("TINY_ABORT") && WB_TUNE_MODE == 2) {'
 ABORT += ' std::fprintf(stderr, "tiny: MODE 2 aborts\\n"); std::abort(); }\n'
+ABORT += (
+    'if (std::getenv("TINY_SAY")) { std::printf("tiny says hello\\n"); std::fflush(stdout); }\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +58,19 @@ def one(registry: Path, cache_dir: Path) -> tuple[workbench.Library, TuneResult]
     return lib, result
 
 
+def request_for(default: str) -> dict:
+    return {
+        "op": "add_offset", "dtype": "float32", "seed": 0, "min_time": 0.05, "rounds": 1,
+        "sizes": ["n1024", "n4194304"], "default": default, "seconds": None,
+        "only": None,
+    }  # fmt: skip
+
+
 def pooled(
-    lib: workbench.Library, devices: list[str], said: list[str]
+    lib: workbench.Library, devices: list[str], said: list[str], pool: parallel.Pool | None = None
 ) -> tuple[list[VariantResult], TuneResult]:
-    """The run's variants measured by a pool of workers on ``devices``, as run.tune does."""
+    """The run's variants measured by a pool of workers on ``devices`` (or by ``pool``, kept), as
+    run.tune does."""
     family = lib.project.family("tiny")
     points = space_of(specfile.load_module("tiny", lib.namespace, family.spec_path))
     assert points is not None
@@ -65,14 +78,11 @@ def pooled(
     built = run.build_variants(lib, family, variants, None, {}, said.append)
     distinct = measure.distinct(variants, built)
     default = label(points.default)
-    request = {
-        "op": "add_offset", "dtype": "float32", "seed": 0, "min_time": 0.05, "rounds": 1,
-        "sizes": ["n1024", "n4194304"], "default": default, "seconds": None,
-        "only": None,
-    }  # fmt: skip
+    request = request_for(default)
     keys = {n: b.key for n, b in built.items()}
     result = TuneResult("add_offset", "tiny", "cpu", "cpu", "", "float32", "", default)
-    with parallel.Pool(devices, lib.project.kernels_dir, lib.namespace, "tiny") as pool:
+    kept = pool
+    with contextlib.nullcontext(kept) if kept else parallel.Pool(*where(lib, devices)) as pool:
         result.sizes, result.rounds_done = pool.measure(
             request, distinct, said.append, measure.crashed, keys, result.phases
         )
@@ -96,6 +106,74 @@ def test_two_workers_share_the_variants_and_merge_to_the_same_winners(one: tuple
     assert result.phases["check"] > 0 and result.phases["time"] > 0
 
 
+def test_kept_workers_answer_a_second_run_and_follow_an_edit_of_the_plain_build(
+    one: tuple, registry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers of a library stay for its next tune: the same processes answer again, a
+    kernel's printf to stdout does not spoil an answer, and a worker reloads the family when
+    the run's plain build changed."""
+    lib, alone = one
+    monkeypatch.setenv("TINY_SAY", "1")  # every call of the op prints to stdout
+    said: list[str] = []
+    with parallel.Pool(*where(lib, ["cpu", "cpu"])) as pool:
+        pids = [w.proc.pid for w in pool.workers]
+        for _ in range(2):
+            _variants, result = pooled(lib, ["cpu", "cpu"], said, pool)
+            assert result.winners == alone.winners, result.time_table()
+        assert [w.proc.pid for w in pool.workers] == pids and all(w.alive() for w in pool.workers)
+        assert any(line.endswith("tiny says hello") for line in said)  # relayed from stderr
+        source = registry / "tiny" / "tiny.cpp"
+        text = source.read_text()
+        try:
+            source.write_text(text + "// an edit: a new plain build\n")
+            lib.reload()
+            request = {**request_for("MODE=0"), "build": lib.families["tiny"].key}
+            request["variants"], request["sizes"] = [{"label": "MODE=0", "point": {"MODE": 0}}], []
+            answer = pool.workers[1].run(request)
+            assert answer is not None and answer["build"] == lib.families["tiny"].key
+        finally:
+            source.write_text(text)
+            lib.reload()
+    assert not any(w.alive() for w in pool.workers)
+
+
+def test_pool_for_keeps_a_librarys_workers_until_it_is_collected(one: tuple) -> None:
+    lib, _ = one
+    pool = parallel.pool_for(lib, ["cpu"], "tiny")
+    try:
+        assert parallel.pool_for(lib, ["cpu"], "tiny") is pool  # the next tune's
+        assert parallel.pool_for(lib, ["cpu", "cpu"], "tiny") is not pool  # other devices
+        with knobs.override(WB_JOBS="3"):  # a knob the workers read: new workers
+            assert parallel.pool_for(lib, ["cpu"], "tiny") is not pool
+        with pytest.raises(KeyboardInterrupt), parallel.closed_on_error(pool):
+            raise KeyboardInterrupt
+        assert not any(w.alive() for w in pool.workers)
+        assert parallel.pool_for(lib, ["cpu"], "tiny") is not pool  # forgotten
+    finally:
+        parallel.close_pools()
+
+
+def test_the_best_of_two_workers_within_the_playoff_band_are_timed_on_the_first(
+    one: tuple,
+) -> None:
+    lib, _ = one
+    said: list[str] = []
+    with parallel.Pool(*where(lib, ["cpu", "cpu"])) as pool:
+        variants, result = pooled(lib, ["cpu", "cpu"], said, pool)
+        assert not any("playoff" in line for line in said)  # 5x apart: scaling tells them apart
+        small = next(s for s in result.sizes if s.label == "n1024")
+        real = small.time("MODE=2")  # the fastest at n1024 (worker 1's share)
+        assert real is not None and real < 0.5 * small.time("MODE=0")  # type: ignore[operator]
+        # As if worker 1's best had been scaled to 1% behind the default, worker 0's best.
+        fake = small.times["MODE=0"].stats.median * 1.01
+        small.times["MODE=2"] = Measurement(Stats(fake, fake, fake, 1), "m")
+        owner = {"MODE=1": 1, "MODE=2": 1, "MODE=3": 0}
+        pool._playoff(request_for("MODE=0"), result.sizes, variants, owner, said.append)
+    assert any(line.startswith("playoff on cpu: MODE=2 at n1024") for line in said), said
+    again = small.time("MODE=2")
+    assert again is not None and again != fake and again < 0.5 * small.time("MODE=0")  # type: ignore[operator]
+
+
 def test_a_dead_worker_is_reported_with_its_stderr_and_its_variants_tried_again(
     one: tuple, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,10 +182,12 @@ def test_a_dead_worker_is_reported_with_its_stderr_and_its_variants_tried_again(
     said: list[str] = []
     variants, result = pooled(lib, ["cpu", "cpu"], said)
     status = {v.label: (v.status, v.detail) for v in variants}
-    assert status["MODE=2"] == ("worker died", "cpu: tiny: MODE 2 aborts"), status
+    # The worker named MODE=2 as the variant it was checking: it is not tried again.
+    detail = "crashed its worker: cpu: its check ended the worker: tiny: MODE 2 aborts"
+    assert status["MODE=2"] == ("crashed", detail), status
     died = [line for line in said if "died (exit" in line]
-    assert len(died) == 2 and all("tiny: MODE 2 aborts" in line for line in died)  # twice
-    assert any("variants to a new worker" in line for line in said)
+    assert len(died) == 1 and "tiny: MODE 2 aborts" in died[0]
+    assert any("1 variants to a new worker" in line for line in said)  # its share's other one
     assert status["MODE=0"][0] == status["MODE=1"][0] == "checked"  # the others went on
     assert result.winners and "MODE=2" not in result.winners
 
@@ -200,6 +280,10 @@ def test_the_one_process_run_names_no_devices(one: tuple) -> None:
     _, alone = one
     assert alone.devices == [] and all(v.device == "" for v in alone.variants)
     assert alone.to_dict()["devices"] == []
+
+
+def where(lib: workbench.Library, devices: list[str]) -> tuple[list[str], Path, str, str]:
+    return devices, lib.project.kernels_dir, lib.namespace, "tiny"
 
 
 def winner_at(result: TuneResult, numel: int) -> str:

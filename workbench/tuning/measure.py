@@ -83,11 +83,13 @@ def check_all(
     say: Callable[[str], None],
     family: Family,
     only: set[tuple[str, str]] | None = None,
+    starting: Callable[[str | None], None] | None = None,
 ) -> dict[str, Any]:
     """Check each built variant on the tuned dtype ``dt``, the only one the router will send it;
     the ops of those that pass, by label. ``only``: as for :func:`build_variants`, for the variants
     whose launchers are the plain build's (they name the same kernels) in a library of their own
-    (the plain build's library is live: its modules keep every kernel)."""
+    (the plain build's library is live: its modules keep every kernel). ``starting`` is told each
+    variant's label before it is opened and checked, and None after the last."""
     from workbench.tuning import route
 
     preparers = {
@@ -98,6 +100,8 @@ def check_all(
     plain_objects = device_kernels(lib, family)[1] if only is not None else {}
     ops: dict[str, Any] = {}
     for v in distinct(variants, built):
+        if starting is not None:
+            starting(v.label)
         b = built[v.label]
         preparer = preparers[
             only is not None and b.library != plain and objects(b) == plain_objects
@@ -136,6 +140,8 @@ def check_all(
             continue
         v.status = "checked"
         ops[v.label] = op
+    if starting is not None:
+        starting(None)
     return ops
 
 

@@ -1,18 +1,24 @@
 """``wb tune --devices``: a host's GPUs check and time a tune run's variants side by side.
 
 The run builds every variant once, in its own process, as a one-GPU run does (the cache holds
-them). One worker process per GPU, started with the run (``python -m
-workbench.tuning.parallel``), pins itself to its GPU (``torch.cuda.set_device`` before any CUDA
-work: the same GPUs stay visible, so its build configuration, and every key, is the run's), opens
-the family from the cache while the variants build, and then gets its share of the variants: it
-checks them and times them (:mod:`workbench.tuning.measure`), each variant wholly on its GPU,
-beside the default variant, which every worker times (the first times it twice: the A/A pair of
-the noise band); the variants are dealt so that each GPU times as many candidates.
+them). One worker process per GPU (``python -m workbench.tuning.parallel``) pins itself to its
+GPU (``torch.cuda.set_device`` before any CUDA work: the same GPUs stay visible, so its build
+configuration, and every key, is the run's), opens the family from the cache while the variants
+build, and then answers requests, one JSON line each: it checks its share of the variants and
+times them (:mod:`workbench.tuning.measure`), each variant wholly on its GPU, beside the default,
+which every worker times (the first times it twice: the A/A pair of the noise band); the
+variants are dealt so that each GPU times as many candidates. The workers are kept for the
+library's life (:func:`pool_for`): a later tune of the family on those GPUs finds them with
+CUDA started and the variants they timed open (a worker reloads the family when the run's
+plain build changed).
 
 The run merges the workers' tables into one: the first worker's as measured, every other
 worker's variants scaled by the ratio of the default's time on the first GPU to its time on
-theirs, size by size (the same model of GPU differs by a few percent between cards). The noise
-band is the first worker's A/A band; the choice of winners is a one-GPU run's.
+theirs, size by size (the same model of GPU differs by a few percent between cards). Where the
+best variants of two GPUs' shares come within PLAYOFF of each other at a size, scaling cannot
+tell them apart: the first GPU times the other GPUs' best there too (the playoff), and those
+times replace the scaled ones, so that the winner is chosen from times of one card as in a
+one-GPU run. The noise band is the first worker's A/A band.
 
 A worker that dies (a crash, a lost CUDA context) is reported with the tail of its stderr, and
 its variants go to a new worker on the same GPU once, less those now remembered as crashing;
@@ -21,6 +27,7 @@ when that one dies too they are reported as failed. Ctrl-C (any exception) kills
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import json
@@ -30,7 +37,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,10 +51,14 @@ from workbench.tuning.report import TuneSize, VariantResult
 
 if TYPE_CHECKING:
     from workbench import build
+    from workbench.api import Library
 
 # Knobs a worker reads as the run does (a test's scoped override reaches it too).
 _KNOBS = ("WB_CACHE_DIR", "WB_NVRTC", "WB_DEVICES", "WB_QUIET", "WB_NVCC_PIPELINE", "WB_JOBS")
 _TAIL = 20  # lines of a dead worker's stderr that the run shows
+# Best variants of two GPUs' shares within this of each other at a size go to the playoff: the
+# scaling by the default's time carries two timings' noise and the cards' own difference.
+PLAYOFF = 0.05
 
 
 def devices_of(devices: str | Sequence[str] | None, dev: torch.device) -> list[int] | None:
@@ -114,6 +126,7 @@ class Worker:
         )
         self.tail: collections.deque[str] = collections.deque(maxlen=_TAIL)
         self.expired: str | None = None  # why the wait for its answer was cut short
+        self.checking: str | None = None  # the variant being checked, as it last said
         self.say: Callable[[str], None] = lambda line: None
         self.reader = threading.Thread(target=self._relay, daemon=True)
         self.reader.start()
@@ -125,9 +138,9 @@ class Worker:
             self.say(f"{self.device}: {line.rstrip()}")
 
     def run(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Send the request and wait for the answer; None when the worker died, or gave none in
-        WB_TUNE_WORKER_TIMEOUT seconds (then it is stopped, with any process it started, and its
-        last stderr line says so)."""
+        """Send the request (a line) and wait for its answer (a line); None when the worker died,
+        or gave none in WB_TUNE_WORKER_TIMEOUT seconds (then it is stopped, with any process it
+        started, and its last stderr line says so)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         limit = knobs.tune_worker_timeout()
         timer = threading.Timer(limit, self._expire, args=(limit,))
@@ -135,24 +148,40 @@ class Worker:
         timer.start()
         try:
             try:
-                self.proc.stdin.write(json.dumps(request))
-                self.proc.stdin.close()
+                self.proc.stdin.write(json.dumps(request) + "\n")
+                self.proc.stdin.flush()
             except (BrokenPipeError, OSError):  # it died before it read: its stderr says why
                 pass
-            out = self.proc.stdout.read()
-            self.proc.wait()
+            self.checking = None
+            answer = self._answer()
         finally:
             timer.cancel()
-        self.reader.join(timeout=5)
-        if self.expired is not None:
-            self.tail.append(self.expired)
-        if self.proc.returncode != 0:
+        if answer is None:
+            self.kill()
+            self.reader.join(timeout=5)
+            if self.expired is not None:
+                self.tail.append(self.expired)
             return None
-        try:
-            answer = json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return None
-        return answer if isinstance(answer, dict) else None
+        return answer
+
+    def _answer(self) -> dict[str, Any] | None:
+        """The answer line, after the variants' names as each one's check starts (the last one
+        named when the worker died is the variant whose check ended it)."""
+        assert self.proc.stdout is not None
+        while line := self.proc.stdout.readline():
+            try:
+                said = json.loads(line)
+            except ValueError:
+                return None
+            if not isinstance(said, dict):
+                return None
+            if "checking" not in said:
+                return said
+            self.checking = said["checking"]
+        return None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def _expire(self, limit: float) -> None:
         """No answer in time: end the worker's whole session (a process it started could hold
@@ -164,7 +193,7 @@ class Worker:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait()
+        self.proc.wait()
 
 
 class Pool:
@@ -176,10 +205,13 @@ class Pool:
         self.workers: list[Worker] = []
         self.compiled: dict[str, list[str]] = {}  # per device, the TUs its worker compiled
         try:
-            self.workers = [Worker(d, kernels, namespace, family) for d in devices]
+            self.workers = [self._start(d) for d in devices]
         except BaseException:
             self.close()
             raise
+
+    def _start(self, device: str) -> Worker:
+        return Worker(device, self.kernels, self.namespace, self.family)
 
     def __enter__(self) -> Pool:
         return self
@@ -204,31 +236,37 @@ class Pool:
         status and device are set. ``request``: what every worker is asked besides its share
         (see :func:`main`). ``crashed``/``keys``: the builds remembered as crashing, and each
         variant's build key, for a worker's second try. ``phases`` gets the longest check and
-        timing of any worker. (sizes, rounds done)"""
+        timing of any worker, and the playoff's seconds. (sizes, rounds done)"""
         default = request["default"]
         has_default = any(v.label == default for v in variants)
         shares = _shares([v for v in variants if v.label != default], len(self.workers))
-        point = {v.label: v.point for v in variants}
+        self.point = {v.label: v.point for v in variants}
         answers: list[dict[str, Any] | None] = [None] * len(self.workers)
+        for i, worker in enumerate(self.workers):  # one that died since the last run: anew
+            if not worker.alive():
+                self.workers[i] = self._start(worker.device)
 
-        def ask(i: int, worker: Worker, share: list[VariantResult]) -> None:
+        def ask(i: int, share: list[VariantResult]) -> None:
             labels = [default] * has_default + [v.label for v in share]
-            asked = {**request, "variants": [{"label": n, "point": point[n]} for n in labels]}
+            asked = {**request, "variants": [{"label": n, "point": self.point[n]} for n in labels]}
             asked["aa"] = i == 0  # the noise band's A/A pair: on the first GPU only
-            worker.say = say
-            answers[i] = worker.run(asked)
+            self.workers[i].say = say
+            answers[i] = self.workers[i].run(asked)
 
-        first = list(self.workers)
-        _each(ask, list(enumerate(zip(first, shares, strict=True))))
-        for i, worker in enumerate(first):
+        _each(ask, list(enumerate(shares)))
+        for i, worker in enumerate(list(self.workers)):
             if answers[i] is not None:
                 continue
             say(_died(worker))
+            self.workers[i] = self._start(worker.device)  # for what is left, and the next run
             if worker.expired is not None:  # a second worker would wait as long: none
                 for v in shares[i]:
                     v.status, v.detail = "timed out", f"{worker.device}: {worker.expired}"
                 continue
             bad = crashed()
+            last = next((x for x in reversed(worker.tail) if x.strip()), "no output")
+            if worker.checking is not None:  # it died checking this one
+                bad[keys[worker.checking]] = f"{worker.device}: its check ended the worker: {last}"
             share = [v for v in shares[i] if keys[v.label] not in bad]
             for v in shares[i]:
                 if keys[v.label] in bad:
@@ -236,31 +274,132 @@ class Pool:
             if not share:
                 continue
             say(f"{worker.device}: {len(share)} variants to a new worker")
-            again = Worker(worker.device, self.kernels, self.namespace, self.family)
-            self.workers.append(again)
-            ask(i, again, share)
+            ask(i, share)
             if answers[i] is None:
+                again = self.workers[i]
                 say(_died(again))
                 last = next((x for x in reversed(again.tail) if x.strip()), "no output")
                 for v in share:
                     v.status, v.detail = "worker died", f"{worker.device}: {last}"
-        for worker, answer in zip(first, answers, strict=True):
-            self.compiled[worker.device] = list((answer or {}).get("compiled", []))
-            if self.compiled[worker.device]:  # the run builds every variant: a worker should not
-                say(f"{worker.device} compiled {', '.join(self.compiled[worker.device])}")
+        for device, answer in zip(self.devices, answers, strict=True):
+            self.compiled[device] = list((answer or {}).get("compiled", []))
+            if self.compiled[device]:  # the run builds every variant: a worker should not
+                say(f"{device} compiled {', '.join(self.compiled[device])}")
         names = {a["device"] for a in answers if a is not None}
         if len(names) > 1:
             say(f"the GPUs differ ({', '.join(sorted(names))}): times are scaled by the default's")
         for answer in answers:
             for phase, seconds in (answer or {}).get("phases", {}).items():
                 phases[phase] = max(phases.get(phase, 0.0), seconds)
-        return merge(answers, variants, default, self.devices)
+        sizes, done = merge(answers, variants, default, self.devices)
+        if answers[0] is not None and len(self.devices) > 1:
+            start = time.perf_counter()
+            owner = {v.label: i for i, share in enumerate(shares) for v in share}
+            self._playoff(request, sizes, variants, owner, say)
+            phases["playoff"] = time.perf_counter() - start
+        return sizes, done
+
+    def _playoff(
+        self,
+        request: dict[str, Any],
+        sizes: list[TuneSize],
+        variants: list[VariantResult],
+        owner: dict[str, int],
+        say: Callable[[str], None],
+    ) -> None:
+        """Where the best of two GPUs' shares are within PLAYOFF of each other at a size, time the
+        other GPUs' best there on the first GPU, and put those times in the table (see the module
+        docstring). ``owner``: the worker that timed each variant (the default: the first). A
+        variant that fails its check on the first GPU is disqualified."""
+        by_label = {v.label: v for v in variants}
+        first = self.devices[0]
+        asked: dict[str, list[str]] = {}
+        for size in sizes:
+            names = [n for n in size.variants if by_label[n].status == "checked"]
+            if not names:
+                continue
+            t = {n: size.times[n].stats.median for n in names}
+            best_of: dict[int, str] = {}  # worker -> its share's best
+            for n in sorted(names, key=t.__getitem__):
+                best_of.setdefault(owner.get(n, 0), n)
+            close = [n for n in best_of.values() if t[n] <= min(t.values()) * (1 + PLAYOFF)]
+            others = [n for n in close if owner.get(n, 0) != 0]
+            if len(close) > 1 and others:
+                asked[size.label] = others
+        if not asked:
+            return
+        labels = sorted({n for names in asked.values() for n in names})
+        say(f"playoff on {first}: {', '.join(labels)} at {', '.join(asked)}")
+        request = {**request, "sizes": list(asked), "aa": False}
+        request["variants"] = [{"label": n, "point": self.point[n]} for n in labels]
+        answer = self.workers[0].run(request)
+        if answer is None:
+            say(_died(self.workers[0]) + "\n(the playoff's variants keep their scaled times)")
+            self.workers[0] = self._start(first)
+            return
+        for row in answer["variants"]:
+            if row["status"] != "checked":
+                v = by_label[row["label"]]
+                v.status, v.detail = row["status"], f"{first}: {row['detail']}"
+                for size in sizes:
+                    size.times.pop(v.label, None)
+                    size.rounds.pop(v.label, None)
+        for timed in (_size(d) for d in answer["sizes"]):
+            size = next(s for s in sizes if s.label == timed.label)
+            for name in asked.get(timed.label, []):
+                if name in timed.times and name in size.times:
+                    size.times[name] = timed.times[name]
+                    size.rounds[name] = timed.rounds.get(name, [])
+
+
+_pools: dict[tuple[Any, ...], Pool] = {}
+
+
+def pool_for(lib: Library, devices: list[str], family: str) -> Pool:
+    """The workers of ``lib`` on ``devices`` for ``family``: started by its first tune there,
+    kept for the next ones (with CUDA started and the variants they timed open) until the
+    library is collected, :func:`close_pools` or the process ends."""
+    key = (id(lib), lib.namespace, family, tuple(devices), *(knobs.get(n) for n in _KNOBS))
+    pool = _pools.get(key)
+    if pool is None:
+        pool = _pools[key] = Pool(devices, lib.project.kernels_dir, lib.namespace, family)
+        weakref.finalize(lib, _drop, key)
+    return pool
+
+
+def _drop(key: tuple[Any, ...]) -> None:
+    pool = _pools.pop(key, None)
+    if pool is not None:
+        pool.close()
+
+
+def close_pools() -> None:
+    """End every kept worker (their GPU memory is freed)."""
+    for key in list(_pools):
+        _drop(key)
+
+
+atexit.register(close_pools)
+
+
+@contextlib.contextmanager
+def closed_on_error(pool: Pool | None) -> Iterator[None]:
+    """Any exception (Ctrl-C included) ends the pool's workers and forgets the pool."""
+    try:
+        yield
+    except BaseException:
+        for key in [k for k, p in _pools.items() if p is pool]:
+            del _pools[key]
+        if pool is not None:
+            pool.close()
+        raise
 
 
 def _shares(variants: list[VariantResult], workers: int) -> list[list[VariantResult]]:
     """The variants dealt out so that every worker times as many candidates as the others: each
-    times the default too, and the first times it twice (its A/A pair)."""
-    load = [2] + [1] * (workers - 1)
+    times the default too, and the first times it twice (its A/A pair) and, beside other
+    workers, the playoff's variants (about one more)."""
+    load = [2 + (workers > 1)] + [1] * (workers - 1)
     out: list[list[VariantResult]] = [[] for _ in range(workers)]
     for v in variants:
         i = min(range(workers), key=lambda w: (load[w], w))
@@ -274,9 +413,9 @@ def _died(worker: Worker) -> str:
     return f"the worker on {worker.device} died (exit {worker.proc.returncode}):\n{tail}"
 
 
-def _each(fn: Callable[..., None], items: list[tuple[int, tuple[Worker, list[Any]]]]) -> None:
-    """``fn(i, worker, share)`` for every worker at once (each waits on its own process)."""
-    threads = [threading.Thread(target=fn, args=(i, w, s)) for i, (w, s) in items]
+def _each(fn: Callable[..., None], items: list[tuple[int, list[Any]]]) -> None:
+    """``fn(i, share)`` for every worker at once (each waits on its own process)."""
+    threads = [threading.Thread(target=fn, args=(i, s)) for i, s in items]
     for t in threads:
         t.start()
     for t in threads:
@@ -353,9 +492,12 @@ def _size(d: dict[str, Any]) -> TuneSize:
 
 def main(argv: list[str]) -> int:
     """``python -m workbench.tuning.parallel DEVICE KERNELS NAMESPACE FAMILY``: pin to DEVICE
-    (``cuda:N``), open the family, then read one request (JSON on stdin: op, dtype, seed,
-    min_time, rounds, seconds, sizes, default, only, variants) and answer it (JSON, the last
-    line of stdout)."""
+    (``cuda:N``), open the family, then answer requests until stdin ends: each a JSON line (op,
+    dtype, seed, min_time, rounds, seconds, sizes, default, only, variants, build, aa), each
+    answer a JSON line on the process's stdout. Anything else written to stdout (a print, a
+    kernel's printf) goes to stderr."""
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     dev, kernels, namespace, family_name = torch.device(argv[1]), argv[2], argv[3], argv[4]
     if dev.type == "cuda":
         torch.cuda.set_device(dev)  # before any CUDA work: its context is on this GPU alone
@@ -367,23 +509,37 @@ def main(argv: list[str]) -> int:
     # Registered now (not at the first lookup of an op): its live handle names the kernels of
     # its device-only TUs, which a variant's modules are compiled for (as the run's are).
     lib = api.load(kernels, namespace=namespace, families=[family_name], eager=True)
-    request = json.loads(sys.stdin.read())
-    phases: dict[str, float] = {}
-    sizes, answer_rows, done = _check_and_time(lib, family_name, dev, request, phases)
-    answer = {
-        "variants": answer_rows,
-        "phases": phases,
-        "compiled": compiled,
-        "rounds": done,
-        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "sizes": [_size_record(s) for s in sizes],
-    }
-    print(json.dumps(answer), flush=True)
+    while line := sys.stdin.readline():
+        request = json.loads(line)
+        if request.get("build") not in (None, lib.families[family_name].key):
+            lib.reload()  # the run's plain build changed since this worker opened it
+        compiled.clear()
+        phases: dict[str, float] = {}
+
+        def starting(label: str | None) -> None:  # the variant whose check may end this worker
+            print(json.dumps({"checking": label}), file=answers, flush=True)
+
+        sizes, answer_rows, done = _check_and_time(lib, family_name, dev, request, phases, starting)
+        answer = {
+            "variants": answer_rows,
+            "phases": phases,
+            "compiled": list(compiled),
+            "rounds": done,
+            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "sizes": [_size_record(s) for s in sizes],
+            "build": lib.families[family_name].key,  # the plain build it timed beside
+        }
+        print(json.dumps(answer), file=answers, flush=True)
     return 0
 
 
 def _check_and_time(
-    lib: Any, family_name: str, dev: torch.device, request: dict[str, Any], phases: dict[str, float]
+    lib: Any,
+    family_name: str,
+    dev: torch.device,
+    request: dict[str, Any],
+    phases: dict[str, float],
+    starting: Callable[[str | None], None],
 ) -> tuple[list[TuneSize], list[dict[str, str]], int]:
     from workbench import build as build_mod
     from workbench.benchmark.run import pick_sizes, resolve_dtype, spec_for, sweep
@@ -407,7 +563,7 @@ def _check_and_time(
     only_set = {(str(f), str(n)) for f, n in only} if only is not None else None
     start = time.perf_counter()
     deadline = None if request["seconds"] is None else start + request["seconds"]
-    ops = measure.check_all(lib, spec, dev, dt, variants, built, say, family, only_set)
+    ops = measure.check_all(lib, spec, dev, dt, variants, built, say, family, only_set, starting)
     phases["check"] = time.perf_counter() - start
     rows = [{"label": v.label, "status": v.status, "detail": v.detail} for v in variants]
     if not ops:

@@ -147,10 +147,10 @@ def tune(
     variants = [VariantResult(label(p), dict(p)) for p in space.points()]
     say(f"{op}: {len(variants)} variants of {family_name} ({space!r})")
 
-    kernels = lib.project.kernels_dir
     on = [f"cuda:{g}" for g in gpus or []]
-    pool = parallel.Pool(on, kernels, lib.namespace, family_name) if on else None
-    with pool or contextlib.nullcontext():  # the workers start CUDA and open the family now
+    # The workers start CUDA and open the family now, at the library's first tune on them.
+    pool = parallel.pool_for(lib, on, family_name) if on else None
+    with parallel.closed_on_error(pool):
         with _workers(lib, family, dev, jobs) as workers:  # they start while the build runs
             t = time.perf_counter()
             only = launched_kernels(lib, spec, family, dev, dt, samples)
@@ -234,7 +234,7 @@ def _measure_on(
         "op": result.op, "dtype": result.dtype, "seed": seed, "min_time": min_time,
         "rounds": n_rounds, "sizes": [s.label for s in samples], "default": result.default,
         "seconds": None if deadline is None else max(0.0, deadline - time.perf_counter()),
-        "only": sorted(only) if only is not None else None,
+        "only": sorted(only) if only is not None else None, "build": result.build_key,
     }  # fmt: skip
     keys = {label: b.key for label, b in built.items()}
     result.devices = list(pool.devices)
