@@ -24,9 +24,10 @@ SOURCE = BUNDLED_KERNELS / "histogram" / "histogram.cu"
 THREADS = 1024  # kThreads
 
 # (WB_HISTOGRAM_KERNEL, WB_HISTOGRAM_CLUSTER): the kernels before the cluster path; the current
-# ones with the chunked path (no clusters); the cluster path with clusters of 2, 4 and 8 blocks.
-CHOICES = [("base", ""), ("", "0"), ("", "2"), ("", "4"), ("", "8")]
-CHOICE_IDS = ["base", "chunked", "cluster2", "cluster4", "cluster8"]
+# ones with the chunked path (no clusters); the cluster path with clusters of 2, 4 and 8 blocks,
+# and with 8 binning float elements one at a time (no count_deferred).
+CHOICES = [("base", ""), ("", "0"), ("", "2"), ("", "4"), ("", "8"), ("nodefer", "8")]
+CHOICE_IDS = ["base", "chunked", "cluster2", "cluster4", "cluster8", "cluster8_nodefer"]
 # Bin counts across every path: replicated small histograms, one copy, the cluster path (above
 # 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than cluster 2
 # fits (200000: cluster 4 and 8 only, else the global path).

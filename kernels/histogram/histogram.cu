@@ -31,6 +31,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "histogram/histogram.h"
 #include "wb/cuda.cuh"
@@ -74,9 +75,10 @@ __device__ __forceinline__ V load_x(const V* __restrict__ p) {
 // Calls f on every element of x once across `blocks` blocks (this one is `block`): the elements
 // before x's first 16-byte boundary (head, fewer than a vector) and after its last whole vector
 // (tail) one at a time, the rest as 16-byte vectors, Unroll loads in flight before any is counted.
-template <int Unroll, bool NoL1, typename T, typename F>
+// g(v), where given, counts the Unroll vectors v of a whole step of the loop instead of f.
+template <int Unroll, bool NoL1, typename T, typename F, typename G>
 __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
-                                         int64_t n, int64_t block, int64_t blocks, F& f) {
+                                         int64_t n, int64_t block, int64_t blocks, F& f, G& g) {
   constexpr int N = kVec16<T>;
   using V = Vec<T, N>;
   const int64_t tid = block * blockDim.x + threadIdx.x;
@@ -94,11 +96,7 @@ __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
     V v[Unroll];
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) v[u] = load_x<NoL1>(xv + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u) {
-#pragma unroll
-      for (int j = 0; j < N; ++j) f(v[u].v[j]);
-    }
+    g(v);
   }
   // Fewer than Unroll vectors left (i, i + stride, ... below nvec): loaded together too.
   V v[Unroll - 1];
@@ -112,6 +110,52 @@ __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
 #pragma unroll
       for (int j = 0; j < N; ++j) f(v[u].v[j]);
     }
+  }
+}
+
+template <int Unroll, bool NoL1, typename T, typename F>
+__device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
+                                         int64_t n, int64_t block, int64_t blocks, F& f) {
+  auto each = [&](const Vec<T, kVec16<T>>(&v)[Unroll]) {
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+#pragma unroll
+      for (int j = 0; j < kVec16<T>; ++j) f(v[u].v[j]);
+    }
+  };
+  for_each<Unroll, NoL1>(x, n, block, blocks, f, each);
+}
+
+// Counts the float elements of v with add(bin), the exact bins of histogram.h (bin_of_float),
+// where r.estimate: bin_bounds first for every element; those it does not pin (near an edge, a
+// fraction of about 4 * margin of them) wait in a mask and then take bin_of one at a time. A warp
+// so runs the double path about as often as its busiest lane has such elements (a few in 16 with
+// 65536 bins), where an element at a time runs it whenever any of its 32 lanes has one.
+template <int U, typename A>
+__device__ __forceinline__ void count_deferred(const Vec<float, 4> (&v)[U], const Range& r,
+                                               A& add) {
+  constexpr int K = U * 4;
+  static_assert(K <= 32, "the mask holds 32 elements");
+  uint32_t undecided = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const float e = v[k / 4].v[k % 4];
+    if (e >= r.flo && e <= r.fhi) {  // counted (histogram.h: flo, fhi)
+      const BinBounds b = bin_bounds(e, r);
+      if (b.first == b.last) {
+        add(static_cast<uint32_t>(b.first));
+      } else {
+        undecided |= 1u << k;
+      }
+    }
+  }
+  while (undecided != 0) {
+    const int k = __ffs(static_cast<int>(undecided)) - 1;
+    undecided &= undecided - 1;
+    float e = v[0].v[0];  // v's element k, picked with constant indices (v stays in registers)
+#pragma unroll
+    for (int m = 1; m < K; ++m) e = m == k ? v[m / 4].v[m % 4] : e;
+    add(static_cast<uint32_t>(bin_of(static_cast<double>(e), r)));
   }
 }
 
@@ -186,7 +230,7 @@ __device__ __forceinline__ uint32_t local(uint32_t u, int shift) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_cluster_kernel(const T* __restrict__ x,  // [n]
-                             int64_t n, Range r, int shift, int slice_bins,
+                             int64_t n, Range r, int shift, int slice_bins, bool defer,
                              Count* __restrict__ counts) {  // [bins]
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -197,19 +241,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = threadIdx.x; i < slice_bins; i += blockDim.x) sub[i] = 0;
   cluster.sync();  // every block's counters are zero before any block counts into them
   const auto base = static_cast<uint32_t>(__cvta_generic_to_shared(sub));
+  auto add = [&](uint32_t u) {
+    // The counter's shared::cluster address in its block, and an add that returns nothing.
+    uint32_t at;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(at)
+                 : "r"(base + local(u, shift) * 4), "r"((u >> kRunBits) & mask));
+    asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], 1;" ::"r"(at) : "memory");
+  };
   auto count = [&](T v) {
     const int64_t b = element_bin(v, r);
-    if (b >= 0) {
-      // The counter's shared::cluster address in its block, and an add that returns nothing.
-      const auto u = static_cast<uint32_t>(b);
-      uint32_t at;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                   : "=r"(at)
-                   : "r"(base + local(u, shift) * 4), "r"((u >> kRunBits) & mask));
-      asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], 1;" ::"r"(at) : "memory");
-    }
+    if (b >= 0) add(static_cast<uint32_t>(b));
   };
-  for_each<4, true>(x, n, blockIdx.x, gridDim.x, count);
+  if constexpr (std::is_same_v<T, float>) {
+    if (defer) {  // uniform: r.estimate
+      auto group = [&](const Vec<float, 4>(&v)[4]) { count_deferred(v, r, add); };
+      for_each<4, true>(x, n, blockIdx.x, gridDim.x, count, group);
+    } else {
+      for_each<4, true>(x, n, blockIdx.x, gridDim.x, count);
+    }
+  } else {
+    for_each<4, true>(x, n, blockIdx.x, gridDim.x, count);
+  }
   cluster.sync();  // every count has landed, and no block reads another's memory after this
   for (int j = threadIdx.x; j < slice_bins; j += blockDim.x) {
     const uint32_t c = sub[j];  // at most the cluster's elements: no overflow
@@ -267,18 +320,22 @@ Status device_info(DeviceInfo* info) {
 // The kernels a call takes, read from the environment at every call (for A/B timing in one
 // process): WB_HISTOGRAM_KERNEL=base takes the kernels as they were before the cluster path (two
 // loads in flight a thread, loads through L1, the chunked path beyond one block's shared memory);
-// anything else, or unset, the current ones (four loads in flight, not allocated in L1).
+// WB_HISTOGRAM_KERNEL=nodefer bins the cluster path's float elements one at a time (bin_of_float)
+// instead of count_deferred; anything else, or unset, the current kernels (four loads in flight,
+// not allocated in L1, count_deferred).
 // WB_HISTOGRAM_CLUSTER=2, 4 or 8 sets the cluster size of the cluster path (default 8; 0 turns
 // the path off, leaving the chunked one).
 struct Choice {
   bool base = false;
-  int cluster = 8;  // 0: no cluster path
+  bool defer = true;  // the cluster path's float elements: count_deferred where r.estimate
+  int cluster = 8;    // 0: no cluster path
 };
 
 Choice choice() {
   Choice c;
   const char* kernel = std::getenv("WB_HISTOGRAM_KERNEL");
   c.base = kernel != nullptr && std::strcmp(kernel, "base") == 0;
+  c.defer = kernel == nullptr || std::strcmp(kernel, "nodefer") != 0;
   const char* cluster = std::getenv("WB_HISTOGRAM_CLUSTER");
   if (cluster != nullptr && cluster[0] != '\0') {
     const int k = std::atoi(cluster);
@@ -384,8 +441,8 @@ int resident_clusters(K k, const cudaLaunchConfig_t* config, int size, int64_t s
 // ran, where a block's share of the bins does not fit its shared memory, or no such cluster fits
 // or launches on the device (the caller then takes another path).
 template <typename T>
-Status launch_cluster(const T* x, int64_t n, Range r, int size, Count* counts, const DeviceInfo& d,
-                      cudaStream_t s, bool* launched) {
+Status launch_cluster(const T* x, int64_t n, Range r, int size, bool defer, Count* counts,
+                      const DeviceInfo& d, cudaStream_t s, bool* launched) {
   *launched = false;
   const int shift = size == 8 ? 3 : (size == 4 ? 2 : 1);
   const int64_t run = int64_t{size} << kRunBits;  // bins a cluster's blocks hold a run each of
@@ -413,8 +470,8 @@ Status launch_cluster(const T* x, int64_t n, Range r, int size, Count* counts, c
   int64_t clusters = (grid_for<T>(n, int64_t{resident} * size) + size - 1) / size;
   clusters = clusters > (n - 1) / kMaxBlockItems + 1 ? clusters : (n - 1) / kMaxBlockItems + 1;
   config.gridDim = dim3(static_cast<unsigned>(clusters * size));
-  const cudaError_t err =
-      cudaLaunchKernelEx(&config, kernel, x, n, r, shift, static_cast<int>(slice_bins), counts);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, x, n, r, shift,
+                                             static_cast<int>(slice_bins), defer, counts);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // a cluster this device cannot schedule: the chunked path runs
     return nullptr;
@@ -448,7 +505,8 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
   // much as the elements) and x has at least as many elements as bins.
   if (c.cluster > 0 && d.major >= 9 && r.bins > kClusterBins && n >= r.bins) {
     bool launched = false;
-    if (const Status err = launch_cluster(x, n, r, c.cluster, counts, d, s, &launched)) {
+    if (const Status err =
+            launch_cluster(x, n, r, c.cluster, c.defer && r.estimate, counts, d, s, &launched)) {
       return err;
     }
     if (launched) return nullptr;
