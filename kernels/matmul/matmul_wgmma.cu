@@ -16,6 +16,10 @@
 // [S, m, n] the caller allocates (matmul_cuda_workspace), then sum_slices_kernel adds the slices
 // in order and rounds once into c. The same bits every call; no state kept between calls, so a
 // CUDA graph replays it.
+//
+// A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
+// error naming it): WB_WGMMA_STORE=bulk (default) | direct | vector, the epilogue (launch_smem);
+// WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
