@@ -13,7 +13,8 @@
 //   counts with one 64-bit atomicAdd. Cluster path (sm_90, above kClusterBins bins, x at least as
 //   many elements as bins): a thread-block cluster of 8 (or 2, 4) blocks holds the whole
 //   histogram in its blocks' shared memory, the bins interleaved across the blocks, and counts
-//   into it with distributed shared memory atomics; each element is read and binned once, and the
+//   into it with distributed shared memory atomics; each element is read and binned once (float
+//   elements 16 at a time, the double path only for those near an edge: count_deferred), and the
 //   merge costs one atomic per nonzero bin of a cluster instead of one per nonzero bin of a block.
 //   Chunked path, where there are no clusters and one copy does not fit the most shared memory a
 //   block may opt in to (above 41,728 bins on an A100's 163 KiB, 58,112 on an H100's or H200's
