@@ -5,7 +5,8 @@ WB_WGMMA_STORE, read at each call, picks another epilogue for A/B (the launch's
 dynamic shared memory tells the kernel): =direct the old one (no buffer: scattered stores from
 registers), =vector the buffer copied out with 16-byte stores by all the consumer's threads;
 WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share b's tile (other
-values than these are refused, naming the variable).
+values than these are refused, naming the variable); WB_WGMMA_SPLITS=S forces the split-k
+route's number of slices (for timing that choice).
 
 Without a GPU: the kernels compile for sm_90a with all three epilogues, without spills.
 On a Hopper GPU (marked cuda): the default route is right against torch.mm at odd shapes (m, n
@@ -156,14 +157,32 @@ def test_the_default_gives_the_variants_bits(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", ["WB_WGMMA_STORE", "WB_WGMMA_CLUSTER"])
+@pytest.mark.parametrize("splits", ["2", "4", "16", "64"])
+def test_a_forced_split_count_is_right(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, splits: str
+) -> None:
+    """WB_WGMMA_SPLITS=S: S slices (more units than SMs included), right on the split shapes."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    monkeypatch.setenv("WB_WGMMA_SPLITS", splits)
+    for m, n, k, col in [(1, 4096, 4096, False), (16, 4104, 4096, True), (128, 4096, 4136, False)]:
+        a, b = _operands(m, n, k, col)
+        _within_tolerance(lib, lib.matmul(a, b), a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["WB_WGMMA_STORE", "WB_WGMMA_CLUSTER", "WB_WGMMA_SPLITS"])
 def test_a_bad_variant_is_refused_by_name(
     lib: Any, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     monkeypatch.setenv(name, "fast")
-    a, b = _operands(256, 256, 256, False)
+    a, b = (
+        _operands(16, 4096, 4096, False)
+        if name == "WB_WGMMA_SPLITS"
+        else _operands(256, 256, 256, False)
+    )
     with pytest.raises(RuntimeError, match=name):
         lib.matmul(a, b)
 

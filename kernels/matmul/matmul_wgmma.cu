@@ -19,7 +19,8 @@
 //
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
 // error naming it): WB_WGMMA_STORE=bulk (default) | direct | vector, the epilogue (launch_smem);
-// WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice).
+// WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice);
+// WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -142,7 +143,17 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   WgmmaShape tile{};
   if (const Status e = global<&kSplitShape>.read(&tile)) return e;
   const int64_t steps = (k + tile.bk - 1) / tile.bk;
-  const int64_t splits = min_of(sms / tiles_of(m, n, tile), steps / kMinSteps);
+  int64_t splits = min_of(sms / tiles_of(m, n, tile), steps / kMinSteps);
+  // WB_WGMMA_SPLITS=S in the environment (read at each call; for timing this choice on a GPU):
+  // S slices (at most one a k step) wherever the route splits.
+  if (const char* v = std::getenv("WB_WGMMA_SPLITS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long forced = std::strtol(v, &end, 10);
+    if (*end != '\0' || forced < 2 || forced > 4096) {
+      return "matmul: WB_WGMMA_SPLITS must be a whole number from 2 to 4096; unset it";
+    }
+    splits = min_of<int64_t>(forced, steps);
+  }
   if (splits >= 2) *plan = Split{static_cast<int>(splits), tile};
   return nullptr;
 }
