@@ -8,26 +8,27 @@
 //   Shared path, when a block's histogram fits in shared memory: a block keeps `replicas`
 //   private histograms of 32-bit counters in shared memory ([replicas, bins]; warp w counts into
 //   replica w % replicas, so fewer warps contend for a hot bin), reads x in a grid-stride loop of
-//   16-byte loads (4 of them in flight a thread, not allocated in L1; the unaligned head and the
-//   tail one element at a time), then adds each bin's sum over its replicas, where nonzero, to
-//   counts with one 64-bit atomicAdd. Cluster path (sm_90, above kClusterBins bins, x at least as
-//   many elements as bins): a thread-block cluster of 8 (or 2, 4) blocks holds the whole
-//   histogram in its blocks' shared memory, the bins interleaved across the blocks, and counts
-//   into it with distributed shared memory atomics; each element is read and binned once (float
-//   elements 16 at a time, the double path only for those near an edge: count_deferred), and the
-//   merge costs one atomic per nonzero bin of a cluster instead of one per nonzero bin of a block.
-//   Chunked path, where there are no clusters and one copy does not fit the most shared memory a
-//   block may opt in to (above 41,728 bins on an A100's 163 KiB, 58,112 on an H100's or H200's
-//   227 KiB, 25,344 on sm_86's 99 KiB) but kMaxChunks slices of the bins do and x has at least as
-//   many elements as bins: the shared kernel, each block counting one slice of the bins over its
-//   share of x (block i: slice i % chunks), so x is read once from memory per slice group (the
-//   slices of one share run side by side and read it through L2) and the merge adds one atomic per
-//   nonzero bin of a slice. A slice skips the float elements that the float estimate puts in other
-//   slices (histogram.h, bin_bounds), so the exact bin is computed about once an element. Global
-//   path otherwise (huge or sparse histograms): one 64-bit atomicAdd on counts per counted element.
-//   WB_HISTOGRAM_KERNEL / WB_HISTOGRAM_CLUSTER select other kernels for A/B timing (choice()).
-//   Counts are integers, so any order of the atomics gives the same result. Check and time:  wb
-//   check histogram --device cuda;  wb bench histogram --device cuda
+//   16-byte loads (4 of them in flight a thread, not allocated in L1, float elements binned 16 at a
+//   time by count_deferred; the unaligned head and the tail one element at a time), then adds each
+//   bin's sum over its replicas, where nonzero, to counts with one 64-bit atomicAdd. Cluster path
+//   (sm_90, above kClusterBins bins, x at least as many elements as bins): a thread-block cluster
+//   of 8 (or 2, 4) blocks holds the whole histogram in its blocks' shared memory, the bins
+//   interleaved across the blocks, and counts into it with distributed shared memory atomics; each
+//   element is read and binned once (float elements 16 at a time, the double path only for those
+//   near an edge: count_deferred), and the merge costs one atomic per nonzero bin of a cluster
+//   instead of one per nonzero bin of a block. Chunked path, where there are no clusters and one
+//   copy does not fit the most shared memory a block may opt in to (above 41,728 bins on an A100's
+//   163 KiB, 58,112 on an H100's or H200's 227 KiB, 25,344 on sm_86's 99 KiB) but kMaxChunks slices
+//   of the bins do and x has at least as many elements as bins: the shared kernel, each block
+//   counting one slice of the bins over its share of x (block i: slice i % chunks), so x is read
+//   once from memory per slice group (the slices of one share run side by side and read it through
+//   L2) and the merge adds one atomic per nonzero bin of a slice. A slice skips the float elements
+//   that the float estimate puts in other slices (histogram.h, bin_bounds), so the exact bin is
+//   computed about once an element. Global path otherwise (huge or sparse histograms): one 64-bit
+//   atomicAdd on counts per counted element. WB_HISTOGRAM_KERNEL / WB_HISTOGRAM_CLUSTER select
+//   other kernels for A/B timing (choice()). Counts are integers, so any order of the atomics gives
+//   the same result. Check and time:  wb check histogram --device cuda;  wb bench histogram
+//   --device cuda
 #include <cooperative_groups.h>
 
 #include <cstdlib>
@@ -187,8 +188,8 @@ template <typename T, int Unroll, bool NoL1>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_shared_kernel(const T* __restrict__ x,  // [n]
                             int64_t n, Range r, int chunks, int chunk_bins, int replicas,
-                            Count* __restrict__ counts) {  // [bins]
-  extern __shared__ uint32_t sub[];                        // [replicas, chunk_bins]
+                            bool defer, Count* __restrict__ counts) {  // [bins]
+  extern __shared__ uint32_t sub[];                                    // [replicas, chunk_bins]
   const int64_t first = int64_t{chunk_bins} * (blockIdx.x % chunks);
   const int bins = static_cast<int>(r.bins - first < chunk_bins ? r.bins - first : chunk_bins);
   for (int i = threadIdx.x; i < replicas * bins; i += blockDim.x) sub[i] = 0;
@@ -202,7 +203,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto b = static_cast<uint32_t>(element_bin(v, r) - first);
     if (b < static_cast<uint32_t>(bins)) atomicAdd(&mine[b], 1u);
   };
-  for_each<Unroll, NoL1>(x, n, blockIdx.x / chunks, gridDim.x / chunks, count);
+  if constexpr (std::is_same_v<T, float> && Unroll == 4) {
+    if (defer) {  // uniform: one slice (chunks == 1) and r.estimate
+      auto add = [&](uint32_t b) { atomicAdd(&mine[b], 1u); };
+      auto group = [&](const Vec<float, 4>(&v)[4]) { count_deferred(v, r, add); };
+      for_each<Unroll, NoL1>(x, n, blockIdx.x, gridDim.x, count, group);
+    } else {
+      for_each<Unroll, NoL1>(x, n, blockIdx.x / chunks, gridDim.x / chunks, count);
+    }
+  } else {
+    for_each<Unroll, NoL1>(x, n, blockIdx.x / chunks, gridDim.x / chunks, count);
+  }
   __syncthreads();
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     uint32_t c = 0;  // at most the block's elements: no overflow
@@ -321,14 +332,14 @@ Status device_info(DeviceInfo* info) {
 // The kernels a call takes, read from the environment at every call (for A/B timing in one
 // process): WB_HISTOGRAM_KERNEL=base takes the kernels as they were before the cluster path (two
 // loads in flight a thread, loads through L1, the chunked path beyond one block's shared memory);
-// WB_HISTOGRAM_KERNEL=nodefer bins the cluster path's float elements one at a time (bin_of_float)
-// instead of count_deferred; anything else, or unset, the current kernels (four loads in flight,
-// not allocated in L1, count_deferred).
+// WB_HISTOGRAM_KERNEL=nodefer bins float elements one at a time (bin_of_float) instead of
+// count_deferred (the cluster path, and the shared one with one slice); anything else, or unset,
+// the current kernels (four loads in flight, not allocated in L1, count_deferred).
 // WB_HISTOGRAM_CLUSTER=2, 4 or 8 sets the cluster size of the cluster path (default 8; 0 turns
 // the path off, leaving the chunked one).
 struct Choice {
   bool base = false;
-  bool defer = true;  // the cluster path's float elements: count_deferred where r.estimate
+  bool defer = true;  // float elements: count_deferred where r.estimate (and one slice)
   int cluster = 8;    // 0: no cluster path
 };
 
@@ -384,7 +395,7 @@ Status allow_shared(K k, int64_t smem) {
 }
 
 template <typename T, int Unroll, bool NoL1>
-Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, Count* counts,
+Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, bool defer, Count* counts,
                      const DeviceInfo& d, cudaStream_t s) {
   const int64_t chunk_bins = (r.bins + chunks - 1) / chunks;
   const int64_t bin_bytes = chunk_bins * int64_t{sizeof(uint32_t)};
@@ -401,7 +412,7 @@ Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, Count* coun
   const int64_t shares = grid_for<T>(n, resident / chunks > 0 ? resident / chunks : 1);
   kernel<<<static_cast<unsigned>(shares * chunks), kThreads, smem, s>>>(
       x, n, r, static_cast<int>(chunks), static_cast<int>(chunk_bins), static_cast<int>(replicas),
-      counts);
+      defer && chunks == 1 && r.estimate, counts);
   return launch_status();
 }
 
@@ -513,8 +524,8 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
     if (launched) return nullptr;
   }
   if (chunks == 1 || (chunks <= kMaxChunks && n >= r.bins)) {
-    return c.base ? launch_shared<T, 2, false>(x, n, r, chunks, counts, d, s)
-                  : launch_shared<T, 4, true>(x, n, r, chunks, counts, d, s);
+    return c.base ? launch_shared<T, 2, false>(x, n, r, chunks, false, counts, d, s)
+                  : launch_shared<T, 4, true>(x, n, r, chunks, c.defer, counts, d, s);
   }
   return c.base ? launch_global<T, 2, false>(x, n, r, counts, d, s)
                 : launch_global<T, 4, true>(x, n, r, counts, d, s);
