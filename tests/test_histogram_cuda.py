@@ -24,7 +24,7 @@ SOURCE = BUNDLED_KERNELS / "histogram" / "histogram.cu"
 THREADS = 1024  # kThreads
 
 # (WB_HISTOGRAM_KERNEL, WB_HISTOGRAM_CLUSTER): the kernels before the cluster path; the current
-# ones with the chunked path (no clusters); the cluster path with clusters of 2, 4 and 8 blocks,
+# ones with the chunked path (no clusters: the default); the cluster path with clusters of 2, 4, 8,
 # and with 8 binning float elements one at a time (no count_deferred).
 CHOICES = [("base", ""), ("", "0"), ("", "2"), ("", "4"), ("", "8"), ("nodefer", "8")]
 CHOICE_IDS = ["base", "chunked", "cluster2", "cluster4", "cluster8", "cluster8_nodefer"]

@@ -1,9 +1,10 @@
-"""The wgmma matmul's staged epilogue (issue 37): c leaves through shared memory and asynchronous
-bulk copies (cp.async.bulk) instead of scattered stores from registers, so that the consumers go
-on to the next tile while c drains (kernels/matmul/matmul_wgmma.kernel.cu, store_staged).
-WB_WGMMA_STORE, read at each call, picks another epilogue for A/B (the launch's
-dynamic shared memory tells the kernel): =direct the old one (no buffer: scattered stores from
-registers), =vector the buffer copied out with 16-byte stores by all the consumer's threads;
+"""The wgmma matmul's staged epilogue (issue 37): c leaves through shared memory instead of
+scattered stores from registers, so that the consumers go on to the next tile while c drains
+(kernels/matmul/matmul_wgmma.kernel.cu, store_staged). By default the whole-k kernel copies the
+buffer out with 16-byte stores by all the consumer's threads (=vector) and the split-k slices
+store from registers (=direct), the fastest of each on an H100. WB_WGMMA_STORE, read at each
+call, picks another epilogue for A/B (the launch's dynamic shared memory tells the kernel):
+=direct (no buffer: scattered stores from registers), =vector, =bulk (asynchronous bulk copies);
 WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share b's tile (other
 values than these are refused, naming the variable); WB_WGMMA_SPLITS=S forces the split-k
 route's number of slices (for timing that choice).
@@ -139,7 +140,12 @@ def test_the_default_route_is_right(
 @pytest.mark.cuda
 @pytest.mark.parametrize(
     "variant",
-    [{"WB_WGMMA_STORE": "direct"}, {"WB_WGMMA_STORE": "vector"}, {"WB_WGMMA_CLUSTER": "2"}],
+    [
+        {"WB_WGMMA_STORE": "direct"},
+        {"WB_WGMMA_STORE": "vector"},
+        {"WB_WGMMA_STORE": "bulk"},
+        {"WB_WGMMA_CLUSTER": "2"},
+    ],
 )
 def test_the_default_gives_the_variants_bits(
     lib: Any, monkeypatch: pytest.MonkeyPatch, variant: dict[str, str]

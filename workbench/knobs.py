@@ -106,6 +106,20 @@ def ncu() -> str | None:
     return get("WB_NCU") or None
 
 
+def tune_playoff() -> float:
+    """WB_TUNE_PLAYOFF: the fraction within which the best variants of two GPUs' shares of a
+    ``wb tune --devices`` run are timed again on the first GPU (default 0: off; on two H200s the
+    playoff at 0.05 took 12 s of a 66 s tune of scale)."""
+    value = get("WB_TUNE_PLAYOFF")
+    try:
+        fraction = float(value) if value else 0.0
+    except ValueError:
+        fraction = -1.0
+    if not 0 <= fraction < 1:
+        raise ValueError(f"WB_TUNE_PLAYOFF must be a fraction in [0, 1), 0.05 say; got {value!r}")
+    return fraction
+
+
 def tune_worker_timeout() -> float:
     """WB_TUNE_WORKER_TIMEOUT: seconds a ``wb tune --devices`` worker may take to answer (its
     start, its share's checks and timing) before it is stopped and its variants reported

@@ -18,9 +18,10 @@
 //     accumulate into BN / 2 float registers per thread; one batch stays in flight while the
 //     next stage is awaited, and a stage is released (arrive on `empty`) once its batch is done.
 //     Then they store the tile while the producer fills stages for the next: through a
-//     shared-memory buffer and asynchronous bulk copies (store_staged), so that the next tile's
-//     MMAs start while c drains, or from registers (store_tile: where n % 8 != 0, or where the
-//     launch gave no buffer: the launcher's WB_WGMMA_STORE=direct).
+//     shared-memory buffer copied out with 16-byte stores (store_staged; the whole-k default) or
+//     asynchronous bulk copies (WB_WGMMA_STORE=bulk), so that the next tile's MMAs start while c
+//     drains, or from registers (store_tile: where n % 8 != 0, or where the launch gave no
+//     buffer: the split-k default, WB_WGMMA_STORE=direct).
 // Registers: a block starts with what its launch bounds allow (168 a thread for 384 threads and
 // one block an SM); setmaxnreg drops the producer to 40 (24 with two blocks an SM) and gives the
 // consumers the rest (232 by default). ptxas compiles the consumers' code within the starting

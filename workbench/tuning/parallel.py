@@ -14,11 +14,12 @@ plain build changed).
 
 The run merges the workers' tables into one: the first worker's as measured, every other
 worker's variants scaled by the ratio of the default's time on the first GPU to its time on
-theirs, size by size (the same model of GPU differs by a few percent between cards). Where the
-best variants of two GPUs' shares come within PLAYOFF of each other at a size, scaling cannot
-tell them apart: the first GPU times the other GPUs' best there too (the playoff), and those
-times replace the scaled ones, so that the winner is chosen from times of one card as in a
-one-GPU run. The noise band is the first worker's A/A band.
+theirs, size by size (the same model of GPU differs by a few percent between cards). With
+WB_TUNE_PLAYOFF set (a fraction, 0.05 say), where the best variants of two GPUs' shares come
+within it of each other at a size, which scaling cannot tell apart, the first GPU times the other
+GPUs' best there too (the playoff) and those times replace the scaled ones, so that the winner is
+chosen from times of one card as in a one-GPU run. Off by default: it costs a round of timings
+(12 s of a 66 s tune of scale on two H200s). The noise band is the first worker's A/A band.
 
 A worker that dies (a crash, a lost CUDA context) is reported with the tail of its stderr, and
 its variants go to a new worker on the same GPU once, less those now remembered as crashing;
@@ -56,9 +57,6 @@ if TYPE_CHECKING:
 # Knobs a worker reads as the run does (a test's scoped override reaches it too).
 _KNOBS = ("WB_CACHE_DIR", "WB_NVRTC", "WB_DEVICES", "WB_QUIET", "WB_NVCC_PIPELINE", "WB_JOBS")
 _TAIL = 20  # lines of a dead worker's stderr that the run shows
-# Best variants of two GPUs' shares within this of each other at a size go to the playoff: the
-# scaling by the default's time carries two timings' noise and the cards' own difference.
-PLAYOFF = 0.05
 
 
 def devices_of(devices: str | Sequence[str] | None, dev: torch.device) -> list[int] | None:
@@ -292,7 +290,7 @@ class Pool:
             for phase, seconds in (answer or {}).get("phases", {}).items():
                 phases[phase] = max(phases.get(phase, 0.0), seconds)
         sizes, done = merge(answers, variants, default, self.devices)
-        if answers[0] is not None and len(self.devices) > 1:
+        if answers[0] is not None and len(self.devices) > 1 and knobs.tune_playoff() > 0:
             start = time.perf_counter()
             owner = {v.label: i for i, share in enumerate(shares) for v in share}
             self._playoff(request, sizes, variants, owner, say)
@@ -307,12 +305,12 @@ class Pool:
         owner: dict[str, int],
         say: Callable[[str], None],
     ) -> None:
-        """Where the best of two GPUs' shares are within PLAYOFF of each other at a size, time the
-        other GPUs' best there on the first GPU, and put those times in the table (see the module
-        docstring). ``owner``: the worker that timed each variant (the default: the first). A
-        variant that fails its check on the first GPU is disqualified."""
+        """Where the best of two GPUs' shares are within WB_TUNE_PLAYOFF of each other at a size,
+        time the other GPUs' best there on the first GPU, and put those times in the table (see
+        the module docstring). ``owner``: the worker that timed each variant (the default: the
+        first). A variant that fails its check on the first GPU is disqualified."""
         by_label = {v.label: v for v in variants}
-        first = self.devices[0]
+        first, band = self.devices[0], knobs.tune_playoff()
         asked: dict[str, list[str]] = {}
         for size in sizes:
             names = [n for n in size.variants if by_label[n].status == "checked"]
@@ -322,7 +320,7 @@ class Pool:
             best_of: dict[int, str] = {}  # worker -> its share's best
             for n in sorted(names, key=t.__getitem__):
                 best_of.setdefault(owner.get(n, 0), n)
-            close = [n for n in best_of.values() if t[n] <= min(t.values()) * (1 + PLAYOFF)]
+            close = [n for n in best_of.values() if t[n] <= min(t.values()) * (1 + band)]
             others = [n for n in close if owner.get(n, 0) != 0]
             if len(close) > 1 and others:
                 asked[size.label] = others
@@ -397,9 +395,8 @@ def closed_on_error(pool: Pool | None) -> Iterator[None]:
 
 def _shares(variants: list[VariantResult], workers: int) -> list[list[VariantResult]]:
     """The variants dealt out so that every worker times as many candidates as the others: each
-    times the default too, and the first times it twice (its A/A pair) and, beside other
-    workers, the playoff's variants (about one more)."""
-    load = [2 + (workers > 1)] + [1] * (workers - 1)
+    times the default too, and the first times it twice (its A/A pair)."""
+    load = [2] + [1] * (workers - 1)
     out: list[list[VariantResult]] = [[] for _ in range(workers)]
     for v in variants:
         i = min(range(workers), key=lambda w: (load[w], w))
