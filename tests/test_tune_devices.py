@@ -153,6 +153,16 @@ def test_pool_for_keeps_a_librarys_workers_until_it_is_collected(one: tuple) -> 
         parallel.close_pools()
 
 
+def test_close_pools_lets_a_worker_exit_by_itself(one: tuple) -> None:
+    lib, _ = one
+    pool = parallel.pool_for(lib, ["cpu"], "tiny")
+    request = {**request_for("MODE=0"), "sizes": []}
+    request["variants"] = [{"label": "MODE=0", "point": {"MODE": 0}}]
+    assert pool.workers[0].run(request) is not None  # started and answering
+    parallel.close_pools()
+    assert pool.workers[0].proc.returncode == 0  # its stdin ended: it returned, not killed
+
+
 def test_the_best_of_two_workers_within_the_playoff_band_are_timed_on_the_first(
     one: tuple,
 ) -> None:

@@ -193,6 +193,16 @@ class Worker:
             self.proc.kill()
         self.proc.wait()
 
+    def end(self, grace: float = 10.0) -> None:
+        """Close its requests (it exits when stdin ends), then kill it if it has not exited
+        within ``grace`` seconds."""
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=grace)
+        self.kill()
+
 
 class Pool:
     """The workers of a run, one per device, started at once (they load while the run builds)."""
@@ -372,9 +382,11 @@ def _drop(key: tuple[Any, ...]) -> None:
 
 
 def close_pools() -> None:
-    """End every kept worker (their GPU memory is freed)."""
-    for key in list(_pools):
-        _drop(key)
+    """End every kept worker (their GPU memory is freed): each is asked to exit, and killed
+    where it has not within a few seconds."""
+    pools = [_pools.pop(key) for key in list(_pools)]
+    workers = [w for pool in pools for w in pool.workers]
+    _each(lambda i, _: workers[i].end(), [(i, []) for i in range(len(workers))])
 
 
 atexit.register(close_pools)
