@@ -1,11 +1,13 @@
 """The wgmma matmul's split-k route (issue 37): a c of few tiles (a short a: m = 1 .. 200 against
 n = 4096) splits k across blocks on a 64 x 256 tile, each slice's float32 partial sums summed in
-slice order into c (kernels/matmul/matmul_wgmma.cu).
+slice order into c (kernels/matmul/matmul_wgmma.cu). By default in one launch: clusters of S
+blocks, the slices of a tile, sum through distributed shared memory (wgmma_cluster_split_kernel);
+WB_WGMMA_SPLIT_SUM=launch writes the slices to a workspace and sums them in a second launch.
 
-Without a GPU: the split kernel compiles for sm_90a beside the tuned tile's, without spills.
-On a Hopper GPU (marked cuda): the default route takes it, right against a float64 product
-within the family's tolerance for bfloat16 and float16, k tails included; the same bits every
-call; and a CUDA graph replays it.
+Without a GPU: the split kernels compile for sm_90a beside the tuned tile's, without spills.
+On a Hopper GPU (marked cuda): the default route takes the cluster sum, right against a float64
+product within the family's tolerance for bfloat16 and float16, k tails included; the same bits
+every call, and the same bits as the two-launch sum for the same slices; a CUDA graph replays it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def _instantiated(folder: Path) -> Path:
                 f"template __global__ void wb::matmul::wgmma_split_kernel<wb::{t}, {kmajor}>("
                 f"{maps}, {maps}, float*, int, int, int, int);"
             )
+            lines.append(
+                "template __global__ void "
+                f"wb::matmul::wgmma_cluster_split_kernel<wb::{t}, {kmajor}>("
+                f"{maps}, {maps}, wb::{t}*, int, int, int);"
+            )
     path = folder / "wgmma_instances.cu"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -68,15 +75,20 @@ def _nvcc(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.nvcc
 def test_the_split_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -> None:
-    """Eight kernels (two templates, two dtypes, two layouts of b); the split ones on the 64 x 256
-    tile (256 threads, wgmma m64n256k16, 5 stages of mbarriers), none spilling."""
+    """Twelve kernels (three templates, two dtypes, two layouts of b); the split ones on the
+    64 x 256 tile (256 threads, wgmma m64n256k16, 5 stages of mbarriers), the cluster sum's reading
+    distributed shared memory between two cluster barriers, none spilling."""
     ptx = tmp_path / "wgmma.ptx"
     done = _nvcc(tmp_path, "--ptx", "-o", str(ptx))
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", ptx.read_text())[1:]
     split = [e for e in entries if e.startswith("_ZN2wb6matmul18wgmma_split_kernel")]
-    assert len(entries) == 8 and len(split) == 4
-    for kernel in split:
+    cluster = [e for e in entries if e.startswith("_ZN2wb6matmul26wgmma_cluster_split_kernel")]
+    assert len(entries) == 12 and len(split) == 4 and len(cluster) == 4
+    for kernel in cluster:
+        assert "ld.shared::cluster.v4.f32" in kernel and "mapa.shared::cluster" in kernel
+        assert kernel.count("barrier.cluster.wait.acquire;") >= 2
+    for kernel in split + cluster:
         assert ".maxntid 256, 1, 1" in kernel
         assert "wgmma.mma_async.sync.aligned.m64n256k16" in kernel
         assert re.search(r"E4full\[40\];", kernel)  # 5 stages
@@ -84,7 +96,7 @@ def test_the_split_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -> N
     done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"))
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
-    assert len(spills) == 8 and all(s == ("0", "0") for s in spills), done.stderr
+    assert len(spills) == 12 and all(s == ("0", "0") for s in spills), done.stderr
 
 
 # --- on a Hopper GPU ------------------------------------------------------------------------
@@ -139,22 +151,33 @@ def test_an_odd_n_is_right(lib: Any, dtype: torch.dtype) -> None:
         pytest.skip("the wgmma path runs on sm_90")
     a = torch.randn(15, 4096, device="cuda", dtype=dtype)
     w = torch.randn(1001, 4096, device="cuda", dtype=dtype)
-    assert "wgmma_split_kernel" in _kernels_run(lambda: lib.matmul(a, w.t()))
+    assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul(a, w.t()))
     _within_tolerance(lib, lib.matmul(a, w.t()), a, w.t())
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("WB_WGMMA_SPLIT_SUM", "launch")
+        assert "wgmma_split_kernel" in _kernels_run(lambda: lib.matmul(a, w.t()))
+        _within_tolerance(lib, lib.matmul(a, w.t()), a, w.t())
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("m", [1, 16, 64, 128])
-def test_the_default_route_splits_a_short_a(lib: Any, m: int) -> None:
-    """m x 4096 x 4096 is at most 32 tiles of 64 x 256: the split kernel and the sum run, and
-    forcing the wgmma path (matmul_path 3) takes the same route."""
+def test_the_default_route_splits_a_short_a(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int
+) -> None:
+    """m x 4096 x 4096 is at most 32 tiles of 64 x 256: the cluster sum runs alone (one launch),
+    and forcing the wgmma path (matmul_path 3) takes the same route; WB_WGMMA_SPLIT_SUM=launch runs
+    the split kernel and the sum."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     a = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     names = _kernels_run(lambda: lib.matmul(a, b))
+    assert "wgmma_cluster_split_kernel" in names and "sum_slices_kernel" not in names, names
+    assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul_path(a, b, 3))
+    monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", "launch")
+    names = _kernels_run(lambda: lib.matmul(a, b))
     assert "wgmma_split_kernel" in names and "sum_slices_kernel" in names, names
-    assert "wgmma_split_kernel" in _kernels_run(lambda: lib.matmul_path(a, b, 3))
+    monkeypatch.delenv("WB_WGMMA_SPLIT_SUM")
     # A c of many tiles keeps the built tile whole.
     big = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     names = _kernels_run(lambda: lib.matmul(big, b))
@@ -174,12 +197,58 @@ def test_the_split_route_gives_the_same_bits_every_call(lib: Any, dtype: torch.d
         assert torch.equal(first.view(torch.int16), second.view(torch.int16)), (m, n, k)
 
 
+# (m, n, k, b column-major) for the cluster sum against the two-launch one: m = 1; n a tile and a
+# bit, b column-major; n odd (c stored an element at a time) with 4 rows of tiles, the last one
+# partial; k tails (slices of unequal length).
+CLUSTER_SHAPES = [
+    (1, 4096, 4096, False),
+    (16, 4104, 4096, True),
+    (200, 1001, 4096, False),
+    (64, 1032, 2056, True),
+    (128, 4096, 4136, False),
+    (15, 1001, 4096, True),
+]
+
+
+def _operands(m: int, n: int, k: int, col: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    if col:
+        return a, torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen).t()
+    return a, torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+
 @pytest.mark.cuda
-def test_a_cuda_graph_replays_the_split_route(lib: Any) -> None:
-    """Captured once (its workspace from the graph's pool), replayed on new values of a: the
-    replay's c is the eager call's, bit for bit."""
+@pytest.mark.parametrize("splits", ["2", "3", "4", "8"])
+def test_the_cluster_sum_gives_the_two_launch_bits(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, splits: str
+) -> None:
+    """WB_WGMMA_SPLITS=S (at most 8: one cluster of S blocks a tile): the cluster sum adds the
+    same slices in the same order as sum_slices_kernel, so c is the same bit for bit, and right."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
+    monkeypatch.setenv("WB_WGMMA_SPLITS", splits)
+    for m, n, k, col in CLUSTER_SHAPES:
+        a, b = _operands(m, n, k, col)
+        assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul(a, b))  # noqa: B023
+        ours = lib.matmul(a, b)
+        _within_tolerance(lib, ours, a, b)
+        monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", "launch")
+        theirs = lib.matmul(a, b)
+        monkeypatch.delenv("WB_WGMMA_SPLIT_SUM")
+        assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), (m, n, k, col)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("sum_by", ["cluster", "launch"])
+def test_a_cuda_graph_replays_the_split_route(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, sum_by: str
+) -> None:
+    """Captured once (the two-launch sum's workspace from the graph's pool), replayed on new values
+    of a: the replay's c is the eager call's, bit for bit."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", sum_by)
     a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     lib.matmul(a, b)  # loads the modules before the capture
@@ -197,3 +266,24 @@ def test_a_cuda_graph_replays_the_split_route(lib: Any) -> None:
         torch.cuda.synchronize()
         expected = lib.matmul(a, b)
         assert torch.equal(c.view(torch.int16), expected.view(torch.int16))
+
+
+@pytest.mark.cuda
+def test_cluster_sums_on_two_streams_at_once(lib: Any) -> None:
+    """Two split shapes on two streams, overlapping, each summed in its clusters: each its own c."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    ops = [_operands(1, 4096, 4096, False), _operands(128, 4104, 2056, True)]
+    expected = [lib.matmul(*o) for o in ops]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    got: list[list[torch.Tensor]] = [[], []]
+    for _ in range(4):
+        for i, s in enumerate(streams):
+            with torch.cuda.stream(s):
+                got[i].append(lib.matmul(*ops[i]))
+    torch.cuda.synchronize()
+    for i in range(2):
+        for c in got[i]:
+            assert torch.equal(c.view(torch.int16), expected[i].view(torch.int16))

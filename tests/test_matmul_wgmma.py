@@ -7,7 +7,8 @@ call, picks another epilogue for A/B (the launch's dynamic shared memory tells t
 =direct (no buffer: scattered stores from registers), =vector, =bulk (asynchronous bulk copies);
 WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share b's tile (other
 values than these are refused, naming the variable); WB_WGMMA_SPLITS=S forces the split-k
-route's number of slices (for timing that choice).
+route's number of slices (for timing that choice); WB_WGMMA_SPLIT_SUM=launch sums the slices in a
+second launch instead of in clusters (tests/test_matmul_splitk.py).
 
 Without a GPU: the kernels compile for sm_90a with all three epilogues, without spills.
 On a Hopper GPU (marked cuda): the default route is right against torch.mm at odd shapes (m, n
@@ -177,7 +178,9 @@ def test_a_forced_split_count_is_right(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", ["WB_WGMMA_STORE", "WB_WGMMA_CLUSTER", "WB_WGMMA_SPLITS"])
+@pytest.mark.parametrize(
+    "name", ["WB_WGMMA_STORE", "WB_WGMMA_CLUSTER", "WB_WGMMA_SPLITS", "WB_WGMMA_SPLIT_SUM"]
+)
 def test_a_bad_variant_is_refused_by_name(
     lib: Any, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
@@ -186,7 +189,7 @@ def test_a_bad_variant_is_refused_by_name(
     monkeypatch.setenv(name, "fast")
     a, b = (
         _operands(16, 4096, 4096, False)
-        if name == "WB_WGMMA_SPLITS"
+        if name.startswith("WB_WGMMA_SPLIT")
         else _operands(256, 256, 256, False)
     )
     with pytest.raises(RuntimeError, match=name):

@@ -11,16 +11,21 @@
 // variant of the family's tuning space or an edit of the kernel compiles the device-only TU alone.
 //
 // Split-k (plan_split): where c has fewer tiles than the device has SMs (a short a, as in
-// 16 x 4096 x 4096), the plain build runs wgmma_split_kernel instead: a 64 x 256 tile, k cut into
-// S slices so that tiles * S fill the SMs once, each slice's float32 sums into a workspace
-// [S, m, n] the caller allocates (matmul_cuda_workspace), then sum_slices_kernel adds the slices
-// in order and rounds once into c. The same bits every call; no state kept between calls, so a
-// CUDA graph replays it.
+// 16 x 4096 x 4096), the plain build runs a 64 x 256 tile with k cut into S slices so that
+// tiles * S fill the SMs once. By default one launch (wgmma_cluster_split_kernel): clusters of S
+// blocks (S <= 8), the slices of one tile, sum their float32 partials through distributed shared
+// memory and store c; no workspace. Where no such cluster fits the device as often as there are
+// tiles (resident_clusters), or WB_WGMMA_SPLIT_SUM=launch: wgmma_split_kernel writes each slice's
+// float32 sums into a workspace [S, m, n] the caller allocates (matmul_cuda_workspace), then
+// sum_slices_kernel adds the slices in order and rounds once into c. Both add the slices in slice
+// order: the same bits every call, and the same as each other for the same S; no state kept
+// between calls, so a CUDA graph replays them.
 //
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
 // error naming it): WB_WGMMA_STORE=vector | bulk | direct, the epilogue (launch_smem);
 // WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice);
-// WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split).
+// WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split); WB_WGMMA_SPLIT_SUM=cluster
+// | launch, how the split-k route sums its slices (sum_choice).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -40,6 +45,8 @@ WB_DEVICE_TEMPLATE(kWgmma, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_kernel")
 WB_DEVICE_TEMPLATE(kShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_shape");
 WB_DEVICE_TEMPLATE(kSplit, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_kernel");
 WB_DEVICE_TEMPLATE(kSplitShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_shape");
+WB_DEVICE_TEMPLATE(kClusterSplit, "matmul_wgmma.kernel.cu",
+                   "wb::matmul::wgmma_cluster_split_kernel");
 
 namespace {
 
@@ -110,6 +117,10 @@ template <typename T>
 const DeviceKernel& split_kernel(bool b_kmajor) {
   return b_kmajor ? kernel<&kSplit, T, Val<true>> : kernel<&kSplit, T, Val<false>>;
 }
+template <typename T>
+const DeviceKernel& cluster_split_kernel(bool b_kmajor) {
+  return b_kmajor ? kernel<&kClusterSplit, T, Val<true>> : kernel<&kClusterSplit, T, Val<false>>;
+}
 
 int64_t tiles_of(int64_t m, int64_t n, const WgmmaShape& tile) {
   return ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
@@ -134,9 +145,82 @@ int sm_count() {
 // chose it, for its own sizes); so does a c with enough tiles for the SMs.
 struct Split {
   int splits = 0;
-  WgmmaShape tile{};  // the split tile, when splits >= 2
+  WgmmaShape tile{};     // the split tile, when splits >= 2
+  bool cluster = false;  // the slices summed in clusters of `splits` (one launch, no workspace)
 };
 constexpr int64_t kMinSteps = 4;
+constexpr int kMaxClusterSlices = 8;  // the portable cluster size (the kernel's kMaxSlices)
+
+// Stands in for wgmma_cluster_split_kernel in the occupancy query below: the same threads and
+// dynamic shared memory, which hold both to one block an SM (the kernel's registers do as well).
+__global__ void __launch_bounds__(1024) cluster_probe_kernel() {}
+
+// Clusters of `size` blocks of `threads` threads and `smem` bytes of dynamic shared memory that
+// the current device holds at once (0 where none fits or the query fails). The GPCs decide: a
+// cluster's blocks share one. Remembered per device, size and smem, so that a call repeated under
+// CUDA graph capture queries nothing.
+int resident_clusters(int size, int threads, int smem) {
+  struct Entry {
+    int smem = -1, clusters = 0;
+  };
+  static Entry seen[64][kMaxClusterSlices + 1];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  Entry& e = seen[device][size];
+  if (e.smem == smem) return e.clusters;
+  int clusters = 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(size));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  cudaLaunchAttribute dims{};
+  dims.id = cudaLaunchAttributeClusterDimension;
+  dims.val.clusterDim.x = static_cast<unsigned>(size);
+  dims.val.clusterDim.y = dims.val.clusterDim.z = 1;
+  config.attrs = &dims;
+  config.numAttrs = 1;
+  // A first query under a global-mode CUDA graph capture (of another stream, even) is allowed in
+  // this thread: it enqueues nothing.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (cudaFuncSetAttribute(cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&clusters, cluster_probe_kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // not the op's error: the two-launch sum runs instead
+    clusters = 0;
+  }
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  e = Entry{smem, clusters};
+  return clusters;
+}
+
+// WB_WGMMA_SPLIT_SUM in the environment (read at each call; for A/B on a GPU): =cluster (the
+// default) sums the slices in clusters, one launch; =launch writes them to the workspace and
+// sums them in a second launch (sum_slices_kernel).
+Status sum_choice(bool* cluster) {
+  const char* v = std::getenv("WB_WGMMA_SPLIT_SUM");
+  const std::string_view sum = v != nullptr ? v : "";
+  *cluster = sum.empty() || sum == "cluster";
+  if (*cluster || sum == "launch") return nullptr;
+  return "matmul: WB_WGMMA_SPLIT_SUM must be cluster (the default) or launch; unset it";
+}
+
+// The cluster sum's slices for `tiles` tiles: the most, from `splits` down to 2, whose clusters
+// the device holds all at once (one wave); 0 for none. forced (WB_WGMMA_SPLITS): `splits` itself
+// wherever such a cluster launches at all.
+int cluster_slices(int64_t splits, int64_t tiles, const WgmmaShape& tile, bool forced) {
+  const int smem = tile.smem - tile.stage_smem + 1024;  // + the kernel's static mbarriers, rounded
+  if (forced) {
+    return splits <= kMaxClusterSlices &&
+                   resident_clusters(static_cast<int>(splits), tile.threads, smem) > 0
+               ? static_cast<int>(splits)
+               : 0;
+  }
+  for (int s = static_cast<int>(min_of<int64_t>(splits, kMaxClusterSlices)); s >= 2; --s) {
+    if (resident_clusters(s, tile.threads, smem) >= tiles) return s;
+  }
+  return 0;
+}
 
 Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   *plan = Split{};
@@ -147,18 +231,25 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   WgmmaShape tile{};
   if (const Status e = global<&kSplitShape>.read(&tile)) return e;
   const int64_t steps = (k + tile.bk - 1) / tile.bk;
-  int64_t splits = min_of(sms / tiles_of(m, n, tile), steps / kMinSteps);
+  const int64_t tiles = tiles_of(m, n, tile);
+  int64_t splits = min_of(sms / tiles, steps / kMinSteps);
   // WB_WGMMA_SPLITS=S in the environment (read at each call; for timing this choice on a GPU):
-  // S slices (at most one a k step) wherever the route splits.
+  // S slices (at most one a k step) wherever the route splits; the cluster sum takes S up to 8.
+  bool forced = false;
   if (const char* v = std::getenv("WB_WGMMA_SPLITS"); v != nullptr && *v != '\0') {
     char* end = nullptr;
-    const long forced = std::strtol(v, &end, 10);
-    if (*end != '\0' || forced < 2 || forced > 4096) {
+    const long want = std::strtol(v, &end, 10);
+    if (*end != '\0' || want < 2 || want > 4096) {
       return "matmul: WB_WGMMA_SPLITS must be a whole number from 2 to 4096; unset it";
     }
-    splits = min_of<int64_t>(forced, steps);
+    splits = min_of<int64_t>(want, steps);
+    forced = true;
   }
-  if (splits >= 2) *plan = Split{static_cast<int>(splits), tile};
+  if (splits < 2) return nullptr;
+  bool cluster = false;
+  if (const Status e = sum_choice(&cluster)) return e;
+  const int slices = cluster ? cluster_slices(splits, tiles, tile, forced) : 0;
+  *plan = slices >= 2 ? Split{slices, tile, true} : Split{static_cast<int>(splits), tile, false};
   return nullptr;
 }
 
@@ -236,6 +327,26 @@ Status check_regs(const DeviceKernel& kernel, const WgmmaShape& tile) {
   return nullptr;
 }
 
+// S slices of k on the split tile in clusters of S blocks, a cluster a tile, summed in the cluster
+// into c (wgmma_cluster_split_kernel).
+template <typename T>
+Status run_cluster_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, bool b_kmajor,
+                         const Split& plan, Stream stream) {
+  const DeviceKernel& kernel = cluster_split_kernel<T>(b_kmajor);
+  if (const Status e = check_regs(kernel, plan.tile)) return e;
+  CUtensorMap map_a, map_b;
+  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, plan.tile)) {
+    return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  }
+  const int64_t units = tiles_of(m, n, plan.tile) * plan.splits;
+  // The ring alone: the slices' sums go through its stages once they are consumed.
+  LaunchConfig config{static_cast<unsigned>(units), static_cast<unsigned>(plan.tile.threads),
+                      static_cast<unsigned>(plan.tile.smem - plan.tile.stage_smem)};
+  config.cluster = Dim3{static_cast<unsigned>(plan.splits), 1, 1};
+  return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
+                       static_cast<int>(k));
+}
+
 // S slices of k on the split tile into workspace [S, m, n], one block a unit (S * tiles <= SMs),
 // then their sum into c.
 template <typename T>
@@ -295,7 +406,7 @@ bool wgmma_available() {
 int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k) {
   Split plan;
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || plan_split(m, n, k, &plan)) return 0;
-  return plan.splits >= 2 ? plan.splits * m * n : 0;
+  return plan.splits >= 2 && !plan.cluster ? plan.splits * m * n : 0;
 }
 
 template <typename T>
@@ -305,6 +416,9 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   const bool b_kmajor = b.row == 1 && b.col != 1;
   Split plan;
   if (const Status e = plan_split(m, n, k, &plan)) return e;
+  if (plan.splits >= 2 && plan.cluster) {
+    return run_cluster_split(a, b, c, m, n, k, b_kmajor, plan, stream);
+  }
   if (plan.splits >= 2) return run_split(a, b, c, workspace, m, n, k, b_kmajor, plan, stream);
 
   WgmmaShape tile{};

@@ -292,6 +292,71 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
   }
 }
 
+// The split-k slices summed in a cluster (wgmma_cluster_split_kernel): the cluster's blocks are
+// the slices of one tile, rank s the slice s. Each writes its float32 sums of the tile's rows
+// inside m into its own shared memory (buf: 64 rows x BN, kSumPitch floats apart: a half-warp's
+// 8-byte stores land on 32 different banks), then after a barrier across the cluster each block
+// sums a rank-th of the tile's rows inside m (in 4-column runs, `ranks` 16-byte loads of
+// distributed shared memory in flight before the first add), in slice order as sum_slices_kernel
+// does (the same bits for the same slices), and stores it into c rounded once; a second barrier
+// keeps each block's memory until the others have read it. row0: the consumer's first row of c;
+// col0: the tile's first column; t: the thread in the consumer warpgroup. Every thread of the
+// block, the producer's too, takes part in both barriers (the producer's in wgmma_units).
+template <int BN>
+constexpr int kSumPitch = BN + 8;
+constexpr int kMaxSlices = 8;  // the portable cluster size
+
+template <typename T, int BN>
+__device__ __forceinline__ void cluster_sum(T* c, int m, int n, int64_t row0, int64_t col0,
+                                            const float (&d)[BN / 2], float* buf, int t, int rank,
+                                            int ranks) {
+  constexpr int kPitch = kSumPitch<BN>, kRuns = BN / 4;
+  const int r = 16 * (t / 32) + (t % 32) / 4;  // this thread's rows: r and r + 8 (rows inside m)
+  float* const mine = buf + r * kPitch + 2 * (t % 4);
+  const bool in0 = row0 + r < m, in1 = row0 + r + 8 < m;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    if (in0) *reinterpret_cast<float2*>(mine + 8 * j) = make_float2(d[4 * j], d[4 * j + 1]);
+    if (in1) {
+      *reinterpret_cast<float2*>(mine + 8 * kPitch + 8 * j) =
+          make_float2(d[4 * j + 2], d[4 * j + 3]);
+    }
+  }
+  sm90::cluster_sync_any();
+  const int rows = m - row0 < 64 ? static_cast<int>(m - row0) : 64;
+  const int cols = n - col0 < BN ? static_cast<int>(n - col0) : BN;
+  const int runs = rows * kRuns, begin = rank * runs / ranks, end = (rank + 1) * runs / ranks;
+  const bool pairs = n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 8 == 0;
+  const uint32_t base = smem_addr(buf);
+  for (int u = begin + t; u < end; u += 128) {
+    const int row = u / kRuns, col = 4 * (u % kRuns);
+    if (col >= cols) continue;
+    const uint32_t at = base + static_cast<uint32_t>((row * kPitch + col) * sizeof(float));
+    float4 v[kMaxSlices];
+#pragma unroll
+    for (int s = 0; s < kMaxSlices; ++s) {
+      if (s < ranks) v[s] = sm90::load_cluster(sm90::cluster_address(at, s));
+    }
+    float4 sum = v[0];
+#pragma unroll
+    for (int s = 1; s < kMaxSlices; ++s) {
+      if (s < ranks) sum.x += v[s].x, sum.y += v[s].y, sum.z += v[s].z, sum.w += v[s].w;
+    }
+    T* const to = c + (row0 + row) * n + col0 + col;
+    if (pairs && col + 4 <= cols) {
+      *reinterpret_cast<uint2*>(to) = make_uint2(pack2(from_acc<T>(sum.x), from_acc<T>(sum.y)),
+                                                 pack2(from_acc<T>(sum.z), from_acc<T>(sum.w)));
+    } else {
+      const float e[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (col + i < cols) to[i] = from_acc<T>(e[i]);
+      }
+    }
+  }
+  sm90::cluster_sync_any();
+}
+
 // The point this TU is built at; the plain build: 128 x 256 tiles (two consumer warpgroups of
 // 64 x 256), 4 stages of 48 KiB, one block an SM.
 template <bool BKMajor>
@@ -334,8 +399,10 @@ struct Ring {
 // the launcher keeps splits <= steps), and its sums go to out + s * m * n (one slice: out is c).
 // c is stored through shared memory (store_staged) where the tile has its buffer, the launch gave
 // it (its dynamic shared memory reaches past the ring) and c's rows allow; else from registers
-// (store_tile).
-template <typename Tl, typename T, typename O>
+// (store_tile). kClusterSum (wgmma_cluster_split_kernel): the block is slice `rank` of tile
+// blockIdx.x / ranks, one unit a block, `splits` is the cluster's size, and the slices are summed
+// across the cluster into out, which is c (cluster_sum).
+template <typename Tl, typename T, typename O, bool kClusterSum = false>
 __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const TensorMap& map_b, O* out,
                                             int m, int n, int k, int splits, Ring ring) {
   uint64_t* const full = ring.full;
@@ -354,12 +421,14 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   // L2 once for two tiles. A stage is then refilled once the consumers of both blocks released it
   // (empty counts both), and a block leaves only once the other's consumers released all stages.
   const int ranks = static_cast<int>(sm90::cluster_size()), rank = sm90::cluster_rank();
-  const bool paired = ranks == 2 && Tl::BN >= 128;
+  const bool paired = !kClusterSum && ranks == 2 && Tl::BN >= 128;
   const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
   const int rows_of_tiles = paired ? (tiles_m + 1) / 2 : tiles_m;  // of pairs, when paired
   const int tiles = rows_of_tiles * tiles_n, units = tiles * splits;
-  const int first_unit = paired ? blockIdx.x / 2 : blockIdx.x;
-  const int unit_stride = paired ? gridDim.x / 2 : gridDim.x;
+  const int first_unit = kClusterSum ? rank * tiles + static_cast<int>(blockIdx.x) / ranks
+                         : paired    ? blockIdx.x / 2
+                                     : blockIdx.x;
+  const int unit_stride = kClusterSum ? units : paired ? gridDim.x / 2 : gridDim.x;
   const int steps = (k + kBK - 1) / kBK;
   const int warpgroup = threadIdx.x / 128;
 
@@ -379,7 +448,10 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     if constexpr (Tl::kProducerRegs < Tl::kEntryRegs) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tl::kProducerRegs));
     }
-    if (threadIdx.x != 0) return;
+    if (threadIdx.x != 0) {
+      if constexpr (kClusterSum) sm90::cluster_sync_any(), sm90::cluster_sync_any();
+      return;
+    }
     int it = 0;
     for (int unit = first_unit; unit < units; unit += unit_stride) {
       const int slice = unit / tiles;
@@ -424,6 +496,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     for (int i = 0; paired && i < Tl::STAGES; ++i, ++it) {
       if (it >= Tl::STAGES) sm90::bar_wait(&empty[it % Tl::STAGES], (it / Tl::STAGES - 1) & 1);
     }
+    if constexpr (kClusterSum) sm90::cluster_sync_any(), sm90::cluster_sync_any();  // cluster_sum's
     return;
   }
 
@@ -480,8 +553,15 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     sm90::pin(d);
     if (leader) release((it - 1) % Tl::STAGES);
 
-    O* const slice_out = out + static_cast<int64_t>(slice) * m * n;
     const int64_t row0 = int64_t{tile_m} * Tl::BM + consumer * 64;
+    if constexpr (kClusterSum) {  // one unit a block: the ring's stages are all consumed
+      static_assert(Tl::CONSUMERS == 1 && 64 * kSumPitch<Tl::BN> * 4 <= Tl::kRingBytes,
+                    "cluster_sum: one consumer, whose float32 tile fits the ring");
+      cluster_sum<O, Tl::BN>(out, m, n, row0, int64_t{at.n} * Tl::BN, d,
+                             reinterpret_cast<float*>(smem), t, rank, ranks);
+      continue;
+    }
+    O* const slice_out = out + static_cast<int64_t>(slice) * m * n;
     if constexpr (Tl::kStaged) {
       if (staged) {
         store_staged<O, Tl::BN>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d, my_stage, t,
@@ -531,6 +611,26 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SplitTile<BKMajor>::kThreads 
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, float>(map_a, map_b, partial, m, n, k, splits, Ring{smem_raw, full, empty});
+#endif
+}
+
+// The split-k route in one launch (the launcher's default; WB_WGMMA_SPLIT_SUM=launch runs the two
+// kernels above and below instead): launched in clusters of S (2 to 8) blocks, the S slices of
+// one tile of c, which sum their float32 partials through distributed shared memory and store c
+// (cluster_sum): no workspace, no second launch.
+template <typename T, bool BKMajor>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SplitTile<BKMajor>::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? SplitTile<BKMajor>::BLOCKS : 1)
+    wgmma_cluster_split_kernel(const __grid_constant__ TensorMap map_a,  // a: boxes of 64 x 64
+                               const __grid_constant__ TensorMap map_b,  // b: 64 x 256 or 64 x 64
+                               T* __restrict__ c,                        // [m, n]
+                               int m, int n, int k) {
+#if WB_WGMMA_IMAGE
+  using Tl = SplitTile<BKMajor>;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
+  wgmma_units<Tl, T, T, true>(map_a, map_b, c, m, n, k, static_cast<int>(sm90::cluster_size()),
+                              Ring{smem_raw, full, empty});
 #endif
 }
 

@@ -61,9 +61,10 @@ __device__ __forceinline__ void tma_load(void* dst, const void* map, int x, int 
       : "memory");
 }
 
-// Thread-block clusters (the launcher's WB_WGMMA_CLUSTER=2): this block's rank and the cluster's
-// size, an arrive on the mbarrier at the same place in another block's shared memory, a copy
-// multicast to the blocks of `mask`, and a barrier across the cluster (all threads of each block).
+// Thread-block clusters (the launcher's WB_WGMMA_CLUSTER=2, and the split-k slices summed in a
+// cluster): this block's rank and the cluster's size, an arrive on the mbarrier at the same place
+// in another block's shared memory, a copy multicast to the blocks of `mask`, and a barrier across
+// the cluster (all threads of each block).
 __device__ __forceinline__ uint32_t cluster_size() {
   uint32_t v;
   asm("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(v));
@@ -93,6 +94,27 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const void* map, i
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
                    : "memory");
+}
+// The same barrier for threads that need not be converged (a warp whose thread 0 ran the
+// producer's loop alone): each thread arrives, then waits for every thread of the cluster.
+__device__ __forceinline__ void cluster_sync_any() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// The shared::cluster address of the byte at `local` (this block's shared::cta address) in the
+// shared memory of the cluster's block `rank`, and a 16-byte load from such an address
+// (distributed shared memory).
+__device__ __forceinline__ uint32_t cluster_address(uint32_t local, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ float4 load_cluster(uint32_t address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
 }
 
 // The epilogue's copies of c out of shared memory (cp.async.bulk, 1-D, no tensor map): `bytes`
