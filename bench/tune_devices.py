@@ -35,6 +35,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--sizes", help="comma-separated size labels of the sweep (default: all)")
     p.add_argument("--cache", help="the cache folder (default: a new temporary one)")
     p.add_argument("--out", help="where tune_devices.md and .json go (default $OUT or .)")
+    p.add_argument("--playoff", type=float, help="also time tunes on all GPUs with this "
+                   "WB_TUNE_PLAYOFF (0.05 say)")  # fmt: skip
     args = p.parse_args(argv)
     os.environ["WB_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="wb-tune-devices-")
     os.environ.setdefault("WB_QUIET", "1")
@@ -61,22 +63,29 @@ def main(argv: list[str]) -> int:
     t = time.perf_counter()
     cold = workbench.tune(op, rounds=args.rounds, devices="all", **kwargs)
     cold_s = time.perf_counter() - t
-    runs: dict[str, list[Any]] = {"one": [], "all": []}
-    walls: dict[str, list[float]] = {"one": [], "all": []}
+    kinds: list[tuple[str, str | None, str]] = [("one", None, "0"), ("all", "all", "0")]
+    if args.playoff:
+        kinds.append(("playoff", "all", str(args.playoff)))
+    runs: dict[str, list[Any]] = {k: [] for k, _, _ in kinds}
+    walls: dict[str, list[float]] = {k: [] for k, _, _ in kinds}
     for _ in range(args.repeats):
-        for kind, devices in (("one", None), ("all", "all")):
+        for kind, devices, playoff in kinds:
+            os.environ["WB_TUNE_PLAYOFF"] = playoff
             t = time.perf_counter()
             r = workbench.tune(op, rounds=args.rounds, devices=devices, **kwargs)
             walls[kind].append(time.perf_counter() - t)
             runs[kind].append(r)
+    os.environ.pop("WB_TUNE_PLAYOFF", None)
     one_s, all_s = (statistics.median(walls[k]) for k in ("one", "all"))
     one, every = runs["one"][-1], runs["all"][-1]
     agree = []
-    for size in one.sizes:
-        mine = every.winners[sum(1 for b in every.bounds if size.numel >= b)]
-        theirs = one.winners[sum(1 for b in one.bounds if size.numel >= b)]
-        verdict = "same" if mine == theirs else size.verdict(mine)
-        agree.append(f"{size.label}: {mine} ({verdict} in the one-GPU run)")
+    for kind in [k for k, _, _ in kinds if k != "one"]:
+        other = runs[kind][-1]
+        for size in one.sizes:
+            mine = other.winners[sum(1 for b in other.bounds if size.numel >= b)]
+            theirs = one.winners[sum(1 for b in one.bounds if size.numel >= b)]
+            verdict = "same" if mine == theirs else size.verdict(mine)
+            agree.append(f"{kind}, {size.label}: {mine} ({verdict} in the one-GPU run)")
     env = environment()
     n = len(first.variants)
     lines = [
@@ -93,11 +102,31 @@ def main(argv: list[str]) -> int:
         _row("one GPU", "cuda (current)", one_s, walls["one"], one),
         _row("all GPUs", ", ".join(every.devices), all_s, walls["all"], every),
         _row("all GPUs, cold", ", ".join(cold.devices), cold_s, [cold_s], cold),
+        *(
+            [
+                _row(
+                    f"all GPUs, playoff {args.playoff}",
+                    ", ".join(every.devices),
+                    statistics.median(walls["playoff"]),
+                    walls["playoff"],
+                    runs["playoff"][-1],
+                )
+            ]
+            if args.playoff
+            else []
+        ),
         "",
         f"**Ratio all / one: {all_s / one_s:.2f}** (goal <= 0.6 on 2 GPUs); the first tune on "
         f"all GPUs, which starts the workers: {cold_s / one_s:.2f}.",
-        f"Playoff (the first GPU times the other GPUs' close bests): "
-        f"{every.phases.get('playoff', 0.0):.1f} s of the last run.",
+        *(
+            [
+                f"With the playoff (WB_TUNE_PLAYOFF={args.playoff}): "
+                f"{statistics.median(walls['playoff']) / one_s:.2f}, of which the playoff "
+                f"{runs['playoff'][-1].phases.get('playoff', 0.0):.1f} s in the last run."
+            ]
+            if args.playoff
+            else []
+        ),
         "",
         "Winner of each size on all GPUs, against the one-GPU run (same, best, or noise):",
         "",
@@ -124,13 +153,15 @@ def main(argv: list[str]) -> int:
         "variants": n,
         "gpus": gpus,
         "walls": walls,
+        "playoff": args.playoff,
         "ratio": all_s / one_s,
         "cold": cold_s,
         "one": one.to_dict(),
         "all": every.to_dict(),
     }
     (out / "tune_devices.json").write_text(json.dumps(record, indent=1))
-    print("\n".join(lines[: 19 + len(agree)]))
+    print("
+".join(lines[: lines.index("## one GPU")]))
     return 0
 
 

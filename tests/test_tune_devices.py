@@ -321,8 +321,10 @@ def test_two_gpus_share_the_variants_and_agree_with_one(
         pytest.skip(f"needs 2 GPUs or more, this host has {torch.cuda.device_count()}")
     # Two sizes of the sweep (launch-bound and past L2), two rounds: the bench
     # (python -m bench tune_devices) times whole tunes; this test holds what they must agree on.
+    # The playoff on: at 64Ki the variants are within about 1% of each other, closer than two
+    # cards' times scaled by the default's can tell apart.
     kwargs = {"lib": lib, "device": "cuda", "rounds": 2, "save": False, "sizes": ["64Ki", "64Mi"]}
-    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1"):
+    with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1", WB_TUNE_PLAYOFF="0.05"):
         alone = workbench.tune("scale", **kwargs)  # type: ignore[arg-type]
         both = workbench.tune("scale", devices="all", **kwargs)  # type: ignore[arg-type]
     count = torch.cuda.device_count()

@@ -105,9 +105,14 @@ def compare(
         return Verdict(True, 0.0, "", "", 0.0)
     if not (dtype.is_floating_point or dtype.is_complex):
         return _exact(out, ref64)
-    got = out.detach().to(torch.float64).cpu()
-    ref = ref64.detach().to(torch.float64).cpu()
-    theirs = _as64(ref_dtype, ref.shape)
+    # Compared in float64 where the output is (a CUDA output on its GPU: the same IEEE float64
+    # arithmetic as on the host, without copying large outputs to it, which made the check of
+    # the inputs a tune times cost most of its timing step, and made GPUs timing side by side
+    # contend for the host).
+    home = out.device if out.device.type == "cuda" else torch.device("cpu")
+    got = out.detach().to(home, torch.float64)
+    ref = ref64.detach().to(home, torch.float64)
+    theirs = _as64(ref_dtype, ref.shape, home)
     if not (bool(torch.isfinite(got).all()) and bool(torch.isfinite(ref).all())):
         rounded = ref.to(dtype).to(torch.float64) if dtype.is_floating_point else ref
         # Where the truth is finite but overflows the dtype, a kernel that overflowed on the way
@@ -173,7 +178,8 @@ def _expected_dtype(ref64: torch.Tensor, theirs: Any, dtype: torch.dtype) -> tor
 def _exact(out: torch.Tensor, ref: torch.Tensor) -> Verdict:
     """An integer (or bool) output: every element equal. The poison of integer outputs is the
     dtype's largest value, so such an element where the truth differs is reported unwritten."""
-    got, want = out.detach().cpu(), ref.detach().cpu().to(out.dtype)
+    home = out.device if out.device.type == "cuda" else torch.device("cpu")
+    got, want = out.detach().to(home), ref.detach().to(home, out.dtype)
     diff = (got != want).flatten()
     if not bool(diff.any()):
         return Verdict(True, 0.0, "", "", 0.0)
@@ -192,10 +198,10 @@ def _exact(out: torch.Tensor, ref: torch.Tensor) -> Verdict:
     return fail(VALUES, where)
 
 
-def _as64(t: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
+def _as64(t: torch.Tensor | None, shape: torch.Size, home: torch.device) -> torch.Tensor | None:
     if not isinstance(t, torch.Tensor) or t.shape != shape:
         return None
-    return t.detach().to(torch.float64).cpu()
+    return t.detach().to(home, torch.float64)
 
 
 def _nonfinite_mismatch(
