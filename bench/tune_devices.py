@@ -160,8 +160,7 @@ def main(argv: list[str]) -> int:
         "all": every.to_dict(),
     }
     (out / "tune_devices.json").write_text(json.dumps(record, indent=1))
-    print("
-".join(lines[: lines.index("## one GPU")]))
+    print("\n".join(lines[: lines.index("## one GPU")]))
     return 0
 
 
