@@ -2,7 +2,8 @@
 n = 4096) splits k across blocks on a 64 x 256 tile, each slice's float32 partial sums summed in
 slice order into c (kernels/matmul/matmul_wgmma.cu). By default in one launch: clusters of S
 blocks, the slices of a tile, sum through distributed shared memory (wgmma_cluster_split_kernel);
-WB_WGMMA_SPLIT_SUM=launch writes the slices to a workspace and sums them in a second launch.
+WB_WGMMA_SPLIT_SUM=launch writes the slices to a workspace and sums them in a second launch. The
+cluster sum's tile has 128 rows where a has more than 64 (WB_WGMMA_SPLIT_TILE=64 | 128 forces one).
 
 Without a GPU: the split kernels compile for sm_90a beside the tuned tile's, without spills.
 On a Hopper GPU (marked cuda): the default route takes the cluster sum, right against a float64
@@ -47,11 +48,12 @@ def _instantiated(folder: Path) -> Path:
                 f"template __global__ void wb::matmul::wgmma_split_kernel<wb::{t}, {kmajor}>("
                 f"{maps}, {maps}, float*, int, int, int, int);"
             )
-            lines.append(
-                "template __global__ void "
-                f"wb::matmul::wgmma_cluster_split_kernel<wb::{t}, {kmajor}>("
-                f"{maps}, {maps}, wb::{t}*, int, int, int);"
-            )
+            for wide in ("true", "false"):
+                lines.append(
+                    "template __global__ void "
+                    f"wb::matmul::wgmma_cluster_split_kernel<wb::{t}, {kmajor}, {wide}>("
+                    f"{maps}, {maps}, wb::{t}*, int, int, int);"
+                )
     path = folder / "wgmma_instances.cu"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -75,20 +77,23 @@ def _nvcc(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.nvcc
 def test_the_split_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -> None:
-    """Twelve kernels (three templates, two dtypes, two layouts of b); the split ones on the
-    64 x 256 tile (256 threads, wgmma m64n256k16, 5 stages of mbarriers), the cluster sum's reading
-    distributed shared memory between two cluster barriers, none spilling."""
+    """Sixteen kernels (three templates, two dtypes, two layouts of b, the cluster sum's on two
+    tiles); the split ones on the 64 x 256 tile (256 threads, wgmma m64n256k16, 5 stages of
+    mbarriers), the cluster sum's also on the 128 x 256 one (384 threads, 4 stages), reading
+    distributed shared memory between two cluster barriers; none spilling."""
     ptx = tmp_path / "wgmma.ptx"
     done = _nvcc(tmp_path, "--ptx", "-o", str(ptx))
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", ptx.read_text())[1:]
     split = [e for e in entries if e.startswith("_ZN2wb6matmul18wgmma_split_kernel")]
     cluster = [e for e in entries if e.startswith("_ZN2wb6matmul26wgmma_cluster_split_kernel")]
-    assert len(entries) == 12 and len(split) == 4 and len(cluster) == 4
+    assert len(entries) == 16 and len(split) == 4 and len(cluster) == 8
     for kernel in cluster:
         assert "ld.shared::cluster.v4.f32" in kernel and "mapa.shared::cluster" in kernel
         assert kernel.count("barrier.cluster.wait.acquire;") >= 2
-    for kernel in split + cluster:
+    wide = [e for e in cluster if ".maxntid 384, 1, 1" in e]
+    assert len(wide) == 4 and all(re.search(r"E4full\[32\];", e) for e in wide)
+    for kernel in split + [e for e in cluster if e not in wide]:
         assert ".maxntid 256, 1, 1" in kernel
         assert "wgmma.mma_async.sync.aligned.m64n256k16" in kernel
         assert re.search(r"E4full\[40\];", kernel)  # 5 stages
@@ -96,7 +101,7 @@ def test_the_split_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -> N
     done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"))
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
-    assert len(spills) == 12 and all(s == ("0", "0") for s in spills), done.stderr
+    assert len(spills) == 16 and all(s == ("0", "0") for s in spills), done.stderr
 
 
 # --- on a Hopper GPU ------------------------------------------------------------------------
@@ -219,15 +224,19 @@ def _operands(m: int, n: int, k: int, col: bool) -> tuple[torch.Tensor, torch.Te
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("rows", ["64", "128"])
 @pytest.mark.parametrize("splits", ["2", "3", "4", "8"])
 def test_the_cluster_sum_gives_the_two_launch_bits(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, splits: str
+    lib: Any, monkeypatch: pytest.MonkeyPatch, splits: str, rows: str
 ) -> None:
-    """WB_WGMMA_SPLITS=S (at most 8: one cluster of S blocks a tile): the cluster sum adds the
-    same slices in the same order as sum_slices_kernel, so c is the same bit for bit, and right."""
+    """WB_WGMMA_SPLITS=S (at most 8: one cluster of S blocks a tile), on either tile
+    (WB_WGMMA_SPLIT_TILE): the cluster sum adds the same slices (each row's the same float32 sums,
+    whichever tile holds it) in the same order as sum_slices_kernel, so c is the same bit for bit,
+    and right."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     monkeypatch.setenv("WB_WGMMA_SPLITS", splits)
+    monkeypatch.setenv("WB_WGMMA_SPLIT_TILE", rows)
     for m, n, k, col in CLUSTER_SHAPES:
         a, b = _operands(m, n, k, col)
         assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul(a, b))  # noqa: B023

@@ -14,18 +14,19 @@
 // 16 x 4096 x 4096), the plain build runs a 64 x 256 tile with k cut into S slices so that
 // tiles * S fill the SMs once. By default one launch (wgmma_cluster_split_kernel): clusters of S
 // blocks (S <= 8), the slices of one tile, sum their float32 partials through distributed shared
-// memory and store c; no workspace. Where no such cluster fits the device as often as there are
-// tiles (resident_clusters), or WB_WGMMA_SPLIT_SUM=launch: wgmma_split_kernel writes each slice's
-// float32 sums into a workspace [S, m, n] the caller allocates (matmul_cuda_workspace), then
-// sum_slices_kernel adds the slices in order and rounds once into c. Both add the slices in slice
-// order: the same bits every call, and the same as each other for the same S; no state kept
-// between calls, so a CUDA graph replays them.
+// memory and store c; no workspace; on a 128 x 256 tile where a has more than 64 rows. Where no
+// such cluster fits the device as often as there are tiles (resident_clusters), or
+// WB_WGMMA_SPLIT_SUM=launch: wgmma_split_kernel writes each slice's float32 sums into a workspace
+// [S, m, n] the caller allocates (matmul_cuda_workspace), then sum_slices_kernel adds the slices in
+// order and rounds once into c. Both add the slices in slice order: the same bits every call, and
+// the same as each other for the same S; no state kept between calls, so a CUDA graph replays them.
 //
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
 // error naming it): WB_WGMMA_STORE=vector | bulk | direct, the epilogue (launch_smem);
 // WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice);
 // WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split); WB_WGMMA_SPLIT_SUM=cluster
-// | launch, how the split-k route sums its slices (sum_choice).
+// | launch, how the split-k route sums its slices (sum_choice); WB_WGMMA_SPLIT_TILE=64 | 128, the
+// cluster sum's tile rows (wide_choice).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -47,6 +48,7 @@ WB_DEVICE_TEMPLATE(kSplit, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_ke
 WB_DEVICE_TEMPLATE(kSplitShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_shape");
 WB_DEVICE_TEMPLATE(kClusterSplit, "matmul_wgmma.kernel.cu",
                    "wb::matmul::wgmma_cluster_split_kernel");
+WB_DEVICE_TEMPLATE(kWideShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_wide_split_shape");
 
 namespace {
 
@@ -118,8 +120,13 @@ const DeviceKernel& split_kernel(bool b_kmajor) {
   return b_kmajor ? kernel<&kSplit, T, Val<true>> : kernel<&kSplit, T, Val<false>>;
 }
 template <typename T>
-const DeviceKernel& cluster_split_kernel(bool b_kmajor) {
-  return b_kmajor ? kernel<&kClusterSplit, T, Val<true>> : kernel<&kClusterSplit, T, Val<false>>;
+const DeviceKernel& cluster_split_kernel(bool b_kmajor, bool wide) {
+  if (wide) {
+    return b_kmajor ? kernel<&kClusterSplit, T, Val<true>, Val<true>>
+                    : kernel<&kClusterSplit, T, Val<false>, Val<true>>;
+  }
+  return b_kmajor ? kernel<&kClusterSplit, T, Val<true>, Val<false>>
+                  : kernel<&kClusterSplit, T, Val<false>, Val<false>>;
 }
 
 int64_t tiles_of(int64_t m, int64_t n, const WgmmaShape& tile) {
@@ -145,8 +152,9 @@ int sm_count() {
 // chose it, for its own sizes); so does a c with enough tiles for the SMs.
 struct Split {
   int splits = 0;
-  WgmmaShape tile{};     // the split tile, when splits >= 2
+  WgmmaShape tile{};     // the split tile (or the wide one, for the cluster sum), splits >= 2
   bool cluster = false;  // the slices summed in clusters of `splits` (one launch, no workspace)
+  bool wide = false;     // the cluster sum on the 128-row tile (wgmma_wide_split_shape)
 };
 constexpr int64_t kMinSteps = 4;
 constexpr int kMaxClusterSlices = 8;  // the portable cluster size (the kernel's kMaxSlices)
@@ -222,34 +230,69 @@ int cluster_slices(int64_t splits, int64_t tiles, const WgmmaShape& tile, bool f
   return 0;
 }
 
+// WB_WGMMA_SPLIT_TILE in the environment (read at each call; for A/B on a GPU): the rows of the
+// cluster sum's tile, =64 (the split tile) or =128 (the wide one); unset, 128 where a has more
+// than 64 rows (its stages of b serve 128 rows: half the bytes from L2), else 64.
+Status wide_choice(int64_t m, bool* wide) {
+  const char* v = std::getenv("WB_WGMMA_SPLIT_TILE");
+  const std::string_view rows = v != nullptr ? v : "";
+  *wide = rows.empty() ? m > 64 : rows == "128";
+  if (rows.empty() || rows == "64" || rows == "128") return nullptr;
+  return "matmul: WB_WGMMA_SPLIT_TILE must be 64 or 128 (the cluster sum's tile rows); unset it";
+}
+
+// WB_WGMMA_SPLITS=S in the environment (read at each call; for timing this choice on a GPU):
+// S slices (at most one a k step) wherever the route splits; the cluster sum takes S up to 8.
+// *forced: 0 where unset.
+Status forced_splits(int64_t* forced) {
+  *forced = 0;
+  const char* v = std::getenv("WB_WGMMA_SPLITS");
+  if (v == nullptr || *v == '\0') return nullptr;
+  char* end = nullptr;
+  const long want = std::strtol(v, &end, 10);
+  if (*end != '\0' || want < 2 || want > 4096) {
+    return "matmul: WB_WGMMA_SPLITS must be a whole number from 2 to 4096; unset it";
+  }
+  *forced = want;
+  return nullptr;
+}
+
+// The slices of k for tile: SMs / its tiles, each at least kMinSteps k steps, or the forced count
+// (at most one a k step).
+int64_t splits_of(int64_t m, int64_t n, int64_t k, const WgmmaShape& tile, int64_t forced) {
+  const int64_t steps = (k + tile.bk - 1) / tile.bk;
+  if (forced > 0) return min_of(forced, steps);
+  return min_of(sm_count() / tiles_of(m, n, tile), steps / kMinSteps);
+}
+
 Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   *plan = Split{};
   WgmmaShape built{};
   if (const Status e = global<&kShape>.read(&built)) return e;
-  const int64_t sms = sm_count();
-  if (built.tuned || tiles_of(m, n, built) >= sms) return nullptr;
+  if (built.tuned || tiles_of(m, n, built) >= sm_count()) return nullptr;
+  int64_t forced = 0;
+  bool cluster = false, wide = false;
+  if (const Status e = forced_splits(&forced)) return e;
+  if (const Status e = sum_choice(&cluster)) return e;
+  if (const Status e = wide_choice(m, &wide)) return e;
   WgmmaShape tile{};
   if (const Status e = global<&kSplitShape>.read(&tile)) return e;
-  const int64_t steps = (k + tile.bk - 1) / tile.bk;
-  const int64_t tiles = tiles_of(m, n, tile);
-  int64_t splits = min_of(sms / tiles, steps / kMinSteps);
-  // WB_WGMMA_SPLITS=S in the environment (read at each call; for timing this choice on a GPU):
-  // S slices (at most one a k step) wherever the route splits; the cluster sum takes S up to 8.
-  bool forced = false;
-  if (const char* v = std::getenv("WB_WGMMA_SPLITS"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const long want = std::strtol(v, &end, 10);
-    if (*end != '\0' || want < 2 || want > 4096) {
-      return "matmul: WB_WGMMA_SPLITS must be a whole number from 2 to 4096; unset it";
+  if (cluster) {
+    WgmmaShape own = tile;
+    if (wide) {
+      if (const Status e = global<&kWideShape>.read(&own)) return e;
     }
-    splits = min_of<int64_t>(want, steps);
-    forced = true;
+    const int64_t splits = splits_of(m, n, k, own, forced);
+    const int slices =
+        splits >= 2 ? cluster_slices(splits, tiles_of(m, n, own), own, forced > 0) : 0;
+    if (slices >= 2) {
+      *plan = Split{slices, own, true, wide};
+      return nullptr;
+    }
   }
-  if (splits < 2) return nullptr;
-  bool cluster = false;
-  if (const Status e = sum_choice(&cluster)) return e;
-  const int slices = cluster ? cluster_slices(splits, tiles, tile, forced) : 0;
-  *plan = slices >= 2 ? Split{slices, tile, true} : Split{static_cast<int>(splits), tile, false};
+  // The two-launch sum, on the split tile.
+  const int64_t splits = splits_of(m, n, k, tile, forced);
+  if (splits >= 2) *plan = Split{static_cast<int>(splits), tile, false, false};
   return nullptr;
 }
 
@@ -332,7 +375,7 @@ Status check_regs(const DeviceKernel& kernel, const WgmmaShape& tile) {
 template <typename T>
 Status run_cluster_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, bool b_kmajor,
                          const Split& plan, Stream stream) {
-  const DeviceKernel& kernel = cluster_split_kernel<T>(b_kmajor);
+  const DeviceKernel& kernel = cluster_split_kernel<T>(b_kmajor, plan.wide);
   if (const Status e = check_regs(kernel, plan.tile)) return e;
   CUtensorMap map_a, map_b;
   if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, plan.tile)) {

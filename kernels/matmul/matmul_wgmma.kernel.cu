@@ -293,25 +293,27 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
 }
 
 // The split-k slices summed in a cluster (wgmma_cluster_split_kernel): the cluster's blocks are
-// the slices of one tile, rank s the slice s. Each writes its float32 sums of the tile's rows
-// inside m into its own shared memory (buf: 64 rows x BN, kSumPitch floats apart: a half-warp's
-// 8-byte stores land on 32 different banks), then after a barrier across the cluster each block
-// sums a rank-th of the tile's rows inside m (in 4-column runs, `ranks` 16-byte loads of
-// distributed shared memory in flight before the first add), in slice order as sum_slices_kernel
-// does (the same bits for the same slices), and stores it into c rounded once; a second barrier
-// keeps each block's memory until the others have read it. row0: the consumer's first row of c;
-// col0: the tile's first column; t: the thread in the consumer warpgroup. Every thread of the
-// block, the producer's too, takes part in both barriers (the producer's in wgmma_units).
+// the slices of one tile, rank s the slice s. Each consumer writes its float32 sums of its 64
+// rows (those inside m) into the block's shared memory (buf: BM rows x BN, kSumPitch floats
+// apart: a half-warp's 8-byte stores land on 32 different banks), then after a barrier across the
+// cluster the consumers of each block sum a rank-th of the tile's rows inside m (in 4-column
+// runs, `ranks` 16-byte loads of distributed shared memory in flight before the first add), in
+// slice order as sum_slices_kernel does (the same bits for the same slices), and store it into c
+// rounded once; a second barrier keeps each block's memory until the others have read it.
+// row0: the tile's first row of c; col0: its first column; t: the thread in its consumer
+// warpgroup. Every thread of the block, the producer's too, takes part in both barriers (the
+// producer's in wgmma_units).
 template <int BN>
 constexpr int kSumPitch = BN + 8;
 constexpr int kMaxSlices = 8;  // the portable cluster size
 
-template <typename T, int BN>
+template <typename T, int BN, int CONSUMERS>
 __device__ __forceinline__ void cluster_sum(T* c, int m, int n, int64_t row0, int64_t col0,
-                                            const float (&d)[BN / 2], float* buf, int t, int rank,
-                                            int ranks) {
-  constexpr int kPitch = kSumPitch<BN>, kRuns = BN / 4;
-  const int r = 16 * (t / 32) + (t % 32) / 4;  // this thread's rows: r and r + 8 (rows inside m)
+                                            const float (&d)[BN / 2], float* buf, int consumer,
+                                            int t, int rank, int ranks) {
+  constexpr int kPitch = kSumPitch<BN>, kRuns = BN / 4, kRows = 64 * CONSUMERS;
+  // This thread's rows of the tile: r and r + 8 (those inside m).
+  const int r = 64 * consumer + 16 * (t / 32) + (t % 32) / 4;
   float* const mine = buf + r * kPitch + 2 * (t % 4);
   const bool in0 = row0 + r < m, in1 = row0 + r + 8 < m;
 #pragma unroll
@@ -323,12 +325,12 @@ __device__ __forceinline__ void cluster_sum(T* c, int m, int n, int64_t row0, in
     }
   }
   sm90::cluster_sync_any();
-  const int rows = m - row0 < 64 ? static_cast<int>(m - row0) : 64;
+  const int rows = m - row0 < kRows ? static_cast<int>(m - row0) : kRows;
   const int cols = n - col0 < BN ? static_cast<int>(n - col0) : BN;
   const int runs = rows * kRuns, begin = rank * runs / ranks, end = (rank + 1) * runs / ranks;
   const bool pairs = n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 8 == 0;
   const uint32_t base = smem_addr(buf);
-  for (int u = begin + t; u < end; u += 128) {
+  for (int u = begin + 128 * consumer + t; u < end; u += 128 * CONSUMERS) {
     const int row = u / kRuns, col = 4 * (u % kRuns);
     if (col >= cols) continue;
     const uint32_t at = base + static_cast<uint32_t>((row * kPitch + col) * sizeof(float));
@@ -369,6 +371,22 @@ using DefaultTile =
 template <bool BKMajor>
 using SplitTile = WgmmaTile<256, 1, 5, 1, BKMajor>;
 
+// The cluster sum's tile for an a of more than 64 rows (not tuned): 128 x 256, two consumers, 4
+// stages of 48 KiB, the plain build's. Against two 64-row tiles it reads each stage of b once for
+// 128 rows of a (half the bytes from L2 on m = 128), and takes twice the slices for the SMs.
+template <bool BKMajor>
+using WideSplitTile = WgmmaTile<256, 2, 4, 1, BKMajor>;
+template <bool BKMajor, bool Wide>
+struct ClusterSplitTileOf {
+  using type = SplitTile<BKMajor>;
+};
+template <bool BKMajor>
+struct ClusterSplitTileOf<BKMajor, true> {
+  using type = WideSplitTile<BKMajor>;
+};
+template <bool BKMajor, bool Wide>
+using ClusterSplitTile = typename ClusterSplitTileOf<BKMajor, Wide>::type;
+
 // The tiles, for the host launcher (wb/module.h's wb::global): the same for both layouts of b.
 // wgmma_shape.tuned: built at a point of the tuning space, which the launcher runs as it is.
 using Built = DefaultTile<false>;
@@ -386,6 +404,16 @@ __constant__ WgmmaShape wgmma_split_shape = {SplitBuilt::BM,
                                              SplitBuilt::kEntryRegs,
                                              0,
                                              SplitBuilt::kStaged ? SplitBuilt::kStageBytes : 0};
+using WideBuilt = WideSplitTile<false>;
+__constant__ WgmmaShape wgmma_wide_split_shape = {WideBuilt::BM,
+                                                  WideBuilt::BN,
+                                                  kBK,
+                                                  WideBuilt::kThreads,
+                                                  WideBuilt::kSmemBytes,
+                                                  WideBuilt::BLOCKS,
+                                                  WideBuilt::kEntryRegs,
+                                                  0,
+                                                  WideBuilt::kStaged ? WideBuilt::kStageBytes : 0};
 
 // The shared memory a kernel declares, for the loop below: the ring of stages (dynamic, any
 // alignment; the staged epilogue's buffers follow the ring) and its full and empty mbarriers.
@@ -555,10 +583,11 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
 
     const int64_t row0 = int64_t{tile_m} * Tl::BM + consumer * 64;
     if constexpr (kClusterSum) {  // one unit a block: the ring's stages are all consumed
-      static_assert(Tl::CONSUMERS == 1 && 64 * kSumPitch<Tl::BN> * 4 <= Tl::kRingBytes,
-                    "cluster_sum: one consumer, whose float32 tile fits the ring");
-      cluster_sum<O, Tl::BN>(out, m, n, row0, int64_t{at.n} * Tl::BN, d,
-                             reinterpret_cast<float*>(smem), t, rank, ranks);
+      static_assert(Tl::BM * kSumPitch<Tl::BN> * 4 <= Tl::kRingBytes,
+                    "cluster_sum: the tile's float32 sums fit the ring");
+      cluster_sum<O, Tl::BN, Tl::CONSUMERS>(
+          out, m, n, int64_t{tile_m} * Tl::BM, int64_t{at.n} * Tl::BN, d,
+          reinterpret_cast<float*>(smem), consumer, t, rank, ranks);
       continue;
     }
     O* const slice_out = out + static_cast<int64_t>(slice) * m * n;
@@ -617,16 +646,17 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SplitTile<BKMajor>::kThreads 
 // The split-k route in one launch (the launcher's default; WB_WGMMA_SPLIT_SUM=launch runs the two
 // kernels above and below instead): launched in clusters of S (2 to 8) blocks, the S slices of
 // one tile of c, which sum their float32 partials through distributed shared memory and store c
-// (cluster_sum): no workspace, no second launch.
-template <typename T, bool BKMajor>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SplitTile<BKMajor>::kThreads : 1,
-                                  WB_WGMMA_IMAGE ? SplitTile<BKMajor>::BLOCKS : 1)
+// (cluster_sum): no workspace, no second launch. Wide: on the 128-row tile (WideSplitTile; the
+// launcher's choice where a has more than 64 rows), else on the split tile.
+template <typename T, bool BKMajor, bool Wide>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wide>::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wide>::BLOCKS : 1)
     wgmma_cluster_split_kernel(const __grid_constant__ TensorMap map_a,  // a: boxes of 64 x 64
                                const __grid_constant__ TensorMap map_b,  // b: 64 x 256 or 64 x 64
                                T* __restrict__ c,                        // [m, n]
                                int m, int n, int k) {
 #if WB_WGMMA_IMAGE
-  using Tl = SplitTile<BKMajor>;
+  using Tl = ClusterSplitTile<BKMajor, Wide>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, T, true>(map_a, map_b, c, m, n, k, static_cast<int>(sm90::cluster_size()),
