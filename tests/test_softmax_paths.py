@@ -1,7 +1,7 @@
 """softmax's long-row paths (kernels/softmax/softmax_rows.cuh): the bulk path's plan (host code,
-run on the CPU), WB_SOFTMAX_PATH's values, and on a GPU every path (bulk, split, cluster, stream)
-against torch.softmax and its backward at long and odd row lengths, in a CUDA graph and on two
-streams at once."""
+run on the CPU), WB_SOFTMAX_PATH's values, and on a GPU every path (wide, pipe, bulk, split,
+cluster, stream) against torch.softmax and its backward at long and odd row lengths, in a CUDA
+graph and on two streams at once."""
 
 from __future__ import annotations
 
@@ -117,8 +117,9 @@ def test_the_bulk_grid_spreads_rows_evenly_over_resident_clusters(paths_main: Pa
 
 @pytest.mark.nvcc
 def test_wb_softmax_path_values(paths_main: Path) -> None:
-    got = _ask(paths_main, [f"path {v}" for v in ("-", "bulk", "split", "cluster", "stream", "x")])
-    assert got == [0, 1, 2, 3, 4, 5]  # unset: the dtype's default
+    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "x")
+    got = _ask(paths_main, [f"path {v}" for v in values])
+    assert got == [0, 1, 2, 3, 4, 5, 6, 7]  # unset: the dtype's default
 
 
 # --- on a GPU: each path against torch --------------------------------------------------------
@@ -144,7 +145,7 @@ def _kernels(fn: Any) -> list[str]:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["bulk", "split", "cluster", "stream"])
+@pytest.mark.parametrize("path", ["wide", "pipe", "bulk", "split", "cluster", "stream"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("rows", "cols"), [(64, 262144), (3, 262147), (256, 65536), (5, 131080), (600, 16388)]
@@ -163,6 +164,8 @@ def test_every_path_matches_torch(
     vec = cols % (16 // x.element_size()) == 0
     want = {"bulk": "bulk_kernel" if vec else "split_kernel", "split": "split_kernel"}
     want["stream"] = "stream_kernel"
+    if vec:
+        want["wide"] = want["pipe"] = "wide_kernel"
     if path in want and torch.cuda.get_device_capability() >= (9, 0):
         assert any(want[path] in n for n in names), names
     # Tolerances against float32 references at rows of tiny values (about 1 / cols): relative,
@@ -189,10 +192,63 @@ def test_a_bad_path_name_is_named(lib: Any, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.cuda
+def test_a_bad_wide_block_width_is_named(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the wide path needs sm_90")
+    monkeypatch.setenv("WB_SOFTMAX_PATH", "wide")
+    monkeypatch.setenv("WB_SOFTMAX_WIDE_THREADS", "256")
+    with pytest.raises(RuntimeError, match="WB_SOFTMAX_WIDE_THREADS"):
+        lib.softmax(torch.randn(2, 65536, device="cuda"), -1)
+        torch.cuda.synchronize()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("path", ["wide", "pipe"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "cols"), [(3, 65536), (70, 49160), (2, 16392)])
+@pytest.mark.parametrize("width", ["512", "1024"])
+def test_the_wide_paths_at_either_block_width(
+    lib: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    dtype: torch.dtype,
+    rows: int,
+    cols: int,
+    width: str,
+) -> None:
+    """WB_SOFTMAX_WIDE_THREADS picks blocks of 512 or 1024 threads (clusters of half as many
+    blocks, or one block a row); either matches torch (special rows included), also where the
+    blocks of a row are only partly filled (16392 elements: 2049 or 4098 vectors)."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the wide paths need sm_90")
+    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
+    monkeypatch.setenv("WB_SOFTMAX_WIDE_THREADS", width)
+    gen = torch.Generator().manual_seed(rows * cols)
+    x = _special(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
+    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
+    lib.softmax(x, -1)  # the launch's one-time queries outside the profile
+    names = _kernels(lambda: (lib.softmax(x, -1), lib.softmax_backward(grad, y, -1)))
+    assert sum("wide_kernel" in n for n in names) == 2, names
+    bf16 = dtype == torch.bfloat16
+    tol = {"rtol": 1.6e-2 if bf16 else 2e-5, "atol": 1e-9}
+    got = lib.softmax(x, -1).float()
+    torch.testing.assert_close(got, torch.softmax(x.float(), -1), equal_nan=True, **tol)
+    want_dx = torch._softmax_backward_data(grad.float(), y.float(), -1, torch.float32)
+    scale = float(want_dx.abs().max())
+    tol = {"rtol": 1.6e-2, "atol": 1e-2 * scale} if bf16 else {"rtol": 1e-4, "atol": 1e-6 * scale}
+    torch.testing.assert_close(lib.softmax_backward(grad, y, -1).float(), want_dx, **tol)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("path", ["bulk", "wide", "pipe"])
 @pytest.mark.parametrize("cols", [65536, 262144])
-def test_the_bulk_path_replays_in_a_graph_and_runs_on_two_streams(lib: Any, cols: int) -> None:
+def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, cols: int
+) -> None:
     """No state outlives a launch: a captured forward and backward replay on new inputs, and two
     launches on two streams at once give what each gives alone."""
+    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
     gen = torch.Generator().manual_seed(cols)
     rows = (8 << 20) // cols
     x = torch.randn(rows, cols, generator=gen).cuda()

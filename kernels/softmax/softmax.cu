@@ -5,10 +5,11 @@
 //   (double for float64) with __expf (ex2.approx) for float. Rows of any length: the paths and
 //   the index map are in softmax_rows.cuh; a thread holds up to 32 float (16 double) values of
 //   x in registers, so a row is read once up to 16384 float32 elements a block; longer rows go
-//   to a thread-block cluster a row on sm_90+ (softmax_bulk.cuh: the row held in shared memory,
-//   read once, up to about 900K float32 elements), else are split across a team of blocks of a
-//   cooperative grid (softmax_split.cuh: read once, up to about 2M float32 elements a row on an
-//   H100), and read twice beyond (the stream path).
+//   to a thread-block cluster a row on sm_90+ (float32: the cluster path, up to 512K elements;
+//   2-byte dtypes: softmax_wide.cuh, 128 bytes of x a thread as loaded, up to 1M elements), else
+//   are split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up to
+//   about 2M float32 elements a row on an H100), and read twice beyond (the stream path).
+//   WB_SOFTMAX_PATH picks another long-row path for timing (softmax_rows.cuh).
 //
 // Each thread takes the max m of its own elements and keeps e = exp(x - m) and their sum s; the
 // row's threads combine their (m, s) pairs into (M, S) in one reduction (each pair rescaled by
@@ -177,37 +178,42 @@ struct Forward {
     return o;
   }
 
-  // The split path (softmax_split.cuh): x's vectors of the thread's share held as loaded, their
-  // (max, sum of exp) taken a vector at a time as the stream path does (so that no converted copy
-  // of the buffer stays live), and exp(x - M) / S written from them once the row's (M, S) is known.
-  template <int N, int K>
-  __device__ __forceinline__ void load(int64_t r, Share s, Vec<T, N> (&v)[kTensors][K]) const {
+  // The split and wide paths (softmax_split.cuh, softmax_wide.cuh): x's vectors of the thread's
+  // share held as loaded (no converted copy stays live: held_acc converts at each use), their max,
+  // then their sum of exp, and exp(x - M) / S written from them once the row's (M, S) is known
+  // (two exps an element, where the register paths keep exp(x - m) in registers: a 2-byte
+  // element held as loaded takes half the registers of its float).
+  template <int N, int K, typename S>
+  __device__ __forceinline__ void load(int64_t r, S s, Vec<T, N> (&v)[kTensors][K]) const {
     const Vec<T, N>* xr = reinterpret_cast<const Vec<T, N>*>(x + r * cols);  // [cols / N]
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       if (s.has(k)) v[0][k] = xr[s.at(k)];
     }
   }
-  template <int N, int K>
-  __device__ __forceinline__ Partial partial(Share s, const Vec<T, N> (&v)[kTensors][K]) const {
-    Partial run = Partial::identity();
+  template <int N, int K, typename S>
+  __device__ __forceinline__ Partial partial(S s, const Vec<T, N> (&v)[kTensors][K]) const {
+    A m = neg_inf<A>();
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       if (s.has(k)) {
-        A big = run.m;
 #pragma unroll
-        for (int j = 0; j < N; ++j) big = fmax(big, held_acc(v[0][k], j));
-        const A ref = exp_origin(big);
-        A add = 0;
-#pragma unroll
-        for (int j = 0; j < N; ++j) add += exp_acc(held_acc(v[0][k], j) - ref);
-        run = Partial{big, run.s * rescale(run.m, big) + add};
+        for (int j = 0; j < N; ++j) m = fmax(m, held_acc(v[0][k], j));
       }
     }
-    return run;
+    const A ref = exp_origin(m);
+    A sum = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (s.has(k)) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) sum += exp_acc(held_acc(v[0][k], j) - ref);
+      }
+    }
+    return Partial{m, sum};
   }
-  template <int N, int K>
-  __device__ __forceinline__ void store(int64_t r, Share s, const Vec<T, N> (&v)[kTensors][K],
+  template <int N, int K, typename S>
+  __device__ __forceinline__ void store(int64_t r, S s, const Vec<T, N> (&v)[kTensors][K],
                                         Partial total) const {
     Vec<T, N>* yr = reinterpret_cast<Vec<T, N>*>(y + r * cols);  // [cols / N]
     const A inv = A(1) / total.s;

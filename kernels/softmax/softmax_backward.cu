@@ -4,10 +4,11 @@
 //   grad, y, dx: [rows, cols] contiguous; float32 / float64 / float16 / bfloat16, computed in
 //   float (double for float64). The same paths as softmax (softmax_rows.cuh) with two tensors
 //   read: a thread holds up to 16 float (8 double) values of each of grad and y, so a row is
-//   read once up to 8192 float32 elements a block, held in the shared memory of a thread-block
-//   cluster beyond on sm_90+ (softmax_bulk.cuh: read once, up to about 450K float32 elements),
-//   else split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up
-//   to about 1M float32 elements a row on an H100), and twice beyond that.
+//   read once up to 8192 float32 elements a block, held in the registers of a thread-block
+//   cluster beyond on sm_90+ (float32: the cluster path; 2-byte dtypes: softmax_wide.cuh, 64
+//   bytes of each a thread as loaded), else split across a team of blocks of a cooperative grid
+//   (softmax_split.cuh: read once, up to about 1M float32 elements a row on an H100), and twice
+//   beyond that.
 //   dx is computed as grad * y - y * D, the form PyTorch's CUDA kernel computes (the CPU
 //   kernels, PyTorch's and softmax.cpp, compute y * (grad - D)). The two differ only in where
 //   NaN and Inf land when y holds an Inf: +Inf * (g - +Inf) is -Inf, g * +Inf - +Inf * +Inf is
@@ -152,8 +153,8 @@ struct Backward {
 
   // The split path (softmax_split.cuh): grad's and y's vectors of the thread's share held as
   // loaded, their dot product, and dx written from them once the row's sum is known.
-  template <int N, int K>
-  __device__ __forceinline__ void load(int64_t r, Share s, Vec<T, N> (&v)[kTensors][K]) const {
+  template <int N, int K, typename S>
+  __device__ __forceinline__ void load(int64_t r, S s, Vec<T, N> (&v)[kTensors][K]) const {
     const Vec<T, N>* gr = reinterpret_cast<const Vec<T, N>*>(grad + r * cols);  // [cols / N]
     const Vec<T, N>* yr = reinterpret_cast<const Vec<T, N>*>(y + r * cols);     // [cols / N]
 #pragma unroll
@@ -164,8 +165,8 @@ struct Backward {
       }
     }
   }
-  template <int N, int K>
-  __device__ __forceinline__ Partial partial(Share s, const Vec<T, N> (&v)[kTensors][K]) const {
+  template <int N, int K, typename S>
+  __device__ __forceinline__ Partial partial(S s, const Vec<T, N> (&v)[kTensors][K]) const {
     A dot = 0;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -176,8 +177,8 @@ struct Backward {
     }
     return {dot};
   }
-  template <int N, int K>
-  __device__ __forceinline__ void store(int64_t r, Share s, const Vec<T, N> (&v)[kTensors][K],
+  template <int N, int K, typename S>
+  __device__ __forceinline__ void store(int64_t r, S s, const Vec<T, N> (&v)[kTensors][K],
                                         Partial total) const {
     Vec<T, N>* dxr = reinterpret_cast<Vec<T, N>*>(dx + r * cols);  // [cols / N]
 #pragma unroll

@@ -40,6 +40,11 @@
 //            vectors [rank * per, (rank + 1) * per) in registers; blocks reduce as above, then
 //            exchange their partials through distributed shared memory. The row is read from
 //            memory once, and no block waits on another that may not be resident.
+//   wide     (first where WB_SOFTMAX_PATH=wide, the default for 2-byte dtypes in rows of 16-byte
+//            vectors, with an sm_90 image on an sm_90+ device) the cluster path with each thread
+//            holding 128 bytes of the row as loaded (softmax_wide.cuh): for 2-byte dtypes twice the
+//            bytes in flight of the cluster path, half the blocks a row, and one cluster barrier a
+//            row instead of four barriers.
 //   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
 //            row.
 //   stream   any length: one block of 512 threads per row reads its row twice, once for the
@@ -287,11 +292,50 @@ __global__ void __launch_bounds__(kStreamThreads) stream_kernel(Op op, int64_t r
   }
 }
 
+// How many clusters of `size` blocks of `threads` threads of `kernel` can be resident at once on
+// the current device: 0 where none (the device loaded the stub, pre-sm_90, or refuses the size;
+// above 8 once allowed). Asked once per kernel, device, size and width.
+template <auto kernel>
+int cluster_count(int size, int threads) {
+  static int known[64][kMaxCluster + 1][2];  // count + 1; 0 unknown
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  int& answer = known[device][size][threads > kBlockThreads];
+  if (answer == 0) {
+    int clusters = 0;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, kernel) == cudaSuccess &&
+        attr.maxThreadsPerBlock >= threads) {  // the stub says 1
+      if (size > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      cudaLaunchConfig_t config{};
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = static_cast<unsigned>(size);
+      attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+      config.gridDim = dim3(static_cast<unsigned>(size));
+      config.blockDim = dim3(static_cast<unsigned>(threads));
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) clusters = 0;
+    }
+    cudaGetLastError();  // a refusal above is an answer, not an error of the caller's
+    answer = 1 + (clusters > 0 ? clusters : 0);
+  }
+  return answer - 1;
+}
+
+// Whether such a cluster can be resident at all.
+template <auto kernel>
+bool cluster_fits(int size, int threads) {
+  return cluster_count<kernel>(size, threads) > 0;
+}
+
 }  // namespace wb::softmax
 
 // The split and bulk paths' kernels and launches, written with the reductions and Slots above.
 #include "softmax/softmax_bulk.cuh"
 #include "softmax/softmax_split.cuh"
+#include "softmax/softmax_wide.cuh"
 
 namespace wb::softmax {
 
@@ -313,40 +357,6 @@ inline int threads_for(int64_t vectors, int k) {
 
 inline int grid_for(int64_t blocks) { return static_cast<int>(min_of<int64_t>(blocks, INT32_MAX)); }
 
-// Whether clusters of `size` blocks of `threads` threads of `kernel` can be resident on the
-// current device: the device loaded the real (sm_90+) image, accepts the size (above 8 once
-// allowed) and has room for one such cluster. Asked once per device, size and width.
-template <typename Kernel>
-bool cluster_fits(Kernel kernel, int size, int threads) {
-  static signed char known[64][kMaxCluster + 1][2];  // 0 unknown, 1 yes, -1 no
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
-  signed char& answer = known[device][size][threads > kBlockThreads];
-  if (answer == 0) {
-    bool fits = false;
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, kernel) == cudaSuccess &&
-        attr.maxThreadsPerBlock >= threads) {  // the stub says 1
-      if (size > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-      cudaLaunchConfig_t config{};
-      cudaLaunchAttribute attribute{};
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = static_cast<unsigned>(size);
-      attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-      config.gridDim = dim3(static_cast<unsigned>(size));
-      config.blockDim = dim3(static_cast<unsigned>(threads));
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-      int clusters = 0;
-      fits =
-          cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
-    }
-    cudaGetLastError();  // a refusal above is an answer, not an error of the caller's
-    answer = fits ? 1 : -1;
-  }
-  return answer == 1;
-}
-
 // The cluster path for rows of nvec vectors, K a thread: launches it and returns true with the
 // launch's result in `err`, or returns false (nothing launched) where it does not apply here.
 template <typename Op, int N, int K>
@@ -362,8 +372,8 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
   if (size > kMaxCluster) return false;
   const int64_t per = (nvec + size - 1) / size;
   const int threads = threads_for(per, K);
-  auto kernel = cluster_kernel<Op, N, K>;
-  if (!cluster_fits(kernel, static_cast<int>(size), width)) return false;
+  constexpr auto kernel = cluster_kernel<Op, N, K>;
+  if (!cluster_fits<kernel>(static_cast<int>(size), width)) return false;
   const int64_t clusters = min_of<int64_t>(rows, INT32_MAX / kMaxCluster);
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute attribute{};
@@ -384,12 +394,14 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
 // stream path). The environment variable WB_SOFTMAX_PATH starts the order further on, so that a
 // benchmark can time each path against the others in one process (it is read at each launch;
 // a CUDA graph keeps the path of its capture): "bulk": bulk, split, cluster, block; "split":
-// split, cluster, block; "cluster": cluster, block; "stream": the stream path (rows read twice).
-// Unset: "cluster" for 4-byte elements, "split" for 2-byte ones, the fastest of each on an H100
-// (2026-11-26, share of a copy of the same bytes at 1024x65536, 256x65536 and 64x262144: float32
-// cluster 65-97% where split gave 54-61% and bulk 33-62%; bfloat16 split 54-61%, cluster 37-63%,
-// bulk 32-78%).
-enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kInvalid };
+// split, cluster, block; "cluster": cluster, block; "stream": the stream path (rows read twice);
+// "wide": wide (softmax_wide.cuh: rows of 16-byte vectors, sm_90+), split, cluster, block;
+// "pipe": the same with the pipe path (softmax_wide.cuh's persistent variant) first.
+// Unset: "cluster" for 4-byte elements (on an H100, 2026-11-26, share of a copy of the same bytes
+// at 1024x65536, 256x65536 and 64x262144: cluster 65-97%, split 54-61%, bulk 33-62%); "wide" for
+// 2-byte ones in rows of 16-byte vectors (the cluster path gave bfloat16 37-63%, half the bytes
+// in flight a thread of float32's 62-97%; split 54-61%, bulk 32-78%), else "split".
+enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kWide, kPipe, kInvalid };
 
 inline LongPath parse_long_path(const char* s) {
   if (s == nullptr || *s == '\0') return LongPath::kDefault;
@@ -397,13 +409,16 @@ inline LongPath parse_long_path(const char* s) {
   if (std::strcmp(s, "split") == 0) return LongPath::kSplit;
   if (std::strcmp(s, "cluster") == 0) return LongPath::kCluster;
   if (std::strcmp(s, "stream") == 0) return LongPath::kStream;
+  if (std::strcmp(s, "wide") == 0) return LongPath::kWide;
+  if (std::strcmp(s, "pipe") == 0) return LongPath::kPipe;
   return LongPath::kInvalid;
 }
 
 inline LongPath long_path() { return parse_long_path(std::getenv("WB_SOFTMAX_PATH")); }
 
 constexpr const char* kBadPath =
-    "WB_SOFTMAX_PATH: expected bulk, split, cluster or stream (or unset for the default)";
+    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide or pipe (or unset for the "
+    "default)";
 
 template <typename Op, int N, int G, int K>
 cudaError_t launch_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream) {
@@ -438,10 +453,20 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
     LongPath path = long_path();
     if (path == LongPath::kInvalid) return cudaErrorInvalidValue;  // launch_rows names it
     if (path == LongPath::kDefault) {
-      path = sizeof(typename Op::T) >= 4 ? LongPath::kCluster : LongPath::kSplit;
+      path = sizeof(typename Op::T) >= 4 ? LongPath::kCluster
+             : N > 1                     ? LongPath::kWide
+                                         : LongPath::kSplit;
     }
     if constexpr (N > 1) {
       if (path == LongPath::kBulk && launch_bulk(op, rows, nvec, stream, err)) return err;
+      if constexpr (sizeof(typename Op::A) == 4) {  // float accumulation: not float64
+        if (path == LongPath::kWide && launch_wide<Op, N, false>(op, rows, nvec, stream, err)) {
+          return err;
+        }
+        if (path == LongPath::kPipe && launch_wide<Op, N, true>(op, rows, nvec, stream, err)) {
+          return err;
+        }
+      }
     }
     if (path != LongPath::kCluster && path != LongPath::kStream &&
         launch_split<Op, N>(op, rows, nvec, ws, stream, err)) {
@@ -474,6 +499,7 @@ Status launch_rows(const Op& op, int64_t rows, Workspace ws, Stream stream) {
   if (err != cudaSuccess) {
     cudaGetLastError();  // the same error, if the runtime also recorded it
     if (err == cudaErrorInvalidValue && long_path() == LongPath::kInvalid) return kBadPath;
+    if (err == cudaErrorInvalidValue && wide_threads() < 0) return kBadWideThreads;
     return cudaGetErrorString(err);
   }
   return launch_status();

@@ -95,15 +95,18 @@ __device__ __forceinline__ P load_cg(const P* p) {
   return out;
 }
 
-// A thread's vectors of its block's share of a row: first + k * kSplitThreads for k = 0, 1, ...,
-// those below first + left (left may be 0 or less: none). The stride is a constant, so that the
-// K addresses are one pointer and immediate offsets.
-struct Share {
+// A thread's vectors of its block's share of a row: first + k * Stride for k = 0, 1, ..., those
+// below first + left (left may be 0 or less: none). Stride (the block's width) is a constant, so
+// that the K addresses are one pointer and immediate offsets. The split path's blocks are
+// kSplitThreads wide; the wide path's (softmax_wide.cuh) 512 or 1024.
+template <int Stride>
+struct StridedShare {
   int64_t first;
   int left;
-  __device__ bool has(int k) const { return k * kSplitThreads < left; }
-  __device__ int64_t at(int k) const { return first + k * kSplitThreads; }
+  __device__ bool has(int k) const { return k * Stride < left; }
+  __device__ int64_t at(int k) const { return first + int64_t{k} * Stride; }
 };
+using Share = StridedShare<kSplitThreads>;
 
 // The geometry of one launch: which vectors of which row a block owns.
 struct SplitPlan {

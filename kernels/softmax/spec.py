@@ -39,10 +39,10 @@ _SHAPES: list[tuple[str, tuple[int, ...], int, bool]] = [
     ("warp", (4, 1024), -1, False),  # vec, a warp per row, 8 vectors a lane
     ("block", (3, 4096), -1, False),  # vec, a block of 128 per row
     ("block_max", (2, 16384), -1, False),  # vec, a block of 512
-    ("split", (2, 16388), -1, False),  # vec, bulk (sm_90+: a cluster a row), else split
+    ("split", (2, 16388), -1, False),  # float32 vec: cluster (sm_90+), else split; 2-byte: split
     ("split_odd", (2, 65537), -1, False),  # elem, split
-    ("long", (1, 262144), -1, False),  # vec, bulk: a cluster of 16 (H100), else split
-    ("stream", (1, 600000), -1, False),  # vec, bulk (16 blocks), else split over every block
+    ("long", (1, 262144), -1, False),  # vec: cluster (float32) or wide (2-byte) on sm_90+
+    ("stream", (1, 600000), -1, False),  # vec, sm_90+: float32 stream; 2-byte wide, split (bwd)
     # Large logits, where exp(x) overflows float32 but exp(x - max) cannot: values of about
     # +-300, and values near 86 (each exp(x) finite, their row sum past float32's largest).
     ("wide_range", (32, 256), -1, False),
