@@ -461,6 +461,10 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
+    if constexpr (kClusterSum) {  // a block's one unit: fetch the maps while the barriers start
+      sm90::prefetch_map(&map_a);
+      sm90::prefetch_map(&map_b);
+    }
     for (int s = 0; s < Tl::STAGES; ++s) {
       sm90::bar_init(&full[s], 1);
       sm90::bar_init(&empty[s], Tl::CONSUMERS * (paired ? 2 : 1));

@@ -52,6 +52,11 @@ __device__ __forceinline__ void bar_wait(uint64_t* bar, int parity) {
         : "memory");
   }
 }
+// Brings a tensor map (a __grid_constant__ parameter) into the copy engine's cache ahead of its
+// first copy.
+__device__ __forceinline__ void prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
 // The box of `map` at (x: inner coordinate, y: outer) into dst, completing on bar.
 __device__ __forceinline__ void tma_load(void* dst, const void* map, int x, int y, uint64_t* bar) {
   asm volatile(
