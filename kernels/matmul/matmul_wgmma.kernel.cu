@@ -305,7 +305,8 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
 // producer's in wgmma_units).
 template <int BN>
 constexpr int kSumPitch = BN + 8;
-constexpr int kMaxSlices = 8;  // the portable cluster size
+constexpr int kMaxSlices = 8;   // the portable cluster size
+constexpr int kSumBarrier = 8;  // the consumers' named barrier (store_staged's are 1 + consumer)
 
 template <typename T, int BN, int CONSUMERS>
 __device__ __forceinline__ void cluster_sum(T* c, int m, int n, int64_t row0, int64_t col0,
@@ -316,6 +317,8 @@ __device__ __forceinline__ void cluster_sum(T* c, int m, int n, int64_t row0, in
   const int r = 64 * consumer + 16 * (t / 32) + (t % 32) / 4;
   float* const mine = buf + r * kPitch + 2 * (t % 4);
   const bool in0 = row0 + r < m, in1 = row0 + r + 8 < m;
+  // buf overlaps the ring: with two consumers, the other may still run MMAs on its last stages.
+  if constexpr (CONSUMERS > 1) sm90::named_sync(kSumBarrier, 128 * CONSUMERS);
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
     if (in0) *reinterpret_cast<float2*>(mine + 8 * j) = make_float2(d[4 * j], d[4 * j + 1]);
