@@ -141,15 +141,17 @@ int sm_count() {
 }
 
 // The default route's split of k for an m x n x k call: 0 runs the built tile with k whole;
-// S >= 2 runs the split tile on S slices of k, then sums them (sum_slices_kernel).
+// S >= 2 runs S slices of k, summed in clusters of S (cluster) or by sum_slices_kernel.
 //
 // The built tile (128 x 256) leaves most SMs idle when c has fewer tiles than there are SMs
 // (16 x 4096 x 4096: 16 tiles for 132 SMs), and such a shape waits on reading b, which only many
-// blocks reading at once makes fast. So there the split tile (64 x 256) runs with
-// S = SMs / its tiles: one wave of at most one block an SM, each slice at least kMinSteps k steps
-// (64 k each) so that the pipeline fills. A split of 1 would add the workspace's round trip for
-// nothing: the built tile runs instead. A tuned module runs its tile for every shape (the tune
-// chose it, for its own sizes); so does a c with enough tiles for the SMs.
+// blocks reading at once makes fast. So there the split tile (64 x 256; for the cluster sum, the
+// wide 128 x 256 one where a has more than 64 rows) runs with S = SMs / its tiles: one wave of at
+// most one block an SM, each slice at least kMinSteps k steps (64 k each) so that the pipeline
+// fills; the cluster sum takes at most 8 and only as many as let all tiles' clusters be resident
+// at once (else the two-launch sum runs). A split of 1 would add the sum for nothing: the built
+// tile runs instead. A tuned module runs its tile for every shape (the tune chose it, for its own
+// sizes); so does a c with enough tiles for the SMs.
 struct Split {
   int splits = 0;
   WgmmaShape tile{};     // the split tile (or the wide one, for the cluster sum), splits >= 2

@@ -27,11 +27,15 @@
 // consumers the rest (232 by default). ptxas compiles the consumers' code within the starting
 // count all the same, so their BN / 2 accumulators must fit in it (see WgmmaTile).
 //
-// Two kernels run this loop (wgmma_units). wgmma_kernel: the tile below, k whole, c written in
-// c's dtype. wgmma_split_kernel (split-k, for a c of fewer tiles than SMs: a short a): a fixed
-// 64 x 256 tile, 5 stages; a unit is (slice of k, tile), and each writes its float32 sums to
-// its slice of a workspace [splits, m, n], which the launcher then sums in slice order into c
-// (deterministic: no atomics). The launcher picks one per call (matmul_wgmma.cu, plan_split).
+// Three kernels run this loop (wgmma_units). wgmma_kernel: the tile below, k whole, c written in
+// c's dtype. For a c of fewer tiles than SMs (a short a), split-k: wgmma_cluster_split_kernel
+// (the default) runs the slices of k of one tile as a cluster of blocks that sum their float32
+// partials through distributed shared memory and store c (cluster_sum), on a fixed 64 x 256 tile
+// of 5 stages or, for more than 64 rows of a, 128 x 256 of 4; wgmma_split_kernel (the 64 x 256
+// tile): a unit is (slice of k, tile), and each writes its float32 sums to its slice of a
+// workspace [splits, m, n], which the launcher then sums in a second launch. Both sum in slice
+// order (deterministic: no atomics). The launcher picks one per call (matmul_wgmma.cu,
+// plan_split).
 //
 // The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
 // WB_TUNE_CONSUMERS, WB_TUNE_STAGES and WB_TUNE_BLOCKS (blocks an SM) below; the plain build is
