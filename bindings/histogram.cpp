@@ -13,6 +13,7 @@
 #include "histogram/histogram.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
@@ -110,7 +111,8 @@ namespace {
 at::Tensor histogram_cuda_op(const at::Tensor& x_in, int64_t bins, double lo, double hi) {
   const Range r = check_range(bins, lo, hi);
   const c10::cuda::CUDAGuard guard(x_in.device());
-  at::Tensor counts = at::zeros({bins}, x_in.options().dtype(at::kLong));  // on the stream
+  // Not zeroed here: the launcher clears it (in the kernel where it can: one launch).
+  at::Tensor counts = at::empty({bins}, x_in.options().dtype(at::kLong));
   const at::Tensor x = x_in.contiguous();
   dispatch_input(x, [&](auto tag) {
     using scalar_t = decltype(tag);

@@ -1,5 +1,5 @@
-"""histogram on CUDA, every kernel the launcher can take (WB_HISTOGRAM_KERNEL, WB_HISTOGRAM_CLUSTER
-pick them at each call): exactly the reference everywhere, exactly torch.histc where both bin
+"""histogram on CUDA, every kernel the launcher can take (WB_HISTOGRAM_KERNEL, _CLUSTER, _HALF,
+_ZERO pick them at each call): exactly the reference everywhere, exactly torch.histc where both bin
 exactly (dyadic values, a power-of-two range and bin count), graph capture, concurrent streams;
 and the kernels' registers and spills on every target architecture (nvcc only).
 """
@@ -23,23 +23,33 @@ ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
 SOURCE = BUNDLED_KERNELS / "histogram" / "histogram.cu"
 THREADS = 1024  # kThreads
 
-# (WB_HISTOGRAM_KERNEL, WB_HISTOGRAM_CLUSTER): the kernels before the cluster path; the current
-# ones with the chunked path (no clusters: the default); the cluster path with clusters of 2, 4, 8,
-# and with 8 binning float elements one at a time (no count_deferred).
-CHOICES = [("base", ""), ("", "0"), ("", "2"), ("", "4"), ("", "8"), ("nodefer", "8")]
-CHOICE_IDS = ["base", "chunked", "cluster2", "cluster4", "cluster8", "cluster8_nodefer"]
-# Bin counts across every path: replicated small histograms, one copy, the cluster path (above
-# 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than cluster 2
-# fits (200000: cluster 4 and 8 only, else the global path).
+# The environment of each kernel choice (the launcher reads it at every call): the kernels before
+# the cluster path (a memset, then the kernel); the default (the shared path in one cooperative
+# launch that clears counts itself, the chunked path beyond one block); the same with a memset
+# first; the cluster path with clusters of 8, and with 8 binning float elements one at a time (no
+# count_deferred); the half path (16-bit counters) with clusters of 2, 4 and 8.
+ENV = ("WB_HISTOGRAM_KERNEL", "WB_HISTOGRAM_CLUSTER", "WB_HISTOGRAM_HALF", "WB_HISTOGRAM_ZERO")
+CHOICES = {
+    "base": {"WB_HISTOGRAM_KERNEL": "base"},
+    "default": {},
+    "memset": {"WB_HISTOGRAM_ZERO": "memset"},
+    "cluster8": {"WB_HISTOGRAM_CLUSTER": "8"},
+    "cluster8_nodefer": {"WB_HISTOGRAM_KERNEL": "nodefer", "WB_HISTOGRAM_CLUSTER": "8"},
+    "half2": {"WB_HISTOGRAM_HALF": "2"},
+    "half4": {"WB_HISTOGRAM_HALF": "4"},
+    "half8": {"WB_HISTOGRAM_HALF": "8"},
+}
+# Bin counts across every path: replicated small histograms, one copy, the cluster and half paths
+# (above 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than
+# cluster 2 fits (200000: cluster 4 and 8 only, half 8 not at all, else the global path).
 BINS = [1, 2, 7, 255, 256, 257, 4096, 16384, 16385, 20000, 65536, 65537, 100000, 200000]
 
 
-@pytest.fixture(params=CHOICES, ids=CHOICE_IDS)
-def choice(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
-    kernel, cluster = request.param
-    saved = {k: os.environ.get(k) for k in ("WB_HISTOGRAM_KERNEL", "WB_HISTOGRAM_CLUSTER")}
-    os.environ["WB_HISTOGRAM_KERNEL"] = kernel
-    os.environ["WB_HISTOGRAM_CLUSTER"] = cluster
+@pytest.fixture(params=list(CHOICES))
+def choice(request: pytest.FixtureRequest) -> Iterator[str]:
+    saved = {k: os.environ.get(k) for k in ENV}
+    for k in ENV:
+        os.environ[k] = CHOICES[request.param].get(k, "")
     yield request.param
     for k, v in saved.items():
         if v is None:
@@ -67,7 +77,7 @@ def _dyadic(n: int, gen: torch.Generator) -> torch.Tensor:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("bins", BINS)
-def test_every_path_equals_the_reference(lib: Any, choice: tuple[str, str], bins: int) -> None:
+def test_every_path_equals_the_reference(lib: Any, choice: str, bins: int) -> None:
     gen = torch.Generator().manual_seed(bins)
     for n in (bins - 1, bins, 3 * bins + 5, 1 << 20):
         x = (torch.randn(max(n, 0), generator=gen) * 1.5).cuda()
@@ -80,7 +90,7 @@ def test_every_path_equals_the_reference(lib: Any, choice: tuple[str, str], bins
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("bins", [256, 65536])
-def test_the_timed_sizes_equal_torch_histc(lib: Any, choice: tuple[str, str], bins: int) -> None:
+def test_the_timed_sizes_equal_torch_histc(lib: Any, choice: str, bins: int) -> None:
     x = _dyadic(1 << 24, torch.Generator().manual_seed(7))
     got = lib.histogram(x, bins, -4.0, 4.0)
     _assert_equal(got, torch.histc(x, bins, -4.0, 4.0).to(torch.int64), f"{choice} histc")
@@ -89,7 +99,7 @@ def test_the_timed_sizes_equal_torch_histc(lib: Any, choice: tuple[str, str], bi
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("bins", [256, 20000, 65536])
-def test_edges_and_specials(lib: Any, choice: tuple[str, str], bins: int) -> None:
+def test_edges_and_specials(lib: Any, choice: str, bins: int) -> None:
     """Every edge and its float neighbours, lo and hi, NaN, +-Inf, values outside, unaligned and
     non-contiguous views."""
     lo, hi = -3.0, 5.0
@@ -115,7 +125,7 @@ def test_edges_and_specials(lib: Any, choice: tuple[str, str], bins: int) -> Non
 
 
 @pytest.mark.cuda
-def test_empty_and_tiny(lib: Any, choice: tuple[str, str]) -> None:
+def test_empty_and_tiny(lib: Any, choice: str) -> None:
     for n in (0, 1, 3, 4, 5, 17):
         x = torch.linspace(-1, 1, n, device="cuda")
         for bins in (1, 65536):
@@ -128,9 +138,7 @@ def test_empty_and_tiny(lib: Any, choice: tuple[str, str]) -> None:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int32])
-def test_other_dtypes_on_the_cluster_path(
-    lib: Any, choice: tuple[str, str], dtype: torch.dtype
-) -> None:
+def test_other_dtypes_on_the_cluster_path(lib: Any, choice: str, dtype: torch.dtype) -> None:
     x = (torch.randn(1 << 18, generator=torch.Generator().manual_seed(3)) * 3000).to(dtype).cuda()
     _assert_equal(
         lib.histogram(x, 65536, -9000.0, 9000.0),
@@ -141,7 +149,7 @@ def test_other_dtypes_on_the_cluster_path(
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("bins", [256, 65536])
-def test_graph_capture_replays_on_new_data(lib: Any, choice: tuple[str, str], bins: int) -> None:
+def test_graph_capture_replays_on_new_data(lib: Any, choice: str, bins: int) -> None:
     x = torch.randn(1 << 20, device="cuda")
     lib.histogram(x, bins, -4.0, 4.0)  # warm up outside the capture (attributes, occupancy)
     torch.cuda.synchronize()
@@ -156,7 +164,20 @@ def test_graph_capture_replays_on_new_data(lib: Any, choice: tuple[str, str], bi
 
 
 @pytest.mark.cuda
-def test_concurrent_streams(lib: Any, choice: tuple[str, str]) -> None:
+@pytest.mark.parametrize("bins", [256, 65536, 200000])
+def test_the_output_starts_from_dirty_memory(lib: Any, choice: str, bins: int) -> None:
+    """The op allocates its output uncleared: the launcher (the kernel itself, or a memset) must
+    clear every bin, here in memory that the caching allocator hands back full of ones."""
+    x = torch.randn(1 << 20, generator=torch.Generator().manual_seed(5)).cuda()
+    want = _reference(lib, x, bins, -4.0, 4.0)
+    for _ in range(3):
+        dirty = torch.full((bins,), -1, dtype=torch.int64, device="cuda")
+        del dirty  # its block goes back to the allocator, still full of -1
+        _assert_equal(lib.histogram(x, bins, -4.0, 4.0), want, f"{choice} bins={bins}")
+
+
+@pytest.mark.cuda
+def test_concurrent_streams(lib: Any, choice: str) -> None:
     xs = [torch.randn(1 << 22, device="cuda") * (1 + i) for i in range(4)]
     torch.cuda.synchronize()
     streams = [torch.cuda.Stream() for _ in xs]
@@ -175,7 +196,8 @@ def test_every_kernel_fits_without_spills(tmp_path: Path, arch: str) -> None:
     """One 1024-thread block an SM (launch bound), no local memory, on every target."""
     kernels = compile_cubin(tmp_path, SOURCE, arch)
     names = [cubin.short_name(k.name) for k in kernels.values()]
-    for kind in ("histogram_shared_kernel", "histogram_global_kernel", "histogram_cluster_kernel"):
+    kinds = ("shared", "global", "cluster", "half")
+    for kind in (f"histogram_{k}_kernel" for k in kinds):
         assert any(kind in n for n in names), f"{kind} missing on {arch}: {names}"
     for k in kernels.values():
         shown = f"{cubin.short_name(k.name)} [{arch}]: {k.registers} registers"

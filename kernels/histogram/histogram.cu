@@ -4,14 +4,21 @@
 //   float32/float16/bfloat16 elements through a float multiply-add with a proven margin, the rest
 //   and the elements near an edge in double with explicitly rounded operations)
 //   x: [n] contiguous, float32 / float64 / float16 / bfloat16 / int32 / int64;
-//   counts: [bins] int64, zeroed by the binding on the same stream.
+//   counts: [bins] int64, cleared here (by the shared kernel itself, else a memset) on the stream.
 //   Shared path, when a block's histogram fits in shared memory: a block keeps `replicas`
 //   private histograms of 32-bit counters in shared memory ([replicas, bins]; warp w counts into
 //   replica w % replicas, so fewer warps contend for a hot bin), reads x in a grid-stride loop of
 //   16-byte loads (4 of them in flight a thread, not allocated in L1, float elements binned 16 at a
 //   time by count_deferred; the unaligned head and the tail one element at a time), then adds each
-//   bin's sum over its replicas, where nonzero, to counts with one 64-bit atomicAdd. Cluster path
-//   (off unless WB_HISTOGRAM_CLUSTER names a size, slower than the chunked path on an H100;
+//   bin's sum over its replicas, where nonzero, to counts with one 64-bit atomicAdd. By default
+//   the shared kernel runs as one cooperative launch: its blocks clear counts first and wait at a
+//   split grid barrier (arrive after the clearing, wait before the first atomic), so no separate
+//   zeroing launch runs before it. Half path (off unless WB_HISTOGRAM_HALF names a cluster size;
+//   sm_90, float32): each block of a cluster keeps 16-bit counters of every bin, counting in rounds
+//   short enough that none can overflow, and after each round the cluster's blocks sum the
+//   counters into 32-bit accumulators of their own slice of the bins through distributed shared
+//   memory: x read once, the atomics local, one global atomic per nonzero bin of a cluster. Cluster
+//   path (off unless WB_HISTOGRAM_CLUSTER names a size, slower than the chunked path on an H100;
 //   sm_90, above kClusterBins bins, x at least as many elements as bins): a thread-block cluster
 //   of 8 (or 2, 4) blocks holds the whole histogram in its blocks' shared memory, the bins
 //   interleaved across the blocks, and counts into it with distributed shared memory atomics; each
@@ -35,6 +42,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "histogram/histogram.h"
 #include "wb/cuda.cuh"
@@ -189,12 +197,23 @@ template <typename T, int Unroll, bool NoL1>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_shared_kernel(const T* __restrict__ x,  // [n]
                             int64_t n, Range r, int chunks, int chunk_bins, int replicas,
-                            bool defer, Count* __restrict__ counts) {  // [bins]
-  extern __shared__ uint32_t sub[];                                    // [replicas, chunk_bins]
+                            bool defer, bool zero, Count* __restrict__ counts) {  // [bins]
+  extern __shared__ uint32_t sub[];  // [replicas, chunk_bins]
   const int64_t first = int64_t{chunk_bins} * (blockIdx.x % chunks);
   const int bins = static_cast<int>(r.bins - first < chunk_bins ? r.bins - first : chunk_bins);
   for (int i = threadIdx.x; i < replicas * bins; i += blockDim.x) sub[i] = 0;
-  __syncthreads();
+  // zero (a cooperative launch): the blocks clear counts themselves, then arrive at a grid barrier
+  // that they wait at only before their first atomic, long after every block has arrived.
+  cooperative_groups::grid_group::arrival_token token = 0;
+  if (zero) {
+    const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < r.bins; i += stride) {
+      counts[i] = 0;
+    }
+    token = cooperative_groups::this_grid().barrier_arrive();  // a block barrier too
+  } else {
+    __syncthreads();
+  }
   uint32_t* mine = sub + (threadIdx.x / 32) % replicas * bins;  // [bins]
   auto count = [&](T v) {
     // A slice skips, where it can tell cheaply, the elements of the other slices: their bins then
@@ -216,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for_each<Unroll, NoL1>(x, n, blockIdx.x / chunks, gridDim.x / chunks, count);
   }
   __syncthreads();
+  if (zero) cooperative_groups::this_grid().barrier_wait(std::move(token));
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     uint32_t c = 0;  // at most the block's elements: no overflow
 #pragma unroll 8
@@ -286,6 +306,110 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// Half path (sm_90, float elements): a thread-block cluster of 2^shift blocks, each block
+// counting its share of x into 16-bit counters of every bin in its own shared memory (two a word,
+// a 32-bit atomicAdd of 1 or 1 << 16), and owning a slice of slice_bins bins with 32-bit
+// accumulators. The counting runs in rounds of `steps` loop steps, few enough that no counter
+// passes 65535 in a round (kThreads * 16 * steps + the head and tail elements <= 65535); after each
+// round every block adds its slice's counters of all the cluster's blocks (distributed shared
+// memory reads, 8 counters a 16-byte load) to its accumulators, and the counters are cleared. So
+// x is read once, the atomics stay in the block's own shared memory, and the merge adds one
+// 64-bit atomic per nonzero bin of a cluster. Requires (2^shift * slice_bins * 2 + slice_bins * 4)
+// bytes of dynamic shared memory, slice_bins a multiple of 8, 2^shift * slice_bins >= bins, and at
+// most 2^31 elements a cluster; counts zeroed. Compiled to nothing below sm_90.
+__global__ void __launch_bounds__(kThreads, 1)
+    histogram_half_kernel(const float* __restrict__ x,  // [n]
+                          int64_t n, Range r, int shift, int slice_bins, int steps,
+                          Count* __restrict__ counts) {  // [bins]
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  constexpr int U = 4;
+  extern __shared__ uint4 pairs[];  // [2^shift * slice_bins / 8]: 8 16-bit counters a vector
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int size = 1 << shift;
+  const auto rank = static_cast<int>(cluster.block_rank());
+  auto* half = reinterpret_cast<uint32_t*>(pairs);  // [2^shift * slice_bins / 2]
+  const int vecs = (slice_bins << shift) / 8;
+  uint32_t* acc = half + (slice_bins << shift) / 2;  // [slice_bins]: bins rank * slice_bins + j
+  for (int i = threadIdx.x; i < vecs; i += blockDim.x) pairs[i] = make_uint4(0, 0, 0, 0);
+  for (int i = threadIdx.x; i < slice_bins; i += blockDim.x) acc[i] = 0;
+  __syncthreads();
+  auto add = [&](uint32_t b) { atomicAdd(&half[b >> 1], 1u << ((b & 1) << 4)); };
+  auto count = [&](float v) {
+    const int64_t b = element_bin(v, r);
+    if (b >= 0) add(static_cast<uint32_t>(b));
+  };
+  auto merge = [&] {
+    cluster.sync();                   // every block's counts of the round are in its shared memory
+    const int mine = slice_bins / 8;  // vectors of this block's slice in each block
+    for (int j = threadIdx.x; j < mine; j += blockDim.x) {
+      uint32_t sum[8] = {};
+      for (int q = 0; q < size; ++q) {
+        const uint4 w = cluster.map_shared_rank(pairs, q)[rank * mine + j];
+        sum[0] += w.x & 0xFFFF, sum[1] += w.x >> 16, sum[2] += w.y & 0xFFFF, sum[3] += w.y >> 16;
+        sum[4] += w.z & 0xFFFF, sum[5] += w.z >> 16, sum[6] += w.w & 0xFFFF, sum[7] += w.w >> 16;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[j * 8 + k] += sum[k];
+    }
+    cluster.sync();  // every block has read the counters: they may be cleared
+    for (int i = threadIdx.x; i < vecs; i += blockDim.x) pairs[i] = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+  };
+  // x: the head before the first 16-byte boundary and the tail after the last whole vector one
+  // element at a time (in the first round), then float4 vectors in loop steps of U a thread.
+  using V = Vec<float, 4>;
+  const int64_t tid = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16) / 4;
+  const int64_t head = misalign ? (4 - misalign < n ? 4 - misalign : n) : 0;
+  const int64_t nvec = (n - head) / 4;
+  const int64_t tail = head + nvec * 4;
+  if (tid < head) count(x[tid]);
+  if (tid < n - tail) count(x[tail + tid]);
+  const V* xv = reinterpret_cast<const V*>(x + head);            // [nvec]
+  const int64_t total = (nvec + U * stride - 1) / (U * stride);  // steps: the same in every block
+  int64_t step = 0;
+  do {
+    const int64_t end = step + steps < total ? step + steps : total;
+    for (; step < end; ++step) {
+      const int64_t i = tid + step * U * stride;
+      V v[U];
+      if (i + (U - 1) * stride < nvec) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = load_x<true>(xv + i + u * stride);
+        if (r.estimate) {
+          count_deferred(v, r, add);
+        } else {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) count(v[u].v[k]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (i + u * stride < nvec) v[u] = load_x<true>(xv + i + u * stride);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (i + u * stride < nvec) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) count(v[u].v[k]);
+          }
+        }
+      }
+    }
+    merge();
+  } while (step < total);
+  for (int j = threadIdx.x; j < slice_bins; j += blockDim.x) {
+    const int64_t b = int64_t{rank} * slice_bins + j;
+    if (b < r.bins && acc[j] != 0) atomicAdd(&counts[b], Count{acc[j]});
+  }
+#endif
+}
+
 template <typename T, int Unroll, bool NoL1>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_global_kernel(const T* __restrict__ x,  // [n]
@@ -302,6 +426,7 @@ struct DeviceInfo {
   int sms = 0;
   int major = 0;         // compute capability
   int shared_optin = 0;  // the most dynamic shared memory a block may opt in to, in bytes
+  int cooperative = 0;   // cooperative launches (grid barriers) are supported
 };
 
 // The current device's SM count, compute capability and shared memory limit, read once per device
@@ -322,6 +447,9 @@ Status device_info(DeviceInfo* info) {
           cudaDeviceGetAttribute(&d.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     }
     if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&d.cooperative, cudaDevAttrCooperativeLaunch, device);
+    }
+    if (err == cudaSuccess) {
       cached = d;
       cached_device = device;
     }
@@ -338,24 +466,34 @@ Status device_info(DeviceInfo* info) {
 // the current kernels (four loads in flight, not allocated in L1, count_deferred).
 // WB_HISTOGRAM_CLUSTER=2, 4 or 8 turns the cluster path on with that cluster size (default 0,
 // off: on an H100, 2026-11-26, at 16 Mi and 64 Mi elements and 65536 bins it took 154-894 us
-// where the chunked path took 100-331 us).
+// where the chunked path took 100-331 us). WB_HISTOGRAM_HALF=2, 4 or 8 turns the half path on
+// (16-bit counters, float32 only) with that cluster size (default 0, off), ahead of the cluster
+// path. WB_HISTOGRAM_ZERO=memset clears counts with a memset before the shared kernel instead of
+// in it (the shared path's default, one cooperative launch; base implies memset).
 struct Choice {
   bool base = false;
-  bool defer = true;  // float elements: count_deferred where r.estimate (and one slice)
-  int cluster = 0;    // 0: no cluster path
+  bool defer = true;       // float elements: count_deferred where r.estimate (and one slice)
+  bool one_launch = true;  // the shared kernel clears counts (cooperative launch)
+  int cluster = 0;         // 0: no cluster path
+  int half = 0;            // 0: no half path
 };
+
+int cluster_size(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return 0;
+  const int k = std::atoi(v);
+  return k == 2 || k == 4 || k == 8 ? k : 0;
+}
 
 Choice choice() {
   Choice c;
   const char* kernel = std::getenv("WB_HISTOGRAM_KERNEL");
   c.base = kernel != nullptr && std::strcmp(kernel, "base") == 0;
   c.defer = kernel == nullptr || std::strcmp(kernel, "nodefer") != 0;
-  const char* cluster = std::getenv("WB_HISTOGRAM_CLUSTER");
-  if (cluster != nullptr && cluster[0] != '\0') {
-    const int k = std::atoi(cluster);
-    c.cluster = k == 2 || k == 4 || k == 8 ? k : 0;
-  }
-  if (c.base) c.cluster = 0;
+  const char* zero = std::getenv("WB_HISTOGRAM_ZERO");
+  c.one_launch = !c.base && (zero == nullptr || std::strcmp(zero, "memset") != 0);
+  c.cluster = c.base ? 0 : cluster_size("WB_HISTOGRAM_CLUSTER");
+  c.half = c.base ? 0 : cluster_size("WB_HISTOGRAM_HALF");
   return c;
 }
 
@@ -396,9 +534,18 @@ Status allow_shared(K k, int64_t smem) {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// Zeroes counts [bins] on stream s (the paths whose kernels do not clear it themselves).
+Status zero_counts(Count* counts, int64_t bins, cudaStream_t s) {
+  const cudaError_t err = cudaMemsetAsync(counts, 0, static_cast<size_t>(bins) * sizeof(Count), s);
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// The shared path. one_launch: a cooperative launch whose blocks clear counts themselves (no
+// zeroing launch before it), where the grid is resident at once; a separate memset otherwise,
+// and where the cooperative launch is refused.
 template <typename T, int Unroll, bool NoL1>
-Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, bool defer, Count* counts,
-                     const DeviceInfo& d, cudaStream_t s) {
+Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, bool defer, bool one_launch,
+                     Count* counts, const DeviceInfo& d, cudaStream_t s) {
   const int64_t chunk_bins = (r.bins + chunks - 1) / chunks;
   const int64_t bin_bytes = chunk_bins * int64_t{sizeof(uint32_t)};
   int64_t replicas = kReplicaBytes / bin_bytes;
@@ -412,9 +559,30 @@ Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, bool defer,
   }
   // Shares of x: the resident blocks split among the slices, at least one share a slice.
   const int64_t shares = grid_for<T>(n, resident / chunks > 0 ? resident / chunks : 1);
-  kernel<<<static_cast<unsigned>(shares * chunks), kThreads, smem, s>>>(
-      x, n, r, static_cast<int>(chunks), static_cast<int>(chunk_bins), static_cast<int>(replicas),
-      defer && chunks == 1 && r.estimate, counts);
+  const auto grid = static_cast<unsigned>(shares * chunks);
+  const bool deferred = defer && chunks == 1 && r.estimate;
+  const int chunks_i = static_cast<int>(chunks), chunk_bins_i = static_cast<int>(chunk_bins);
+  const int replicas_i = static_cast<int>(replicas);
+  if (one_launch && d.cooperative && shares * chunks <= resident) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeCooperative;
+    attribute.val.cooperative = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = s;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, kernel, x, n, r, chunks_i, chunk_bins_i, replicas_i, deferred,
+                           true, counts) == cudaSuccess) {
+      return nullptr;
+    }
+    (void)cudaGetLastError();  // refused: the memset and an ordinary launch run instead
+  }
+  if (const Status err = zero_counts(counts, r.bins, s)) return err;
+  kernel<<<grid, kThreads, smem, s>>>(x, n, r, chunks_i, chunk_bins_i, replicas_i, deferred, false,
+                                      counts);
   return launch_status();
 }
 
@@ -494,6 +662,48 @@ Status launch_cluster(const T* x, int64_t n, Range r, int size, bool defer, Coun
   return launch_status();
 }
 
+// The half path with clusters of `size` (2, 4 or 8) blocks; *launched false, and nothing ran,
+// where a block's counters and accumulators do not fit its shared memory, or no such cluster fits
+// or launches (the caller then takes another path). counts must be zero.
+Status launch_half(const float* x, int64_t n, Range r, int size, Count* counts, const DeviceInfo& d,
+                   cudaStream_t s, bool* launched) {
+  *launched = false;
+  const int shift = size == 8 ? 3 : (size == 4 ? 2 : 1);
+  const int64_t slice_bins = ((r.bins + size - 1) / size + 7) / 8 * 8;
+  const int64_t smem = slice_bins * size * 2 + slice_bins * 4;
+  if (smem > d.shared_optin) return nullptr;
+  const auto kernel = histogram_half_kernel;
+  if (const Status err = allow_shared(kernel, smem)) return err;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(size));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = s;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const int resident = resident_clusters(kernel, &config, size, smem);
+  if (resident < 1) return nullptr;
+  int64_t clusters = (grid_for<float>(n, int64_t{resident} * size) + size - 1) / size;
+  clusters = clusters > (n - 1) / kMaxBlockItems + 1 ? clusters : (n - 1) / kMaxBlockItems + 1;
+  // Loop steps a round: a block's counter passes no more than kThreads * 16 per step, and the
+  // head and tail add at most 6 elements a block.
+  const int steps = (65535 - 6) / (kThreads * 16);
+  config.gridDim = dim3(static_cast<unsigned>(clusters * size));
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, x, n, r, shift,
+                                             static_cast<int>(slice_bins), steps, counts);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // a cluster this device cannot schedule: another path runs
+    return nullptr;
+  }
+  *launched = true;
+  return launch_status();
+}
+
 template <typename T, int Unroll, bool NoL1>
 Status launch_global(const T* x, int64_t n, Range r, Count* counts, const DeviceInfo& d,
                      cudaStream_t s) {
@@ -508,27 +718,39 @@ Status launch_global(const T* x, int64_t n, Range r, Count* counts, const Device
 
 template <typename T>
 Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Stream stream) {
-  if (n == 0) return nullptr;
-  DeviceInfo d;
-  if (const Status err = device_info(&d)) return err;
   auto s = static_cast<cudaStream_t>(stream);
   auto* counts = reinterpret_cast<Count*>(counts_out);
+  if (n == 0) return zero_counts(counts, r.bins, s);
+  DeviceInfo d;
+  if (const Status err = device_info(&d)) return err;
   const Choice c = choice();
   const int64_t chunks = chunks_for(r.bins, d.shared_optin);
-  // The cluster path where per-block histograms would be large (their merge then costs about as
-  // much as the elements) and x has at least as many elements as bins.
-  if (c.cluster > 0 && d.major >= 9 && r.bins > kClusterBins && n >= r.bins) {
+  const bool shared = chunks == 1 || (chunks <= kMaxChunks && n >= r.bins);
+  // The half or cluster path (where asked for) where per-block histograms would be large (their
+  // merge then costs about as much as the elements) and x has at least as many elements as bins.
+  const bool wide = d.major >= 9 && r.bins > kClusterBins && n >= r.bins;
+  if (wide && ((std::is_same_v<T, float> && c.half > 0) || c.cluster > 0)) {
+    if (const Status err = zero_counts(counts, r.bins, s)) return err;
     bool launched = false;
-    if (const Status err =
-            launch_cluster(x, n, r, c.cluster, c.defer && r.estimate, counts, d, s, &launched)) {
-      return err;
+    if constexpr (std::is_same_v<T, float>) {
+      if (c.half > 0) {
+        if (const Status err = launch_half(x, n, r, c.half, counts, d, s, &launched)) return err;
+        if (launched) return nullptr;
+      }
     }
-    if (launched) return nullptr;
+    if (c.cluster > 0) {
+      if (const Status err =
+              launch_cluster(x, n, r, c.cluster, c.defer && r.estimate, counts, d, s, &launched)) {
+        return err;
+      }
+      if (launched) return nullptr;
+    }
   }
-  if (chunks == 1 || (chunks <= kMaxChunks && n >= r.bins)) {
-    return c.base ? launch_shared<T, 2, false>(x, n, r, chunks, false, counts, d, s)
-                  : launch_shared<T, 4, true>(x, n, r, chunks, c.defer, counts, d, s);
+  if (shared) {  // clears counts itself (in the kernel, or a memset before it)
+    return c.base ? launch_shared<T, 2, false>(x, n, r, chunks, false, false, counts, d, s)
+                  : launch_shared<T, 4, true>(x, n, r, chunks, c.defer, c.one_launch, counts, d, s);
   }
+  if (const Status err = zero_counts(counts, r.bins, s)) return err;
   return c.base ? launch_global<T, 2, false>(x, n, r, counts, d, s)
                 : launch_global<T, 4, true>(x, n, r, counts, d, s);
 }

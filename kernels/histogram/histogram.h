@@ -188,8 +188,8 @@ inline Range make_range(int64_t bins, double lo, double hi) {
   return r;
 }
 
-// x is contiguous with n elements; counts [bins] is zeroed by the caller and receives the
-// counts (the CUDA launcher adds to it with atomics on the given stream).
+// x is contiguous with n elements; counts [bins] (any contents) receives the counts: the CUDA
+// launcher clears it and adds to it with atomics, all on the given stream.
 template <typename T>
 Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts, Stream stream);
 // Adds the counts of x[begin, end) to counts [bins]: one chunk of the CPU op, whose threads
