@@ -344,10 +344,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int mine = slice_bins / 8;  // vectors of this block's slice in each block
     for (int j = threadIdx.x; j < mine; j += blockDim.x) {
       uint32_t sum[8] = {};
-      for (int q = 0; q < size; ++q) {
-        const uint4 w = cluster.map_shared_rank(pairs, q)[rank * mine + j];
-        sum[0] += w.x & 0xFFFF, sum[1] += w.x >> 16, sum[2] += w.y & 0xFFFF, sum[3] += w.y >> 16;
-        sum[4] += w.z & 0xFFFF, sum[5] += w.z >> 16, sum[6] += w.w & 0xFFFF, sum[7] += w.w >> 16;
+#pragma unroll
+      for (int q0 = 0; q0 < 8; q0 += 2) {
+        uint4 w[2];  // the counters of these 8 bins in 2 of the blocks, loaded together
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          if (q0 + q < size) w[q] = cluster.map_shared_rank(pairs, q0 + q)[rank * mine + j];
+        }
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          if (q0 + q < size) {
+            sum[0] += w[q].x & 0xFFFF, sum[1] += w[q].x >> 16;
+            sum[2] += w[q].y & 0xFFFF, sum[3] += w[q].y >> 16;
+            sum[4] += w[q].z & 0xFFFF, sum[5] += w[q].z >> 16;
+            sum[6] += w[q].w & 0xFFFF, sum[7] += w[q].w >> 16;
+          }
+        }
       }
 #pragma unroll
       for (int k = 0; k < 8; ++k) acc[j * 8 + k] += sum[k];
@@ -369,29 +381,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid < n - tail) count(x[tail + tid]);
   const V* xv = reinterpret_cast<const V*>(x + head);            // [nvec]
   const int64_t total = (nvec + U * stride - 1) / (U * stride);  // steps: the same in every block
+  V v[U];  // the vectors of loop step `step`, loaded before they are counted
+  auto load = [&](int64_t at) {
+    const int64_t i = tid + at * U * stride;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (i + u * stride < nvec) v[u] = load_x<true>(xv + i + u * stride);
+    }
+  };
+  if (total > 0) load(0);
   int64_t step = 0;
   do {
     const int64_t end = step + steps < total ? step + steps : total;
     for (; step < end; ++step) {
       const int64_t i = tid + step * U * stride;
-      V v[U];
-      if (i + (U - 1) * stride < nvec) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = load_x<true>(xv + i + u * stride);
-        if (r.estimate) {
-          count_deferred(v, r, add);
-        } else {
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-#pragma unroll
-            for (int k = 0; k < 4; ++k) count(v[u].v[k]);
-          }
-        }
+      if (i + (U - 1) * stride < nvec && r.estimate) {
+        count_deferred(v, r, add);
       } else {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (i + u * stride < nvec) v[u] = load_x<true>(xv + i + u * stride);
-        }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if (i + u * stride < nvec) {
@@ -400,6 +406,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
+      // The next step's loads: within the round, or the next round's first, in flight during the
+      // merge.
+      if (step + 1 < total) load(step + 1);
     }
     merge();
   } while (step < total);
