@@ -12,18 +12,18 @@
 //   1. issue every load of its share, then the thread's partial result (softmax: max, then sum
 //      of exp; backward: the dot product) and the warp's (shuffles);
 //   2. lane 0 of each warp publishes the warp's partial in shared memory; one cluster barrier;
-//      every warp combines the cluster's C * warps partials through distributed shared memory,
-//      in the same order, so that every thread agrees bit for bit;
+//      every warp combines the cluster's partials through distributed shared memory (see
+//      wide_row for which), in the same order, so that every thread agrees bit for bit;
 //   3. the thread announces (barrier.cluster.arrive) that it has read them, writes its share, and
 //      waits for the other half of that barrier only before it publishes the next row's partial
 //      (or exits), so that wait is hidden behind the stores and the next row's loads.
-// No __syncthreads, one cluster barrier on the critical path a row (the cluster path: two block
-// barriers and two cluster barriers). The wide path launches a cluster a row.
-// The pipe path: a persistent grid of as many clusters as are resident at once, each taking the
-// rows c, c + clusters, ...; a thread holds two buffers of 64 bytes (so a row takes twice the
-// blocks of the wide path), and issues the loads of its next row into one before it reduces
-// and writes the row in the other, so a cluster's loads never wait on its own reduction and
-// few rows (64 x 262144) still keep memory busy between rounds.
+// One cluster barrier on the critical path a row, and a __syncthreads only in clusters of more
+// than 64 warps and in the pipe path (the cluster path: two block and two cluster barriers).
+// The wide path launches a cluster a row. The pipe path: a persistent grid of as many clusters
+// as are resident at once, each taking the rows c, c + clusters, ...; a thread holds two buffers
+// of 64 bytes (so a row takes twice the blocks of the wide path) and issues the loads of its next
+// row into one before it reduces and writes the row in the other, so a cluster's loads never
+// wait on its own reduction and few rows (64 x 262144) still keep memory busy between rounds.
 // Each element is read once and written once; nothing is shared between launches (graph replays
 // and two streams run it as any kernel), and clusters never wait on each other.
 #pragma once
@@ -56,22 +56,39 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 
 // Step 2 and 3 of a row (see the header comment) for a block holding its share of the row in v.
-template <typename Op, int N, int K, int Threads>
+//   C * warps <= 64 partials (and not Pipe, whose two buffers leave no registers for both ways):
+//   every lane reads at most two of them (both loads in flight at once).
+//   Else: warp 0 first combines its block's partials into `slot` (one __syncthreads), and each
+//   lane reads at most one block's (C <= 16 < 32), instead of up to 16 dependent reads a lane.
+template <typename Op, int N, int K, int Threads, bool Pipe>
 __device__ __forceinline__ void wide_row(const Op& op, int64_t row, int size,
                                          StridedShare<Threads> s,
                                          const Vec<typename Op::T, N> (&v)[Op::kTensors][K],
-                                         typename Op::Partial* slots,  // __shared__ [Threads / 32]
+                                         typename Op::Partial* warps,  // __shared__ [Threads / 32]
+                                         typename Op::Partial* slot,   // __shared__, the block's
                                          bool& pending) {
   using P = typename Op::Partial;
   constexpr int kWarps = Threads / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const P p = WarpReduce<32>{}(op.template partial<N, K>(s, v));
-  if (pending) cluster_wait();  // every block has read the previous row's slots
-  if (lane == 0) slots[warp] = p;
-  cluster_sync();
+  if (pending) cluster_wait();  // every block has read the previous row's partials
+  if (lane == 0) warps[warp] = p;
   P total = P::identity();
-  for (int i = lane; i < size * kWarps; i += 32) {
-    total = P::combine(total, load_from_rank(&slots[i % kWarps], i / kWarps));
+  const int n = size * kWarps;
+  if (!Pipe && n <= 64) {
+    cluster_sync();
+    const int i = lane + 32;
+    const P first = lane < n ? load_from_rank(&warps[lane % kWarps], lane / kWarps) : P::identity();
+    const P second = i < n ? load_from_rank(&warps[i % kWarps], i / kWarps) : P::identity();
+    total = P::combine(first, second);
+  } else {
+    __syncthreads();
+    if (warp == 0) {
+      const P q = WarpReduce<32>{}(lane < kWarps ? warps[lane] : P::identity());
+      if (lane == 0) *slot = q;
+    }
+    cluster_sync();
+    if (lane < size) total = load_from_rank(slot, lane);
   }
   total = WarpReduce<32>{}(total);
   cluster_arrive();
@@ -90,7 +107,8 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
                                   WB_SOFTMAX_CLUSTERS ? kMaxThreads / Threads : 1)
     wide_kernel(Op op, int64_t rows, int64_t nvec, int64_t per) {
 #if WB_SOFTMAX_CLUSTERS
-  __shared__ typename Op::Partial slots[Threads / 32];  // the row's partial of each warp
+  __shared__ typename Op::Partial warps[Threads / 32];  // the row's partial of each warp
+  __shared__ typename Op::Partial slot;                 // and of the block (C * warps > 64)
   const int size = cluster_size(), rank = cluster_rank();
   const int64_t base = rank * per;
   const int64_t end = base + per < nvec ? base + per : nvec;
@@ -103,7 +121,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
   if constexpr (!Pipe) {
     for (; row < rows; row += step) {
       op.template load<N, K>(row, s, a);
-      wide_row<Op, N, K, Threads>(op, row, size, s, a, slots, pending);
+      wide_row<Op, N, K, Threads, Pipe>(op, row, size, s, a, warps, &slot, pending);
     }
   } else {
     // Two rows an iteration, so that the buffers swap roles with compile-time indices.
@@ -111,13 +129,13 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
     if (row < rows) op.template load<N, K>(row, s, a);
     for (; row < rows; row += 2 * step) {
       if (row + step < rows) op.template load<N, K>(row + step, s, b);
-      wide_row<Op, N, K, Threads>(op, row, size, s, a, slots, pending);
+      wide_row<Op, N, K, Threads, Pipe>(op, row, size, s, a, warps, &slot, pending);
       if (row + step >= rows) break;
       if (row + 2 * step < rows) op.template load<N, K>(row + 2 * step, s, a);
-      wide_row<Op, N, K, Threads>(op, row + step, size, s, b, slots, pending);
+      wide_row<Op, N, K, Threads, Pipe>(op, row + step, size, s, b, warps, &slot, pending);
     }
   }
-  if (pending) cluster_wait();  // no block exits while another may still read its slots
+  if (pending) cluster_wait();  // no block exits while another may still read its partials
 #endif
 }
 
