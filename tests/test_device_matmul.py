@@ -18,12 +18,22 @@ from workbench.tuning.space import TuneSpace, space_of, variant
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed")
 FILE = "matmul_wgmma.kernel.cu"
 WGMMA_NAMES = sorted(
-    ["&wb::matmul::wgmma_shape", "&wb::matmul::wgmma_split_shape"]
+    [
+        "&wb::matmul::wgmma_shape",
+        "&wb::matmul::wgmma_split_shape",
+        "&wb::matmul::wgmma_wide_split_shape",
+    ]
     + [
         f"wb::matmul::{kernel}<wb::{t},{k}>"
         for kernel in ("wgmma_kernel", "wgmma_split_kernel")
         for t in ("f16", "bf16")
         for k in ("true", "false")
+    ]
+    + [
+        f"wb::matmul::wgmma_cluster_split_kernel<wb::{t},{k},{wide}>"
+        for t in ("f16", "bf16")
+        for k in ("true", "false")
+        for wide in ("true", "false")
     ]
 )
 # A point of the space other than the default (kernels/matmul/spec.py): 64 x 128 tiles.
@@ -37,7 +47,7 @@ def test_a_tile_variant_compiles_only_the_device_only_tu_and_is_a_build_of_its_o
     plain_family = project.family("matmul")
     config = make_config(archs=("sm_90a",), link=False)
     plain = build.ensure(project, plain_family, config)
-    # The launcher names the four kernels and the tile variable, read from its compiled object.
+    # The launcher names its kernels and tile variables, read from its compiled object.
     kernels = lister.listed_kernels(project, plain_family, config, plain)
     assert sorted(e for f, e in kernels if f == FILE) == WGMMA_NAMES
 

@@ -666,7 +666,7 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wid
                                const __grid_constant__ TensorMap map_b,  // b: 64 x 256 or 64 x 64
                                T* __restrict__ c,                        // [m, n]
                                int m, int n, int k) {
-#if WB_WGMMA_IMAGE
+#if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape: no split
   using Tl = ClusterSplitTile<BKMajor, Wide>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
