@@ -17,7 +17,8 @@
 //   sm_90, float32): each block of a cluster keeps 16-bit counters of every bin, counting in rounds
 //   short enough that none can overflow, and after each round the cluster's blocks sum the
 //   counters into 32-bit accumulators of their own slice of the bins through distributed shared
-//   memory: x read once, the atomics local, one global atomic per nonzero bin of a cluster. Cluster
+//   memory: x read once, the atomics local, one global atomic per nonzero bin of a cluster (one
+//   launch too where the device takes a cooperative cluster launch, else a memset first). Cluster
 //   path (off unless WB_HISTOGRAM_CLUSTER names a size, slower than the chunked path on an H100;
 //   sm_90, above kClusterBins bins, x at least as many elements as bins): a thread-block cluster
 //   of 8 (or 2, 4) blocks holds the whole histogram in its blocks' shared memory, the bins
@@ -319,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // most 2^31 elements a cluster; counts zeroed. Compiled to nothing below sm_90.
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_half_kernel(const float* __restrict__ x,  // [n]
-                          int64_t n, Range r, int shift, int slice_bins, int steps,
+                          int64_t n, Range r, int shift, int slice_bins, int steps, bool zero,
                           Count* __restrict__ counts) {  // [bins]
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -333,7 +334,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t* acc = half + (slice_bins << shift) / 2;  // [slice_bins]: bins rank * slice_bins + j
   for (int i = threadIdx.x; i < vecs; i += blockDim.x) pairs[i] = make_uint4(0, 0, 0, 0);
   for (int i = threadIdx.x; i < slice_bins; i += blockDim.x) acc[i] = 0;
-  __syncthreads();
+  // zero (also a cooperative launch): the blocks clear counts, as the shared kernel does.
+  cg::grid_group::arrival_token token = 0;
+  if (zero) {
+    const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < r.bins; i += stride) {
+      counts[i] = 0;
+    }
+    token = cg::this_grid().barrier_arrive();  // a block barrier too
+  } else {
+    __syncthreads();
+  }
   auto add = [&](uint32_t b) { atomicAdd(&half[b >> 1], 1u << ((b & 1) << 4)); };
   auto count = [&](float v) {
     const int64_t b = element_bin(v, r);
@@ -412,6 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     merge();
   } while (step < total);
+  if (zero) cg::this_grid().barrier_wait(std::move(token));
   for (int j = threadIdx.x; j < slice_bins; j += blockDim.x) {
     const int64_t b = int64_t{rank} * slice_bins + j;
     if (b < r.bins && acc[j] != 0) atomicAdd(&counts[b], Count{acc[j]});
@@ -673,9 +685,11 @@ Status launch_cluster(const T* x, int64_t n, Range r, int size, bool defer, Coun
 
 // The half path with clusters of `size` (2, 4 or 8) blocks; *launched false, and nothing ran,
 // where a block's counters and accumulators do not fit its shared memory, or no such cluster fits
-// or launches (the caller then takes another path). counts must be zero.
-Status launch_half(const float* x, int64_t n, Range r, int size, Count* counts, const DeviceInfo& d,
-                   cudaStream_t s, bool* launched) {
+// or launches (the caller then takes another path). With one_launch it first tries a cooperative
+// cluster launch whose blocks clear counts (remembered per device where refused: then, and
+// without one_launch, a memset runs first).
+Status launch_half(const float* x, int64_t n, Range r, int size, bool one_launch, Count* counts,
+                   const DeviceInfo& d, cudaStream_t s, bool* launched) {
   *launched = false;
   const int shift = size == 8 ? 3 : (size == 4 ? 2 : 1);
   const int64_t slice_bins = ((r.bins + size - 1) / size + 7) / 8 * 8;
@@ -683,17 +697,19 @@ Status launch_half(const float* x, int64_t n, Range r, int size, Count* counts, 
   if (smem > d.shared_optin) return nullptr;
   const auto kernel = histogram_half_kernel;
   if (const Status err = allow_shared(kernel, smem)) return err;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(size);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = static_cast<unsigned>(size);
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeCooperative;
+  attributes[1].val.cooperative = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(size));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = s;
-  config.attrs = &attribute;
+  config.attrs = attributes;
   config.numAttrs = 1;
   const int resident = resident_clusters(kernel, &config, size, smem);
   if (resident < 1) return nullptr;
@@ -703,8 +719,24 @@ Status launch_half(const float* x, int64_t n, Range r, int size, Count* counts, 
   // head and tail add at most 6 elements a block.
   const int steps = (65535 - 6) / (kThreads * 16);
   config.gridDim = dim3(static_cast<unsigned>(clusters * size));
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, x, n, r, shift,
-                                             static_cast<int>(slice_bins), steps, counts);
+  const auto slice = static_cast<int>(slice_bins);
+  thread_local int refused_device = -1;  // the device that refused a cooperative cluster launch
+  int device = 0;
+  if (one_launch && d.cooperative && clusters <= resident &&
+      cudaGetDevice(&device) == cudaSuccess && device != refused_device) {
+    config.numAttrs = 2;
+    if (cudaLaunchKernelEx(&config, kernel, x, n, r, shift, slice, steps, true, counts) ==
+        cudaSuccess) {
+      *launched = true;
+      return nullptr;
+    }
+    (void)cudaGetLastError();
+    refused_device = device;
+    config.numAttrs = 1;
+  }
+  if (const Status err = zero_counts(counts, r.bins, s)) return err;
+  const cudaError_t err =
+      cudaLaunchKernelEx(&config, kernel, x, n, r, shift, slice, steps, false, counts);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // a cluster this device cannot schedule: another path runs
     return nullptr;
@@ -739,14 +771,17 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
   // merge then costs about as much as the elements) and x has at least as many elements as bins.
   const bool wide = d.major >= 9 && r.bins > kClusterBins && n >= r.bins;
   if (wide && ((std::is_same_v<T, float> && c.half > 0) || c.cluster > 0)) {
-    if (const Status err = zero_counts(counts, r.bins, s)) return err;
     bool launched = false;
     if constexpr (std::is_same_v<T, float>) {
-      if (c.half > 0) {
-        if (const Status err = launch_half(x, n, r, c.half, counts, d, s, &launched)) return err;
+      if (c.half > 0) {  // clears counts itself (in the kernel, or a memset before it)
+        if (const Status err =
+                launch_half(x, n, r, c.half, c.one_launch, counts, d, s, &launched)) {
+          return err;
+        }
         if (launched) return nullptr;
       }
     }
+    if (const Status err = zero_counts(counts, r.bins, s)) return err;
     if (c.cluster > 0) {
       if (const Status err =
               launch_cluster(x, n, r, c.cluster, c.defer && r.estimate, counts, d, s, &launched)) {
