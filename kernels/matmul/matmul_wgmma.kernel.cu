@@ -301,7 +301,8 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
 // rows (those inside m) into the block's shared memory (buf: BM rows x BN, kSumPitch floats
 // apart: a half-warp's 8-byte stores land on 32 different banks), then after a barrier across the
 // cluster the consumers of each block sum a rank-th of the tile's rows inside m (in 4-column
-// runs, `ranks` 16-byte loads of distributed shared memory in flight before the first add), in
+// runs, two a thread at a time: 2 * `ranks` 16-byte loads of distributed shared memory in flight
+// before the first add), in
 // slice order as sum_slices_kernel does (the same bits for the same slices), and store it into c
 // rounded once; a second barrier keeps each block's memory until the others have read it.
 // row0: the tile's first row of c; col0: its first column; t: the thread in its consumer
@@ -337,29 +338,43 @@ __device__ __forceinline__ void cluster_sum(T* c, int m, int n, int64_t row0, in
   const int runs = rows * kRuns, begin = rank * runs / ranks, end = (rank + 1) * runs / ranks;
   const bool pairs = n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 8 == 0;
   const uint32_t base = smem_addr(buf);
-  for (int u = begin + 128 * consumer + t; u < end; u += 128 * CONSUMERS) {
-    const int row = u / kRuns, col = 4 * (u % kRuns);
-    if (col >= cols) continue;
-    const uint32_t at = base + static_cast<uint32_t>((row * kPitch + col) * sizeof(float));
-    float4 v[kMaxSlices];
+  // Two runs an iteration: both runs' loads in flight before the first add.
+  constexpr int kStride = 128 * CONSUMERS;
+  for (int u0 = begin + 128 * consumer + t; u0 < end; u0 += 2 * kStride) {
+    float4 v[2][kMaxSlices];
+    int row[2], col[2];
+    bool live[2];
 #pragma unroll
-    for (int s = 0; s < kMaxSlices; ++s) {
-      if (s < ranks) v[s] = sm90::load_cluster(sm90::cluster_address(at, s));
+    for (int h = 0; h < 2; ++h) {
+      const int u = u0 + h * kStride;
+      row[h] = u / kRuns, col[h] = 4 * (u % kRuns);
+      live[h] = u < end && col[h] < cols;
+      const uint32_t at = base + static_cast<uint32_t>((row[h] * kPitch + col[h]) * sizeof(float));
+#pragma unroll
+      for (int s = 0; s < kMaxSlices; ++s) {
+        if (live[h] && s < ranks) v[h][s] = sm90::load_cluster(sm90::cluster_address(at, s));
+      }
     }
-    float4 sum = v[0];
 #pragma unroll
-    for (int s = 1; s < kMaxSlices; ++s) {
-      if (s < ranks) sum.x += v[s].x, sum.y += v[s].y, sum.z += v[s].z, sum.w += v[s].w;
-    }
-    T* const to = c + (row0 + row) * n + col0 + col;
-    if (pairs && col + 4 <= cols) {
-      *reinterpret_cast<uint2*>(to) = make_uint2(pack2(from_acc<T>(sum.x), from_acc<T>(sum.y)),
-                                                 pack2(from_acc<T>(sum.z), from_acc<T>(sum.w)));
-    } else {
-      const float e[4] = {sum.x, sum.y, sum.z, sum.w};
+    for (int h = 0; h < 2; ++h) {
+      if (!live[h]) continue;
+      float4 sum = v[h][0];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (col + i < cols) to[i] = from_acc<T>(e[i]);
+      for (int s = 1; s < kMaxSlices; ++s) {
+        if (s < ranks) {
+          sum.x += v[h][s].x, sum.y += v[h][s].y, sum.z += v[h][s].z, sum.w += v[h][s].w;
+        }
+      }
+      T* const to = c + (row0 + row[h]) * n + col0 + col[h];
+      if (pairs && col[h] + 4 <= cols) {
+        *reinterpret_cast<uint2*>(to) = make_uint2(pack2(from_acc<T>(sum.x), from_acc<T>(sum.y)),
+                                                   pack2(from_acc<T>(sum.z), from_acc<T>(sum.w)));
+      } else {
+        const float e[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (col[h] + i < cols) to[i] = from_acc<T>(e[i]);
+        }
       }
     }
   }
