@@ -302,9 +302,9 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
 // apart: a half-warp's 8-byte stores land on 32 different banks), then after a barrier across the
 // cluster the consumers of each block sum a rank-th of the tile's rows inside m (in 4-column
 // runs, two a thread at a time: 2 * `ranks` 16-byte loads of distributed shared memory in flight
-// before the first add), in
-// slice order as sum_slices_kernel does (the same bits for the same slices), and store it into c
-// rounded once; a second barrier keeps each block's memory until the others have read it.
+// before the first add), in slice order as sum_slices_kernel does (the same bits for the same
+// slices), and store it into c rounded once; a second barrier keeps each block's memory until
+// the others have read it.
 // row0: the tile's first row of c; col0: its first column; t: the thread in its consumer
 // warpgroup. Every thread of the block, the producer's too, takes part in both barriers (the
 // producer's in wgmma_units).
