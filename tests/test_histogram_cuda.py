@@ -25,21 +25,25 @@ THREADS = 1024  # kThreads
 
 # The environment of each kernel choice (the launcher reads it at every call): the kernels before
 # the cluster path (a memset, then the kernel); the default (the shared path in one cooperative
-# launch that clears counts itself, the chunked path beyond one block); the same with a memset
-# first; the cluster path with clusters of 8, and with 8 binning float elements one at a time (no
-# count_deferred); the half path (16-bit counters) with clusters of 2, 4 and 8 (in one cooperative
-# launch where the device takes it), and of 8 after a memset.
+# launch that clears counts itself; above 16 Ki bins on sm_90 for float32 the half path, 16-bit
+# counters in clusters of 8, in one cooperative launch where the device takes it; else the
+# chunked path beyond one block); the default after a memset; the chunked path (no half path);
+# the cluster path with clusters of 8, and with 8 binning float elements one at a time (no
+# count_deferred); the half path with clusters of 2 and 4.
 ENV = ("WB_HISTOGRAM_KERNEL", "WB_HISTOGRAM_CLUSTER", "WB_HISTOGRAM_HALF", "WB_HISTOGRAM_ZERO")
 CHOICES = {
     "base": {"WB_HISTOGRAM_KERNEL": "base"},
     "default": {},
     "memset": {"WB_HISTOGRAM_ZERO": "memset"},
-    "cluster8": {"WB_HISTOGRAM_CLUSTER": "8"},
-    "cluster8_nodefer": {"WB_HISTOGRAM_KERNEL": "nodefer", "WB_HISTOGRAM_CLUSTER": "8"},
+    "chunked": {"WB_HISTOGRAM_HALF": "0"},
+    "cluster8": {"WB_HISTOGRAM_HALF": "0", "WB_HISTOGRAM_CLUSTER": "8"},
+    "cluster8_nodefer": {
+        "WB_HISTOGRAM_HALF": "0",
+        "WB_HISTOGRAM_KERNEL": "nodefer",
+        "WB_HISTOGRAM_CLUSTER": "8",
+    },
     "half2": {"WB_HISTOGRAM_HALF": "2"},
     "half4": {"WB_HISTOGRAM_HALF": "4"},
-    "half8": {"WB_HISTOGRAM_HALF": "8"},
-    "half8_memset": {"WB_HISTOGRAM_HALF": "8", "WB_HISTOGRAM_ZERO": "memset"},
 }
 # Bin counts across every path: replicated small histograms, one copy, the cluster and half paths
 # (above 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than

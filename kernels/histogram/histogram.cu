@@ -13,30 +13,31 @@
 //   bin's sum over its replicas, where nonzero, to counts with one 64-bit atomicAdd. By default
 //   the shared kernel runs as one cooperative launch: its blocks clear counts first and wait at a
 //   split grid barrier (arrive after the clearing, wait before the first atomic), so no separate
-//   zeroing launch runs before it. Half path (off unless WB_HISTOGRAM_HALF names a cluster size;
-//   sm_90, float32): each block of a cluster keeps 16-bit counters of every bin, counting in rounds
-//   short enough that none can overflow, and after each round the cluster's blocks sum the
-//   counters into 32-bit accumulators of their own slice of the bins through distributed shared
-//   memory: x read once, the atomics local, one global atomic per nonzero bin of a cluster (one
-//   launch too where the device takes a cooperative cluster launch, else a memset first). Cluster
-//   path (off unless WB_HISTOGRAM_CLUSTER names a size, slower than the chunked path on an H100;
-//   sm_90, above kClusterBins bins, x at least as many elements as bins): a thread-block cluster
-//   of 8 (or 2, 4) blocks holds the whole histogram in its blocks' shared memory, the bins
-//   interleaved across the blocks, and counts into it with distributed shared memory atomics; each
-//   element is read and binned once (float elements 16 at a time, the double path only for those
-//   near an edge: count_deferred), and the merge costs one atomic per nonzero bin of a cluster
-//   instead of one per nonzero bin of a block. Chunked path, where there are no clusters and one
-//   copy does not fit the most shared memory a block may opt in to (above 41,728 bins on an A100's
-//   163 KiB, 58,112 on an H100's or H200's 227 KiB, 25,344 on sm_86's 99 KiB) but kMaxChunks slices
-//   of the bins do and x has at least as many elements as bins: the shared kernel, each block
-//   counting one slice of the bins over its share of x (block i: slice i % chunks), so x is read
-//   once from memory per slice group (the slices of one share run side by side and read it through
-//   L2) and the merge adds one atomic per nonzero bin of a slice. A slice skips the float elements
-//   that the float estimate puts in other slices (histogram.h, bin_bounds), so the exact bin is
-//   computed about once an element. Global path otherwise (huge or sparse histograms): one 64-bit
-//   atomicAdd on counts per counted element. WB_HISTOGRAM_KERNEL / WB_HISTOGRAM_CLUSTER select
-//   other kernels for A/B timing (choice()). Counts are integers, so any order of the atomics gives
-//   the same result. Check and time:  wb check histogram --device cuda;  wb bench histogram
+//   zeroing launch runs before it. Half path (sm_90, float32, above kClusterBins bins; clusters of
+//   8 unless WB_HISTOGRAM_HALF says otherwise, 0 off; x at least as many elements as bins): each
+//   block of a cluster keeps 16-bit counters of every bin, counting in rounds short enough that
+//   none can overflow, and after each round the cluster's blocks sum the counters into 32-bit
+//   accumulators of their own slice of the bins through distributed shared memory: x read once, the
+//   atomics local, one global atomic per nonzero bin of a cluster (one launch too where the device
+//   takes a cooperative cluster launch, else a memset first). Cluster path (off unless
+//   WB_HISTOGRAM_CLUSTER names a size, slower than the chunked path on an H100; sm_90, above
+//   kClusterBins bins, x at least as many elements as bins): a thread-block cluster of 8 (or 2, 4)
+//   blocks holds the whole histogram in its blocks' shared memory, the bins interleaved across the
+//   blocks, and counts into it with distributed shared memory atomics; each element is read and
+//   binned once (float elements 16 at a time, the double path only for those near an edge:
+//   count_deferred), and the merge costs one atomic per nonzero bin of a cluster instead of one per
+//   nonzero bin of a block. Chunked path, where there are no clusters and one copy does not fit the
+//   most shared memory a block may opt in to (above 41,728 bins on an A100's 163 KiB, 58,112 on an
+//   H100's or H200's 227 KiB, 25,344 on sm_86's 99 KiB) but kMaxChunks slices of the bins do and x
+//   has at least as many elements as bins: the shared kernel, each block counting one slice of the
+//   bins over its share of x (block i: slice i % chunks), so x is read once from memory per slice
+//   group (the slices of one share run side by side and read it through L2) and the merge adds one
+//   atomic per nonzero bin of a slice. A slice skips the float elements that the float estimate
+//   puts in other slices (histogram.h, bin_bounds), so the exact bin is computed about once an
+//   element. Global path otherwise (huge or sparse histograms): one 64-bit atomicAdd on counts per
+//   counted element. WB_HISTOGRAM_KERNEL / WB_HISTOGRAM_CLUSTER select other kernels for A/B timing
+//   (choice()). Counts are integers, so any order of the atomics gives the same result. Check and
+//   time:  wb check histogram --device cuda;  wb bench histogram
 //   --device cuda
 #include <cooperative_groups.h>
 
@@ -487,21 +488,25 @@ Status device_info(DeviceInfo* info) {
 // the current kernels (four loads in flight, not allocated in L1, count_deferred).
 // WB_HISTOGRAM_CLUSTER=2, 4 or 8 turns the cluster path on with that cluster size (default 0,
 // off: on an H100, 2026-11-26, at 16 Mi and 64 Mi elements and 65536 bins it took 154-894 us
-// where the chunked path took 100-331 us). WB_HISTOGRAM_HALF=2, 4 or 8 turns the half path on
-// (16-bit counters, float32 only) with that cluster size (default 0, off), ahead of the cluster
-// path. WB_HISTOGRAM_ZERO=memset clears counts with a memset before the shared kernel instead of
-// in it (the shared path's default, one cooperative launch; base implies memset).
+// where the chunked path took 100-331 us). WB_HISTOGRAM_HALF=2, 4 or 8 sets the half path's
+// cluster size (16-bit counters, float32 only, ahead of the cluster path; default kHalfCluster),
+// and 0 turns it off. WB_HISTOGRAM_ZERO=memset clears counts with a memset before the shared kernel
+// instead of in it (the shared path's default, one cooperative launch; base implies memset). The
+// half path's cluster size by default (0 would turn it off).
+constexpr int kHalfCluster = 8;
+
 struct Choice {
   bool base = false;
-  bool defer = true;       // float elements: count_deferred where r.estimate (and one slice)
-  bool one_launch = true;  // the shared kernel clears counts (cooperative launch)
-  int cluster = 0;         // 0: no cluster path
-  int half = 0;            // 0: no half path
+  bool defer = true;        // float elements: count_deferred where r.estimate (and one slice)
+  bool one_launch = true;   // the shared kernel clears counts (cooperative launch)
+  int cluster = 0;          // 0: no cluster path
+  int half = kHalfCluster;  // 0: no half path
 };
 
-int cluster_size(const char* name) {
+// The cluster size that variable `name` names (2, 4 or 8; 0 for anything else), or `unset`.
+int cluster_size(const char* name, int unset) {
   const char* v = std::getenv(name);
-  if (v == nullptr || v[0] == '\0') return 0;
+  if (v == nullptr || v[0] == '\0') return unset;
   const int k = std::atoi(v);
   return k == 2 || k == 4 || k == 8 ? k : 0;
 }
@@ -513,8 +518,8 @@ Choice choice() {
   c.defer = kernel == nullptr || std::strcmp(kernel, "nodefer") != 0;
   const char* zero = std::getenv("WB_HISTOGRAM_ZERO");
   c.one_launch = !c.base && (zero == nullptr || std::strcmp(zero, "memset") != 0);
-  c.cluster = c.base ? 0 : cluster_size("WB_HISTOGRAM_CLUSTER");
-  c.half = c.base ? 0 : cluster_size("WB_HISTOGRAM_HALF");
+  c.cluster = c.base ? 0 : cluster_size("WB_HISTOGRAM_CLUSTER", 0);
+  c.half = c.base ? 0 : cluster_size("WB_HISTOGRAM_HALF", kHalfCluster);
   return c;
 }
 
