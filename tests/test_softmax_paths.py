@@ -27,6 +27,8 @@ _PATHS_MAIN = r"""
 //   log2 ROWS NVEC RING C1 C2 C4 C8 C16  ->  bulk_cluster_log2 (resident clusters of each size)
 //   grid ROWS RESIDENT              ->  bulk_clusters
 //   path VALUE                      ->  parse_long_path ("-" for an empty value)
+//   wide NVEC K FORCED              ->  wide_cluster_size: "size threads"
+//   pipe ROWS RESIDENT              ->  pipe_clusters
 int main() {
   char what[16], value[64];
   while (std::scanf("%15s", what) == 1) {
@@ -40,6 +42,16 @@ int main() {
       long long rows = 0, resident = 0;
       std::scanf("%lld %lld", &rows, &resident);
       std::printf("%lld\n", static_cast<long long>(wb::softmax::bulk_clusters(rows, resident)));
+    } else if (std::strcmp(what, "wide") == 0) {
+      long long nvec = 0;
+      int k = 0, forced = 0, threads = 0;
+      std::scanf("%lld %d %d", &nvec, &k, &forced);
+      const int size = wb::softmax::wide_cluster_size(nvec, k, forced, &threads);
+      std::printf("%d %d\n", size, size == 0 ? 0 : threads);
+    } else if (std::strcmp(what, "pipe") == 0) {
+      long long rows = 0, resident = 0;
+      std::scanf("%lld %lld", &rows, &resident);
+      std::printf("%lld\n", static_cast<long long>(wb::softmax::pipe_clusters(rows, resident)));
     } else {
       std::scanf("%63s", value);
       const char* s = std::strcmp(value, "-") == 0 ? "" : value;
@@ -120,6 +132,29 @@ def test_wb_softmax_path_values(paths_main: Path) -> None:
     values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "x")
     got = _ask(paths_main, [f"path {v}" for v in values])
     assert got == [0, 1, 2, 3, 4, 5, 6, 7]  # unset: the dtype's default
+
+
+@pytest.mark.nvcc
+def test_the_wide_path_takes_the_fewest_blocks_that_hold_a_row(paths_main: Path) -> None:
+    """Blocks of 512 threads while 16 of them hold the row, else of 1024; WB_SOFTMAX_WIDE_THREADS
+    forces one width (none where 16 such blocks do not hold the row)."""
+    cases = [
+        # (vectors a row, vectors a thread, forced width) -> (blocks, threads)
+        ((8192, 8, 0), (2, 512)),  # bfloat16 forward 65536
+        ((32768, 8, 0), (8, 512)),  # bfloat16 forward 262144
+        ((32768, 4, 0), (16, 512)),  # bfloat16 backward 262144
+        ((65536, 4, 0), (16, 1024)),  # float32 backward 262144
+        ((65536, 2, 0), (0, 0)),  # its pipe path: 16 blocks of 1024 hold half the row
+        ((8192, 8, 1024), (1, 1024)),  # forced: one block of 1024 a row
+        ((65536, 4, 512), (0, 0)),  # forced 512 where 16 of them do not hold it
+        ((2049, 8, 0), (1, 512)),  # 16392 bfloat16: one block, 257 threads with a vector
+        ((4098, 4, 0), (3, 512)),
+    ]
+    lines = [f"wide {n} {k} {f}" for (n, k, f), _ in cases]
+    got = _ask(paths_main, lines)
+    assert [tuple(got[2 * i : 2 * i + 2]) for i in range(len(cases))] == [w for _, w in cases]
+    got = _ask(paths_main, [f"pipe {r} {res}" for r, res in [(64, 16), (64, 14), (5, 16), (1, 7)]])
+    assert got == [16, 13, 5, 1]  # 64 rows on 14 clusters: 5 rounds, so 13 clusters suffice
 
 
 # --- on a GPU: each path against torch --------------------------------------------------------

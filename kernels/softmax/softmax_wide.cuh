@@ -152,6 +152,26 @@ inline int wide_threads() {
 
 constexpr const char* kBadWideThreads = "WB_SOFTMAX_WIDE_THREADS: expected 512 or 1024 (or unset)";
 
+// The blocks a row of nvec vectors takes at k vectors a thread: the fewest blocks of 512 threads
+// that hold it, else of 1024 (forced: 512 or 1024 only that width; 0 either); *threads gets the
+// width. 0 where no cluster of at most 16 such blocks holds the row.
+inline int wide_cluster_size(int64_t nvec, int k, int forced, int* threads) {
+  const int64_t narrow = (nvec + int64_t{kBlockThreads} * k - 1) / (int64_t{kBlockThreads} * k);
+  const int64_t wide = (nvec + int64_t{kMaxThreads} * k - 1) / (int64_t{kMaxThreads} * k);
+  *threads = kBlockThreads;
+  if (forced != kMaxThreads && narrow <= kMaxCluster) return static_cast<int>(narrow);
+  *threads = kMaxThreads;
+  if (forced == kBlockThreads || wide > kMaxCluster) return 0;
+  return static_cast<int>(wide);
+}
+
+// The clusters of a pipe launch: as many as are resident at once, the rows spread evenly over
+// them (every cluster the same number of rounds, give or take one).
+inline int64_t pipe_clusters(int64_t rows, int64_t resident) {
+  const int64_t rounds = (rows + resident - 1) / resident;
+  return (rows + rounds - 1) / rounds;
+}
+
 // One launch of the wide or pipe path in clusters of `size` blocks of Threads threads; false
 // where no such cluster is resident here.
 template <typename Op, int N, int Threads, bool Pipe>
@@ -162,10 +182,7 @@ bool launch_wide_blocks(const Op& op, int64_t rows, int64_t nvec, int64_t size, 
   const int resident = cluster_count<kernel>(static_cast<int>(size), Threads);
   if (resident == 0) return false;
   int64_t clusters = min_of<int64_t>(rows, INT32_MAX / kMaxCluster);
-  if (Pipe) {  // as many clusters as are resident at once, the rows spread evenly over them
-    const int64_t rounds = (rows + resident - 1) / resident;
-    clusters = (rows + rounds - 1) / rounds;
-  }
+  if (Pipe) clusters = pipe_clusters(rows, resident);
   const int64_t per = (nvec + size - 1) / size;
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute attribute{};
@@ -194,13 +211,13 @@ bool launch_wide(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, 
     err = cudaErrorInvalidValue;  // launch_rows names the variable
     return true;
   }
-  const int64_t narrow = (nvec + int64_t{kBlockThreads} * K - 1) / (int64_t{kBlockThreads} * K);
-  const int64_t wide = (nvec + int64_t{kMaxThreads} * K - 1) / (int64_t{kMaxThreads} * K);
-  if (forced != kMaxThreads && narrow <= kMaxCluster) {
-    return launch_wide_blocks<Op, N, kBlockThreads, Pipe>(op, rows, nvec, narrow, stream, err);
+  int threads = 0;
+  const int size = wide_cluster_size(nvec, K, forced, &threads);
+  if (size == 0) return false;
+  if (threads == kBlockThreads) {
+    return launch_wide_blocks<Op, N, kBlockThreads, Pipe>(op, rows, nvec, size, stream, err);
   }
-  if (forced == kBlockThreads || wide > kMaxCluster) return false;
-  return launch_wide_blocks<Op, N, kMaxThreads, Pipe>(op, rows, nvec, wide, stream, err);
+  return launch_wide_blocks<Op, N, kMaxThreads, Pipe>(op, rows, nvec, size, stream, err);
 }
 
 }  // namespace wb::softmax
