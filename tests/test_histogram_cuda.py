@@ -183,6 +183,18 @@ def test_the_output_starts_from_dirty_memory(lib: Any, choice: str, bins: int) -
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("bins", [256, 65536])
+def test_one_hot_bin_holds_every_element(lib: Any, choice: str, bins: int) -> None:
+    """16 Mi equal values: every block's counter of that bin takes the most a round allows (the
+    half path's 16-bit counters), and the sum must still be exact."""
+    n = 1 << 24
+    for value in (0.5, 4.0, -4.0):
+        x = torch.full((n,), value, device="cuda")
+        want = _reference(lib, x[:1], bins, -4.0, 4.0) * n
+        _assert_equal(lib.histogram(x, bins, -4.0, 4.0), want, f"{choice} {value} bins={bins}")
+
+
+@pytest.mark.cuda
 def test_concurrent_streams(lib: Any, choice: str) -> None:
     xs = [torch.randn(1 << 22, device="cuda") * (1 + i) for i in range(4)]
     torch.cuda.synchronize()
