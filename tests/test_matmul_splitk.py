@@ -14,65 +14,19 @@ every call, and the same bits as the two-launch sum for the same slices; a CUDA 
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from workbench import toolchain
-from workbench.config import cuda_flags
-from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
+from tests.bundled_cubin import nvcc_wgmma
 
-WGMMA = BUNDLED_KERNELS / "matmul" / "matmul_wgmma.kernel.cu"
 DTYPES = [torch.bfloat16, torch.float16]
 # (n, k): whole k tiles; n a tile and a bit (a partial tile of columns); k tails (not a multiple
 # of the 64-long k step, and slices of unequal length); a small c with a short k.
 SIZES = [(4096, 4096), (4104, 8192), (4096, 4136), (1032, 2056)]
 ROWS = [1, 16, 64, 128, 200]
-
-
-def _instantiated(folder: Path) -> Path:
-    """The device-only TU with both kernel templates instantiated for each dtype and layout of b
-    (the workbench names them to NVRTC; nvcc compiles only what a TU instantiates)."""
-    maps = "const __grid_constant__ wb::matmul::TensorMap"
-    lines = [f'#include "{WGMMA}"']
-    for t in ("f16", "bf16"):
-        for kmajor in ("true", "false"):
-            lines.append(
-                f"template __global__ void wb::matmul::wgmma_kernel<wb::{t}, {kmajor}>("
-                f"{maps}, {maps}, wb::{t}*, int, int, int);"
-            )
-            lines.append(
-                f"template __global__ void wb::matmul::wgmma_split_kernel<wb::{t}, {kmajor}>("
-                f"{maps}, {maps}, float*, int, int, int, int);"
-            )
-            for wide in ("true", "false"):
-                lines.append(
-                    "template __global__ void "
-                    f"wb::matmul::wgmma_cluster_split_kernel<wb::{t}, {kmajor}, {wide}>("
-                    f"{maps}, {maps}, wb::{t}*, int, int, int);"
-                )
-    path = folder / "wgmma_instances.cu"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _nvcc(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    home = toolchain.find_cuda_home()
-    assert home is not None
-    nvcc = home / "bin" / "nvcc"
-    cmd = [
-        str(nvcc),
-        *cuda_flags(toolchain.compiler_version(nvcc)),
-        "-gencode=arch=compute_90a,code=sm_90a",
-        f"-I{WB_KERNEL_INCLUDE}",
-        f"-I{BUNDLED_KERNELS}",
-        *args,
-        str(_instantiated(folder)),
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.nvcc
@@ -82,7 +36,7 @@ def test_the_split_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -> N
     mbarriers), the cluster sum's also on the 128 x 256 one (384 threads, 4 stages), reading
     distributed shared memory between two cluster barriers; none spilling."""
     ptx = tmp_path / "wgmma.ptx"
-    done = _nvcc(tmp_path, "--ptx", "-o", str(ptx))
+    done = nvcc_wgmma(tmp_path, "--ptx", "-o", str(ptx), dtypes=("f16", "bf16"), cluster=True)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", ptx.read_text())[1:]
     split = [e for e in entries if e.startswith("_ZN2wb6matmul18wgmma_split_kernel")]
@@ -98,7 +52,16 @@ def test_the_split_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -> N
         assert "wgmma.mma_async.sync.aligned.m64n256k16" in kernel
         assert re.search(r"E4full\[40\];", kernel)  # 5 stages
         assert "setmaxnreg.dec.sync.aligned.u32 40;" in kernel  # the producer's share
-    done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"))
+    done = nvcc_wgmma(
+        tmp_path,
+        "-cubin",
+        "-Xptxas",
+        "-v",
+        "-o",
+        str(tmp_path / "wgmma.cubin"),
+        dtypes=("f16", "bf16"),
+        cluster=True,
+    )
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
     assert len(spills) == 16 and all(s == ("0", "0") for s in spills), done.stderr

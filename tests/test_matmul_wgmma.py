@@ -21,18 +21,14 @@ replays in a CUDA graph, and runs on two streams at once.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from workbench import toolchain
-from workbench.config import cuda_flags
-from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
+from tests.bundled_cubin import nvcc_wgmma
 
-WGMMA = BUNDLED_KERNELS / "matmul" / "matmul_wgmma.kernel.cu"
 # (m, n, k, b column-major): the built tile whole (many tiles) and the split-k route (few).
 SHAPES = [
     (4096, 4096, 1024, False),
@@ -47,45 +43,12 @@ SHAPES = [
 ]
 
 
-def _instantiated(folder: Path) -> Path:
-    maps = "const __grid_constant__ wb::matmul::TensorMap"
-    lines = [f'#include "{WGMMA}"']
-    for kmajor in ("true", "false"):
-        lines.append(
-            f"template __global__ void wb::matmul::wgmma_kernel<wb::bf16, {kmajor}>("
-            f"{maps}, {maps}, wb::bf16*, int, int, int);"
-        )
-        lines.append(
-            f"template __global__ void wb::matmul::wgmma_split_kernel<wb::bf16, {kmajor}>("
-            f"{maps}, {maps}, float*, int, int, int, int);"
-        )
-    path = folder / "wgmma_staged.cu"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _nvcc(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    home = toolchain.find_cuda_home()
-    assert home is not None
-    nvcc = home / "bin" / "nvcc"
-    cmd = [
-        str(nvcc),
-        *cuda_flags(toolchain.compiler_version(nvcc)),
-        "-gencode=arch=compute_90a,code=sm_90a",
-        f"-I{WB_KERNEL_INCLUDE}",
-        f"-I{BUNDLED_KERNELS}",
-        *args,
-        str(_instantiated(folder)),
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.nvcc
 def test_both_kernels_stage_c_and_compile_for_sm90a_without_spills(tmp_path: Path) -> None:
     """Each kernel has the bulk copies out and reads its dynamic shared memory's size (a launch
     without the buffer stores from registers); none spills."""
     ptx = tmp_path / "wgmma.ptx"
-    done = _nvcc(tmp_path, "--ptx", "-o", str(ptx))
+    done = nvcc_wgmma(tmp_path, "--ptx", "-o", str(ptx))
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", ptx.read_text())[1:]
     assert len(entries) == 4
@@ -96,7 +59,7 @@ def test_both_kernels_stage_c_and_compile_for_sm90a_without_spills(tmp_path: Pat
         assert "st.global.b32" in entry or "st.global.b64" in entry  # the direct epilogue
         assert "st.global.v4.u32" in entry  # the vector epilogue
         assert ".multicast::cluster" in entry and "mapa.shared::cluster" in entry  # pairs
-    done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"))
+    done = nvcc_wgmma(tmp_path, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"))
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
     assert len(spills) == 4 and all(s == ("0", "0") for s in spills), done.stderr
