@@ -98,12 +98,13 @@ def test_special_rows_give_what_torch_gives(
     assert verdict.passed, f"softmax_backward, cols={cols}: {verdict.reason}: {verdict.detail}"
 
 
-# Long rows through the default long-row path: bulk for rows of 16-byte vectors on sm_90+
-# (softmax_bulk.cuh), else split (kernels/softmax/softmax_split.cuh: a team of blocks of a
-# cooperative grid a row, the rows in rounds): one row over many blocks, few rows, and more rows
-# than one round holds (several rounds, so that both register buffers and both slots of the
-# partials serve); lengths a multiple of the vector width (16-byte loads) and odd ones (single
-# elements), and shares that do not fill a block's last vector slot (131075, 200001).
+# Long rows through the default long-row path: wide for rows of 16-byte vectors on sm_90+
+# (softmax_wide.cuh), else split in 2-byte dtypes (kernels/softmax/softmax_split.cuh: a team of
+# blocks of a cooperative grid a row, the rows in rounds): one row over many blocks, few rows,
+# and more rows than one round holds (several rounds, so that both register buffers and both
+# slots of the partials serve); lengths a multiple of the vector width (16-byte loads) and odd
+# ones (single elements), and shares that do not fill a block's last vector slot (131075,
+# 200001).
 _LONG_SHAPES = [
     (1, 65537),
     (5, 131075),
@@ -178,11 +179,11 @@ def test_long_rows_match_torch_and_replay_in_a_cuda_graph(lib: Any, cols: int) -
 def test_few_long_rows_take_the_dtypes_long_row_path(
     lib: Any, dtype: torch.dtype, rows: int, cols: int
 ) -> None:
-    """The bench's long-row sizes run, on sm_90+, the wide kernel in bfloat16 rows of 16-byte
-    vectors (the profiler's kernel names) and the split kernel in other bfloat16 rows; in float32
-    the cluster path (or the one-block and stream paths where no cluster holds the row), never
-    the split or bulk kernels; before sm_90 the split kernel in bfloat16; and match torch.softmax
-    and its backward."""
+    """The bench's long-row sizes run, on sm_90+, the wide kernel in rows of 16-byte vectors (the
+    profiler's kernel names), else the split kernel in bfloat16 and the cluster path in float32
+    (or the one-block and stream paths where no cluster holds the row), never the split or bulk
+    kernels; before sm_90 the split kernel in bfloat16; and match torch.softmax and its
+    backward."""
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
     grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
@@ -194,7 +195,7 @@ def test_few_long_rows_take_the_dtypes_long_row_path(
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     hopper = torch.cuda.get_device_capability() >= (9, 0)
-    if dtype == torch.bfloat16 and hopper and cols % 8 == 0:
+    if hopper and cols % (16 // x.element_size()) == 0:
         assert sum("wide_kernel" in n for n in names) == 2, names
     elif dtype == torch.bfloat16 or not hopper:
         assert sum("split_kernel" in n for n in names) == 2, names

@@ -284,7 +284,14 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
     if (wide) {
       if (const Status e = global<&kWideShape>.read(&own)) return e;
     }
-    const int64_t splits = splits_of(m, n, k, own, forced);
+    // Half the SMs' worth of blocks (S = SMs / 2 tiles, from 8 down to what fits): on an H100,
+    // 2026-11-26, four slices of 16 tiles (64 blocks) beat six (96) at m = 1 to 128 x 4096 x
+    // 4096 (0.79-0.98x cuBLAS against 0.68-0.92x), and eight of 4 tiles (32 blocks) four at
+    // 16 x 1024 x 4096 (0.95x against 0.73x).
+    const int64_t steps = (k + own.bk - 1) / own.bk;
+    const int64_t splits = forced > 0
+                               ? min_of(forced, steps)
+                               : min_of(sm_count() / (2 * tiles_of(m, n, own)), steps / kMinSteps);
     const int slices =
         splits >= 2 ? cluster_slices(splits, tiles_of(m, n, own), own, forced > 0) : 0;
     if (slices >= 2) {

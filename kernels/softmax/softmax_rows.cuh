@@ -397,10 +397,11 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
 // split, cluster, block; "cluster": cluster, block; "stream": the stream path (rows read twice);
 // "wide": wide (softmax_wide.cuh: rows of 16-byte vectors, sm_90+), split, cluster, block;
 // "pipe": the same with the pipe path (softmax_wide.cuh's persistent variant) first.
-// Unset: "cluster" for 4-byte elements (on an H100, 2026-11-26, share of a copy of the same bytes
-// at 1024x65536, 256x65536 and 64x262144: cluster 65-97%, split 54-61%, bulk 33-62%); "wide" for
-// 2-byte ones in rows of 16-byte vectors (the cluster path gave bfloat16 37-63%, half the bytes
-// in flight a thread of float32's 62-97%; split 54-61%, bulk 32-78%), else "split".
+// Unset: "wide" for rows of 16-byte vectors summed in float (float32, bfloat16, float16): on an
+// H100, 2026-11-26, share of a copy of the same bytes at 1024x65536, 256x65536 and 64x262144,
+// forward / backward, float32 wide 94/98, 86/92, 69/66% (cluster 90/97, 81/90, 66/62%; split
+// 55-62%), bfloat16 wide 83/97, 74/86, 64/74% (cluster 38-63%, split 53-61%). Otherwise
+// "cluster" for 4- and 8-byte elements, "split" for 2-byte ones.
 enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kWide, kPipe, kInvalid };
 
 inline LongPath parse_long_path(const char* s) {
@@ -453,9 +454,9 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
     LongPath path = long_path();
     if (path == LongPath::kInvalid) return cudaErrorInvalidValue;  // launch_rows names it
     if (path == LongPath::kDefault) {
-      path = sizeof(typename Op::T) >= 4 ? LongPath::kCluster
-             : N > 1                     ? LongPath::kWide
-                                         : LongPath::kSplit;
+      path = N > 1 && sizeof(typename Op::A) == 4 ? LongPath::kWide
+             : sizeof(typename Op::T) >= 4        ? LongPath::kCluster
+                                                  : LongPath::kSplit;
     }
     if constexpr (N > 1) {
       if (path == LongPath::kBulk && launch_bulk(op, rows, nvec, stream, err)) return err;
