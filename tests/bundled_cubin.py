@@ -70,3 +70,19 @@ def nvcc_wgmma(
         str(wgmma_instances(folder, dtypes, cluster)),
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def host_program(folder: Path, source: str) -> Path:
+    """``source`` (a main() over the bundled kernels' host-side headers) built by nvcc into
+    ``folder``; it calls no CUDA API, so it runs without a GPU."""
+    from workbench import knobs
+
+    (folder / "main.cu").write_text(source)
+    home = knobs.cuda_home()
+    nvcc = str(Path(home) / "bin" / "nvcc") if home else shutil.which("nvcc") or "nvcc"
+    includes = [f"-I{BUNDLED_KERNELS / 'include'}", f"-I{BUNDLED_KERNELS}"]
+    subprocess.run(
+        [nvcc, "-std=c++17", *includes, "main.cu", "-o", "main"],
+        cwd=folder, check=True, capture_output=True,
+    )  # fmt: skip
+    return folder / "main"

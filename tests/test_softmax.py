@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 import workbench
+from tests.bundled_cubin import host_program
 from tests.conftest import DEVICES
 from tests.op_contract import (
     assert_contract,
@@ -22,7 +22,6 @@ from tests.op_contract import (
     assert_matches_reference,
     assert_opcheck,
 )
-from workbench import knobs
 from workbench.verify import check_call
 
 OPS = ["softmax", "softmax_backward"]
@@ -248,16 +247,7 @@ int main() {
 def split_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """softmax_split.cuh's split_plan (the host side of the split path's launch) in a host
     program built by nvcc; it calls no CUDA API, so it runs without a GPU."""
-    folder = tmp_path_factory.mktemp("split_plan")
-    (folder / "main.cu").write_text(_SPLIT_PLAN_MAIN)
-    home = knobs.cuda_home()
-    nvcc = str(Path(home) / "bin" / "nvcc") if home else shutil.which("nvcc") or "nvcc"
-    root = Path(__file__).resolve().parents[1] / "kernels"
-    subprocess.run(
-        [nvcc, "-std=c++17", f"-I{root / 'include'}", f"-I{root}", "main.cu", "-o", "main"],
-        cwd=folder, check=True, capture_output=True,
-    )  # fmt: skip
-    return folder / "main"
+    return host_program(tmp_path_factory.mktemp("split_plan"), _SPLIT_PLAN_MAIN)
 
 
 # (rows, vectors a row, vectors a thread, resident blocks): the bench's long rows as float32

@@ -6,7 +6,6 @@ graph and on two streams at once."""
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from workbench import knobs
+from tests.bundled_cubin import host_program
 
 _PATHS_MAIN = r"""
 #include <cstdio>
@@ -67,16 +66,7 @@ int main() {
 def paths_main(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The long-row paths' host logic in a host program built by nvcc (no CUDA API is called,
     so it runs without a GPU)."""
-    folder = tmp_path_factory.mktemp("softmax_paths")
-    (folder / "main.cu").write_text(_PATHS_MAIN)
-    home = knobs.cuda_home()
-    nvcc = str(Path(home) / "bin" / "nvcc") if home else shutil.which("nvcc") or "nvcc"
-    root = Path(__file__).resolve().parents[1] / "kernels"
-    subprocess.run(
-        [nvcc, "-std=c++17", f"-I{root / 'include'}", f"-I{root}", "main.cu", "-o", "main"],
-        cwd=folder, check=True, capture_output=True,
-    )  # fmt: skip
-    return folder / "main"
+    return host_program(tmp_path_factory.mktemp("softmax_paths"), _PATHS_MAIN)
 
 
 def _ask(program: Path, lines: list[str]) -> list[int]:
