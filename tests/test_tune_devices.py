@@ -325,6 +325,7 @@ def test_two_gpus_share_the_variants_and_agree_with_one(
     # cards' times scaled by the default's can tell apart.
     kwargs = {"lib": lib, "device": "cuda", "rounds": 2, "save": False, "sizes": ["64Ki", "64Mi"]}
     with knobs.override(WB_CACHE_DIR=str(cache_dir), WB_QUIET="1", WB_TUNE_PLAYOFF="0.05"):
+        control = workbench.tune("scale", **kwargs)  # type: ignore[arg-type]
         alone = workbench.tune("scale", **kwargs)  # type: ignore[arg-type]
         both = workbench.tune("scale", devices="all", **kwargs)  # type: ignore[arg-type]
     count = torch.cuda.device_count()
@@ -335,8 +336,18 @@ def test_two_gpus_share_the_variants_and_agree_with_one(
         v.label for v in alone.variants if v.status == "checked"
     }
     # At each size, the 2-GPU run's winner for its bucket is the 1-GPU run's, or within the
-    # 1-GPU run's noise band of it there.
+    # 1-GPU run's noise band of it there: wherever a second 1-GPU run (the control) agrees so
+    # with the first, which a 2-GPU run cannot be held to beat (on two H200s at 64Ki the
+    # variants were 10 ns apart at 1.56 us, the A/A band 0.3%).
+    judged = []
     for size in alone.sizes:
-        mine, theirs = winner_at(both, size.numel), winner_at(alone, size.numel)
+        again, theirs = winner_at(control, size.numel), winner_at(alone, size.numel)
+        if again != theirs and size.verdict(again) == "slower":
+            print(f"{size.label}: two 1-GPU runs disagree ({again}, {theirs}): not judged")
+            continue
+        mine = winner_at(both, size.numel)
         assert mine == theirs or size.verdict(mine) != "slower", (size.label, mine, theirs)
+        judged.append(size.label)
     print(both.time_table())
+    if not judged:
+        pytest.skip("two 1-GPU runs disagreed at every size: nothing to hold the 2-GPU run to")
