@@ -267,18 +267,8 @@ bool launch_bulk(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, 
   const int size = 1 << e;
   const int64_t clusters = bulk_clusters(rows, d.clusters[e]);
   const BulkPlan plan{rows, nvec, (nvec + size - 1) / size, d.ring};
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(size);
-  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-  config.gridDim = dim3(static_cast<unsigned>(clusters * size));
-  config.blockDim = dim3(kBulkThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(d.ring) * Op::kTensors * kChunkBytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  err = cudaLaunchKernelEx(&config, bulk_kernel<Op>, op, plan);
+  const size_t smem = static_cast<size_t>(d.ring) * Op::kTensors * kChunkBytes;
+  err = launch_clusters(bulk_kernel<Op>, size, clusters, kBulkThreads, smem, stream, op, plan);
   return true;
 }
 

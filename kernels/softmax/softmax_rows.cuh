@@ -330,6 +330,25 @@ bool cluster_fits(int size, int threads) {
   return cluster_count<kernel>(size, threads) > 0;
 }
 
+// Launches `kernel(args...)` on `stream` over `clusters` clusters of `size` blocks of `threads`
+// threads, with `smem` bytes of dynamic shared memory a block (the long-row paths' launches).
+template <typename... Params, typename... Args>
+cudaError_t launch_clusters(void (*kernel)(Params...), int64_t size, int64_t clusters, int threads,
+                            size_t smem, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(size);
+  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  config.gridDim = dim3(static_cast<unsigned>(clusters * size));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 }  // namespace wb::softmax
 
 // The split and bulk paths' kernels and launches, written with the reductions and Slots above.
@@ -375,17 +394,7 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
   constexpr auto kernel = cluster_kernel<Op, N, K>;
   if (!cluster_fits<kernel>(static_cast<int>(size), width)) return false;
   const int64_t clusters = min_of<int64_t>(rows, INT32_MAX / kMaxCluster);
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(size);
-  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-  config.gridDim = dim3(static_cast<unsigned>(clusters * size));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  err = cudaLaunchKernelEx(&config, kernel, op, rows, nvec, per);
+  err = launch_clusters(kernel, size, clusters, threads, 0, stream, op, rows, nvec, per);
   return true;
 }
 

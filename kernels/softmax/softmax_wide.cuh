@@ -184,17 +184,7 @@ bool launch_wide_blocks(const Op& op, int64_t rows, int64_t nvec, int64_t size, 
   int64_t clusters = min_of<int64_t>(rows, INT32_MAX / kMaxCluster);
   if (Pipe) clusters = pipe_clusters(rows, resident);
   const int64_t per = (nvec + size - 1) / size;
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(size);
-  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-  config.gridDim = dim3(static_cast<unsigned>(clusters * size));
-  config.blockDim = dim3(static_cast<unsigned>(Threads));
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  err = cudaLaunchKernelEx(&config, kernel, op, rows, nvec, per);
+  err = launch_clusters(kernel, size, clusters, Threads, 0, stream, op, rows, nvec, per);
   return true;
 }
 
