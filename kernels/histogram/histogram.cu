@@ -48,6 +48,7 @@
 
 #include "histogram/histogram.h"
 #include "wb/cuda.cuh"
+#include "wb/device.cuh"
 
 namespace wb::histogram {
 namespace {
@@ -67,23 +68,6 @@ constexpr int kStaticSharedBytes = 48 * 1024;  // beyond this a kernel must opt 
 constexpr int64_t kMaxBlockItems = int64_t{1} << 31;
 
 using Count = unsigned long long;  // the int64 counts as 64-bit atomicAdd takes them (never < 0)
-
-// One 16-byte vector of x; with NoL1 read through the non-coherent path without allocating it
-// in L1 (x is read once: L1 would only evict the shared-memory carveout's neighbours).
-template <bool NoL1, typename V>
-__device__ __forceinline__ V load_x(const V* __restrict__ p) {
-  if constexpr (NoL1 && sizeof(V) == 16) {
-    int4 r;
-    asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
-    V v;
-    __builtin_memcpy(&v, &r, sizeof(V));
-    return v;
-  } else {
-    return *p;
-  }
-}
 
 // Calls f on every element of x once across `blocks` blocks (this one is `block`): the elements
 // before x's first 16-byte boundary (head, fewer than a vector) and after its last whole vector
@@ -108,14 +92,14 @@ __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
   for (; i + (Unroll - 1) * stride < nvec; i += Unroll * stride) {
     V v[Unroll];
 #pragma unroll
-    for (int u = 0; u < Unroll; ++u) v[u] = load_x<NoL1>(xv + i + u * stride);
+    for (int u = 0; u < Unroll; ++u) v[u] = load_vec<NoL1>(xv + i + u * stride);
     g(v);
   }
   // Fewer than Unroll vectors left (i, i + stride, ... below nvec): loaded together too.
   V v[Unroll - 1];
 #pragma unroll
   for (int u = 0; u < Unroll - 1; ++u) {
-    if (i + u * stride < nvec) v[u] = load_x<NoL1>(xv + i + u * stride);
+    if (i + u * stride < nvec) v[u] = load_vec<NoL1>(xv + i + u * stride);
   }
 #pragma unroll
   for (int u = 0; u < Unroll - 1; ++u) {
@@ -398,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t i = tid + at * U * stride;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (i + u * stride < nvec) v[u] = load_x<true>(xv + i + u * stride);
+      if (i + u * stride < nvec) v[u] = load_vec<true>(xv + i + u * stride);
     }
   };
   if (total > 0) load(0);

@@ -6,6 +6,7 @@
 //   wb::aligned16(p...)    whether every pointer allows 16-byte vector access
 //   wb::warp_sum(v)        sum over the 32 lanes of a warp (every lane gets the result)
 //   wb::block_sum(v, buf)  sum over the block; buf is __shared__ acc_t[32]; every thread gets it
+//   wb::load_vec<NoL1>(p)  one vector; with NoL1 a 16-byte one read without allocating it in L1
 #pragma once
 
 #include "wb/types.h"
@@ -45,6 +46,27 @@ __device__ __forceinline__ A block_sum(A v, A* buf) {
   v = warp_sum(v);
   __syncthreads();  // buf may be reused by the caller
   return v;
+}
+
+// One vector; with NoL1 a 16-byte one is read through the non-coherent path without allocating
+// it in L1 (data read once: L1 would only evict its neighbours).
+template <bool NoL1, typename V>
+__device__ __forceinline__ V load_vec(const V* __restrict__ p) {
+  if constexpr (NoL1 && sizeof(V) == 16) {
+    int4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    V v;
+#if defined(__CUDACC_RTC__)
+    memcpy(&v, &r, sizeof(V));  // NVRTC's built-in device memcpy
+#else
+    __builtin_memcpy(&v, &r, sizeof(V));
+#endif
+    return v;
+  } else {
+    return *p;
+  }
 }
 
 }  // namespace wb

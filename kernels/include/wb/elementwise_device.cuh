@@ -23,26 +23,6 @@ struct Loaded {
   Vec<In, N> v[kVecs];
 };
 
-// One vector; with NoL1 a 16-byte one is read without allocating it in L1.
-template <bool NoL1, typename V>
-__device__ __forceinline__ V load_vec(const V* __restrict__ p) {
-  if constexpr (NoL1 && sizeof(V) == 16) {
-    int4 r;
-    asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
-    V v;
-#if defined(__CUDACC_RTC__)
-    memcpy(&v, &r, sizeof(V));  // NVRTC's built-in device memcpy
-#else
-    __builtin_memcpy(&v, &r, sizeof(V));
-#endif
-    return v;
-  } else {
-    return *p;
-  }
-}
-
 // Vector v0 + k * kThreads for each k: consecutive threads read consecutive vectors.
 template <int N, bool NoL1, typename In>
 __device__ __forceinline__ Loaded<In, N> load(const In* __restrict__ p, int v0) {  // p: [n]
