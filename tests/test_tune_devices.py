@@ -178,8 +178,7 @@ def test_the_best_of_two_workers_within_the_playoff_band_are_timed_on_the_first(
         fake = small.times["MODE=0"].stats.median * 1.01
         small.times["MODE=2"] = Measurement(Stats(fake, fake, fake, 1), "m")
         owner = {"MODE=1": 1, "MODE=2": 1, "MODE=3": 0}
-        with knobs.override(WB_TUNE_PLAYOFF="0.05"):
-            pool._playoff(request_for("MODE=0"), result.sizes, variants, owner, said.append)
+        pool._playoff(request_for("MODE=0"), result.sizes, variants, owner, 0.05, said.append)
     assert any(line.startswith("playoff on cpu: MODE=2 at n1024") for line in said), said
     again = small.time("MODE=2")
     assert again is not None and again != fake and again < 0.5 * small.time("MODE=0")  # type: ignore[operator]

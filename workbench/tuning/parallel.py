@@ -248,7 +248,7 @@ class Pool:
         default = request["default"]
         has_default = any(v.label == default for v in variants)
         shares = _shares([v for v in variants if v.label != default], len(self.workers))
-        self.point = {v.label: v.point for v in variants}
+        point = {v.label: v.point for v in variants}
         answers: list[dict[str, Any] | None] = [None] * len(self.workers)
         for i, worker in enumerate(self.workers):  # one that died since the last run: anew
             if not worker.alive():
@@ -256,7 +256,7 @@ class Pool:
 
         def ask(i: int, share: list[VariantResult]) -> None:
             labels = [default] * has_default + [v.label for v in share]
-            asked = {**request, "variants": [{"label": n, "point": self.point[n]} for n in labels]}
+            asked = {**request, "variants": [{"label": n, "point": point[n]} for n in labels]}
             asked["aa"] = i == 0  # the noise band's A/A pair: on the first GPU only
             self.workers[i].say = say
             answers[i] = self.workers[i].run(asked)
@@ -300,10 +300,11 @@ class Pool:
             for phase, seconds in (answer or {}).get("phases", {}).items():
                 phases[phase] = max(phases.get(phase, 0.0), seconds)
         sizes, done = merge(answers, variants, default, self.devices)
-        if answers[0] is not None and len(self.devices) > 1 and knobs.tune_playoff() > 0:
+        band = knobs.tune_playoff()
+        if answers[0] is not None and len(self.devices) > 1 and band > 0:
             start = time.perf_counter()
             owner = {v.label: i for i, share in enumerate(shares) for v in share}
-            self._playoff(request, sizes, variants, owner, say)
+            self._playoff(request, sizes, variants, owner, band, say)
             phases["playoff"] = time.perf_counter() - start
         return sizes, done
 
@@ -313,14 +314,15 @@ class Pool:
         sizes: list[TuneSize],
         variants: list[VariantResult],
         owner: dict[str, int],
+        band: float,
         say: Callable[[str], None],
     ) -> None:
-        """Where the best of two GPUs' shares are within WB_TUNE_PLAYOFF of each other at a size,
-        time the other GPUs' best there on the first GPU, and put those times in the table (see
-        the module docstring). ``owner``: the worker that timed each variant (the default: the
-        first). A variant that fails its check on the first GPU is disqualified."""
+        """Where the best of two GPUs' shares are within ``band`` (WB_TUNE_PLAYOFF) of each other
+        at a size, time the other GPUs' best there on the first GPU, and put those times in the
+        table (see the module docstring). ``owner``: the worker that timed each variant (the
+        default: the first). A variant that fails its check on the first GPU is disqualified."""
         by_label = {v.label: v for v in variants}
-        first, band = self.devices[0], knobs.tune_playoff()
+        first = self.devices[0]
         asked: dict[str, list[str]] = {}
         for size in sizes:
             names = [n for n in size.variants if by_label[n].status == "checked"]
@@ -339,7 +341,7 @@ class Pool:
         labels = sorted({n for names in asked.values() for n in names})
         say(f"playoff on {first}: {', '.join(labels)} at {', '.join(asked)}")
         request = {**request, "sizes": list(asked), "aa": False}
-        request["variants"] = [{"label": n, "point": self.point[n]} for n in labels]
+        request["variants"] = [{"label": n, "point": by_label[n].point} for n in labels]
         answer = self.workers[0].run(request)
         if answer is None:
             say(_died(self.workers[0]) + "\n(the playoff's variants keep their scaled times)")
@@ -386,7 +388,7 @@ def close_pools() -> None:
     where it has not within a few seconds."""
     pools = [_pools.pop(key) for key in list(_pools)]
     workers = [w for pool in pools for w in pool.workers]
-    _each(lambda i, _: workers[i].end(), [(i, []) for i in range(len(workers))])
+    _each(Worker.end, [(w,) for w in workers])
 
 
 atexit.register(close_pools)
@@ -422,9 +424,9 @@ def _died(worker: Worker) -> str:
     return f"the worker on {worker.device} died (exit {worker.proc.returncode}):\n{tail}"
 
 
-def _each(fn: Callable[..., None], items: list[tuple[int, list[Any]]]) -> None:
-    """``fn(i, share)`` for every worker at once (each waits on its own process)."""
-    threads = [threading.Thread(target=fn, args=(i, s)) for i, s in items]
+def _each(fn: Callable[..., None], items: Sequence[tuple[Any, ...]]) -> None:
+    """``fn(*item)`` for every item at once, a thread each (each waits on its own process)."""
+    threads = [threading.Thread(target=fn, args=item) for item in items]
     for t in threads:
         t.start()
     for t in threads:
