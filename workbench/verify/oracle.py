@@ -105,11 +105,7 @@ def compare(
         return Verdict(True, 0.0, "", "", 0.0)
     if not (dtype.is_floating_point or dtype.is_complex):
         return _exact(out, ref64)
-    # Compared in float64 where the output is (a CUDA output on its GPU: the same IEEE float64
-    # arithmetic as on the host, without copying large outputs to it, which made the check of
-    # the inputs a tune times cost most of its timing step, and made GPUs timing side by side
-    # contend for the host).
-    home = out.device if out.device.type == "cuda" else torch.device("cpu")
+    home = _home(out)
     got = out.detach().to(home, torch.float64)
     ref = ref64.detach().to(home, torch.float64)
     theirs = _as64(ref_dtype, ref.shape, home)
@@ -178,7 +174,7 @@ def _expected_dtype(ref64: torch.Tensor, theirs: Any, dtype: torch.dtype) -> tor
 def _exact(out: torch.Tensor, ref: torch.Tensor) -> Verdict:
     """An integer (or bool) output: every element equal. The poison of integer outputs is the
     dtype's largest value, so such an element where the truth differs is reported unwritten."""
-    home = out.device if out.device.type == "cuda" else torch.device("cpu")
+    home = _home(out)
     got, want = out.detach().to(home), ref.detach().to(home, out.dtype)
     diff = (got != want).flatten()
     if not bool(diff.any()):
@@ -196,6 +192,14 @@ def _exact(out: torch.Tensor, ref: torch.Tensor) -> Verdict:
             "these elements were likely never written",
         )
     return fail(VALUES, where)
+
+
+def _home(out: torch.Tensor) -> torch.device:
+    """Where an output is compared with its reference: a CUDA output on its GPU (the same IEEE
+    arithmetic as on the host, without copying large outputs to it, which made the check of the
+    inputs a tune times cost most of its timing step, and made GPUs timing side by side contend
+    for the host), any other on the host."""
+    return out.device if out.device.type == "cuda" else torch.device("cpu")
 
 
 def _as64(t: torch.Tensor | None, shape: torch.Size, home: torch.device) -> torch.Tensor | None:
