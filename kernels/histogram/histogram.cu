@@ -175,6 +175,24 @@ __device__ __forceinline__ bool may_hold(bf16 v, const Range& r, int64_t first, 
   return may_hold(to_acc(v), r, first, last);
 }
 
+// With zero (a cooperative launch), the grid's threads clear counts [bins] and each block arrives
+// at the grid barrier, which it waits at (barrier_wait with the token) before its first global
+// atomic; a block barrier either way.
+__device__ __forceinline__ cooperative_groups::grid_group::arrival_token clear_and_arrive(
+    Count* __restrict__ counts, int64_t bins, bool zero) {
+  cooperative_groups::grid_group::arrival_token token = 0;
+  if (zero) {
+    const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < bins; i += stride) {
+      counts[i] = 0;
+    }
+    token = cooperative_groups::this_grid().barrier_arrive();  // a block barrier too
+  } else {
+    __syncthreads();
+  }
+  return token;
+}
+
 // Block i counts the slice i % chunks of the bins, [first, first + chunk_bins) cut at bins, over
 // the share i / chunks of x's gridDim.x / chunks shares. Requires replicas * chunk_bins 32-bit
 // counters of dynamic shared memory, gridDim.x a multiple of chunks, and at most kMaxBlockItems
@@ -190,16 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = threadIdx.x; i < replicas * bins; i += blockDim.x) sub[i] = 0;
   // zero (a cooperative launch): the blocks clear counts themselves, then arrive at a grid barrier
   // that they wait at only before their first atomic, long after every block has arrived.
-  cooperative_groups::grid_group::arrival_token token = 0;
-  if (zero) {
-    const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < r.bins; i += stride) {
-      counts[i] = 0;
-    }
-    token = cooperative_groups::this_grid().barrier_arrive();  // a block barrier too
-  } else {
-    __syncthreads();
-  }
+  auto token = clear_and_arrive(counts, r.bins, zero);
   uint32_t* mine = sub + (threadIdx.x / 32) % replicas * bins;  // [bins]
   auto count = [&](T v) {
     // A slice skips, where it can tell cheaply, the elements of the other slices: their bins then
@@ -320,16 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = threadIdx.x; i < vecs; i += blockDim.x) pairs[i] = make_uint4(0, 0, 0, 0);
   for (int i = threadIdx.x; i < slice_bins; i += blockDim.x) acc[i] = 0;
   // zero (also a cooperative launch): the blocks clear counts, as the shared kernel does.
-  cg::grid_group::arrival_token token = 0;
-  if (zero) {
-    const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < r.bins; i += stride) {
-      counts[i] = 0;
-    }
-    token = cg::this_grid().barrier_arrive();  // a block barrier too
-  } else {
-    __syncthreads();
-  }
+  auto token = clear_and_arrive(counts, r.bins, zero);
   auto add = [&](uint32_t b) { atomicAdd(&half[b >> 1], 1u << ((b & 1) << 4)); };
   auto count = [&](float v) {
     const int64_t b = element_bin(v, r);
