@@ -192,31 +192,15 @@ using ClusterSplitTile = typename ClusterSplitTileOf<BKMajor, Wide>::type;
 
 // The tiles, for the host launcher (wb/module.h's wb::global): the same for both layouts of b.
 // wgmma_shape.tuned: built at a point of the tuning space, which the launcher runs as it is.
-using Built = DefaultTile<false>;
-__constant__ WgmmaShape wgmma_shape = {
-    Built::BM,         Built::BN,         kBK,
-    Built::kThreads,   Built::kSmemBytes, Built::BLOCKS,
-    Built::kEntryRegs, WB_WGMMA_TUNED,    Built::kStaged ? Built::kStageBytes : 0};
-using SplitBuilt = SplitTile<false>;
-__constant__ WgmmaShape wgmma_split_shape = {SplitBuilt::BM,
-                                             SplitBuilt::BN,
-                                             kBK,
-                                             SplitBuilt::kThreads,
-                                             SplitBuilt::kSmemBytes,
-                                             SplitBuilt::BLOCKS,
-                                             SplitBuilt::kEntryRegs,
-                                             0,
-                                             SplitBuilt::kStaged ? SplitBuilt::kStageBytes : 0};
-using WideBuilt = WideSplitTile<false>;
-__constant__ WgmmaShape wgmma_wide_split_shape = {WideBuilt::BM,
-                                                  WideBuilt::BN,
-                                                  kBK,
-                                                  WideBuilt::kThreads,
-                                                  WideBuilt::kSmemBytes,
-                                                  WideBuilt::BLOCKS,
-                                                  WideBuilt::kEntryRegs,
-                                                  0,
-                                                  WideBuilt::kStaged ? WideBuilt::kStageBytes : 0};
+template <typename Tl>
+constexpr WgmmaShape shape_of(int tuned) {
+  return {Tl::BM,         Tl::BN,         kBK,
+          Tl::kThreads,   Tl::kSmemBytes, Tl::BLOCKS,
+          Tl::kEntryRegs, tuned,          Tl::kStaged ? Tl::kStageBytes : 0};
+}
+__constant__ WgmmaShape wgmma_shape = shape_of<DefaultTile<false>>(WB_WGMMA_TUNED);
+__constant__ WgmmaShape wgmma_split_shape = shape_of<SplitTile<false>>(0);
+__constant__ WgmmaShape wgmma_wide_split_shape = shape_of<WideSplitTile<false>>(0);
 
 // The shared memory a kernel declares, for the loop below: the ring of stages (dynamic, any
 // alignment; the staged epilogue's buffers follow the ring) and its full and empty mbarriers.
