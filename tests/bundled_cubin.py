@@ -1,12 +1,14 @@
 """A bundled kernel TU compiled to a cubin with the build's CUDA flags (no GPU needed): its
-kernels as :mod:`workbench.cubin` reads them, with the spills ptxas reported; and the wgmma
-matmul's device-only TU compiled by nvcc with its kernel templates instantiated."""
+kernels as :mod:`workbench.cubin` reads them, with the spills ptxas reported; the wgmma matmul's
+device-only TU compiled by nvcc with its kernel templates instantiated; and the check that a
+CUDA graph of the matmul replays the eager call's bits."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from workbench import cubin, toolchain
 from workbench.config import CUDA_FLAGS, cuda_flags
@@ -86,3 +88,26 @@ def host_program(folder: Path, source: str) -> Path:
         cwd=folder, check=True, capture_output=True,
     )  # fmt: skip
     return folder / "main"
+
+
+def assert_matmul_graph_replays(lib: Any, a: Any, b: Any) -> None:
+    """``lib.matmul(a, b)`` captured once in a CUDA graph (after an eager call and one on a side
+    stream, so that modules and workspaces exist), then replayed on new values of a: each
+    replay's c is the eager call's, bit for bit."""
+    import torch
+
+    lib.matmul(a, b)  # loads the modules before the capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        lib.matmul(a, b)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = lib.matmul(a, b)
+    for _ in range(3):
+        a.copy_(torch.randn_like(a))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = lib.matmul(a, b)
+        assert torch.equal(c.view(torch.int16), expected.view(torch.int16))

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.bundled_cubin import nvcc_wgmma
+from tests.bundled_cubin import assert_matmul_graph_replays, nvcc_wgmma
 
 DTYPES = [torch.bfloat16, torch.float16]
 # (n, k): whole k tiles; n a tile and a bit (a partial tile of columns); k tails (not a multiple
@@ -223,21 +223,7 @@ def test_a_cuda_graph_replays_the_split_route(
     monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", sum_by)
     a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    lib.matmul(a, b)  # loads the modules before the capture
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        lib.matmul(a, b)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        c = lib.matmul(a, b)
-    for _ in range(3):
-        a.copy_(torch.randn_like(a))
-        graph.replay()
-        torch.cuda.synchronize()
-        expected = lib.matmul(a, b)
-        assert torch.equal(c.view(torch.int16), expected.view(torch.int16))
+    assert_matmul_graph_replays(lib, a, b)
 
 
 @pytest.mark.cuda

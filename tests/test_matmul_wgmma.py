@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.bundled_cubin import nvcc_wgmma
+from tests.bundled_cubin import assert_matmul_graph_replays, nvcc_wgmma
 
 # (m, n, k, b column-major): the built tile whole (many tiles) and the split-k route (few).
 SHAPES = [
@@ -171,21 +171,7 @@ def test_a_bad_variant_is_refused_by_name(
 def test_a_cuda_graph_replays_the_whole_tile_route(lib: Any) -> None:
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(1000, 1032, 520, False)
-    lib.matmul(a, b)  # loads the modules before the capture
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        lib.matmul(a, b)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        c = lib.matmul(a, b)
-    for _ in range(3):
-        a.copy_(torch.randn_like(a))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(c.view(torch.int16), lib.matmul(a, b).view(torch.int16))
+    assert_matmul_graph_replays(lib, *_operands(1000, 1032, 520, False))
 
 
 @pytest.mark.cuda
