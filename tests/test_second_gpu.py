@@ -8,11 +8,12 @@ checks pass whatever the kernel does. Needs a host with two GPUs.
 from __future__ import annotations
 
 import time
+import warnings
 
 import pytest
 import torch
 
-from workbench.benchmark.timer_cuda import time_cuda
+from workbench.benchmark.timer_cuda import probe, time_cuda
 from workbench.verify import contract
 
 pytestmark = pytest.mark.cuda
@@ -46,6 +47,18 @@ def test_the_timer_times_the_work_on_the_second_gpu(second: torch.device, method
     assert torch.cuda.current_device() == 0  # the timer leaves the current device as it was
     # Events of cuda:0 would time a few microseconds of nothing; the work takes ~1 ms.
     assert m.stats.median > 0.5 * wall, (m.stats.median, wall, m.method)
+
+
+def test_the_probe_times_the_work_on_the_second_gpu(second: torch.device) -> None:
+    # The probe picks the timing method; a graph captured on the current device's stream holds
+    # none of cuda:1's work (torch warns "The CUDA Graph is empty") and would estimate ~0 s.
+    x = torch.ones(1 << 25, device=second)
+    m = time_cuda(_busy, (x,), second, "events")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        estimate = probe(_busy, (x,), second, calls=4)
+    assert torch.cuda.current_device() == 0
+    assert estimate > 0.5 * m.stats.median, (estimate, m.stats.median)
 
 
 def test_a_graph_replay_on_the_second_gpu_replays_the_op(second: torch.device) -> None:

@@ -138,15 +138,16 @@ def probe(fn: Fn, args: tuple[Any, ...], device: torch.device, calls: int = 20) 
     uses another stream) is probed by flushed per-call events, taking the fastest: a slow host
     only ever adds time.
     """
-    fn(*args)
-    torch.cuda.synchronize()
-    try:
-        graph = _capture(fn, [args], calls)
-        graph.replay()
-        return _replays(graph, 1, calls)[0]
-    except RuntimeError:
+    with torch.cuda.device(device):  # the capture stream and the events: the operands' GPU
+        fn(*args)
         torch.cuda.synchronize()
-        return min(_seconds(_timed_calls(fn, args, calls, _flush_buffer(device))))
+        try:
+            graph = _capture(fn, [args], calls)
+            graph.replay()
+            return _replays(graph, 1, calls)[0]
+        except RuntimeError:
+            torch.cuda.synchronize()
+            return min(_seconds(_timed_calls(fn, args, calls, _flush_buffer(device))))
 
 
 def method_for(estimate: float) -> str:
