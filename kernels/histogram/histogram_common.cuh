@@ -1,0 +1,233 @@
+// histogram/histogram_common.cuh: what every kernel of histogram.cu shares: the block shape and
+// limits, the load loop (for_each: 16-byte vectors, several in flight a thread), the float
+// elements' binning 16 at a time (count_deferred), the slice filter (may_hold), the clearing of
+// counts ahead of a grid barrier (clear_and_arrive), and the host's device queries and grid
+// sizes. Included by histogram.cu only, ahead of the paths (histogram_shared.cuh,
+// histogram_cluster.cuh).
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "histogram/histogram.h"
+#include "wb/cuda.cuh"
+#include "wb/device.cuh"
+
+namespace wb::histogram {
+namespace {
+
+constexpr int kThreads = 1024;  // one block of the chunked path per SM keeps 32 warps resident
+constexpr int kWarps = kThreads / 32;
+// Bins above which the cluster path (sm_90) counts: per-block histograms of more bins cost a
+// merge of about as many atomics as x has elements at the sizes the op is timed at.
+constexpr int64_t kClusterBins = 16384;
+// Shared memory the replicas of a small histogram may take: 256 bins get one replica per warp
+// (32 KiB). A histogram of more than 8 Ki bins gets a single copy, up to the device's limit.
+constexpr int kReplicaBytes = 32 * 1024;
+// Slices of the bins the chunked path may take: each slice computes the bin of every element.
+constexpr int64_t kMaxChunks = 4;
+constexpr int kStaticSharedBytes = 48 * 1024;  // beyond this a kernel must opt in
+// Elements a block counts, at most, so that its 32-bit shared counters cannot overflow.
+constexpr int64_t kMaxBlockItems = int64_t{1} << 31;
+
+using Count = unsigned long long;  // the int64 counts as 64-bit atomicAdd takes them (never < 0)
+
+// Calls f on every element of x once across `blocks` blocks (this one is `block`): the elements
+// before x's first 16-byte boundary (head, fewer than a vector) and after its last whole vector
+// (tail) one at a time, the rest as 16-byte vectors, Unroll loads in flight before any is counted.
+// g(v), where given, counts the Unroll vectors v of a whole step of the loop instead of f.
+template <int Unroll, bool NoL1, typename T, typename F, typename G>
+__device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
+                                         int64_t n, int64_t block, int64_t blocks, F& f, G& g) {
+  constexpr int N = kVec16<T>;
+  using V = Vec<T, N>;
+  const int64_t tid = block * blockDim.x + threadIdx.x;
+  const int64_t stride = blocks * blockDim.x;
+  const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16);
+  const int64_t to_boundary = misalign ? (16 - misalign) / int64_t{sizeof(T)} : 0;
+  const int64_t head = to_boundary < n ? to_boundary : n;
+  const int64_t nvec = (n - head) / N;
+  const int64_t tail = head + nvec * N;
+  if (tid < head) f(x[tid]);
+  if (tid < n - tail) f(x[tail + tid]);
+  const V* xv = reinterpret_cast<const V*>(x + head);  // [nvec]
+  int64_t i = tid;
+  for (; i + (Unroll - 1) * stride < nvec; i += Unroll * stride) {
+    V v[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) v[u] = load_vec<NoL1>(xv + i + u * stride);
+    g(v);
+  }
+  // Fewer than Unroll vectors left (i, i + stride, ... below nvec): loaded together too.
+  V v[Unroll - 1];
+#pragma unroll
+  for (int u = 0; u < Unroll - 1; ++u) {
+    if (i + u * stride < nvec) v[u] = load_vec<NoL1>(xv + i + u * stride);
+  }
+#pragma unroll
+  for (int u = 0; u < Unroll - 1; ++u) {
+    if (i + u * stride < nvec) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) f(v[u].v[j]);
+    }
+  }
+}
+
+template <int Unroll, bool NoL1, typename T, typename F>
+__device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
+                                         int64_t n, int64_t block, int64_t blocks, F& f) {
+  auto each = [&](const Vec<T, kVec16<T>>(&v)[Unroll]) {
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+#pragma unroll
+      for (int j = 0; j < kVec16<T>; ++j) f(v[u].v[j]);
+    }
+  };
+  for_each<Unroll, NoL1>(x, n, block, blocks, f, each);
+}
+
+// Counts the float elements of v with add(bin), the exact bins of histogram.h (bin_of_float),
+// where r.estimate: bin_bounds first for every element; those it does not pin (near an edge, a
+// fraction of about 4 * margin of them) wait in a mask and then take bin_of one at a time. A warp
+// so runs the double path about as often as its busiest lane has such elements (a few in 16 with
+// 65536 bins), where an element at a time runs it whenever any of its 32 lanes has one.
+template <int U, typename A>
+__device__ __forceinline__ void count_deferred(const Vec<float, 4> (&v)[U], const Range& r,
+                                               A& add) {
+  constexpr int K = U * 4;
+  static_assert(K <= 32, "the mask holds 32 elements");
+  uint32_t undecided = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const float e = v[k / 4].v[k % 4];
+    if (e >= r.flo && e <= r.fhi) {  // counted (histogram.h: flo, fhi)
+      const BinBounds b = bin_bounds(e, r);
+      if (b.first == b.last) {
+        add(static_cast<uint32_t>(b.first));
+      } else {
+        undecided |= 1u << k;
+      }
+    }
+  }
+  while (undecided != 0) {
+    const int k = __ffs(static_cast<int>(undecided)) - 1;
+    undecided &= undecided - 1;
+    float e = v[0].v[0];  // v's element k, picked with constant indices (v stays in registers)
+#pragma unroll
+    for (int m = 1; m < K; ++m) e = m == k ? v[m / 4].v[m % 4] : e;
+    add(static_cast<uint32_t>(bin_of(static_cast<double>(e), r)));
+  }
+}
+
+// Whether the bin of element v may lie in [first, last]: false where v is not counted, or where
+// bin_bounds proves its bin outside (float-like elements, r.estimate); true otherwise.
+template <typename T>
+__device__ __forceinline__ bool may_hold(T, const Range&, int64_t, int64_t) {
+  return true;
+}
+__device__ __forceinline__ bool may_hold(float v, const Range& r, int64_t first, int64_t last) {
+  if (!(v >= r.flo && v <= r.fhi)) return false;
+  if (!r.estimate) return true;
+  const BinBounds b = bin_bounds(v, r);
+  return b.last >= first && b.first <= last;
+}
+__device__ __forceinline__ bool may_hold(f16 v, const Range& r, int64_t first, int64_t last) {
+  return may_hold(to_acc(v), r, first, last);
+}
+__device__ __forceinline__ bool may_hold(bf16 v, const Range& r, int64_t first, int64_t last) {
+  return may_hold(to_acc(v), r, first, last);
+}
+
+// With zero (a cooperative launch), the grid's threads clear counts [bins] and each block arrives
+// at the grid barrier, which it waits at (barrier_wait with the token) before its first global
+// atomic; a block barrier either way.
+__device__ __forceinline__ cooperative_groups::grid_group::arrival_token clear_and_arrive(
+    Count* __restrict__ counts, int64_t bins, bool zero) {
+  cooperative_groups::grid_group::arrival_token token = 0;
+  if (zero) {
+    const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+    for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < bins; i += stride) {
+      counts[i] = 0;
+    }
+    token = cooperative_groups::this_grid().barrier_arrive();  // a block barrier too
+  } else {
+    __syncthreads();
+  }
+  return token;
+}
+
+struct DeviceInfo {
+  int sms = 0;
+  int major = 0;         // compute capability
+  int shared_optin = 0;  // the most dynamic shared memory a block may opt in to, in bytes
+  int cooperative = 0;   // cooperative launches (grid barriers) are supported
+};
+
+// The current device's SM count, compute capability and shared memory limit, read once per device
+// and thread.
+Status device_info(DeviceInfo* info) {
+  thread_local int cached_device = -1;
+  thread_local DeviceInfo cached;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess && device != cached_device) {
+    DeviceInfo d;
+    err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device);
+    }
+    if (err == cudaSuccess) {
+      err =
+          cudaDeviceGetAttribute(&d.shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    }
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&d.cooperative, cudaDevAttrCooperativeLaunch, device);
+    }
+    if (err == cudaSuccess) {
+      cached = d;
+      cached_device = device;
+    }
+  }
+  *info = cached;
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// Blocks for n elements: as many as fit on the device at once (`resident`), no more than give
+// every thread 2 vectors, and enough that no block counts more than kMaxBlockItems.
+template <typename T>
+int64_t grid_for(int64_t n, int64_t resident) {
+  const int64_t per_block = int64_t{kThreads} * kVec16<T> * 2;
+  int64_t blocks = min_of<int64_t>(resident, (n + per_block - 1) / per_block);
+  blocks = blocks > (n - 1) / kMaxBlockItems + 1 ? blocks : (n - 1) / kMaxBlockItems + 1;
+  return blocks > 0 ? blocks : 1;
+}
+
+// Blocks of kernel k resident on the whole device with `smem` bytes of dynamic shared memory.
+template <typename K>
+Status resident_blocks(K k, int smem, int sms, int64_t* blocks) {
+  int per_sm = 0;
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem);
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+  *blocks = int64_t{sms} * (per_sm > 0 ? per_sm : 1);
+  return nullptr;
+}
+
+// Raises kernel k's dynamic shared memory limit to smem bytes where that is beyond the default.
+template <typename K>
+Status allow_shared(K k, int64_t smem) {
+  if (smem <= kStaticSharedBytes) return nullptr;
+  const cudaError_t err =
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// Zeroes counts [bins] on stream s (the paths whose kernels do not clear it themselves).
+Status zero_counts(Count* counts, int64_t bins, cudaStream_t s) {
+  const cudaError_t err = cudaMemsetAsync(counts, 0, static_cast<size_t>(bins) * sizeof(Count), s);
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+}  // namespace
+}  // namespace wb::histogram
