@@ -12,6 +12,8 @@
 #                                                     # (and another checkout's, in turn)
 #   bash scripts/gpu_evidence.sh tune                 # tuning's CUDA tests; matmul tuned on two
 #                                                     # shapes, then benched against cuBLAS
+#   bash scripts/gpu_evidence.sh goals                # every bundled kernel's goal shapes against
+#                                                     # its peer (python -m bench kernel_goals)
 #   bash scripts/gpu_evidence.sh compile              # nvcc's host and device phases per CUDA TU;
 #                                                     # the wgmma kernels through NVRTC and nvcc
 #
@@ -128,6 +130,11 @@ case "${1:-}" in
     tail -n 25 "$LOGS/tune_matmul.log"
     tail -n 12 "$LOGS/tuned_bench.log"
     ;;
+  goals)
+    step kernel_goals "$PY" -m bench kernel_goals --out "$LOGS"
+    cp "$LOGS/kernel-goals.md" "$OUT/kernel-goals.md"
+    tail -n 60 "$LOGS/kernel_goals.log"
+    ;;
   compile)
     step device_compile "$PY" -m bench device_compile --arch sm_90a --repeats 3
     # NVRTC's cubins would otherwise come from the driver's compute cache
@@ -164,7 +171,7 @@ print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'IPython', 
     tail -n 25 "$LOGS/notebooks.log"
     ;;
   *)
-    echo "usage: bash scripts/gpu_evidence.sh tests|bench|notebooks|matmul|reductions|warm|tune|compile" >&2
+    echo "usage: bash scripts/gpu_evidence.sh tests|bench|notebooks|matmul|reductions|warm|tune|goals|compile" >&2
     exit 2
     ;;
 esac

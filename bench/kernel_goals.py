@@ -1,0 +1,328 @@
+"""The bundled kernels against their goals: each a ratio to its peer in one run, L2 flushed.
+
+One row per goal shape: the default route of our op (no tune table, no environment switch)
+against its peer timed interleaved with it in the same process: cuBLAS through ``torch.mm``
+for matmul, a device copy of the same bytes for softmax (the share of that copy's time),
+``torch.histc`` for histogram, ``torch.compile`` of the reference training step for layer_norm
+(through ``wb bench --backward``). Every timed output is compared with its peer's first: a wrong
+kernel is marked, not timed as a win. matmul float32 also gets its error against a float64 truth
+over cuBLAS's own. Times are medians of CUDA-event pairs, each call after a write and a read of
+a buffer twice the L2 (so the call reads from DRAM and pays no write-back of the flush).
+
+Usage: python -m bench kernel_goals [--ops matmul,softmax,histogram,layer_norm] [--reps 30]
+       [--out DIR]
+Writes kernel-goals.md and kernel-goals.json into --out ($OUT, else the current folder) and
+prints the table last. Needs a CUDA GPU; the goals name Hopper (sm_90) figures.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import environment, markdown_table, out_dir, parser, write_json, write_text
+
+OPS = ("matmul", "softmax", "histogram", "layer_norm")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One goal: ``value`` is peer time over ours ("x"), the share of a copy's time ("%"), or
+    our error over the peer's ("err", where lower is better)."""
+
+    op: str
+    case: str
+    dtype: str
+    ours_us: float
+    peer: str
+    peer_us: float
+    value: float
+    kind: str  # "x", "%" or "err"
+    goal: float
+    ok: bool  # the output agreed with the peer's
+    note: str = ""
+
+    @property
+    def met(self) -> bool:
+        if not self.ok:
+            return False
+        return self.value <= self.goal if self.kind == "err" else self.value >= self.goal
+
+    def cells(self) -> list[str]:
+        if self.kind == "%":
+            value, goal = f"{self.value:.0%}", f">= {self.goal:.0%}"
+        elif self.kind == "err":
+            value, goal = f"{self.value:.2f}x", f"<= {self.goal:.1f}x"
+        else:
+            value, goal = f"{self.value:.2f}x", f">= {self.goal:.2f}x"
+        verdict = "**met**" if self.met else ("WRONG OUTPUT" if not self.ok else "not met")
+        times = [f"{self.ours_us:.1f}", f"{self.peer_us:.1f}"] if self.kind != "err" else ["-"] * 2
+        return [self.op, self.case, self.dtype, *times, self.peer, value, goal, verdict, self.note]
+
+
+HEAD = ("op", "case", "dtype", "ours us", "peer us", "peer", "value", "goal", "", "note")
+
+
+def render(rows: Sequence[Row], header: str) -> str:
+    met = sum(r.met for r in rows)
+    return "\n".join(
+        [
+            header,
+            "",
+            markdown_table(HEAD, [r.cells() for r in rows], align="rrrrrrrr"),
+            "",
+            f"{met} of {len(rows)} goals met.",
+        ]
+    )
+
+
+def parse_ops(text: str) -> list[str]:
+    ops = [o.strip() for o in text.split(",") if o.strip()]
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise SystemExit(
+            f"--ops: unknown op(s) {', '.join(bad) or '(none given)'}; choose from {', '.join(OPS)}"
+        )
+    return ops
+
+
+# --- timing ---------------------------------------------------------------------------------
+
+
+class Timer:
+    """Interleaved CUDA-event medians with the L2 flushed before every call."""
+
+    def __init__(self, reps: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.reps = reps
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+
+    def _flush(self) -> None:
+        self.flush.fill_(1)
+        self.flush.sum()  # L2 now holds clean lines of the buffer: no write-back in the call
+
+    def us(self, *fns: Callable[[], Any]) -> list[float]:
+        """Median microseconds of each fn, one call of each in turn per repetition."""
+        torch = self.torch
+        for fn in fns:
+            fn()
+        torch.cuda.synchronize()
+        marks: list[list[tuple[Any, Any]]] = [[] for _ in fns]
+        for _ in range(self.reps):
+            for i, fn in enumerate(fns):
+                self._flush()
+                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                start.record()
+                fn()
+                end.record()
+                marks[i].append((start, end))
+        torch.cuda.synchronize()
+        return [1e3 * statistics.median(s.elapsed_time(e) for s, e in m) for m in marks]
+
+
+def rel_err(c: Any, ref: Any) -> float:
+    return float((c.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+# --- the ops --------------------------------------------------------------------------------
+
+
+def matmul_rows(lib: Any, timer: Timer) -> list[Row]:
+    import torch
+
+    bf, hf, gen = torch.bfloat16, torch.float16, torch.Generator("cuda").manual_seed(0)
+
+    def mma(a: Any, b: Any) -> Any:
+        return lib.matmul_path(a, b, 2)  # the mma.sync path, what sm_80 to sm_89 GPUs run
+
+    few = [
+        ("default", lib.matmul, dt, m, 4096, 4096, 0.9) for m in (1, 16, 64, 128) for dt in (bf, hf)
+    ]
+    cases = [("default", lib.matmul, bf, 4096, 4096, 4096, 1.0),
+             ("default", lib.matmul, hf, 4096, 4096, 4096, 1.0),
+             ("default", lib.matmul, bf, 8192, 8192, 8192, 1.0),
+             ("default", lib.matmul, bf, 8192, 8192, 1024, 0.9), *few,
+             ("mma path", mma, bf, 4096, 4096, 4096, 0.5)]  # fmt: skip
+    rows = []
+    for name, fn, dt, m, n, k, goal in cases:
+        a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
+        b = torch.randn(k, n, device="cuda", dtype=dt, generator=gen)
+        ref = a.float() @ b.float()
+        ours_err, blas_err = rel_err(fn(a, b), ref), rel_err(torch.mm(a, b), ref)
+        ok = ours_err <= 2 * blas_err + 1e-3
+        t_ours, t_blas = timer.us(lambda a=a, b=b, f=fn: f(a, b), lambda a=a, b=b: torch.mm(a, b))
+        note = f"error {ours_err:.1e} (cuBLAS {blas_err:.1e})"
+        rows.append(Row(f"matmul ({name})", f"{m}x{n}x{k}", str(dt)[6:], t_ours, "cuBLAS", t_blas,
+                        t_blas / t_ours, "x", goal, ok, note))  # fmt: skip
+    return rows + matmul_float32_rows(lib, timer)
+
+
+def matmul_float32_rows(lib: Any, timer: Timer) -> list[Row]:
+    """The SIMT kernel's speed against cuBLAS float32 (TF32 off), and its error against a float64
+    truth over cuBLAS's own at k up to 8192."""
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    rows = []
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        a = torch.randn(4096, 4096, device="cuda", generator=gen)
+        b = torch.randn(4096, 4096, device="cuda", generator=gen)
+        ok = torch.allclose(lib.matmul(a, b), torch.mm(a, b), rtol=1e-3, atol=1e-2)
+        t_ours, t_blas = timer.us(lambda: lib.matmul(a, b), lambda: torch.mm(a, b))
+        rows.append(Row("matmul (default)", "4096x4096x4096", "float32", t_ours, "cuBLAS", t_blas,
+                        t_blas / t_ours, "x", 0.7, ok, "TF32 off"))  # fmt: skip
+        for out in (64, 1024):
+            for k in (256, 1024, 4096, 8192):
+                a = torch.randn(out, k, device="cuda", generator=gen)
+                b = torch.randn(k, out, device="cuda", generator=gen)
+                truth = a.double() @ b.double()
+                ours = float((lib.matmul(a, b).double() - truth).abs().max())
+                blas = float((torch.mm(a, b).double() - truth).abs().max())
+                rows.append(Row("matmul error", f"{out}x{out}, k = {k}", "float32", 0.0,
+                                "cuBLAS", 0.0, ours / blas, "err", 2.0, True,
+                                f"max error {ours:.2e} (cuBLAS {blas:.2e})"))  # fmt: skip
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return rows
+
+
+def softmax_rows(lib: Any, timer: Timer) -> list[Row]:
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    rows = []
+    sizes = ((1024, 65536), (256, 65536), (64, 262144), (4096, 16384), (16384, 1024))
+    for dt in (torch.float32, torch.bfloat16):
+        for r, c in sizes:
+            x = torch.randn(r, c, device="cuda", dtype=dt, generator=gen)
+            g = torch.randn(r, c, device="cuda", dtype=dt, generator=gen)
+            y = torch.softmax(x.float(), -1).to(dt)
+            tol = 1e-4 if dt == torch.float32 else 2e-2  # of the largest output
+            ok_f = rel_err(lib.softmax(x, -1), torch.softmax(x.float(), -1)) <= tol
+            want = torch._softmax_backward_data(g.float(), y.float(), -1, torch.float32)
+            ok_b = rel_err(lib.softmax_backward(g, y, -1), want) <= tol
+            dst, src = torch.empty_like(x), torch.empty(r * c * 3 // 2, device="cuda", dtype=dt)
+            src_out = torch.empty_like(src)
+            f_us, cf_us = timer.us(lambda x=x: lib.softmax(x, -1), lambda d=dst, x=x: d.copy_(x))
+            b_us, cb_us = timer.us(
+                lambda g=g, y=y: lib.softmax_backward(g, y, -1),
+                lambda d=src_out, s=src: d.copy_(s),  # 3 bytes moved an element byte, as backward
+            )
+            for way, t, cp, ok in (("forward", f_us, cf_us, ok_f), ("backward", b_us, cb_us, ok_b)):
+                rows.append(Row(f"softmax {way}", f"{r}x{c}", str(dt)[6:], t, "copy", cp, cp / t,
+                                "%", 0.85, ok))  # fmt: skip
+    return rows
+
+
+def copy_bandwidth(timer: Timer) -> float:
+    """Bytes a microsecond of a 256 MiB device-to-device copy (read and write counted)."""
+    import torch
+
+    src = torch.empty(1 << 26, device="cuda")
+    dst = torch.empty_like(src)
+    (us,) = timer.us(lambda: dst.copy_(src))
+    return 2 * src.numel() * 4 / us
+
+
+def histogram_rows(lib: Any, timer: Timer) -> list[Row]:
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    bandwidth = copy_bandwidth(timer)
+    rows = []
+    for n, bins in ((1 << 24, 256), (1 << 24, 65536), (1 << 26, 256)):
+        x = torch.randn(n, device="cuda", generator=gen)
+        ok = torch.equal(lib.histogram(x, bins, -4.0, 4.0), torch.histc(x, bins, -4.0, 4.0))
+        ours, histc, total = timer.us(
+            lambda x=x, b=bins: lib.histogram(x, b, -4.0, 4.0),
+            lambda x=x, b=bins: torch.histc(x, b, -4.0, 4.0),
+            lambda x=x: x.sum(),
+        )
+        read = n * 4 / bandwidth
+        note = f"{read / ours:.0%} of copy; x.sum() {total:.1f} us ({read / total:.0%})"
+        rows.append(Row("histogram", f"{n >> 20} Mi, {bins} bins", "float32", ours, "torch.histc",
+                        histc, histc / ours, "x", 3.4, ok, note))  # fmt: skip
+    return rows
+
+
+def layer_norm_rows(lib: Any, timer: Timer) -> list[Row]:
+    """The training step (forward and autograd.grad) through ``wb bench --backward``: wall clock
+    and CUDA-graph replay, against torch.compile of the reference step."""
+    from workbench.benchmark.result import COMPILED
+    from workbench.benchmark.run import bench
+
+    rows = []
+    for dt in ("float32", "bfloat16"):
+        result = bench("layer_norm", lib=lib, device="cuda", dtype=dt, backward=True, save=False,
+                       roofline=False, rounds=2)  # fmt: skip
+        for r in result.ops:
+            how = "graph" if "graph" in r.op else "wall clock"
+            for s in r.sizes:
+                got = s.against(COMPILED)
+                if got is None:
+                    continue
+                speedup, verdict = got
+                rows.append(Row(f"layer_norm step ({how})", s.label, dt, s.kernel * 1e6,
+                                "torch.compile", s.times[COMPILED].stats.median * 1e6, speedup,
+                                "x", 1.0, True, verdict))  # fmt: skip
+    return rows
+
+
+RUNS: dict[str, Callable[[Any, Timer], list[Row]]] = {
+    "matmul": matmul_rows,
+    "softmax": softmax_rows,
+    "histogram": histogram_rows,
+    "layer_norm": layer_norm_rows,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__name__, __doc__)
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
+    p.add_argument("--reps", type=int, default=30, help="timed calls of each kernel and peer")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    ops = parse_ops(args.ops)
+    if args.reps < 3:
+        raise SystemExit(
+            f"--reps must be at least 3 (a median of fewer says little), got {args.reps}"
+        )
+    import torch
+
+    if not torch.cuda.is_available():
+        print(
+            "python -m bench kernel_goals: needs a CUDA GPU (this host has none)", file=sys.stderr
+        )
+        return 2
+    import workbench
+
+    lib = workbench.load()
+    timer = Timer(args.reps)
+    props = torch.cuda.get_device_properties(0)
+    env = environment()
+    header = (
+        f"{env.date}, {props.name} ({props.multi_processor_count} SMs), torch {env.torch}"
+        f" (CUDA {env.cuda}), commit {env.commit}; medians of {args.reps}, L2 flushed"
+    )
+    rows: list[Row] = []
+    for op in ops:
+        rows += RUNS[op](lib, timer)
+        print(f"{op}: {len(rows)} rows so far", file=sys.stderr, flush=True)
+    folder = out_dir(args.out)
+    text = render(rows, header)
+    write_text(folder / "kernel-goals.md", text)
+    write_json(
+        folder / "kernel-goals.json",
+        {"environment": env.to_dict(), "rows": [asdict(r) for r in rows]},
+    )
+    print(text)
+    return 0 if all(r.ok for r in rows) else 1
