@@ -27,8 +27,14 @@ def goals(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(
     ("value", "kind", "goal", "met"),
-    [(1.0, "x", 1.0, True), (0.99, "x", 1.0, False), (0.85, "%", 0.85, True),
-     (0.84, "%", 0.85, False), (2.0, "err", 2.0, True), (2.1, "err", 2.0, False)],  # fmt: skip
+    [
+        (1.0, "x", 1.0, True),
+        (0.99, "x", 1.0, False),
+        (0.85, "%", 0.85, True),
+        (0.84, "%", 0.85, False),
+        (2.0, "err", 2.0, True),
+        (2.1, "err", 2.0, False),
+    ],
 )
 def test_a_goal_is_met_at_its_bound_and_not_below_it(
     value: float, kind: str, goal: float, met: bool
@@ -52,7 +58,7 @@ def test_the_report_counts_the_goals_met_and_prints_each_kind() -> None:
 
 def test_an_unknown_op_is_named_with_the_known_ones() -> None:
     assert parse_ops("softmax, matmul") == ["softmax", "matmul"]
-    with pytest.raises(SystemExit, match="unknown op.*softmx.*choose from matmul, softmax"):
+    with pytest.raises(SystemExit, match=r"unknown op.*softmx.*choose from matmul, softmax"):
         parse_ops("softmx")
 
 
