@@ -1,5 +1,5 @@
 """softmax's long-row paths (kernels/softmax/softmax_rows.cuh): the bulk path's plan (host code,
-run on the CPU), WB_SOFTMAX_PATH's values, and on a GPU every path (wide, pipe, bulk, split,
+run on the CPU), WB_SOFTMAX_PATH's values, and on a GPU every path (wide, pipe, deep, bulk, split,
 cluster, stream) against torch.softmax and its backward at long and odd row lengths, in a CUDA
 graph and on two streams at once."""
 
@@ -28,6 +28,7 @@ _PATHS_MAIN = r"""
 //   path VALUE                      ->  parse_long_path ("-" for an empty value)
 //   wide NVEC K FORCED              ->  wide_cluster_size: "size threads"
 //   pipe ROWS RESIDENT              ->  pipe_clusters
+//   deep ROWS NVEC K THREADS R1..R16  ->  deep_cluster_size (resident clusters of each size)
 int main() {
   char what[16], value[64];
   while (std::scanf("%15s", what) == 1) {
@@ -47,6 +48,12 @@ int main() {
       std::scanf("%lld %d %d", &nvec, &k, &forced);
       const int size = wb::softmax::wide_cluster_size(nvec, k, forced, &threads);
       std::printf("%d %d\n", size, size == 0 ? 0 : threads);
+    } else if (std::strcmp(what, "deep") == 0) {
+      long long rows = 0, nvec = 0;
+      int k = 0, threads = 0, resident[wb::softmax::kMaxCluster + 1] = {};
+      std::scanf("%lld %lld %d %d", &rows, &nvec, &k, &threads);
+      for (int c = 1; c <= wb::softmax::kMaxCluster; ++c) std::scanf("%d", &resident[c]);
+      std::printf("%d\n", wb::softmax::deep_cluster_size(rows, nvec, k, threads, resident));
     } else if (std::strcmp(what, "pipe") == 0) {
       long long rows = 0, resident = 0;
       std::scanf("%lld %lld", &rows, &resident);
@@ -119,9 +126,9 @@ def test_the_bulk_grid_spreads_rows_evenly_over_resident_clusters(paths_main: Pa
 
 @pytest.mark.nvcc
 def test_wb_softmax_path_values(paths_main: Path) -> None:
-    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "x")
+    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep", "x")
     got = _ask(paths_main, [f"path {v}" for v in values])
-    assert got == [0, 1, 2, 3, 4, 5, 6, 7]  # unset: the dtype's default
+    assert got == [0, 1, 2, 3, 4, 5, 6, 7, 8]  # unset: the dtype's default
 
 
 @pytest.mark.nvcc
@@ -147,6 +154,33 @@ def test_the_wide_path_takes_the_fewest_blocks_that_hold_a_row(paths_main: Path)
     assert got == [16, 13, 5, 1]  # 64 rows on 14 clusters: 5 rounds, so 13 clusters suffice
 
 
+# Resident clusters of c = 1..16 blocks of 512 threads, two an SM, 132 SMs (the GPCs ignored).
+_TWO_AN_SM = tuple(264 // c for c in range(1, 17))
+
+
+@pytest.mark.nvcc
+def test_the_deep_path_takes_the_cluster_size_that_ends_soonest(paths_main: Path) -> None:
+    """Of the cluster sizes whose blocks hold a row (k vectors a thread), the smallest that ends
+    within 5% as soon as the soonest (rounds of rows times the vectors a block takes a round); 0
+    where none holds a row or none is resident."""
+    cases = [
+        # (rows, vectors a row, vectors a thread, threads, resident by size) -> size
+        ((64, 65536, 20, 512, _TWO_AN_SM), 8),  # float32 262144: 2 rounds of 8, not 4 of 16
+        ((64, 32768, 20, 512, _TWO_AN_SM), 4),  # bfloat16 262144: one round of clusters of 4
+        ((1024, 16384, 20, 512, _TWO_AN_SM), 2),  # float32 65536: 8 rounds, 2% behind 11's 43
+        ((64, 65536, 10, 512, _TWO_AN_SM), 16),  # float32 backward 262144 (4 + 6 a tensor)
+        ((64, 65536, 10, 512, (0,) * 12 + (20, 18, 17, 0)), 15),  # no 16: 4 rounds of 15
+        ((64, 200000, 20, 512, _TWO_AN_SM), 0),  # longer than 16 blocks hold
+        ((3, 65536, 20, 512, (0,) * 16), 0),  # nothing resident
+    ]
+    lines = [f"deep {r} {n} {k} {t} {' '.join(map(str, res))}" for (r, n, k, t, res), _ in cases]
+    got = _ask(paths_main, lines)
+    assert got == [want for _, want in cases]
+    for ((_, nvec, k, threads, res), _), size in zip(cases, got, strict=True):
+        if size:
+            assert size * threads * k >= nvec and res[size - 1] > 0
+
+
 # --- on a GPU: each path against torch --------------------------------------------------------
 
 
@@ -170,7 +204,7 @@ def _kernels(fn: Any) -> list[str]:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["wide", "pipe", "bulk", "split", "cluster", "stream"])
+@pytest.mark.parametrize("path", ["wide", "pipe", "deep", "bulk", "split", "cluster", "stream"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("rows", "cols"), [(64, 262144), (3, 262147), (256, 65536), (5, 131080), (600, 16388)]
@@ -191,6 +225,7 @@ def test_every_path_matches_torch(
     want["stream"] = "stream_kernel"
     if vec:
         want["wide"] = want["pipe"] = "wide_kernel"
+        want["deep"] = "deep_kernel"
     if path in want and torch.cuda.get_device_capability() >= (9, 0):
         assert any(want[path] in n for n in names), names
     # Tolerances against float32 references at rows of tiny values (about 1 / cols): relative,
@@ -228,7 +263,7 @@ def test_a_bad_wide_block_width_is_named(lib: Any, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["wide", "pipe"])
+@pytest.mark.parametrize("path", ["wide", "pipe", "deep"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("rows", "cols"), [(3, 65536), (70, 49160), (2, 16392)])
 @pytest.mark.parametrize("width", ["512", "1024"])
@@ -254,7 +289,8 @@ def test_the_wide_paths_at_either_block_width(
     y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
     lib.softmax(x, -1)  # the launch's one-time queries outside the profile
     names = _kernels(lambda: (lib.softmax(x, -1), lib.softmax_backward(grad, y, -1)))
-    assert sum("wide_kernel" in n for n in names) == 2, names
+    kernel = "deep_kernel" if path == "deep" else "wide_kernel"
+    assert sum(kernel in n for n in names) == 2, names
     bf16 = dtype == torch.bfloat16
     tol = {"rtol": 1.6e-2 if bf16 else 2e-5, "atol": 1e-9}
     got = lib.softmax(x, -1).float()
@@ -266,7 +302,7 @@ def test_the_wide_paths_at_either_block_width(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["bulk", "wide", "pipe"])
+@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep"])
 @pytest.mark.parametrize("cols", [65536, 262144])
 def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
     lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, cols: int

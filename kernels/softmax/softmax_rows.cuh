@@ -45,6 +45,9 @@
 //            holding 128 bytes of the row as loaded (softmax_wide.cuh): for 2-byte dtypes twice the
 //            bytes in flight of the cluster path, half the blocks a row, and one cluster barrier a
 //            row instead of four barriers.
+//   deep     (first where WB_SOFTMAX_PATH=deep) the wide path with a further 192 bytes of the row
+//            a thread in shared memory (cp.async, softmax_wide.cuh): 2.5 times the share of a row
+//            a block holds, so that few long rows take fewer rounds of clusters.
 //   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
 //            row.
 //   stream   any length: one block of 512 threads per row reads its row twice, once for the
@@ -292,11 +295,12 @@ __global__ void __launch_bounds__(kStreamThreads) stream_kernel(Op op, int64_t r
   }
 }
 
-// How many clusters of `size` blocks of `threads` threads of `kernel` can be resident at once on
-// the current device: 0 where none (the device loaded the stub, pre-sm_90, or refuses the size;
-// above 8 once allowed). Asked once per kernel, device, size and width.
+// How many clusters of `size` blocks of `threads` threads of `kernel` (with `smem` bytes of
+// dynamic shared memory a block, allowed here) can be resident at once on the current device: 0
+// where none (the device loaded the stub, pre-sm_90, or refuses the size; above 8 once allowed).
+// Asked once per kernel, device, size and width.
 template <auto kernel>
-int cluster_count(int size, int threads) {
+int cluster_count(int size, int threads, size_t smem = 0) {
   static int known[64][kMaxCluster + 1][2];  // count + 1; 0 unknown
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
@@ -307,6 +311,12 @@ int cluster_count(int size, int threads) {
     if (cudaFuncGetAttributes(&attr, kernel) == cudaSuccess &&
         attr.maxThreadsPerBlock >= threads) {  // the stub says 1
       if (size > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      if (smem > 0) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared);
+      }
       cudaLaunchConfig_t config{};
       cudaLaunchAttribute attribute{};
       attribute.id = cudaLaunchAttributeClusterDimension;
@@ -314,6 +324,7 @@ int cluster_count(int size, int threads) {
       attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
       config.gridDim = dim3(static_cast<unsigned>(size));
       config.blockDim = dim3(static_cast<unsigned>(threads));
+      config.dynamicSmemBytes = smem;
       config.attrs = &attribute;
       config.numAttrs = 1;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) clusters = 0;
@@ -405,13 +416,14 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
 // a CUDA graph keeps the path of its capture): "bulk": bulk, split, cluster, block; "split":
 // split, cluster, block; "cluster": cluster, block; "stream": the stream path (rows read twice);
 // "wide": wide (softmax_wide.cuh: rows of 16-byte vectors, sm_90+), split, cluster, block;
-// "pipe": the same with the pipe path (softmax_wide.cuh's persistent variant) first.
+// "pipe": the same with the pipe path (softmax_wide.cuh's persistent variant) first; "deep": the
+// same with the deep path (softmax_wide.cuh: the wide path with a share in shared memory too).
 // Unset: "wide" for rows of 16-byte vectors summed in float (float32, bfloat16, float16): on an
 // H100, 2026-11-26, share of a copy of the same bytes at 1024x65536, 256x65536 and 64x262144,
 // forward / backward, float32 wide 94/98, 86/92, 69/66% (cluster 90/97, 81/90, 66/62%; split
 // 55-62%), bfloat16 wide 83/97, 74/86, 64/74% (cluster 38-63%, split 53-61%). Otherwise
 // "cluster" for 4- and 8-byte elements, "split" for 2-byte ones.
-enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kWide, kPipe, kInvalid };
+enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kWide, kPipe, kDeep, kInvalid };
 
 inline LongPath parse_long_path(const char* s) {
   if (s == nullptr || *s == '\0') return LongPath::kDefault;
@@ -421,13 +433,14 @@ inline LongPath parse_long_path(const char* s) {
   if (std::strcmp(s, "stream") == 0) return LongPath::kStream;
   if (std::strcmp(s, "wide") == 0) return LongPath::kWide;
   if (std::strcmp(s, "pipe") == 0) return LongPath::kPipe;
+  if (std::strcmp(s, "deep") == 0) return LongPath::kDeep;
   return LongPath::kInvalid;
 }
 
 inline LongPath long_path() { return parse_long_path(std::getenv("WB_SOFTMAX_PATH")); }
 
 constexpr const char* kBadPath =
-    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide or pipe (or unset for the "
+    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe or deep (or unset for the "
     "default)";
 
 template <typename Op, int N, int G, int K>
@@ -476,6 +489,7 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
         if (path == LongPath::kPipe && launch_wide<Op, N, true>(op, rows, nvec, stream, err)) {
           return err;
         }
+        if (path == LongPath::kDeep && launch_deep<Op, N>(op, rows, nvec, stream, err)) return err;
       }
     }
     if (path != LongPath::kCluster && path != LongPath::kStream &&

@@ -13,7 +13,7 @@
 //      of exp; backward: the dot product) and the warp's (shuffles);
 //   2. lane 0 of each warp publishes the warp's partial in shared memory; one cluster barrier;
 //      every warp combines the cluster's partials through distributed shared memory (see
-//      wide_row for which), in the same order, so that every thread agrees bit for bit;
+//      wide_total for which), in the same order, so that every thread agrees bit for bit;
 //   3. the thread announces (barrier.cluster.arrive) that it has read them, writes its share, and
 //      waits for the other half of that barrier only before it publishes the next row's partial
 //      (or exits), so that wait is hidden behind the stores and the next row's loads.
@@ -55,22 +55,20 @@ __device__ __forceinline__ void cluster_wait() {
 }
 #endif
 
-// Step 2 and 3 of a row (see the header comment) for a block holding its share of the row in v.
+// Step 2 of a row (see the header comment) for a block whose thread holds partial p of its share:
+// the row's total, and the arrive of step 3 (the caller writes its share).
 //   C * warps <= 64 partials (and not Pipe, whose two buffers leave no registers for both ways):
 //   every lane reads at most two of them (both loads in flight at once).
 //   Else: warp 0 first combines its block's partials into `slot` (one __syncthreads), and each
 //   lane reads at most one block's (C <= 16 < 32), instead of up to 16 dependent reads a lane.
-template <typename Op, int N, int K, int Threads, bool Pipe>
-__device__ __forceinline__ void wide_row(const Op& op, int64_t row, int size,
-                                         StridedShare<Threads> s,
-                                         const Vec<typename Op::T, N> (&v)[Op::kTensors][K],
-                                         typename Op::Partial* warps,  // __shared__ [Threads / 32]
-                                         typename Op::Partial* slot,   // __shared__, the block's
-                                         bool& pending) {
-  using P = typename Op::Partial;
+template <typename P, int Threads, bool Pipe>
+__device__ __forceinline__ P wide_total(P p, int size,
+                                        P* warps,  // __shared__ [Threads / 32]
+                                        P* slot,   // __shared__, the block's
+                                        bool& pending) {
   constexpr int kWarps = Threads / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const P p = WarpReduce<32>{}(op.template partial<N, K>(s, v));
+  p = WarpReduce<32>{}(p);
   if (pending) cluster_wait();  // every block has read the previous row's partials
   if (lane == 0) warps[warp] = p;
   P total = P::identity();
@@ -93,6 +91,19 @@ __device__ __forceinline__ void wide_row(const Op& op, int64_t row, int size,
   total = WarpReduce<32>{}(total);
   cluster_arrive();
   pending = true;
+  return total;
+}
+
+// Steps 1 to 3 of a row whose share the block holds in v.
+template <typename Op, int N, int K, int Threads, bool Pipe>
+__device__ __forceinline__ void wide_row(const Op& op, int64_t row, int size,
+                                         StridedShare<Threads> s,
+                                         const Vec<typename Op::T, N> (&v)[Op::kTensors][K],
+                                         typename Op::Partial* warps, typename Op::Partial* slot,
+                                         bool& pending) {
+  using P = typename Op::Partial;
+  const P total =
+      wide_total<P, Threads, Pipe>(op.template partial<N, K>(s, v), size, warps, slot, pending);
   op.template store<N, K>(row, s, v, total);
 }
 
@@ -208,6 +219,189 @@ bool launch_wide(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, 
     return launch_wide_blocks<Op, N, kBlockThreads, Pipe>(op, rows, nvec, size, stream, err);
   }
   return launch_wide_blocks<Op, N, kMaxThreads, Pipe>(op, rows, nvec, size, stream, err);
+}
+
+// --- the deep path: the wide path's registers and as many bytes again and half more in shared
+// memory, for few long rows ------------------------------------------------------------------
+//
+// A thread of the deep path holds its kWideBytes of the row in registers, as the wide path's
+// does, and kDeepBytes more in its block's shared memory, copied there by cp.async (16 bytes a
+// copy, no register staged) and read back only by the thread that copied them, so no barrier
+// orders them. Its share of a row: the vectors first + k * Threads, k < K in registers and
+// K <= k < K + S in shared memory; it folds the registers' vectors first (op.partial) while the
+// copies land, then the shared ones (op.take) each as soon as its group has landed, and writes
+// both after the cluster's total. A
+// block so holds 2.5 times the wide path's share of a row: on an H100, 64 rows of 262144 float32
+// take 2 rounds of clusters of 8 blocks of 512 instead of 4 of 16, the backward 4 rounds of 16
+// instead of 10 of 16 blocks of 1024 (7 such clusters resident), the bfloat16 forward one round
+// of clusters of 4 instead of 2 of 8 (deep_cluster_size picks the size).
+// Each element is still read once and written once; nothing outlives a launch.
+constexpr int kDeepBytes = 192;  // bytes of the row a thread holds in shared memory
+
+template <typename Op>
+constexpr int deep_slots() {
+  return kDeepBytes / 16 / Op::kTensors;
+}
+
+#if WB_SOFTMAX_CLUSTERS
+// 16 bytes from global src to this block's shared dst, not through L1 (sm_80+).
+__device__ __forceinline__ void copy_async16(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src)
+               : "memory");
+#endif
+}
+// Closes the thread's group of cp.async issued since the last one.
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Until at most n of the thread's latest groups are in flight (n <= Max; the earlier ones have
+// landed and are seen by it). n is a constant where the caller's loop unrolls, and so is the
+// branch taken.
+template <int Max>
+__device__ __forceinline__ void copy_async_wait(int n) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (Max > 0) {
+    if (n >= Max) {
+      asm volatile("cp.async.wait_group %0;" ::"n"(Max) : "memory");
+      return;
+    }
+    copy_async_wait<Max - 1>(n);
+  } else {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  }
+#endif
+}
+#endif
+
+// gridDim.x = clusters * C as in wide_kernel (a cluster serves rows blockIdx.x / C, + gridDim.x /
+// C, ...); dynamic shared memory: S * Op::kTensors * Threads vectors.
+template <typename Op, int N, int K, int S, int Threads>
+__global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
+                                  WB_SOFTMAX_CLUSTERS ? kMaxThreads / Threads : 1)
+    deep_kernel(Op op, int64_t rows, int64_t nvec, int64_t per) {
+#if WB_SOFTMAX_CLUSTERS
+  using P = typename Op::Partial;
+  using V = Vec<typename Op::T, N>;
+  constexpr int kT = Op::kTensors;
+  extern __shared__ __align__(16) unsigned char deep_smem[];  // [S][kT][Threads] vectors
+  __shared__ P warps[Threads / 32];                           // the row's partial of each warp
+  __shared__ P slot;                                          // and of the block (C * warps > 64)
+  const int size = cluster_size(), rank = cluster_rank();
+  const int64_t base = rank * per;
+  const int64_t end = base + per < nvec ? base + per : nvec;
+  const int64_t first = base + threadIdx.x;
+  const StridedShare<Threads> s{first, static_cast<int>(end > first ? end - first : 0)};
+  // Slot j of tensor i of the thread: held[(j * kT + i) * Threads].
+  V* const held = reinterpret_cast<V*>(deep_smem) + threadIdx.x;
+  bool pending = false;  // an arrive whose wait is still to come
+  V a[kT][K];
+  for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
+    op.template load<N, K>(row, s, a);
+#pragma unroll
+    for (int j = 0; j < S; ++j) {  // a group a slot, so that the fold below waits slot by slot
+      if (s.has(K + j)) {
+#pragma unroll
+        for (int i = 0; i < kT; ++i) {
+          const V* src = reinterpret_cast<const V*>(op.src(i) + row * op.cols);  // [cols / N]
+          copy_async16(&held[(j * kT + i) * Threads], src + s.at(K + j));
+        }
+      }
+      copy_async_commit();
+    }
+    P p = op.template partial<N, K>(s, a);
+#pragma unroll
+    for (int j = 0; j < S; ++j) {
+      copy_async_wait<S - 1>(S - 1 - j);  // slot j has landed
+      if (s.has(K + j)) {
+        V x[kT];
+#pragma unroll
+        for (int i = 0; i < kT; ++i) x[i] = held[(j * kT + i) * Threads];
+        p = op.take(p, x);
+      }
+    }
+    const P total = wide_total<P, Threads, false>(p, size, warps, &slot, pending);
+    op.template store<N, K>(row, s, a, total);
+    const auto f = op.finish(total);
+    V* const out = reinterpret_cast<V*>(op.dst() + row * op.cols);  // [cols / N]
+#pragma unroll
+    for (int j = 0; j < S; ++j) {
+      if (s.has(K + j)) {
+        V x[kT];
+#pragma unroll
+        for (int i = 0; i < kT; ++i) x[i] = held[(j * kT + i) * Threads];
+        out[s.at(K + j)] = op.out(x, f);
+      }
+    }
+  }
+  if (pending) cluster_wait();  // no block exits while another may still read its partials
+#endif
+}
+
+// The deep path's cluster size for `rows` rows of nvec vectors, k a thread of `threads`, on a
+// device holding resident[c] clusters of c blocks at once (c = 1..16; 0: none): of the sizes
+// whose blocks hold a row, the smallest (the fewest cluster barriers a row, the most rows at
+// once) that ends within 5% as soon as the soonest, a size's end being its rounds of rows times
+// the vectors a block takes a round. 0 where none holds a row. Host code, tested on the CPU
+// (tests/test_softmax_paths.py).
+inline int deep_cluster_size(int64_t rows, int64_t nvec, int k, int threads,
+                             const int (&resident)[kMaxCluster + 1]) {
+  const int64_t block = int64_t{threads} * k;
+  int64_t cost[kMaxCluster + 1] = {};  // 0: the size does not serve
+  int64_t best = 0;
+  for (int c = 1; c <= kMaxCluster; ++c) {
+    if (block * c < nvec || resident[c] <= 0) continue;
+    cost[c] = (rows + resident[c] - 1) / resident[c] * ((nvec + c - 1) / c);
+    if (best == 0 || cost[c] < best) best = cost[c];
+  }
+  for (int c = 1; c <= kMaxCluster; ++c) {
+    if (cost[c] > 0 && cost[c] * 20 <= best * 21) return c;
+  }
+  return 0;
+}
+
+// One launch of the deep path in blocks of Threads threads; false where no cluster of them that
+// holds a row is resident here (or no sm_90 image).
+template <typename Op, int N, int Threads>
+bool launch_deep_blocks(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream,
+                        cudaError_t& err) {
+  constexpr int K = wide_slots<Op>(), S = deep_slots<Op>();
+  constexpr auto kernel = deep_kernel<Op, N, K, S, Threads>;
+  constexpr size_t smem = size_t{S} * Op::kTensors * Threads * 16;
+  int resident[kMaxCluster + 1] = {};
+  const int64_t least = (nvec + int64_t{Threads} * (K + S) - 1) / (int64_t{Threads} * (K + S));
+  for (int c = static_cast<int>(least); c <= kMaxCluster; ++c) {
+    resident[c] = cluster_count<kernel>(c, Threads, smem);
+  }
+  const int size = deep_cluster_size(rows, nvec, K + S, Threads, resident);
+  if (size == 0) return false;
+  const int64_t clusters = pipe_clusters(rows, resident[size]);  // rows spread evenly
+  const int64_t per = (nvec + size - 1) / size;
+  err = launch_clusters(kernel, size, clusters, Threads, smem, stream, op, rows, nvec, per);
+  return true;
+}
+
+// The deep path (WB_SOFTMAX_PATH=deep) for rows of nvec vectors: launches it and returns true with
+// the launch's result in `err`, or returns false (nothing launched) where it does not apply here:
+// blocks of 512 threads where 16 of them hold a row, else of 1024 (WB_SOFTMAX_WIDE_THREADS forces
+// one), a row longer than 16 blocks of 1024 hold (softmax 2.5M bfloat16 or 1.25M float32 elements,
+// backward half), no sm_90 image or no such cluster resident.
+template <typename Op, int N>
+bool launch_deep(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, cudaError_t& err) {
+  constexpr int k = wide_slots<Op>() + deep_slots<Op>();
+  const int forced = wide_threads();
+  if (forced < 0) {
+    err = cudaErrorInvalidValue;  // launch_rows names the variable
+    return true;
+  }
+  int threads = 0;
+  if (wide_cluster_size(nvec, k, forced, &threads) == 0) return false;
+  if (threads == kBlockThreads) {
+    return launch_deep_blocks<Op, N, kBlockThreads>(op, rows, nvec, stream, err);
+  }
+  return launch_deep_blocks<Op, N, kMaxThreads>(op, rows, nvec, stream, err);
 }
 
 }  // namespace wb::softmax
