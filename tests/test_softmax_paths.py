@@ -1,7 +1,8 @@
 """softmax's long-row paths (kernels/softmax/softmax_rows.cuh): the bulk path's plan (host code,
 run on the CPU), WB_SOFTMAX_PATH's values, and on a GPU every path (wide, pipe, deep, bulk, split,
 cluster, stream) against torch.softmax and its backward at long and odd row lengths, in a CUDA
-graph and on two streams at once."""
+graph and on two streams at once, and WB_SOFTMAX_EXP's ways of taking the 2-byte dtypes'
+exponentials on the paths that use them."""
 
 from __future__ import annotations
 
@@ -340,3 +341,48 @@ def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
     for got, want in zip(outs, alone, strict=True):
         for g in got:
             assert torch.equal(g, want)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["fma", "poly"])
+@pytest.mark.parametrize("path", ["wide", "deep", "bulk", "split"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("rows", "cols"), [(6, 65536), (5, 131080)])
+def test_the_exp_modes_match_torch(
+    lib: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    path: str,
+    dtype: torch.dtype,
+    rows: int,
+    cols: int,
+) -> None:
+    """WB_SOFTMAX_EXP=fma or poly (kernels/softmax/softmax_exp.cuh) on each path that takes a 2-byte
+    row's exponentials from its values as loaded: torch's softmax within the dtype's rounding,
+    special rows included, and a row whose max is past the largest float / log2(e) (the element
+    formula's fallback); the backward does not use it."""
+    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
+    monkeypatch.setenv("WB_SOFTMAX_EXP", mode)
+    gen = torch.Generator().manual_seed(rows + cols)
+    x = _special(torch.randn(rows, cols, generator=gen) * 4)
+    if dtype == torch.bfloat16:
+        x[4, 7] = 3e38
+        x[4, 9] = -3e38
+    x = x.to(dtype).cuda()
+    got = lib.softmax(x, -1).float()
+    want = torch.softmax(x.float(), -1)
+    # Half an ulp of the output's rounding, and the exponent's error (softmax_exp.cuh) besides;
+    # float16's subnormals (below 6.1e-5) are 6e-8 apart.
+    bf16 = dtype == torch.bfloat16
+    tol = {"rtol": 1.6e-2, "atol": 1e-9} if bf16 else {"rtol": 2e-3, "atol": 6e-8}
+    torch.testing.assert_close(got, want, equal_nan=True, **tol)
+    masked = (x.float() == float("-inf")) & ~want.isnan()
+    assert (got[masked] == 0).all()  # -Inf elements give 0 exactly
+
+
+@pytest.mark.cuda
+def test_a_bad_exp_mode_is_named(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WB_SOFTMAX_EXP", "fast")
+    with pytest.raises(RuntimeError, match="WB_SOFTMAX_EXP"):
+        lib.softmax(torch.randn(2, 65536, device="cuda", dtype=torch.bfloat16), -1)
+        torch.cuda.synchronize()

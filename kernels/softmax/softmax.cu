@@ -9,7 +9,8 @@
 //   2-byte dtypes: softmax_wide.cuh, 128 bytes of x a thread as loaded, up to 1M elements), else
 //   are split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up to
 //   about 2M float32 elements a row on an H100), and read twice beyond (the stream path).
-//   WB_SOFTMAX_PATH picks another long-row path for timing (softmax_rows.cuh).
+//   WB_SOFTMAX_PATH picks another long-row path for timing (softmax_rows.cuh), WB_SOFTMAX_EXP
+//   how those paths take a 2-byte row's exponentials (softmax_exp.cuh).
 //
 // Each thread takes the max m of its own elements and keeps e = exp(x - m) and their sum s; the
 // row's threads combine their (m, s) pairs into (M, S) in one reduction (each pair rescaled by
@@ -20,6 +21,7 @@
 // row of only -Inf (S = 0, and 0 * (1 / 0)) gives a row of NaN.
 //   Check and time:  wb check softmax --device cuda;  wb bench softmax
 #include "softmax/softmax.h"
+#include "softmax/softmax_exp.cuh"
 #include "softmax/softmax_rows.cuh"
 #include "wb/dtypes.h"
 
@@ -44,8 +46,12 @@ struct Forward {
   const T* __restrict__ x;  // [rows, cols]
   T* __restrict__ y;        // [rows, cols]
   int64_t cols;
+  int mode;  // ExpMode (softmax_exp.cuh): the long-row paths' exponentials for 2-byte T
 
   bool aligned() const { return aligned16(x, y); }
+
+  // Whether c (a prescaled max, softmax_exp.cuh) lets the fma and poly modes' formula serve.
+  __device__ static bool finite(A c) { return c - c == A(0); }
 
   // The register paths: the thread's slots of row r (see Slots) held as acc values.
   template <int N, int K, typename Reduce>
@@ -154,11 +160,25 @@ struct Forward {
   // a running (max, sum of exp) as the stream path does; then exp(x - M) / S from them.
   struct Final {
     A m, inv;
+    float c;    // fma and poly modes: M * log2(e) + log2(S)
+    bool fast;  // whether out takes 2^(x * log2(e) - c)
   };
   __host__ __device__ const T* src(int) const { return x; }
   __host__ __device__ T* dst() const { return y; }
   template <int N>
   __device__ __forceinline__ Partial take(Partial run, const Vec<T, N> (&v)[kTensors]) const {
+    if constexpr (kPairs<T, N>) {
+      if (mode != kExpTwice) {
+        const A big = fmax(run.m, pair_final_max<T>(vec_pair_max(pair_neg_inf(T{}), v[0])));
+        const A c = exp_origin(big) * kLog2e;
+        if (finite(c)) {
+          const A add =
+              mode == kExpPoly ? vec_exp2_sum<true>(v[0], c) : vec_exp2_sum<false>(v[0], c);
+          if (big != run.m) run.s *= rescale(run.m, big);
+          return Partial{big, run.s + add};
+        }
+      }
+    }
     A big = run.m;
 #pragma unroll
     for (int j = 0; j < N; ++j) big = fmax(big, held_acc(v[0], j));
@@ -169,9 +189,21 @@ struct Forward {
     if (big != run.m) run.s *= rescale(run.m, big);  // a new max: seldom, past a row's start
     return Partial{big, run.s + add};
   }
-  __device__ __forceinline__ Final finish(Partial total) const { return {total.m, A(1) / total.s}; }
+  __device__ __forceinline__ Final finish(Partial total) const {
+    Final f{total.m, A(1) / total.s, 0.0f, false};
+    if constexpr (sizeof(T) == 2) {
+      if (mode != kExpTwice) {
+        f.c = total.m * kLog2e + log2f(total.s);
+        f.fast = finite(f.c);
+      }
+    }
+    return f;
+  }
   template <int N>
   __device__ __forceinline__ Vec<T, N> out(const Vec<T, N> (&v)[kTensors], Final f) const {
+    if constexpr (kPairs<T, N>) {
+      if (f.fast) return vec_exp2(v[0], f.c);
+    }
     Vec<T, N> o;
 #pragma unroll
     for (int j = 0; j < N; ++j) o.v[j] = from_acc<T>(exp_acc(held_acc(v[0], j) - f.m) * f.inv);
@@ -182,7 +214,8 @@ struct Forward {
   // share held as loaded (no converted copy stays live: held_acc converts at each use), their max,
   // then their sum of exp, and exp(x - M) / S written from them once the row's (M, S) is known
   // (two exps an element, where the register paths keep exp(x - m) in registers: a 2-byte
-  // element held as loaded takes half the registers of its float).
+  // element held as loaded takes half the registers of its float). For 2-byte T, `mode` picks
+  // how the exps are taken (softmax_exp.cuh; also in take and out above).
   template <int N, int K, typename S>
   __device__ __forceinline__ void load(int64_t r, S s, Vec<T, N> (&v)[kTensors][K]) const {
     const Vec<T, N>* xr = reinterpret_cast<const Vec<T, N>*>(x + r * cols);  // [cols / N]
@@ -193,6 +226,32 @@ struct Forward {
   }
   template <int N, int K, typename S>
   __device__ __forceinline__ Partial partial(S s, const Vec<T, N> (&v)[kTensors][K]) const {
+    if constexpr (kPairs<T, N>) {
+      if (mode != kExpTwice) {
+        uint32_t pm = pair_neg_inf(T{});
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          if (s.has(k)) pm = vec_pair_max(pm, v[0][k]);
+        }
+        const A m = pair_final_max<T>(pm);
+        const A c = exp_origin(m) * kLog2e;
+        if (finite(c)) {
+          A sum = 0;
+          if (mode == kExpPoly) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+              if (s.has(k)) sum += vec_exp2_sum<true>(v[0][k], c);
+            }
+          } else {
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+              if (s.has(k)) sum += vec_exp2_sum<false>(v[0][k], c);
+            }
+          }
+          return Partial{m, sum};
+        }
+      }
+    }
     A m = neg_inf<A>();
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -216,6 +275,18 @@ struct Forward {
   __device__ __forceinline__ void store(int64_t r, S s, const Vec<T, N> (&v)[kTensors][K],
                                         Partial total) const {
     Vec<T, N>* yr = reinterpret_cast<Vec<T, N>*>(y + r * cols);  // [cols / N]
+    if constexpr (kPairs<T, N>) {
+      if (mode != kExpTwice) {  // fma and poly (softmax_exp.cuh): exp(x - M) / S in one ex2
+        const float c = total.m * kLog2e + log2f(total.s);
+        if (finite(c)) {
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            if (s.has(k)) yr[s.at(k)] = vec_exp2(v[0][k], c);
+          }
+          return;
+        }
+      }
+    }
     const A inv = A(1) / total.s;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -235,7 +306,9 @@ struct Forward {
 
 template <typename T>
 Status softmax_cuda(const T* x, T* y, int64_t rows, int64_t cols, Workspace ws, Stream stream) {
-  return launch_rows(Forward<T>{x, y, cols}, rows, ws, stream);
+  const int mode = exp_mode();
+  if (mode < 0) return kBadExp;
+  return launch_rows(Forward<T>{x, y, cols, mode}, rows, ws, stream);
 }
 WB_INSTANTIATE(WB_FLOATING, softmax_cuda)
 

@@ -1,0 +1,174 @@
+// softmax/softmax_exp.cuh: the exponentials of softmax's long-row paths for float16 and bfloat16,
+// where a thread holds its share of a row as loaded and takes exp twice an element (once for
+// the row's sum, once for the output: softmax.cu's Forward::partial / store, take / out).
+//
+// WB_SOFTMAX_EXP picks how (read at each launch; float32 and float64 ignore it):
+//   twice (or unset)  exp(x - m) as __expf: a subtraction, a multiplication by log2(e) and an
+//                     ex2.approx (MUFU) an element, each time.
+//   fma               2^(x * log2(e) - c) with c = m * log2(e) for the sum (one FFMA and one
+//                     MUFU an element), and c = M * log2(e) + log2(S) for the output, so that
+//                     exp(x - M) / S needs no multiplication; the max of a pair of 16-bit values
+//                     one instruction (max.bf16x2 / max.f16x2) and the output pairs packed by
+//                     one conversion (cvt.rn.bf16x2.f32). Where c is not finite (a row holding
+//                     +Inf or NaN, only -Inf, or values past 2.3e38, where m * log2(e)
+//                     overflows) the element takes twice's formula, so special rows come out as
+//                     torch gives them. The exponent's error, |c| * 2^-24 from rounding c, is
+//                     below a 2-byte output's rounding wherever |M| < 2^10 or so (relative
+//                     6e-5 at |M| = 1000 against bfloat16's 4e-3 and float16's 5e-4).
+//   poly              fma, with every other exponential of the sum on the FMA pipe (ex2_poly: a
+//                     degree-4 polynomial, 2.7e-6 relative), so that the multiplication-bound
+//                     forward of 2-byte rows shares its exponentials between the MUFU (16
+//                     lanes an SM) and the FMA pipe (128 lanes).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#include "wb/device.cuh"
+
+namespace wb::softmax {
+
+enum ExpMode : int { kExpTwice = 0, kExpFma = 1, kExpPoly = 2 };
+
+// WB_SOFTMAX_EXP as an ExpMode; -1 for a value other than the three (kBadExp names it).
+inline int exp_mode() {
+  const char* v = std::getenv("WB_SOFTMAX_EXP");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "twice") == 0) return kExpTwice;
+  if (std::strcmp(v, "fma") == 0) return kExpFma;
+  if (std::strcmp(v, "poly") == 0) return kExpPoly;
+  return -1;
+}
+
+constexpr const char* kBadExp = "WB_SOFTMAX_EXP: expected twice, fma or poly (or unset)";
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Whether T's pairs take the packed instructions: 2-byte T read in 16-byte vectors, on sm_80+.
+template <typename T, int N>
+constexpr bool kPairs =
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    false;
+#else
+    sizeof(T) == 2 && N % 2 == 0;
+#endif
+
+// 2^t, ex2.approx.ftz (MUFU): 2 ulp, 0 below 2^-126.
+__device__ __forceinline__ float ex2(float t) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(t));
+  return e;
+}
+
+// 2^t for t <= 1/2 (or NaN) on the FMA pipe: t = j + f with j = round(t), |f| <= 1/2, 2^f by a
+// degree-4 polynomial (2.7e-6 relative, fitted to 2^f on [-1/2, 1/2]), times 2^j made from j's
+// bits. t below -126 (-Inf included) gives about 2^-126 rather than 0: for a sum only. NaN stays
+// NaN (max.NaN keeps it, and NaN * 2^j is NaN).
+__device__ __forceinline__ float ex2_poly(float t) {
+  constexpr float kShift = 12582912.0f + 127.0f;  // 1.5 * 2^23, plus the exponent bias
+  float c = t;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(c) : "f"(t), "f"(-126.0f));
+#else
+  c = t < -126.0f ? -126.0f : t;
+#endif
+  const float r = __fadd_rn(c, kShift);  // its low 9 bits: j + 127
+  const float f = __fsub_rn(c, __fsub_rn(r, kShift));
+  float p = 0.009570376076220286f;
+  p = fmaf(p, f, 0.05591872408717647f);
+  p = fmaf(p, f, 0.24024745180557944f);
+  p = fmaf(p, f, 0.6931216862906645f);
+  p = fmaf(p, f, 0.9999992576914973f);
+  return p * __uint_as_float(__float_as_uint(r) << 23);  // 2^j: (j + 127) << 23
+}
+
+// Word w (elements 2w, 2w + 1) of a held vector of a 2-byte type.
+template <typename T, int N>
+__device__ __forceinline__ uint32_t word_of(const Vec<T, N>& v, int w) {
+  uint32_t word;
+  __builtin_memcpy(&word, &v.v[2 * w], sizeof word);
+  return word;
+}
+
+// Half `hi` (0: element 2w, 1: 2w + 1) of a word of T as float.
+__device__ __forceinline__ float half_of(bf16, uint32_t word, int hi) {
+  return __uint_as_float(hi ? word & 0xffff0000u : word << 16);
+}
+__device__ __forceinline__ float half_of(f16, uint32_t word, int hi) {
+  return to_acc(f16{static_cast<uint16_t>(hi ? word >> 16 : word & 0xffffu)});
+}
+
+// The larger of each half of two words (a NaN half loses, as in fmax), and -Inf in both halves.
+__device__ __forceinline__ uint32_t pair_max(bf16, uint32_t a, uint32_t b) {
+  uint32_t d = a;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#endif
+  return d;
+}
+__device__ __forceinline__ uint32_t pair_max(f16, uint32_t a, uint32_t b) {
+  uint32_t d = a;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#endif
+  return d;
+}
+__host__ __device__ constexpr uint32_t pair_neg_inf(bf16) { return 0xff80ff80u; }
+__host__ __device__ constexpr uint32_t pair_neg_inf(f16) { return 0xfc00fc00u; }
+
+// Two floats rounded to nearest even into a word of T: lo is element 2w, hi 2w + 1.
+__device__ __forceinline__ uint32_t pair_of(bf16, float lo, float hi) {
+  uint32_t d = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#endif
+  return d;
+}
+__device__ __forceinline__ uint32_t pair_of(f16, float lo, float hi) {
+  uint32_t d = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+#endif
+  return d;
+}
+
+// The max of a vector's elements (-Inf for none), pairwise.
+template <typename T, int N>
+__device__ __forceinline__ uint32_t vec_pair_max(uint32_t m, const Vec<T, N>& v) {
+#pragma unroll
+  for (int w = 0; w < N / 2; ++w) m = pair_max(T{}, m, word_of(v, w));
+  return m;
+}
+template <typename T>
+__device__ __forceinline__ float pair_final_max(uint32_t m) {
+  return fmaxf(half_of(T{}, m, 0), half_of(T{}, m, 1));
+}
+
+// sum 2^(x * log2(e) - c) over a vector's elements; Poly: the odd ones by ex2_poly.
+template <bool Poly, typename T, int N>
+__device__ __forceinline__ float vec_exp2_sum(const Vec<T, N>& v, float c) {
+  float sum = 0;
+#pragma unroll
+  for (int w = 0; w < N / 2; ++w) {
+    const uint32_t word = word_of(v, w);
+    sum += ex2(fmaf(half_of(T{}, word, 0), kLog2e, -c));
+    const float t = fmaf(half_of(T{}, word, 1), kLog2e, -c);
+    sum += Poly ? ex2_poly(t) : ex2(t);
+  }
+  return sum;
+}
+
+// The vector of 2^(x * log2(e) - c), rounded to T.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> vec_exp2(const Vec<T, N>& v, float c) {
+  Vec<T, N> o;
+#pragma unroll
+  for (int w = 0; w < N / 2; ++w) {
+    const uint32_t word = word_of(v, w);
+    const uint32_t out = pair_of(T{}, ex2(fmaf(half_of(T{}, word, 0), kLog2e, -c)),
+                                 ex2(fmaf(half_of(T{}, word, 1), kLog2e, -c)));
+    __builtin_memcpy(&o.v[2 * w], &out, sizeof out);
+  }
+  return o;
+}
+
+}  // namespace wb::softmax
