@@ -230,11 +230,11 @@ bool launch_wide(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, 
 // orders them. Its share of a row: the vectors first + k * Threads, k < K in registers and
 // K <= k < K + S in shared memory; it folds the registers' vectors first (op.partial) while the
 // copies land, then the shared ones (op.take) each as soon as its group has landed, and writes
-// both after the cluster's total. A
-// block so holds 2.5 times the wide path's share of a row: on an H100, 64 rows of 262144 float32
-// take 2 rounds of clusters of 8 blocks of 512 instead of 4 of 16, the backward 4 rounds of 16
-// instead of 10 of 16 blocks of 1024 (7 such clusters resident), the bfloat16 forward one round
-// of clusters of 4 instead of 2 of 8 (deep_cluster_size picks the size).
+// both after the cluster's total. A block so holds 2.5 times the wide path's share of a row: on
+// an H100, 64 rows of 262144 float32 take 2 rounds of clusters of 8 blocks of 512 instead of 4
+// of 16, the backward 4 rounds of 16 instead of 10 of 16 blocks of 1024 (7 such clusters
+// resident), the bfloat16 forward one round of clusters of 4 instead of 2 of 8
+// (deep_cluster_size picks the size).
 // Each element is still read once and written once; nothing outlives a launch.
 constexpr int kDeepBytes = 192;  // bytes of the row a thread holds in shared memory
 
