@@ -1,7 +1,8 @@
-"""histogram on CUDA, every kernel the launcher can take (WB_HISTOGRAM_KERNEL, _CLUSTER, _HALF,
-_ZERO pick them at each call): exactly the reference everywhere, exactly torch.histc where both bin
-exactly (dyadic values, a power-of-two range and bin count), graph capture, concurrent streams;
-and the kernels' registers and spills on every target architecture (nvcc only).
+"""histogram on CUDA, every kernel the launcher can take (WB_HISTOGRAM_KERNEL, _SLICE, _MERGE,
+_CLUSTER, _HALF, _ZERO pick them at each call): exactly the reference everywhere, exactly
+torch.histc where both bin exactly (dyadic values, a power-of-two range and bin count), graph
+capture, concurrent streams; the read probes; and the kernels' registers and spills on every
+target architecture (nvcc only).
 """
 
 from __future__ import annotations
@@ -25,12 +26,22 @@ THREADS = 1024  # kThreads
 
 # The environment of each kernel choice (the launcher reads it at every call): the kernels before
 # the cluster path (a memset, then the kernel); the default (the shared path in one cooperative
-# launch that clears counts itself; above 16 Ki bins on sm_90 for float32 the half path, 16-bit
-# counters in clusters of 8, in one cooperative launch where the device takes it; else the
-# chunked path beyond one block); the default after a memset; the chunked path (no half path);
-# the cluster path with clusters of 8, and with 8 binning float elements one at a time (no
-# count_deferred); the half path with clusters of 2 and 4.
-ENV = ("WB_HISTOGRAM_KERNEL", "WB_HISTOGRAM_CLUSTER", "WB_HISTOGRAM_HALF", "WB_HISTOGRAM_ZERO")
+# launch that clears counts itself, the chunked path beyond one block, its slices binning float
+# elements 16 at a time); the default after a memset; the chunked path with the half path off
+# (the same as the default while the half path's default is off); the cluster path with clusters
+# of 8, and with 8 binning float elements one at a time (no count_deferred); the half path with
+# clusters of 2 and 4; loads of the next loop step in flight while counting (prefetch); x streamed
+# through shared memory by bulk copies (bulk); the chunked path binning one element at a time
+# (slice_filter, the default before count_deferred_slice); the blocks of a slice merged in
+# clusters of 2 and 8 through distributed shared memory (above 16 Ki bins on sm_90).
+ENV = (
+    "WB_HISTOGRAM_KERNEL",
+    "WB_HISTOGRAM_CLUSTER",
+    "WB_HISTOGRAM_HALF",
+    "WB_HISTOGRAM_ZERO",
+    "WB_HISTOGRAM_SLICE",
+    "WB_HISTOGRAM_MERGE",
+)
 CHOICES = {
     "base": {"WB_HISTOGRAM_KERNEL": "base"},
     "default": {},
@@ -44,6 +55,11 @@ CHOICES = {
     },
     "half2": {"WB_HISTOGRAM_HALF": "2"},
     "half4": {"WB_HISTOGRAM_HALF": "4"},
+    "prefetch": {"WB_HISTOGRAM_KERNEL": "prefetch"},
+    "bulk": {"WB_HISTOGRAM_KERNEL": "bulk"},
+    "slice_filter": {"WB_HISTOGRAM_SLICE": "filter"},
+    "merge2": {"WB_HISTOGRAM_MERGE": "2"},
+    "merge8": {"WB_HISTOGRAM_MERGE": "8"},
 }
 # Bin counts across every path: replicated small histograms, one copy, the cluster and half paths
 # (above 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than
@@ -208,13 +224,38 @@ def test_concurrent_streams(lib: Any, choice: str) -> None:
         _assert_equal(out, _reference(lib, x, 256 if i % 2 else 65536, -4.0, 4.0), f"stream {i}")
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel", ["read", "readsync", "readfull"])
+def test_the_read_probes_clear_counts_and_count_nothing(lib: Any, kernel: str) -> None:
+    """WB_HISTOGRAM_KERNEL=read / readsync / readfull time the load loop alone: float32 counts
+    come out zero (from dirty memory), other dtypes still get their histogram."""
+    saved = os.environ.get("WB_HISTOGRAM_KERNEL")
+    os.environ["WB_HISTOGRAM_KERNEL"] = kernel
+    try:
+        x = torch.randn((1 << 20) + 3, generator=torch.Generator().manual_seed(9)).cuda()
+        for bins in (256, 65536):
+            dirty = torch.full((bins,), -1, dtype=torch.int64, device="cuda")
+            del dirty
+            got = lib.histogram(x[1:], bins, -4.0, 4.0)
+            _assert_equal(got, torch.zeros_like(got), f"{kernel} bins={bins}")
+        h = x.to(torch.float16)
+        _assert_equal(
+            lib.histogram(h, 256, -4.0, 4.0), _reference(lib, h, 256, -4.0, 4.0), f"{kernel} f16"
+        )
+    finally:
+        if saved is None:
+            os.environ.pop("WB_HISTOGRAM_KERNEL", None)
+        else:
+            os.environ["WB_HISTOGRAM_KERNEL"] = saved
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_kernel_fits_without_spills(tmp_path: Path, arch: str) -> None:
     """One 1024-thread block an SM (launch bound), no local memory, on every target."""
     kernels = compile_cubin(tmp_path, SOURCE, arch)
     names = [cubin.short_name(k.name) for k in kernels.values()]
-    kinds = ("shared", "global", "cluster", "half")
+    kinds = ("shared", "global", "cluster", "half", "read", "bulk")
     for kind in (f"histogram_{k}_kernel" for k in kinds):
         assert any(kind in n for n in names), f"{kind} missing on {arch}: {names}"
     for k in kernels.values():

@@ -9,22 +9,26 @@
 //     shared   one block's histogram fits its shared memory: privatized 32-bit bins in shared
 //              memory, one cooperative launch that clears counts itself (histogram_shared.cuh)
 //     chunked  up to kMaxChunks slices of the bins fit and x has at least as many elements as
-//              bins: the shared kernel, each block counting one slice (histogram_shared.cuh)
+//              bins: the shared kernel, each block counting one slice, float32 elements 16 at a
+//              time (count_deferred_slice; histogram_shared.cuh)
 //     global   otherwise: one global atomic per counted element (histogram_shared.cuh)
 //     half, cluster  sm_90, many bins, off unless WB_HISTOGRAM_HALF / WB_HISTOGRAM_CLUSTER name a
 //              cluster size (histogram_cluster.cuh)
 //   The load loop, the float binning 16 elements at a time and the host's queries are in
-//   histogram_common.cuh. WB_HISTOGRAM_KERNEL / _CLUSTER / _HALF / _ZERO select other kernels
-//   for A/B timing (choice()). Counts are integers, so any order of the atomics gives the same
-//   result.
+//   histogram_common.cuh; read probes for timing (not histograms) in histogram_probe.cuh; a
+//   variant of the shared path fed by bulk copies in histogram_bulk.cuh.
+//   WB_HISTOGRAM_KERNEL / _SLICE / _MERGE / _CLUSTER / _HALF / _ZERO select other kernels for A/B
+//   timing (choice()). Counts are integers, so any order of the atomics gives the same result.
 //   Check and time:  wb check histogram --device cuda;  wb bench histogram --device cuda
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
 #include "histogram/histogram.h"
+#include "histogram/histogram_bulk.cuh"
 #include "histogram/histogram_cluster.cuh"
 #include "histogram/histogram_common.cuh"
+#include "histogram/histogram_probe.cuh"
 #include "histogram/histogram_shared.cuh"
 
 namespace wb::histogram {
@@ -34,8 +38,18 @@ namespace {
 // process): WB_HISTOGRAM_KERNEL=base takes the kernels as they were before the cluster path (two
 // loads in flight a thread, loads through L1, the chunked path beyond one block's shared memory);
 // WB_HISTOGRAM_KERNEL=nodefer bins float elements one at a time (bin_of_float) instead of
-// count_deferred (the cluster path, and the shared one with one slice); anything else, or unset,
-// the current kernels (four loads in flight, not allocated in L1, count_deferred).
+// count_deferred (the cluster path, and the shared one); WB_HISTOGRAM_KERNEL=prefetch (float32,
+// one slice) issues each loop step's loads before the previous step's vectors are counted
+// (for_each_prefetch); WB_HISTOGRAM_KERNEL=bulk (float32, one slice, sm_90) streams x through
+// shared memory with bulk copies (histogram_bulk.cuh); WB_HISTOGRAM_KERNEL=read, readsync or
+// readfull (float32) runs a read probe instead of a histogram (histogram_probe.cuh: counts come out
+// zero); anything else, or unset, the current kernels (four loads in flight, not allocated in L1,
+// count_deferred). WB_HISTOGRAM_SLICE=filter bins the chunked path's elements one at a time
+// (may_hold, then element_bin: the double path for every element of the slice where the float
+// estimate's margin is wide, as at 65536 bins) instead of count_deferred_slice (the default).
+// WB_HISTOGRAM_MERGE=2, 4 or 8 (sm_90, above kClusterBins bins, the shared and chunked paths):
+// the blocks that count one slice come in clusters of that size and add their histograms
+// together through distributed shared memory before the global atomics (default 0, off).
 // WB_HISTOGRAM_CLUSTER=2, 4 or 8 turns the cluster path on with that cluster size (default 0,
 // off: on an H100, 2026-11-26, at 16 Mi and 64 Mi elements and 65536 bins it took 154-894 us
 // where the chunked path took 100-331 us). WB_HISTOGRAM_HALF=2, 4 or 8 sets the half path's
@@ -48,10 +62,15 @@ constexpr int kHalfCluster = 0;
 
 struct Choice {
   bool base = false;
-  bool defer = true;        // float elements: count_deferred where r.estimate (and one slice)
-  bool one_launch = true;   // the shared kernel clears counts (cooperative launch)
-  int cluster = 0;          // 0: no cluster path
-  int half = kHalfCluster;  // 0: no half path
+  bool defer = true;           // float elements: count_deferred where r.estimate
+  bool defer_slices = true;    // and count_deferred_slice on the chunked path
+  bool prefetch = false;       // float32, one slice: for_each_prefetch
+  bool bulk = false;           // float32, one slice, sm_90: histogram_bulk_kernel
+  Probe probe = Probe::kNone;  // float32: a read probe instead (not a histogram)
+  bool one_launch = true;      // the shared kernel clears counts (cooperative launch)
+  int merge = 0;               // 0: the blocks of a slice merge alone
+  int cluster = 0;             // 0: no cluster path
+  int half = kHalfCluster;     // 0: no half path
 };
 
 // The cluster size that variable `name` names (2, 4 or 8; 0 for anything else), or `unset`.
@@ -62,13 +81,24 @@ int cluster_size(const char* name, int unset) {
   return k == 2 || k == 4 || k == 8 ? k : 0;
 }
 
+// Whether environment variable `name` holds `value`.
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
 Choice choice() {
   Choice c;
-  const char* kernel = std::getenv("WB_HISTOGRAM_KERNEL");
-  c.base = kernel != nullptr && std::strcmp(kernel, "base") == 0;
-  c.defer = kernel == nullptr || std::strcmp(kernel, "nodefer") != 0;
-  const char* zero = std::getenv("WB_HISTOGRAM_ZERO");
-  c.one_launch = !c.base && (zero == nullptr || std::strcmp(zero, "memset") != 0);
+  c.base = env_is("WB_HISTOGRAM_KERNEL", "base");
+  c.defer = !env_is("WB_HISTOGRAM_KERNEL", "nodefer");
+  c.prefetch = env_is("WB_HISTOGRAM_KERNEL", "prefetch");
+  c.bulk = env_is("WB_HISTOGRAM_KERNEL", "bulk");
+  if (env_is("WB_HISTOGRAM_KERNEL", "read")) c.probe = Probe::kRead;
+  if (env_is("WB_HISTOGRAM_KERNEL", "readsync")) c.probe = Probe::kReadSync;
+  if (env_is("WB_HISTOGRAM_KERNEL", "readfull")) c.probe = Probe::kReadFull;
+  c.defer_slices = !env_is("WB_HISTOGRAM_SLICE", "filter");
+  c.one_launch = !c.base && !env_is("WB_HISTOGRAM_ZERO", "memset");
+  c.merge = c.base ? 0 : cluster_size("WB_HISTOGRAM_MERGE", 0);
   c.cluster = c.base ? 0 : cluster_size("WB_HISTOGRAM_CLUSTER", 0);
   c.half = c.base ? 0 : cluster_size("WB_HISTOGRAM_HALF", kHalfCluster);
   return c;
@@ -84,6 +114,9 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
   DeviceInfo d;
   if (const Status err = device_info(&d)) return err;
   const Choice c = choice();
+  if constexpr (std::is_same_v<T, float>) {
+    if (c.probe != Probe::kNone) return launch_read(x, n, r.bins, c.probe, counts, d, s);
+  }
   const int64_t chunks = chunks_for(r.bins, d.shared_optin);
   const bool shared = chunks == 1 || (chunks <= kMaxChunks && n >= r.bins);
   // The half or cluster path (where asked for) where per-block histograms would be large (their
@@ -110,8 +143,25 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
     }
   }
   if (shared) {  // clears counts itself (in the kernel, or a memset before it)
-    return c.base ? launch_shared<T, 2, false>(x, n, r, chunks, false, false, counts, d, s)
-                  : launch_shared<T, 4, true>(x, n, r, chunks, c.defer, c.one_launch, counts, d, s);
+    SharedPlan plan;
+    plan.defer = c.defer && !c.base;
+    plan.defer_slices = c.defer_slices;
+    plan.one_launch = c.one_launch;
+    plan.merge = d.major >= 9 && r.bins > kClusterBins && c.merge > 1 ? c.merge : 1;
+    if (c.base) return launch_shared<T, 2, false>(x, n, r, chunks, plan, counts, d, s);
+    if constexpr (std::is_same_v<T, float>) {
+      if (c.bulk && plan.defer && chunks == 1) {
+        bool launched = false;
+        if (const Status err = launch_bulk(x, n, r, c.one_launch, counts, d, s, &launched)) {
+          return err;
+        }
+        if (launched) return nullptr;
+      }
+      if (c.prefetch && plan.defer && chunks == 1 && r.estimate) {
+        return launch_shared<T, 4, true, true>(x, n, r, chunks, plan, counts, d, s);
+      }
+    }
+    return launch_shared<T, 4, true>(x, n, r, chunks, plan, counts, d, s);
   }
   if (const Status err = zero_counts(counts, r.bins, s)) return err;
   return c.base ? launch_global<T, 2, false>(x, n, r, counts, d, s)

@@ -204,39 +204,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Clusters of `size` blocks of kernel k with `smem` bytes of shared memory each that the current
-// device holds at once; 0 where none fits or the query fails. Remembered per thread (device,
-// kernel, size, smem), so that a call repeated under CUDA graph capture queries nothing.
-template <typename K>
-int resident_clusters(K k, const cudaLaunchConfig_t* config, int size, int64_t smem) {
-  struct Entry {
-    int device;
-    const void* kernel;
-    int size;
-    int64_t smem;
-    int clusters;
-  };
-  constexpr int kEntries = 32;
-  thread_local Entry seen[kEntries];
-  thread_local int used = 0;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  const auto* key = reinterpret_cast<const void*>(k);
-  for (int i = 0; i < used; ++i) {
-    const Entry& e = seen[i];
-    if (e.device == device && e.kernel == key && e.size == size && e.smem == smem) {
-      return e.clusters;
-    }
-  }
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, k, config) != cudaSuccess) {
-    (void)cudaGetLastError();  // not the op's error: another path runs instead
-    clusters = 0;
-  }
-  seen[used < kEntries ? used++ : kEntries - 1] = Entry{device, key, size, smem, clusters};
-  return clusters;
-}
-
 // The cluster path with clusters of `size` (2, 4 or 8) blocks. *launched is false, and nothing
 // ran, where a block's share of the bins does not fit its shared memory, or no such cluster fits
 // or launches on the device (the caller then takes another path).

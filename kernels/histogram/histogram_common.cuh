@@ -1,9 +1,11 @@
 // histogram/histogram_common.cuh: what every kernel of histogram.cu shares: the block shape and
-// limits, the load loop (for_each: 16-byte vectors, several in flight a thread), the float
-// elements' binning 16 at a time (count_deferred), the slice filter (may_hold), the clearing of
-// counts ahead of a grid barrier (clear_and_arrive), and the host's device queries and grid
-// sizes. Included by histogram.cu only, ahead of the paths (histogram_shared.cuh,
-// histogram_cluster.cuh).
+// limits, the load loops (for_each: 16-byte vectors, several in flight a thread; for_each_prefetch:
+// the next step's loads in flight while a step is counted), the float elements' binning 16 at a
+// time (count_deferred, and count_deferred_slice for one slice of the bins), the slice filter
+// (may_hold), the clearing of counts ahead of a grid barrier (clear_and_arrive), and the host's
+// device queries, grid sizes and launches (launch_ex: clusters, cooperative). Included by
+// histogram.cu only, ahead of the paths (histogram_shared.cuh, histogram_cluster.cuh,
+// histogram_bulk.cuh, histogram_probe.cuh).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -88,6 +90,59 @@ __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
   for_each<Unroll, NoL1>(x, n, block, blocks, f, each);
 }
 
+// for_each for float x with g on whole loop steps of U vectors, each step's loads issued before
+// the previous step's vectors are counted: a thread keeps 2 * U vectors in registers, and U loads
+// stay in flight while it counts (for_each issues its Unroll loads, then counts them with none in
+// flight). The head, the tail and the last steps as for_each takes them.
+template <int U, bool NoL1, typename F, typename G>
+__device__ __forceinline__ void for_each_prefetch(const float* __restrict__ x,  // [n]
+                                                  int64_t n, int64_t block, int64_t blocks, F& f,
+                                                  G& g) {
+  using V = Vec<float, 4>;
+  const int64_t tid = block * blockDim.x + threadIdx.x;
+  const int64_t stride = blocks * blockDim.x;
+  const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16) / 4;
+  const int64_t head = misalign ? (4 - misalign < n ? 4 - misalign : n) : 0;
+  const int64_t nvec = (n - head) / 4;
+  const int64_t tail = head + nvec * 4;
+  if (tid < head) f(x[tid]);
+  if (tid < n - tail) f(x[tail + tid]);
+  const V* xv = reinterpret_cast<const V*>(x + head);  // [nvec]
+  int64_t i = tid;
+  if (i + (U - 1) * stride < nvec) {
+    V v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = load_vec<NoL1>(xv + i + u * stride);
+    for (;;) {
+      const int64_t next = i + U * stride;
+      const bool more = next + (U - 1) * stride < nvec;
+      V w[U];
+      if (more) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) w[u] = load_vec<NoL1>(xv + next + u * stride);
+      }
+      g(v);
+      i = next;
+      if (!more) break;
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = w[u];
+    }
+  }
+  // Fewer than U vectors left (i, i + stride, ... below nvec): loaded together too.
+  V v[U - 1];
+#pragma unroll
+  for (int u = 0; u < U - 1; ++u) {
+    if (i + u * stride < nvec) v[u] = load_vec<NoL1>(xv + i + u * stride);
+  }
+#pragma unroll
+  for (int u = 0; u < U - 1; ++u) {
+    if (i + u * stride < nvec) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) f(v[u].v[j]);
+    }
+  }
+}
+
 // Counts the float elements of v with add(bin), the exact bins of histogram.h (bin_of_float),
 // where r.estimate: bin_bounds first for every element; those it does not pin (near an edge, a
 // fraction of about 4 * margin of them) wait in a mask and then take bin_of one at a time. A warp
@@ -118,6 +173,41 @@ __device__ __forceinline__ void count_deferred(const Vec<float, 4> (&v)[U], cons
 #pragma unroll
     for (int m = 1; m < K; ++m) e = m == k ? v[m / 4].v[m % 4] : e;
     add(static_cast<uint32_t>(bin_of(static_cast<double>(e), r)));
+  }
+}
+
+// count_deferred for one slice [first, first + bins) of the bins (the chunked path): add(b - first)
+// for the elements whose bin b lies in the slice. bin_bounds pins most bins; an element it does
+// not pin waits in the mask only where its bounds meet the slice, and then takes bin_of. So a slice
+// spends a float multiply-add on the elements of the other slices and the double path runs about
+// as often as with one slice (where first == 0 and bins == r.bins, count_deferred's counts).
+template <int U, typename A>
+__device__ __forceinline__ void count_deferred_slice(const Vec<float, 4> (&v)[U], const Range& r,
+                                                     int first, int bins, A& add) {
+  constexpr int K = U * 4;
+  static_assert(K <= 32, "the mask holds 32 elements");
+  uint32_t undecided = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const float e = v[k / 4].v[k % 4];
+    if (e >= r.flo && e <= r.fhi) {  // counted (histogram.h: flo, fhi)
+      const BinBounds b = bin_bounds(e, r);
+      const auto u = static_cast<uint32_t>(b.first - first);  // outside the slice: >= bins
+      if (b.first == b.last) {
+        if (u < static_cast<uint32_t>(bins)) add(u);
+      } else if (b.last >= first && b.first < first + bins) {
+        undecided |= 1u << k;
+      }
+    }
+  }
+  while (undecided != 0) {
+    const int k = __ffs(static_cast<int>(undecided)) - 1;
+    undecided &= undecided - 1;
+    float e = v[0].v[0];  // v's element k, picked with constant indices (v stays in registers)
+#pragma unroll
+    for (int m = 1; m < K; ++m) e = m == k ? v[m / 4].v[m % 4] : e;
+    const auto u = static_cast<uint32_t>(bin_of(static_cast<double>(e), r) - first);
+    if (u < static_cast<uint32_t>(bins)) add(u);
   }
 }
 
@@ -227,6 +317,71 @@ Status allow_shared(K k, int64_t smem) {
 Status zero_counts(Count* counts, int64_t bins, cudaStream_t s) {
   const cudaError_t err = cudaMemsetAsync(counts, 0, static_cast<size_t>(bins) * sizeof(Count), s);
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// Clusters of `size` blocks of kernel k with `smem` bytes of shared memory each that the current
+// device holds at once; 0 where none fits or the query fails. Remembered per thread (device,
+// kernel, size, smem), so that a call repeated under CUDA graph capture queries nothing.
+template <typename K>
+int resident_clusters(K k, const cudaLaunchConfig_t* config, int size, int64_t smem) {
+  struct Entry {
+    int device;
+    const void* kernel;
+    int size;
+    int64_t smem;
+    int clusters;
+  };
+  constexpr int kEntries = 32;
+  thread_local Entry seen[kEntries];
+  thread_local int used = 0;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const auto* key = reinterpret_cast<const void*>(k);
+  for (int i = 0; i < used; ++i) {
+    const Entry& e = seen[i];
+    if (e.device == device && e.kernel == key && e.size == size && e.smem == smem) {
+      return e.clusters;
+    }
+  }
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, k, config) != cudaSuccess) {
+    (void)cudaGetLastError();  // not the op's error: another path runs instead
+    clusters = 0;
+  }
+  seen[used < kEntries ? used++ : kEntries - 1] = Entry{device, key, size, smem, clusters};
+  return clusters;
+}
+
+// Launches kernel k over `grid` blocks of kThreads with `smem` bytes of dynamic shared memory on
+// stream s, in clusters of `cluster` blocks (1: none), as a cooperative launch with cooperative.
+// False, with the runtime's error cleared, where it refuses the launch.
+template <typename K, typename... A>
+bool launch_ex(K k, int64_t grid, int64_t smem, int cluster, bool cooperative, cudaStream_t s,
+               A... args) {
+  cudaLaunchAttribute attributes[2]{};
+  unsigned used = 0;
+  if (cluster > 1) {
+    attributes[used].id = cudaLaunchAttributeClusterDimension;
+    attributes[used].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attributes[used].val.clusterDim.y = 1;
+    attributes[used].val.clusterDim.z = 1;
+    ++used;
+  }
+  if (cooperative) {
+    attributes[used].id = cudaLaunchAttributeCooperative;
+    attributes[used].val.cooperative = 1;
+    ++used;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = s;
+  config.attrs = attributes;
+  config.numAttrs = used;
+  if (cudaLaunchKernelEx(&config, k, args...) == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
 }
 
 }  // namespace

@@ -17,7 +17,12 @@
 //   i % chunks), so x is read once from memory per slice group (the slices of one share run side
 //   by side and read it through L2) and the merge adds one atomic per nonzero bin of a slice. A
 //   slice skips the float elements that the float estimate puts in other slices (histogram.h,
-//   bin_bounds), so the exact bin is computed about once an element.
+//   bin_bounds), so the exact bin is computed about once an element: float32 elements 16 at a
+//   time (count_deferred_slice: the double path only for those near an edge of the slice's bins),
+//   the others one at a time (may_hold, then element_bin).
+//   Merge (WB_HISTOGRAM_MERGE, sm_90, above kClusterBins bins): the blocks of a slice come in
+//   thread-block clusters and add their histograms together through distributed shared memory
+//   before the global atomics (merge_cluster), a cluster-size-th of the atomics.
 //   Global path otherwise (huge or sparse histograms): one 64-bit atomicAdd on counts per counted
 //   element.
 #pragma once
@@ -32,17 +37,73 @@
 namespace wb::histogram {
 namespace {
 
-// Block i counts the slice i % chunks of the bins, [first, first + chunk_bins) cut at bins, over
-// the share i / chunks of x's gridDim.x / chunks shares. Requires replicas * chunk_bins 32-bit
-// counters of dynamic shared memory, gridDim.x a multiple of chunks, and at most kMaxBlockItems
-// elements a share.
-template <typename T, int Unroll, bool NoL1>
+// The histograms of a cluster of `merge` blocks (sm_90), which count the same slice of the bins
+// ([bins] 32-bit counters in each of `replicas` copies), added together with distributed shared
+// memory reads: block rank k of the cluster sums the bins k * blockDim.x + j (j < blockDim.x),
+// k + merge ..., over every block's replicas, and adds the nonzero sums to counts (from bin
+// `first` on). One global atomic per nonzero bin of a cluster instead of one per nonzero bin of a
+// block. Every block of the cluster calls it (two cluster barriers: the counts are complete before
+// any block reads them, and no block leaves while another still reads its memory).
+__device__ __forceinline__ void merge_cluster(const uint32_t* sub, int bins, int replicas,
+                                              int64_t first, Count* __restrict__ counts) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const auto size = static_cast<int>(cluster.num_blocks());
+  const auto rank = static_cast<int>(cluster.block_rank());
+  cluster.sync();
+  for (int b = rank * blockDim.x + threadIdx.x; b < bins; b += size * blockDim.x) {
+    Count c = 0;  // 32-bit counts of up to `size` blocks: summed in 64 bits
+    for (int q = 0; q < size; ++q) {
+      const uint32_t* theirs = cluster.map_shared_rank(sub, q);
+      for (int k = 0; k < replicas; ++k) c += theirs[k * bins + b];
+    }
+    if (c != 0) atomicAdd(&counts[first + b], c);
+  }
+  cluster.sync();
+#else
+  // No clusters here (the launcher asks for them only on sm_90): each block adds its own.
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+    uint32_t c = 0;
+    for (int k = 0; k < replicas; ++k) c += sub[k * bins + b];
+    if (c != 0) atomicAdd(&counts[first + b], Count{c});
+  }
+#endif
+}
+
+// Which slice of the bins a block counts and over which share of x: the blocks come in clusters
+// of `merge` (1: no clusters), cluster g counting slice g % chunks over the shares
+// (g / chunks) * merge + rank, so that the blocks of a cluster count the same slice (merge_cluster)
+// and the gridDim.x / chunks shares of a slice cover x once. With merge 1: block i counts slice
+// i % chunks over share i / chunks.
+struct Part {
+  int slice;
+  int share;
+  int shares;
+};
+__device__ __forceinline__ Part part_of(int chunks, int merge) {
+  const int g = static_cast<int>(blockIdx.x) / merge, rank = static_cast<int>(blockIdx.x) % merge;
+  return {g % chunks, g / chunks * merge + rank, static_cast<int>(gridDim.x) / chunks};
+}
+
+// Block i counts its slice of the bins (part_of), [first, first + chunk_bins) cut at bins, over
+// its share of x. Requires replicas * chunk_bins 32-bit counters of dynamic shared memory,
+// gridDim.x a multiple of chunks * merge, at most kMaxBlockItems elements a share, and with
+// merge > 1 a launch in clusters of `merge` blocks on sm_90 (merge_cluster). defer (float
+// elements, r.estimate): count_deferred, or count_deferred_slice with several slices; otherwise
+// each element alone (may_hold, then element_bin). Prefetch (float, Unroll 4, defer and one slice
+// only): each loop step's loads are issued before the previous step's vectors are counted
+// (for_each_prefetch).
+constexpr int kPrefetchVectors = 3;  // a loop step of the prefetching kernel: 6 vectors held
+template <typename T, int Unroll, bool NoL1, bool Prefetch = false>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_shared_kernel(const T* __restrict__ x,  // [n]
-                            int64_t n, Range r, int chunks, int chunk_bins, int replicas,
-                            bool defer, bool zero, Count* __restrict__ counts) {  // [bins]
-  extern __shared__ uint32_t sub[];  // [replicas, chunk_bins]
-  const int64_t first = int64_t{chunk_bins} * (blockIdx.x % chunks);
+                            int64_t n, Range r, int chunks, int chunk_bins, int replicas, int merge,
+                            bool defer, bool zero,
+                            Count* __restrict__ counts) {  // [bins]
+  extern __shared__ uint32_t sub[];                        // [replicas, chunk_bins]
+  const Part part = part_of(chunks, merge);
+  const int64_t first = int64_t{chunk_bins} * part.slice;
   const int bins = static_cast<int>(r.bins - first < chunk_bins ? r.bins - first : chunk_bins);
   for (int i = threadIdx.x; i < replicas * bins; i += blockDim.x) sub[i] = 0;
   // zero (a cooperative launch): the blocks clear counts themselves, then arrive at a grid barrier
@@ -58,18 +119,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (b < static_cast<uint32_t>(bins)) atomicAdd(&mine[b], 1u);
   };
   if constexpr (std::is_same_v<T, float> && Unroll == 4) {
-    if (defer) {  // uniform: one slice (chunks == 1) and r.estimate
-      auto add = [&](uint32_t b) { atomicAdd(&mine[b], 1u); };
+    auto add = [&](uint32_t b) { atomicAdd(&mine[b], 1u); };
+    if constexpr (Prefetch) {  // the launcher's promise: defer, one slice
+      constexpr int U = kPrefetchVectors;
+      auto group = [&](const Vec<float, 4>(&v)[U]) { count_deferred(v, r, add); };
+      for_each_prefetch<U, NoL1>(x, n, part.share, part.shares, count, group);
+    } else if (defer && chunks == 1) {  // uniform: r.estimate
       auto group = [&](const Vec<float, 4>(&v)[4]) { count_deferred(v, r, add); };
-      for_each<Unroll, NoL1>(x, n, blockIdx.x, gridDim.x, count, group);
+      for_each<Unroll, NoL1>(x, n, part.share, part.shares, count, group);
+    } else if (defer) {
+      const auto from = static_cast<int>(first);  // r.estimate: bins <= 2^22
+      auto group = [&](const Vec<float, 4>(&v)[4]) { count_deferred_slice(v, r, from, bins, add); };
+      for_each<Unroll, NoL1>(x, n, part.share, part.shares, count, group);
     } else {
-      for_each<Unroll, NoL1>(x, n, blockIdx.x / chunks, gridDim.x / chunks, count);
+      for_each<Unroll, NoL1>(x, n, part.share, part.shares, count);
     }
   } else {
-    for_each<Unroll, NoL1>(x, n, blockIdx.x / chunks, gridDim.x / chunks, count);
+    for_each<Unroll, NoL1>(x, n, part.share, part.shares, count);
   }
   __syncthreads();
   if (zero) cooperative_groups::this_grid().barrier_wait(std::move(token));
+  if (merge > 1) {
+    merge_cluster(sub, bins, replicas, first, counts);
+    return;
+  }
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     uint32_t c = 0;  // at most the block's elements: no overflow
 #pragma unroll 8
@@ -98,49 +171,89 @@ int64_t chunks_for(int64_t bins, int64_t optin) {
   return (bins + per_chunk - 1) / per_chunk;
 }
 
-// The shared path. one_launch: a cooperative launch whose blocks clear counts themselves (no
+// How the shared kernel runs (choice() in histogram.cu): defer, float elements binned 16 at a time
+// where r.estimate (count_deferred; with several slices only where defer_slices too); one_launch,
+// a cooperative launch whose blocks clear counts themselves; merge, the size of the clusters
+// whose blocks add their histograms together before the global atomics (1: none; sm_90 only).
+struct SharedPlan {
+  bool defer = true;
+  bool defer_slices = true;
+  bool one_launch = true;
+  int merge = 1;
+};
+
+// Clusters of `merge` blocks of kernel k with smem bytes each resident at once (0: none).
+template <typename K>
+int resident_merge_clusters(K k, int merge, int64_t smem) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(merge);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(merge));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return resident_clusters(k, &config, merge, smem);
+}
+
+// The shared path. plan.one_launch: a cooperative launch whose blocks clear counts themselves (no
 // zeroing launch before it), where the grid is resident at once; a separate memset otherwise,
-// and where the cooperative launch is refused.
-template <typename T, int Unroll, bool NoL1>
-Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, bool defer, bool one_launch,
-                     Count* counts, const DeviceInfo& d, cudaStream_t s) {
+// and where the cooperative launch is refused. plan.merge > 1: clusters of that many blocks per
+// slice, merged through distributed shared memory; without clusters of that size resident (or
+// where the device refuses the launch) the blocks merge alone.
+template <typename T, int Unroll, bool NoL1, bool Prefetch = false>
+Status launch_shared(const T* x, int64_t n, Range r, int64_t chunks, SharedPlan plan, Count* counts,
+                     const DeviceInfo& d, cudaStream_t s) {
   const int64_t chunk_bins = (r.bins + chunks - 1) / chunks;
   const int64_t bin_bytes = chunk_bins * int64_t{sizeof(uint32_t)};
   int64_t replicas = kReplicaBytes / bin_bytes;
   replicas = replicas < 1 ? 1 : (replicas > kWarps ? kWarps : replicas);
   const int64_t smem = replicas * bin_bytes;
-  const auto kernel = histogram_shared_kernel<T, Unroll, NoL1>;
+  const auto kernel = histogram_shared_kernel<T, Unroll, NoL1, Prefetch>;
   if (const Status err = allow_shared(kernel, smem)) return err;
   int64_t resident = 0;
   if (const Status err = resident_blocks(kernel, static_cast<int>(smem), d.sms, &resident)) {
     return err;
   }
-  // Shares of x: the resident blocks split among the slices, at least one share a slice.
-  const int64_t shares = grid_for<T>(n, resident / chunks > 0 ? resident / chunks : 1);
-  const auto grid = static_cast<unsigned>(shares * chunks);
-  const bool deferred = defer && chunks == 1 && r.estimate;
+  // Units of `merge` blocks (a cluster), resident at once: those of merge 1 are the blocks.
+  int64_t units = resident;
+  if (plan.merge > 1) {
+    units = resident_merge_clusters(kernel, plan.merge, smem);
+    if (units < chunks) plan.merge = 1, units = resident;  // no such clusters: no merge
+  }
+  const int64_t merge = plan.merge;
+  // Shares of x: the resident units split among the slices, at least one unit a slice; a slice's
+  // shares a multiple of merge.
+  const int64_t per_slice = units / chunks > 0 ? units / chunks : 1;
+  const int64_t shares = (grid_for<T>(n, per_slice * merge) + merge - 1) / merge * merge;
+  const int64_t grid = shares * chunks;
+  const bool deferred = plan.defer && r.estimate && (chunks == 1 || plan.defer_slices);
   const int chunks_i = static_cast<int>(chunks), chunk_bins_i = static_cast<int>(chunk_bins);
-  const int replicas_i = static_cast<int>(replicas);
-  if (one_launch && d.cooperative && shares * chunks <= resident) {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeCooperative;
-    attribute.val.cooperative = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(grid);
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    config.stream = s;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, kernel, x, n, r, chunks_i, chunk_bins_i, replicas_i, deferred,
-                           true, counts) == cudaSuccess) {
+  const int replicas_i = static_cast<int>(replicas), merge_i = static_cast<int>(merge);
+  thread_local int refused_device = -1;  // refused a cooperative launch in clusters
+  int device = 0;
+  if (plan.one_launch && d.cooperative && grid / merge <= units &&
+      (merge == 1 || (cudaGetDevice(&device) == cudaSuccess && device != refused_device))) {
+    if (launch_ex(kernel, grid, smem, merge_i, true, s, x, n, r, chunks_i, chunk_bins_i, replicas_i,
+                  merge_i, deferred, true, counts)) {
       return nullptr;
     }
-    (void)cudaGetLastError();  // refused: the memset and an ordinary launch run instead
+    if (merge > 1) refused_device = device;  // refused: the memset and an ordinary launch run
   }
   if (const Status err = zero_counts(counts, r.bins, s)) return err;
-  kernel<<<grid, kThreads, smem, s>>>(x, n, r, chunks_i, chunk_bins_i, replicas_i, deferred, false,
-                                      counts);
+  if (merge > 1) {
+    if (launch_ex(kernel, grid, smem, merge_i, false, s, x, n, r, chunks_i, chunk_bins_i,
+                  replicas_i, merge_i, deferred, false, counts)) {
+      return launch_status();
+    }
+    plan.merge = 1;  // clusters this device cannot schedule: blocks that merge alone
+    return launch_shared<T, Unroll, NoL1, Prefetch>(x, n, r, chunks, plan, counts, d, s);
+  }
+  kernel<<<static_cast<unsigned>(grid), kThreads, smem, s>>>(
+      x, n, r, chunks_i, chunk_bins_i, replicas_i, 1, deferred, false, counts);
   return launch_status();
 }
 
