@@ -234,7 +234,10 @@ bool launch_wide(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, 
 // an H100, 64 rows of 262144 float32 take 2 rounds of clusters of 8 blocks of 512 instead of 4
 // of 16, the backward 4 rounds of 16 instead of 10 of 16 blocks of 1024 (7 such clusters
 // resident), the bfloat16 forward one round of clusters of 4 instead of 2 of 8
-// (deep_cluster_size picks the size).
+// (deep_cluster_size picks the size). The grid is persistent (as many clusters as are resident,
+// the rows spread evenly), and where a cluster takes another row its loads go out while this
+// row's shared share is written: the registers' once they are written, each shared slot once its
+// output is.
 // Each element is still read once and written once; nothing outlives a launch.
 constexpr int kDeepBytes = 192;  // bytes of the row a thread holds in shared memory
 
@@ -298,19 +301,23 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
   V* const held = reinterpret_cast<V*>(deep_smem) + threadIdx.x;
   bool pending = false;  // an arrive whose wait is still to come
   V a[kT][K];
-  for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
-    op.template load<N, K>(row, s, a);
+  // Row `row`'s copies into the shared slots, a group a slot, so that the fold waits slot by slot.
+  auto copy_slot = [&](int64_t row, int j) {
+    if (row < rows && s.has(K + j)) {
 #pragma unroll
-    for (int j = 0; j < S; ++j) {  // a group a slot, so that the fold below waits slot by slot
-      if (s.has(K + j)) {
-#pragma unroll
-        for (int i = 0; i < kT; ++i) {
-          const V* src = reinterpret_cast<const V*>(op.src(i) + row * op.cols);  // [cols / N]
-          copy_async16(&held[(j * kT + i) * Threads], src + s.at(K + j));
-        }
+      for (int i = 0; i < kT; ++i) {
+        const V* src = reinterpret_cast<const V*>(op.src(i) + row * op.cols);  // [cols / N]
+        copy_async16(&held[(j * kT + i) * Threads], src + s.at(K + j));
       }
-      copy_async_commit();
     }
+    copy_async_commit();
+  };
+  const int64_t step = gridDim.x / size;
+  int64_t row = blockIdx.x / size;
+  if (row < rows) op.template load<N, K>(row, s, a);
+#pragma unroll
+  for (int j = 0; j < S; ++j) copy_slot(row, j);
+  for (; row < rows; row += step) {
     P p = op.template partial<N, K>(s, a);
 #pragma unroll
     for (int j = 0; j < S; ++j) {
@@ -324,6 +331,9 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
     }
     const P total = wide_total<P, Threads, false>(p, size, warps, &slot, pending);
     op.template store<N, K>(row, s, a, total);
+    // The next row's loads go out while this one's shared share is written: the registers now,
+    // each slot as soon as its output is out.
+    if (row + step < rows) op.template load<N, K>(row + step, s, a);
     const auto f = op.finish(total);
     V* const out = reinterpret_cast<V*>(op.dst() + row * op.cols);  // [cols / N]
 #pragma unroll
@@ -334,6 +344,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
         for (int i = 0; i < kT; ++i) x[i] = held[(j * kT + i) * Threads];
         out[s.at(K + j)] = op.out(x, f);
       }
+      copy_slot(row + step, j);
     }
   }
   if (pending) cluster_wait();  // no block exits while another may still read its partials
