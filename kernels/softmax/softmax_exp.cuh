@@ -16,9 +16,9 @@
 //                     below a 2-byte output's rounding wherever |M| < 2^10 or so (relative
 //                     6e-5 at |M| = 1000 against bfloat16's 4e-3 and float16's 5e-4).
 //   poly              fma, with every other exponential of the sum on the FMA pipe (ex2_poly: a
-//                     degree-4 polynomial, 2.7e-6 relative), so that the multiplication-bound
-//                     forward of 2-byte rows shares its exponentials between the MUFU (16
-//                     lanes an SM) and the FMA pipe (128 lanes).
+//                     degree-4 polynomial, 5.3e-6 relative), so that the forward of 2-byte rows,
+//                     bound by its exponentials, shares them between the MUFU (16 lanes an SM)
+//                     and the FMA pipe (128 lanes).
 #pragma once
 
 #include <cstdlib>
@@ -60,9 +60,9 @@ __device__ __forceinline__ float ex2(float t) {
 }
 
 // 2^t for t <= 1/2 (or NaN) on the FMA pipe: t = j + f with j = round(t), |f| <= 1/2, 2^f by a
-// degree-4 polynomial (2.7e-6 relative, fitted to 2^f on [-1/2, 1/2]), times 2^j made from j's
-// bits. t below -126 (-Inf included) gives about 2^-126 rather than 0: for a sum only. NaN stays
-// NaN (max.NaN keeps it, and NaN * 2^j is NaN).
+// degree-4 polynomial (fitted to 2^f on [-1/2, 1/2]; 5.3e-6 relative in float arithmetic), times
+// 2^j made from j's bits. t below -126 (-Inf included) gives about 2^-126 rather than 0: for a
+// sum only. NaN stays NaN (max.NaN keeps it, and NaN * 2^j is NaN).
 __device__ __forceinline__ float ex2_poly(float t) {
   constexpr float kShift = 12582912.0f + 127.0f;  // 1.5 * 2^23, plus the exponent bias
   float c = t;
