@@ -49,7 +49,8 @@ namespace {
 // estimate's margin is wide, as at 65536 bins) instead of count_deferred_slice (the default).
 // WB_HISTOGRAM_MERGE=2, 4 or 8 (sm_90, above kClusterBins bins, the shared and chunked paths):
 // the blocks that count one slice come in clusters of that size and add their histograms
-// together through distributed shared memory before the global atomics (default 0, off).
+// together through distributed shared memory before the global atomics, 0 each block alone
+// (default kMergeCluster).
 // WB_HISTOGRAM_CLUSTER=2, 4 or 8 turns the cluster path on with that cluster size (default 0,
 // off: on an H100, 2026-11-26, at 16 Mi and 64 Mi elements and 65536 bins it took 154-894 us
 // where the chunked path took 100-331 us). WB_HISTOGRAM_HALF=2, 4 or 8 sets the half path's
@@ -59,6 +60,8 @@ namespace {
 // half path's cluster size by default: 0, off (on an H100, 2026-11-26, it took 116.6 us at 16 Mi
 // elements and 65536 bins and 397.7 us at 64 Mi where the chunked path took 98.8 and 328.0).
 constexpr int kHalfCluster = 0;
+// The merge's cluster size by default: 0, off (not yet timed).
+constexpr int kMergeCluster = 0;
 
 struct Choice {
   bool base = false;
@@ -68,7 +71,7 @@ struct Choice {
   bool bulk = false;           // float32, one slice, sm_90: histogram_bulk_kernel
   Probe probe = Probe::kNone;  // float32: a read probe instead (not a histogram)
   bool one_launch = true;      // the shared kernel clears counts (cooperative launch)
-  int merge = 0;               // 0: the blocks of a slice merge alone
+  int merge = kMergeCluster;   // 0: the blocks of a slice merge alone
   int cluster = 0;             // 0: no cluster path
   int half = kHalfCluster;     // 0: no half path
 };
@@ -98,7 +101,7 @@ Choice choice() {
   if (env_is("WB_HISTOGRAM_KERNEL", "readfull")) c.probe = Probe::kReadFull;
   c.defer_slices = !env_is("WB_HISTOGRAM_SLICE", "filter");
   c.one_launch = !c.base && !env_is("WB_HISTOGRAM_ZERO", "memset");
-  c.merge = c.base ? 0 : cluster_size("WB_HISTOGRAM_MERGE", 0);
+  c.merge = c.base ? 0 : cluster_size("WB_HISTOGRAM_MERGE", kMergeCluster);
   c.cluster = c.base ? 0 : cluster_size("WB_HISTOGRAM_CLUSTER", 0);
   c.half = c.base ? 0 : cluster_size("WB_HISTOGRAM_HALF", kHalfCluster);
   return c;
