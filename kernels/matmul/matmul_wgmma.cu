@@ -159,7 +159,7 @@ struct Split {
   WgmmaShape tile{};     // the split tile (or the cluster sum's: wide, narrow), splits >= 2
   bool cluster = false;  // the slices summed in clusters of `splits` (one launch, no workspace)
   bool wide = false;     // the cluster sum on the 128-row tile (wgmma_wide_split_shape)
-  bool deep = false;     // the cluster sum with 16 loads of a thread in flight (sum_choice)
+  bool deep = false;     // the cluster sum with four runs of a thread in flight (sum_choice)
 };
 constexpr int64_t kMinSteps = 4;
 constexpr int kMaxClusterSlices = 8;  // the portable cluster size (the kernel's kMaxSlices)
@@ -209,9 +209,9 @@ int resident_clusters(int size, int threads, int smem) {
 
 // WB_WGMMA_SPLIT_SUM in the environment (read at each call; for A/B on a GPU): =cluster (the
 // default) sums the slices in clusters, one launch; =deep the same with four runs of each
-// thread's share read at a time where S <= 4, eight where S <= 2 (up to four times the
-// distributed shared memory loads in flight; the same sums in the same order); =launch writes
-// them to the workspace and sums them in a second launch (sum_slices_kernel).
+// thread's share read at a time where S <= 4 (twice the distributed shared memory loads in flight;
+// the same sums in the same order); =launch writes them to the workspace and sums them in a
+// second launch (sum_slices_kernel).
 Status sum_choice(bool* cluster, bool* deep) {
   const char* v = std::getenv("WB_WGMMA_SPLIT_SUM");
   const std::string_view sum = v != nullptr ? v : "";

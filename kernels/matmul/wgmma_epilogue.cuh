@@ -152,10 +152,10 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
 // apart: a half-warp's 8-byte stores land on 32 different banks), then after a barrier across the
 // cluster the consumers of each block sum a rank-th of the tile's rows inside m (in 4-column
 // runs, two a thread at a time: 2 * `ranks` 16-byte loads of distributed shared memory in flight
-// before the first add; deep, the launcher's WB_WGMMA_SPLIT_SUM=deep: 16 loads, of four runs
-// where ranks <= 4, of eight where ranks <= 2), in slice order as sum_slices_kernel does (the
-// same bits for the same slices), and store it into c rounded once (sum_runs); a second barrier
-// keeps each block's memory until the others have read it.
+// before the first add; deep, the launcher's WB_WGMMA_SPLIT_SUM=deep: four runs and 4 * `ranks`
+// loads where ranks <= 4), in slice order as sum_slices_kernel does (the same bits for the same
+// slices), and store it into c rounded once (sum_runs); a second barrier keeps each block's
+// memory until the others have read it.
 // row0: the tile's first row of c; col0: its first column; t: the thread in its consumer
 // warpgroup. Every thread of the block, the producer's too, takes part in both barriers (the
 // producer's in wgmma_units).
@@ -168,7 +168,7 @@ constexpr int kSumBarrier = 8;  // the consumers' named barrier (store_staged's 
 // of the tile, columns 4 * (u % (BN / 4)) + 0..3, those below cols), each summed over the
 // `ranks` slices' buffers at `base` in slice order and stored into c rounded once. A thread keeps
 // kSumLoads 16-byte loads of distributed shared memory in flight before the first add: `per` (8,
-// 4 or 2; at least ranks) of each of kSumLoads / per runs, load j being slice j % per of the
+// or 4 where ranks <= 4) of each of kSumLoads / per runs, load j being slice j % per of the
 // iteration's run j / per, so that one running sum adds each run's slices in order.
 constexpr int kSumLoads = 2 * kMaxSlices;
 template <typename T, int BN, int CONSUMERS>
@@ -176,7 +176,7 @@ __device__ __forceinline__ void sum_runs(T* c, int n, int64_t row0, int64_t col0
                                          int first, int end, int cols, int ranks, int per) {
   constexpr int kPitch = kSumPitch<BN>, kRuns = BN / 4, kStride = 128 * CONSUMERS;
   const bool pairs = n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 8 == 0;
-  const int shift = per == 2 ? 1 : per == 4 ? 2 : 3;  // log2(per)
+  const int shift = per == 4 ? 2 : 3;  // log2(per)
   for (int u0 = first; u0 < end; u0 += (kSumLoads >> shift) * kStride) {
     float4 v[kSumLoads];
 #pragma unroll
@@ -239,7 +239,7 @@ __device__ __forceinline__ void cluster_sum(T* c, int m, int n, int64_t row0, in
   const int runs = rows * kRuns, begin = rank * runs / ranks, end = (rank + 1) * runs / ranks;
   const uint32_t base = smem_addr(buf);
   const int first = begin + 128 * consumer + t;
-  const int per = !deep || ranks > 4 ? kMaxSlices : ranks > 2 ? 4 : 2;
+  const int per = deep && ranks <= kMaxSlices / 2 ? kMaxSlices / 2 : kMaxSlices;
   sum_runs<T, BN, CONSUMERS>(c, n, row0, col0, base, first, end, cols, ranks, per);
   sm90::cluster_sync_any();
 }
