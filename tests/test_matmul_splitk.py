@@ -210,11 +210,10 @@ def test_the_cluster_sum_gives_the_two_launch_bits(
     monkeypatch.setenv("WB_WGMMA_SPLITS", splits)
     monkeypatch.setenv("WB_WGMMA_SPLIT_TILE", rows)
     monkeypatch.setenv("WB_WGMMA_SPLIT_BN", cols)
-    for i, (m, n, k, col) in enumerate(CLUSTER_SHAPES):
+    for m, n, k, col in CLUSTER_SHAPES:
         a, b = _operands(m, n, k, col)
         monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", sum_by)
-        if i == 0:  # a forced S takes the cluster sum wherever its cluster launches at all
-            assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul(a, b))  # noqa: B023
+        assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul(a, b))  # noqa: B023
         ours = lib.matmul(a, b)
         _within_tolerance(lib, ours, a, b)
         monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", "launch")
