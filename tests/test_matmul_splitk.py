@@ -3,9 +3,7 @@ n = 4096) splits k across blocks on a 64 x 256 tile, each slice's float32 partia
 slice order into c (kernels/matmul/matmul_wgmma.cu). By default in one launch: clusters of S
 blocks, the slices of a tile, sum through distributed shared memory (wgmma_cluster_split_kernel);
 WB_WGMMA_SPLIT_SUM=launch writes the slices to a workspace and sums them in a second launch. The
-cluster sum's tile has 128 rows where a has more than 64 (WB_WGMMA_SPLIT_TILE=64 | 128 forces one),
-and 256 columns (WB_WGMMA_SPLIT_BN=128 runs its narrow sibling of 128, the same kernel launched
-with the sibling's ring); WB_WGMMA_SPLIT_SUM=deep reads four runs of each thread's share at a time.
+cluster sum's tile has 128 rows where a has more than 64 (WB_WGMMA_SPLIT_TILE=64 | 128 forces one).
 
 Without a GPU: the split kernels compile for sm_90a beside the tuned tile's, without spills.
 On a Hopper GPU (marked cuda): the default route takes the cluster sum, right against a float64
@@ -16,7 +14,6 @@ every call, and the same bits as the two-launch sum for the same slices; a CUDA 
 from __future__ import annotations
 
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +33,8 @@ ROWS = [1, 16, 64, 128, 200]
 def test_the_split_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -> None:
     """Sixteen kernels (three templates, two dtypes, two layouts of b, the cluster sum's on two
     tiles); the split ones on the 64 x 256 tile (256 threads, wgmma m64n256k16, 5 stages of
-    mbarriers), the cluster sum's also on the 128 x 256 one (384 threads, 4 stages), each with
-    its narrow sibling of 128 columns (m64n128k16; 8 and 7 stages, the mbarriers for the deeper
-    ring), reading distributed shared memory between two cluster barriers; none spilling."""
+    mbarriers), the cluster sum's also on the 128 x 256 one (384 threads, 4 stages), reading
+    distributed shared memory between two cluster barriers; none spilling."""
     ptx = tmp_path / "wgmma.ptx"
     done = nvcc_wgmma(tmp_path, "--ptx", "-o", str(ptx), dtypes=("f16", "bf16"), cluster=True)
     assert done.returncode == 0, done.stderr
@@ -49,14 +45,12 @@ def test_the_split_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -> N
     for kernel in cluster:
         assert "ld.shared::cluster.v4.f32" in kernel and "mapa.shared::cluster" in kernel
         assert kernel.count("barrier.cluster.wait.acquire;") >= 2
-        assert "wgmma.mma_async.sync.aligned.m64n128k16" in kernel  # the narrow sibling
     wide = [e for e in cluster if ".maxntid 384, 1, 1" in e]
-    assert len(wide) == 4 and all(re.search(r"E4full\[56\];", e) for e in wide)  # 7 stages
+    assert len(wide) == 4 and all(re.search(r"E4full\[32\];", e) for e in wide)
     for kernel in split + [e for e in cluster if e not in wide]:
         assert ".maxntid 256, 1, 1" in kernel
         assert "wgmma.mma_async.sync.aligned.m64n256k16" in kernel
-        stages = 5 if kernel in split else 8  # the cluster sum's: its narrow sibling's ring
-        assert re.search(rf"E4full\[{8 * stages}\];", kernel)
+        assert re.search(r"E4full\[40\];", kernel)  # 5 stages
         assert "setmaxnreg.dec.sync.aligned.u32 40;" in kernel  # the producer's share
     done = nvcc_wgmma(
         tmp_path,
@@ -193,74 +187,28 @@ def _operands(m: int, n: int, k: int, col: bool) -> tuple[torch.Tensor, torch.Te
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("sum_by", ["cluster", "deep"])
-@pytest.mark.parametrize("cols", ["256", "128"])
 @pytest.mark.parametrize("rows", ["64", "128"])
 @pytest.mark.parametrize("splits", ["2", "3", "4", "8"])
 def test_the_cluster_sum_gives_the_two_launch_bits(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, splits: str, rows: str, cols: str, sum_by: str
+    lib: Any, monkeypatch: pytest.MonkeyPatch, splits: str, rows: str
 ) -> None:
-    """WB_WGMMA_SPLITS=S (at most 8: one cluster of S blocks a tile), on each tile
-    (WB_WGMMA_SPLIT_TILE, WB_WGMMA_SPLIT_BN) and read either way (WB_WGMMA_SPLIT_SUM=cluster |
-    deep): the cluster sum adds the same slices (each element's the same float32 sums, whichever
-    tile holds it) in the same order as sum_slices_kernel, so c is the same bit for bit, and
-    right."""
+    """WB_WGMMA_SPLITS=S (at most 8: one cluster of S blocks a tile), on either tile
+    (WB_WGMMA_SPLIT_TILE): the cluster sum adds the same slices (each row's the same float32 sums,
+    whichever tile holds it) in the same order as sum_slices_kernel, so c is the same bit for bit,
+    and right."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     monkeypatch.setenv("WB_WGMMA_SPLITS", splits)
     monkeypatch.setenv("WB_WGMMA_SPLIT_TILE", rows)
-    monkeypatch.setenv("WB_WGMMA_SPLIT_BN", cols)
     for m, n, k, col in CLUSTER_SHAPES:
         a, b = _operands(m, n, k, col)
-        monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", sum_by)
         assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul(a, b))  # noqa: B023
         ours = lib.matmul(a, b)
         _within_tolerance(lib, ours, a, b)
         monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", "launch")
         theirs = lib.matmul(a, b)
+        monkeypatch.delenv("WB_WGMMA_SPLIT_SUM")
         assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), (m, n, k, col)
-
-
-def _grid_of(fn: Any, kernel: str) -> int:
-    """The blocks of the launch of ``kernel`` that ``fn`` makes, read off the profiler's trace."""
-    import json
-
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as folder:
-        trace = Path(folder) / "trace.json"
-        prof.export_chrome_trace(str(trace))
-        events = json.loads(trace.read_text())["traceEvents"]
-    grids = [
-        e["args"]["grid"]
-        for e in events
-        if kernel in e.get("name", "") and "grid" in e.get("args", {})
-    ]
-    assert len(grids) == 1, grids
-    return int(grids[0][0])
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("m", [16, 128])
-def test_the_narrow_tile_runs_twice_the_tiles(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int
-) -> None:
-    """WB_WGMMA_SPLIT_BN=128: the cluster sum's tile of 128 columns, 32 tiles of c at n = 4096
-    where the default has 16, in clusters of the same three slices; right either way."""
-    if not _hopper():
-        pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(m, 4096, 4096, False)
-    monkeypatch.setenv("WB_WGMMA_SPLITS", "3")
-    name = "wgmma_cluster_split_kernel"
-    assert _grid_of(lambda: lib.matmul(a, b), name) == 16 * 3
-    monkeypatch.setenv("WB_WGMMA_SPLIT_BN", "128")
-    assert _grid_of(lambda: lib.matmul(a, b), name) == 32 * 3
-    _within_tolerance(lib, lib.matmul(a, b), a, b)
-    monkeypatch.delenv("WB_WGMMA_SPLITS")  # S from all the SMs: at least the default's blocks
-    assert _grid_of(lambda: lib.matmul(a, b), name) >= 64
 
 
 @pytest.mark.cuda

@@ -8,9 +8,8 @@ call, picks another epilogue for A/B (the launch's dynamic shared memory tells t
 WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share b's tile (other
 values than these are refused, naming the variable); WB_WGMMA_SPLITS=S forces the split-k
 route's number of slices (for timing that choice); WB_WGMMA_SPLIT_SUM=launch sums the slices in a
-second launch instead of in clusters (=deep: in clusters, four runs read at a time),
-WB_WGMMA_SPLIT_TILE=64 | 128 the cluster sum's tile rows and WB_WGMMA_SPLIT_BN=256 | 128 its
-columns (tests/test_matmul_splitk.py).
+second launch instead of in clusters, WB_WGMMA_SPLIT_TILE=64 | 128 the cluster sum's tile rows
+(tests/test_matmul_splitk.py).
 
 Without a GPU: the kernels compile for sm_90a with all three epilogues, without spills.
 On a Hopper GPU (marked cuda): the default route is right against torch.mm at odd shapes (m, n
@@ -151,7 +150,6 @@ def test_a_forced_split_count_is_right(
         "WB_WGMMA_SPLITS",
         "WB_WGMMA_SPLIT_SUM",
         "WB_WGMMA_SPLIT_TILE",
-        "WB_WGMMA_SPLIT_BN",
     ],
 )
 def test_a_bad_variant_is_refused_by_name(

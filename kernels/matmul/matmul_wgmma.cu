@@ -14,8 +14,7 @@
 // 16 x 4096 x 4096), the plain build runs a 64 x 256 tile with k cut into S slices so that
 // tiles * S fill the SMs once. By default one launch (wgmma_cluster_split_kernel): clusters of S
 // blocks (S <= 8), the slices of one tile, sum their float32 partials through distributed shared
-// memory and store c; no workspace; on a 128 x 256 tile where a has more than 64 rows (or, with
-// WB_WGMMA_SPLIT_BN=128, either tile's sibling of 128 columns: twice the tiles). Where no
+// memory and store c; no workspace; on a 128 x 256 tile where a has more than 64 rows. Where no
 // such cluster fits the device as often as there are tiles (resident_clusters), or
 // WB_WGMMA_SPLIT_SUM=launch: wgmma_split_kernel writes each slice's float32 sums into a workspace
 // [S, m, n] the caller allocates (matmul_cuda_workspace), then sum_slices_kernel adds the slices in
@@ -26,9 +25,8 @@
 // error naming it): WB_WGMMA_STORE=vector | bulk | direct, the epilogue (launch_smem);
 // WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice);
 // WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split); WB_WGMMA_SPLIT_SUM=cluster
-// | deep | launch, how the split-k route sums its slices (sum_choice); WB_WGMMA_SPLIT_TILE=64 |
-// 128, the cluster sum's tile rows (wide_choice); WB_WGMMA_SPLIT_BN=256 | 128, its tile's columns
-// (narrow_choice).
+// | launch, how the split-k route sums its slices (sum_choice); WB_WGMMA_SPLIT_TILE=64 | 128, the
+// cluster sum's tile rows (wide_choice).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -156,10 +154,9 @@ int sm_count() {
 // sizes); so does a c with enough tiles for the SMs.
 struct Split {
   int splits = 0;
-  WgmmaShape tile{};     // the split tile (or the cluster sum's: wide, narrow), splits >= 2
+  WgmmaShape tile{};     // the split tile (or the wide one, for the cluster sum), splits >= 2
   bool cluster = false;  // the slices summed in clusters of `splits` (one launch, no workspace)
   bool wide = false;     // the cluster sum on the 128-row tile (wgmma_wide_split_shape)
-  bool deep = false;     // the cluster sum with four runs of a thread in flight (sum_choice)
 };
 constexpr int64_t kMinSteps = 4;
 constexpr int kMaxClusterSlices = 8;  // the portable cluster size (the kernel's kMaxSlices)
@@ -208,40 +205,14 @@ int resident_clusters(int size, int threads, int smem) {
 }
 
 // WB_WGMMA_SPLIT_SUM in the environment (read at each call; for A/B on a GPU): =cluster (the
-// default) sums the slices in clusters, one launch; =deep the same with four runs of each
-// thread's share read at a time where S <= 4 (twice the distributed shared memory loads in flight;
-// the same sums in the same order); =launch writes them to the workspace and sums them in a
-// second launch (sum_slices_kernel).
-Status sum_choice(bool* cluster, bool* deep) {
+// default) sums the slices in clusters, one launch; =launch writes them to the workspace and
+// sums them in a second launch (sum_slices_kernel).
+Status sum_choice(bool* cluster) {
   const char* v = std::getenv("WB_WGMMA_SPLIT_SUM");
   const std::string_view sum = v != nullptr ? v : "";
-  *deep = sum == "deep";
-  *cluster = sum.empty() || sum == "cluster" || *deep;
+  *cluster = sum.empty() || sum == "cluster";
   if (*cluster || sum == "launch") return nullptr;
-  return "matmul: WB_WGMMA_SPLIT_SUM must be cluster (the default), deep or launch; unset it";
-}
-
-// WB_WGMMA_SPLIT_BN in the environment (read at each call; for A/B on a GPU): the columns of the
-// cluster sum's tile, =256 (the default) or =128 (the tile's narrow sibling: twice the tiles,
-// each block's partial tile half as large, and S from all the SMs' worth of blocks instead of
-// half; see plan_split).
-Status narrow_choice(bool* narrow) {
-  const char* v = std::getenv("WB_WGMMA_SPLIT_BN");
-  const std::string_view cols = v != nullptr ? v : "";
-  *narrow = cols == "128";
-  if (cols.empty() || cols == "256" || *narrow) return nullptr;
-  return "matmul: WB_WGMMA_SPLIT_BN must be 256 (the default) or 128 (the cluster sum's tile "
-         "columns); unset it";
-}
-
-// The narrow sibling of a cluster sum's tile (its bm, bn / 2 columns; wgmma_shape.h): launched
-// with its ring alone.
-WgmmaShape narrow_of(const WgmmaShape& tile) {
-  WgmmaShape narrow = tile;
-  narrow.bn = tile.narrow_bn;
-  narrow.smem = tile.narrow_smem;
-  narrow.stage_smem = narrow.narrow_bn = narrow.narrow_smem = 0;
-  return narrow;
+  return "matmul: WB_WGMMA_SPLIT_SUM must be cluster (the default) or launch; unset it";
 }
 
 // The cluster sum's slices for `tiles` tiles: the most, from `splits` down to 2, whose clusters
@@ -302,11 +273,10 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   if (const Status e = global<&kShape>.read(&built)) return e;
   if (built.tuned || tiles_of(m, n, built) >= sm_count()) return nullptr;
   int64_t forced = 0;
-  bool cluster = false, deep = false, wide = false, narrow = false;
+  bool cluster = false, wide = false;
   if (const Status e = forced_splits(&forced)) return e;
-  if (const Status e = sum_choice(&cluster, &deep)) return e;
+  if (const Status e = sum_choice(&cluster)) return e;
   if (const Status e = wide_choice(m, &wide)) return e;
-  if (const Status e = narrow_choice(&narrow)) return e;
   WgmmaShape tile{};
   if (const Status e = global<&kSplitShape>.read(&tile)) return e;
   if (cluster) {
@@ -314,20 +284,18 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
     if (wide) {
       if (const Status e = global<&kWideShape>.read(&own)) return e;
     }
-    narrow = narrow && own.narrow_bn > 0;
-    if (narrow) own = narrow_of(own);
     // Half the SMs' worth of blocks (S = SMs / 2 tiles, from 8 down to what fits): on an H100,
     // 2026-11-26, four slices of 16 tiles (64 blocks) beat six (96) at m = 1 to 128 x 4096 x
     // 4096 (0.79-0.98x cuBLAS against 0.68-0.92x), and eight of 4 tiles (32 blocks) four at
-    // 16 x 1024 x 4096 (0.95x against 0.73x). The narrow tile (half the partial sums a block)
-    // takes all the SMs' worth: S = SMs / its tiles, four of 32 tiles at m <= 128 x 4096.
-    const int64_t steps = (k + own.bk - 1) / own.bk, tiles = tiles_of(m, n, own);
-    const int64_t budget = narrow ? sm_count() : sm_count() / 2;
-    const int64_t splits =
-        forced > 0 ? min_of(forced, steps) : min_of(budget / tiles, steps / kMinSteps);
-    const int slices = splits >= 2 ? cluster_slices(splits, tiles, own, forced > 0) : 0;
+    // 16 x 1024 x 4096 (0.95x against 0.73x).
+    const int64_t steps = (k + own.bk - 1) / own.bk;
+    const int64_t splits = forced > 0
+                               ? min_of(forced, steps)
+                               : min_of(sm_count() / (2 * tiles_of(m, n, own)), steps / kMinSteps);
+    const int slices =
+        splits >= 2 ? cluster_slices(splits, tiles_of(m, n, own), own, forced > 0) : 0;
     if (slices >= 2) {
-      *plan = Split{slices, own, true, wide, deep};
+      *plan = Split{slices, own, true, wide};
       return nullptr;
     }
   }
@@ -423,12 +391,9 @@ Status run_cluster_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64
     return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
   }
   const int64_t units = tiles_of(m, n, plan.tile) * plan.splits;
-  // The ring alone: the slices' sums go through its stages once they are consumed. Its size tells
-  // the kernel which tile it runs (the narrow sibling's ring, or the tile's); 16 bytes more, the
-  // deep sum.
-  const int smem = plan.tile.smem - plan.tile.stage_smem + (plan.deep ? 16 : 0);
+  // The ring alone: the slices' sums go through its stages once they are consumed.
   LaunchConfig config{static_cast<unsigned>(units), static_cast<unsigned>(plan.tile.threads),
-                      static_cast<unsigned>(smem)};
+                      static_cast<unsigned>(plan.tile.smem - plan.tile.stage_smem)};
   config.cluster = Dim3{static_cast<unsigned>(plan.splits), 1, 1};
   return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
                        static_cast<int>(k));

@@ -31,11 +31,11 @@
 // c's dtype. For a c of fewer tiles than SMs (a short a), split-k: wgmma_cluster_split_kernel
 // (the default) runs the slices of k of one tile as a cluster of blocks that sum their float32
 // partials through distributed shared memory and store c (cluster_sum), on a fixed 64 x 256 tile
-// of 5 stages or, for more than 64 rows of a, 128 x 256 of 4 (or either's narrow sibling of 128
-// columns, NarrowTile); wgmma_split_kernel (the 64 x 256 tile): a unit is (slice of k, tile),
-// and each writes its float32 sums to its slice of a workspace [splits, m, n], which the
-// launcher then sums in a second launch. Both sum in slice order (deterministic: no atomics).
-// The launcher picks one per call (matmul_wgmma.cu, plan_split).
+// of 5 stages or, for more than 64 rows of a, 128 x 256 of 4; wgmma_split_kernel (the 64 x 256
+// tile): a unit is (slice of k, tile), and each writes its float32 sums to its slice of a
+// workspace [splits, m, n], which the launcher then sums in a second launch. Both sum in slice
+// order (deterministic: no atomics). The launcher picks one per call (matmul_wgmma.cu,
+// plan_split).
 //
 // The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
 // WB_TUNE_CONSUMERS, WB_TUNE_STAGES and WB_TUNE_BLOCKS (blocks an SM) below; the plain build is
@@ -190,18 +190,6 @@ struct ClusterSplitTileOf<BKMajor, true> {
 template <bool BKMajor, bool Wide>
 using ClusterSplitTile = typename ClusterSplitTileOf<BKMajor, Wide>::type;
 
-// The narrow sibling of a cluster sum's tile (the launcher's WB_WGMMA_SPLIT_BN=128): 128 columns
-// on the same rows, so c has twice the tiles: each block's partial tile, which the cluster sum
-// moves through distributed shared memory, is half as large, and for the same slices twice the
-// SMs stream b. More stages keep about the ring's bytes in flight: 8 of 24 KiB on 64 rows, 7 of
-// 32 KiB on 128. The same kernel runs either: a launch given the sibling's ring (16 bytes more
-// for the deep sum) runs the sibling.
-template <typename Tl>
-using NarrowTile =
-    WgmmaTile<Tl::BN / 2, Tl::CONSUMERS, Tl::CONSUMERS == 1 ? 8 : 7, Tl::BLOCKS, Tl::B_KMAJOR>;
-template <typename Tl>
-constexpr int kRingSmem = Tl::kRingBytes + Tl::kAtomBytes;  // a launch's ring alone
-
 // The tiles, for the host launcher (wb/module.h's wb::global): the same for both layouts of b.
 // wgmma_shape.tuned: built at a point of the tuning space, which the launcher runs as it is.
 template <typename Tl>
@@ -210,17 +198,9 @@ constexpr WgmmaShape shape_of(int tuned) {
           Tl::kThreads,   Tl::kSmemBytes, Tl::BLOCKS,
           Tl::kEntryRegs, tuned,          Tl::kStaged ? Tl::kStageBytes : 0};
 }
-// A split tile's, naming its narrow sibling (the cluster sum's).
-template <typename Tl>
-constexpr WgmmaShape split_shape_of() {
-  WgmmaShape shape = shape_of<Tl>(0);
-  shape.narrow_bn = NarrowTile<Tl>::BN;
-  shape.narrow_smem = kRingSmem<NarrowTile<Tl>>;
-  return shape;
-}
 __constant__ WgmmaShape wgmma_shape = shape_of<DefaultTile<false>>(WB_WGMMA_TUNED);
-__constant__ WgmmaShape wgmma_split_shape = split_shape_of<SplitTile<false>>();
-__constant__ WgmmaShape wgmma_wide_split_shape = split_shape_of<WideSplitTile<false>>();
+__constant__ WgmmaShape wgmma_split_shape = shape_of<SplitTile<false>>(0);
+__constant__ WgmmaShape wgmma_wide_split_shape = shape_of<WideSplitTile<false>>(0);
 
 // The shared memory a kernel declares, for the loop below: the ring of stages (dynamic, any
 // alignment; the staged epilogue's buffers follow the ring) and its full and empty mbarriers.
@@ -396,10 +376,9 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     if constexpr (kClusterSum) {  // one unit a block: the ring's stages are all consumed
       static_assert(Tl::BM * kSumPitch<Tl::BN> * 4 <= Tl::kRingBytes,
                     "cluster_sum: the tile's float32 sums fit the ring");
-      // 16 bytes past the ring: the launcher's WB_WGMMA_SPLIT_SUM=deep.
       cluster_sum<O, Tl::BN, Tl::CONSUMERS>(
           out, m, n, int64_t{tile_m} * Tl::BM, int64_t{at.n} * Tl::BN, d,
-          reinterpret_cast<float*>(smem), consumer, t, rank, ranks, smem_given % 1024 == 16);
+          reinterpret_cast<float*>(smem), consumer, t, rank, ranks);
       continue;
     }
     O* const slice_out = out + static_cast<int64_t>(slice) * m * n;
@@ -459,8 +438,7 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SplitTile<BKMajor>::kThreads 
 // kernels above and below instead): launched in clusters of S (2 to 8) blocks, the S slices of
 // one tile of c, which sum their float32 partials through distributed shared memory and store c
 // (cluster_sum): no workspace, no second launch. Wide: on the 128-row tile (WideSplitTile; the
-// launcher's choice where a has more than 64 rows), else on the split tile; either's narrow
-// sibling where the launch's dynamic shared memory is the sibling's ring (NarrowTile).
+// launcher's choice where a has more than 64 rows), else on the split tile.
 template <typename T, bool BKMajor, bool Wide>
 __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wide>::kThreads : 1,
                                   WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wide>::BLOCKS : 1)
@@ -470,20 +448,10 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wid
                                int m, int n, int k) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape: no split
   using Tl = ClusterSplitTile<BKMajor, Wide>;
-  using Narrow = NarrowTile<Tl>;
-  static_assert(kRingSmem<Narrow> != kRingSmem<Tl>, "the launch's shared memory tells them apart");
-  constexpr int kStages = Tl::STAGES > Narrow::STAGES ? Tl::STAGES : Narrow::STAGES;
   extern __shared__ unsigned char smem_raw[];
-  __shared__ uint64_t full[kStages], empty[kStages];
-  uint32_t given = 0;
-  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(given));
-  const int splits = static_cast<int>(sm90::cluster_size());
-  const Ring ring{smem_raw, full, empty};
-  if (given / 1024 * 1024 == static_cast<uint32_t>(kRingSmem<Narrow>)) {
-    wgmma_units<Narrow, T, T, true>(map_a, map_b, c, m, n, k, splits, ring);
-  } else {
-    wgmma_units<Tl, T, T, true>(map_a, map_b, c, m, n, k, splits, ring);
-  }
+  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
+  wgmma_units<Tl, T, T, true>(map_a, map_b, c, m, n, k, static_cast<int>(sm90::cluster_size()),
+                              Ring{smem_raw, full, empty});
 #endif
 }
 

@@ -152,10 +152,9 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
 // apart: a half-warp's 8-byte stores land on 32 different banks), then after a barrier across the
 // cluster the consumers of each block sum a rank-th of the tile's rows inside m (in 4-column
 // runs, two a thread at a time: 2 * `ranks` 16-byte loads of distributed shared memory in flight
-// before the first add; deep, the launcher's WB_WGMMA_SPLIT_SUM=deep: four runs and 4 * `ranks`
-// loads where ranks <= 4), in slice order as sum_slices_kernel does (the same bits for the same
-// slices), and store it into c rounded once (sum_runs); a second barrier keeps each block's
-// memory until the others have read it.
+// before the first add), in slice order as sum_slices_kernel does (the same bits for the same
+// slices), and store it into c rounded once; a second barrier keeps each block's memory until
+// the others have read it.
 // row0: the tile's first row of c; col0: its first column; t: the thread in its consumer
 // warpgroup. Every thread of the block, the producer's too, takes part in both barriers (the
 // producer's in wgmma_units).
@@ -164,60 +163,10 @@ constexpr int kSumPitch = BN + 8;
 constexpr int kMaxSlices = 8;   // the portable cluster size
 constexpr int kSumBarrier = 8;  // the consumers' named barrier (store_staged's are 1 + consumer)
 
-// The cluster sum's runs first, first + 128 * CONSUMERS, ... below end (run u: row u / (BN / 4)
-// of the tile, columns 4 * (u % (BN / 4)) + 0..3, those below cols), each summed over the
-// `ranks` slices' buffers at `base` in slice order and stored into c rounded once. A thread keeps
-// kSumLoads 16-byte loads of distributed shared memory in flight before the first add: `per` (8,
-// or 4 where ranks <= 4) of each of kSumLoads / per runs, load j being slice j % per of the
-// iteration's run j / per, so that one running sum adds each run's slices in order.
-constexpr int kSumLoads = 2 * kMaxSlices;
-template <typename T, int BN, int CONSUMERS>
-__device__ __forceinline__ void sum_runs(T* c, int n, int64_t row0, int64_t col0, uint32_t base,
-                                         int first, int end, int cols, int ranks, int per) {
-  constexpr int kPitch = kSumPitch<BN>, kRuns = BN / 4, kStride = 128 * CONSUMERS;
-  const bool pairs = n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 8 == 0;
-  const int shift = per == 4 ? 2 : 3;  // log2(per)
-  for (int u0 = first; u0 < end; u0 += (kSumLoads >> shift) * kStride) {
-    float4 v[kSumLoads];
-#pragma unroll
-    for (int j = 0; j < kSumLoads; ++j) {
-      const int s = j & (per - 1), u = u0 + (j >> shift) * kStride;
-      const int row = u / kRuns, col = 4 * (u % kRuns);
-      const uint32_t at = base + static_cast<uint32_t>((row * kPitch + col) * sizeof(float));
-      if (u < end && col < cols && s < ranks) {
-        v[j] = sm90::load_cluster(sm90::cluster_address(at, s));
-      }
-    }
-    float4 sum{};
-#pragma unroll
-    for (int j = 0; j < kSumLoads; ++j) {
-      const int s = j & (per - 1), u = u0 + (j >> shift) * kStride;
-      if (s == 0) {
-        sum = v[j];
-      } else if (s < ranks) {
-        sum.x += v[j].x, sum.y += v[j].y, sum.z += v[j].z, sum.w += v[j].w;
-      }
-      const int row = u / kRuns, col = 4 * (u % kRuns);
-      if (s != per - 1 || u >= end || col >= cols) continue;
-      T* const to = c + (row0 + row) * n + col0 + col;
-      if (pairs && col + 4 <= cols) {
-        *reinterpret_cast<uint2*>(to) = make_uint2(pack2(from_acc<T>(sum.x), from_acc<T>(sum.y)),
-                                                   pack2(from_acc<T>(sum.z), from_acc<T>(sum.w)));
-      } else {
-        const float e[4] = {sum.x, sum.y, sum.z, sum.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if (col + i < cols) to[i] = from_acc<T>(e[i]);
-        }
-      }
-    }
-  }
-}
-
 template <typename T, int BN, int CONSUMERS>
 __device__ __forceinline__ void cluster_sum(T* c, int m, int n, int64_t row0, int64_t col0,
                                             const float (&d)[BN / 2], float* buf, int consumer,
-                                            int t, int rank, int ranks, bool deep) {
+                                            int t, int rank, int ranks) {
   constexpr int kPitch = kSumPitch<BN>, kRuns = BN / 4, kRows = 64 * CONSUMERS;
   // This thread's rows of the tile: r and r + 8 (those inside m).
   const int r = 64 * consumer + 16 * (t / 32) + (t % 32) / 4;
@@ -237,10 +186,48 @@ __device__ __forceinline__ void cluster_sum(T* c, int m, int n, int64_t row0, in
   const int rows = m - row0 < kRows ? static_cast<int>(m - row0) : kRows;
   const int cols = n - col0 < BN ? static_cast<int>(n - col0) : BN;
   const int runs = rows * kRuns, begin = rank * runs / ranks, end = (rank + 1) * runs / ranks;
+  const bool pairs = n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 8 == 0;
   const uint32_t base = smem_addr(buf);
-  const int first = begin + 128 * consumer + t;
-  const int per = deep && ranks <= kMaxSlices / 2 ? kMaxSlices / 2 : kMaxSlices;
-  sum_runs<T, BN, CONSUMERS>(c, n, row0, col0, base, first, end, cols, ranks, per);
+  // Two runs an iteration: both runs' loads in flight before the first add.
+  constexpr int kStride = 128 * CONSUMERS;
+  for (int u0 = begin + 128 * consumer + t; u0 < end; u0 += 2 * kStride) {
+    float4 v[2][kMaxSlices];
+    int row[2], col[2];
+    bool live[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int u = u0 + h * kStride;
+      row[h] = u / kRuns, col[h] = 4 * (u % kRuns);
+      live[h] = u < end && col[h] < cols;
+      const uint32_t at = base + static_cast<uint32_t>((row[h] * kPitch + col[h]) * sizeof(float));
+#pragma unroll
+      for (int s = 0; s < kMaxSlices; ++s) {
+        if (live[h] && s < ranks) v[h][s] = sm90::load_cluster(sm90::cluster_address(at, s));
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!live[h]) continue;
+      float4 sum = v[h][0];
+#pragma unroll
+      for (int s = 1; s < kMaxSlices; ++s) {
+        if (s < ranks) {
+          sum.x += v[h][s].x, sum.y += v[h][s].y, sum.z += v[h][s].z, sum.w += v[h][s].w;
+        }
+      }
+      T* const to = c + (row0 + row[h]) * n + col0 + col[h];
+      if (pairs && col[h] + 4 <= cols) {
+        *reinterpret_cast<uint2*>(to) = make_uint2(pack2(from_acc<T>(sum.x), from_acc<T>(sum.y)),
+                                                   pack2(from_acc<T>(sum.z), from_acc<T>(sum.w)));
+      } else {
+        const float e[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (col[h] + i < cols) to[i] = from_acc<T>(e[i]);
+        }
+      }
+    }
+  }
   sm90::cluster_sync_any();
 }
 

@@ -4,26 +4,22 @@
 // space), not in the launcher: the device-only TU defines a WgmmaShape for the tile it was built
 // with, and the launcher reads it from the loaded module (wb::global). So a variant of the tile,
 // or an edit of it, compiles the device-only TU alone and the host launcher stays as it is.
-// The module holds three: wgmma_shape (the tile of wgmma_kernel, the tuning space's),
-// wgmma_split_shape (the fixed tile of wgmma_split_kernel, the split-k route's) and
-// wgmma_wide_split_shape (the cluster sum's 128-row tile); the split tiles name their narrow
-// sibling, which the cluster sum's kernel runs when launched with its shared memory.
+// The module holds two: wgmma_shape (the tile of wgmma_kernel, the tuning space's) and
+// wgmma_split_shape (the fixed tile of wgmma_split_kernel, the split-k route's).
 // No CUDA or torch header: both sides include it.
 #pragma once
 
 namespace wb::matmul {
 
 struct WgmmaShape {
-  int bm, bn, bk;   // the tile of c a block computes (bm x bn), and k per pipeline stage
-  int threads;      // per block: one producer warpgroup and bm / 64 consumer warpgroups
-  int smem;         // dynamic shared memory per block, bytes
-  int blocks;       // resident blocks an SM the kernel is built for (its launch bounds)
-  int entry_regs;   // registers a thread must start with for the kernel's setmaxnreg split
-  int tuned;        // 1: built at a point of the tuning space, run as built (no split-k route)
-  int stage_smem;   // of smem, the staged epilogue's buffer at its end (0: the tile has none); a
-                    // launch given less (smem - stage_smem) stores c from registers instead
-  int narrow_bn;    // the cluster sum's sibling tile of bm x narrow_bn (0: none), which
-  int narrow_smem;  // wgmma_cluster_split_kernel runs when given narrow_smem bytes (its ring)
+  int bm, bn, bk;  // the tile of c a block computes (bm x bn), and k per pipeline stage
+  int threads;     // per block: one producer warpgroup and bm / 64 consumer warpgroups
+  int smem;        // dynamic shared memory per block, bytes
+  int blocks;      // resident blocks an SM the kernel is built for (its launch bounds)
+  int entry_regs;  // registers a thread must start with for the kernel's setmaxnreg split
+  int tuned;       // 1: built at a point of the tuning space, run as built (no split-k route)
+  int stage_smem;  // of smem, the staged epilogue's buffer at its end (0: the tile has none); a
+                   // launch given less (smem - stage_smem) stores c from registers instead
 };
 
 }  // namespace wb::matmul
