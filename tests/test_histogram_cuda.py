@@ -26,14 +26,14 @@ THREADS = 1024  # kThreads
 
 # The environment of each kernel choice (the launcher reads it at every call): the kernels before
 # the cluster path (a memset, then the kernel); the default (the shared path in one cooperative
-# launch that clears counts itself, the chunked path beyond one block, its slices binning float
-# elements 16 at a time); the default after a memset; the chunked path with the half path off
-# (the same as the default while the half path's default is off); the cluster path with clusters
+# launch that clears counts itself, its loads of the next loop step in flight while counting, the
+# chunked path beyond one block); the default after a memset; the chunked path with the half path
+# off (the same as the default while the half path's default is off); the cluster path with clusters
 # of 8, and with 8 binning float elements one at a time (no count_deferred); the half path with
-# clusters of 2 and 4; loads of the next loop step in flight while counting (prefetch); x streamed
-# through shared memory by bulk copies (bulk); the chunked path binning one element at a time
-# (slice_filter, the default before count_deferred_slice); the blocks of a slice merged in
-# clusters of 2 and 8 through distributed shared memory (above 16 Ki bins on sm_90).
+# clusters of 2 and 4; each loop step's loads counted once they land (plain); x streamed through
+# shared memory by bulk copies (bulk); the chunked path binning float elements 16 at a time
+# (slice_defer: count_deferred_slice); the blocks of a slice merged in clusters of 2 and 8 through
+# distributed shared memory (above 16 Ki bins on sm_90).
 ENV = (
     "WB_HISTOGRAM_KERNEL",
     "WB_HISTOGRAM_CLUSTER",
@@ -55,9 +55,9 @@ CHOICES = {
     },
     "half2": {"WB_HISTOGRAM_HALF": "2"},
     "half4": {"WB_HISTOGRAM_HALF": "4"},
-    "prefetch": {"WB_HISTOGRAM_KERNEL": "prefetch"},
+    "plain": {"WB_HISTOGRAM_KERNEL": "plain"},
     "bulk": {"WB_HISTOGRAM_KERNEL": "bulk"},
-    "slice_filter": {"WB_HISTOGRAM_SLICE": "filter"},
+    "slice_defer": {"WB_HISTOGRAM_SLICE": "defer"},
     "merge2": {"WB_HISTOGRAM_MERGE": "2"},
     "merge8": {"WB_HISTOGRAM_MERGE": "8"},
 }

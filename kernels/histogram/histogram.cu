@@ -38,27 +38,29 @@ namespace {
 // process): WB_HISTOGRAM_KERNEL=base takes the kernels as they were before the cluster path (two
 // loads in flight a thread, loads through L1, the chunked path beyond one block's shared memory);
 // WB_HISTOGRAM_KERNEL=nodefer bins float elements one at a time (bin_of_float) instead of
-// count_deferred (the cluster path, and the shared one); WB_HISTOGRAM_KERNEL=prefetch (float32,
-// one slice) issues each loop step's loads before the previous step's vectors are counted
-// (for_each_prefetch); WB_HISTOGRAM_KERNEL=bulk (float32, one slice, sm_90) streams x through
-// shared memory with bulk copies (histogram_bulk.cuh); WB_HISTOGRAM_KERNEL=read, readsync or
-// readfull (float32) runs a read probe instead of a histogram (histogram_probe.cuh: counts come out
-// zero); anything else, or unset, the current kernels (four loads in flight, not allocated in L1,
-// count_deferred). WB_HISTOGRAM_SLICE=filter bins the chunked path's elements one at a time
-// (may_hold, then element_bin: the double path for every element of the slice where the float
-// estimate's margin is wide, as at 65536 bins) instead of count_deferred_slice (the default).
-// WB_HISTOGRAM_MERGE=2, 4 or 8 (sm_90, above kClusterBins bins, the shared and chunked paths):
-// the blocks that count one slice come in clusters of that size and add their histograms
-// together through distributed shared memory before the global atomics, 0 each block alone
-// (default kMergeCluster).
-// WB_HISTOGRAM_CLUSTER=2, 4 or 8 turns the cluster path on with that cluster size (default 0,
-// off: on an H100, 2026-11-26, at 16 Mi and 64 Mi elements and 65536 bins it took 154-894 us
-// where the chunked path took 100-331 us). WB_HISTOGRAM_HALF=2, 4 or 8 sets the half path's
-// cluster size (16-bit counters, float32 only, ahead of the cluster path; default kHalfCluster),
-// and 0 turns it off. WB_HISTOGRAM_ZERO=memset clears counts with a memset before the shared kernel
-// instead of in it (the shared path's default, one cooperative launch; base implies memset). The
-// half path's cluster size by default: 0, off (on an H100, 2026-11-26, it took 116.6 us at 16 Mi
-// elements and 65536 bins and 397.7 us at 64 Mi where the chunked path took 98.8 and 328.0).
+// count_deferred (the cluster path, and the shared one); WB_HISTOGRAM_KERNEL=plain (float32, one
+// slice) waits for each loop step's loads before counting them, where the default issues them
+// before the previous step's vectors are counted (for_each_prefetch: on an H100, 2026-11-26, 31.8
+// us at 16 Mi elements and 256 bins against 36.8 for plain); WB_HISTOGRAM_KERNEL=bulk (float32, one
+// slice, sm_90) streams x through shared memory with bulk copies (histogram_bulk.cuh);
+// WB_HISTOGRAM_KERNEL=read, readsync or readfull (float32) runs a read probe instead of a histogram
+// (histogram_probe.cuh: counts come out zero); anything else, or unset, the current kernels (four
+// loads in flight, not allocated in L1, count_deferred). WB_HISTOGRAM_SLICE=defer bins the chunked
+// path's float elements 16 at a time (count_deferred_slice) instead of one at a time (may_hold,
+// then element_bin: the double path for every element of the slice where the float estimate's
+// margin is wide, as at 65536 bins); off by default: on an H100, 2026-11-26, 132.7 us at 16 Mi
+// elements and 65536 bins against 100.2. WB_HISTOGRAM_MERGE=2, 4 or 8 (sm_90, above kClusterBins
+// bins, the shared and chunked paths): the blocks that count one slice come in clusters of that
+// size and add their histograms together through distributed shared memory before the global
+// atomics, 0 each block alone (default kMergeCluster). WB_HISTOGRAM_CLUSTER=2, 4 or 8 turns the
+// cluster path on with that cluster size (default 0, off: on an H100, 2026-11-26, at 16 Mi and 64
+// Mi elements and 65536 bins it took 154-894 us where the chunked path took 100-331 us).
+// WB_HISTOGRAM_HALF=2, 4 or 8 sets the half path's cluster size (16-bit counters, float32 only,
+// ahead of the cluster path; default kHalfCluster), and 0 turns it off. WB_HISTOGRAM_ZERO=memset
+// clears counts with a memset before the shared kernel instead of in it (the shared path's default,
+// one cooperative launch; base implies memset). The half path's cluster size by default: 0, off (on
+// an H100, 2026-11-26, it took 116.6 us at 16 Mi elements and 65536 bins and 397.7 us at 64 Mi
+// where the chunked path took 98.8 and 328.0).
 constexpr int kHalfCluster = 0;
 // The merge's cluster size by default: 0, off (not yet timed).
 constexpr int kMergeCluster = 0;
@@ -66,8 +68,8 @@ constexpr int kMergeCluster = 0;
 struct Choice {
   bool base = false;
   bool defer = true;           // float elements: count_deferred where r.estimate
-  bool defer_slices = true;    // and count_deferred_slice on the chunked path
-  bool prefetch = false;       // float32, one slice: for_each_prefetch
+  bool defer_slices = false;   // and count_deferred_slice on the chunked path
+  bool prefetch = true;        // float32, one slice: for_each_prefetch
   bool bulk = false;           // float32, one slice, sm_90: histogram_bulk_kernel
   Probe probe = Probe::kNone;  // float32: a read probe instead (not a histogram)
   bool one_launch = true;      // the shared kernel clears counts (cooperative launch)
@@ -94,12 +96,12 @@ Choice choice() {
   Choice c;
   c.base = env_is("WB_HISTOGRAM_KERNEL", "base");
   c.defer = !env_is("WB_HISTOGRAM_KERNEL", "nodefer");
-  c.prefetch = env_is("WB_HISTOGRAM_KERNEL", "prefetch");
+  c.prefetch = !env_is("WB_HISTOGRAM_KERNEL", "plain");
   c.bulk = env_is("WB_HISTOGRAM_KERNEL", "bulk");
   if (env_is("WB_HISTOGRAM_KERNEL", "read")) c.probe = Probe::kRead;
   if (env_is("WB_HISTOGRAM_KERNEL", "readsync")) c.probe = Probe::kReadSync;
   if (env_is("WB_HISTOGRAM_KERNEL", "readfull")) c.probe = Probe::kReadFull;
-  c.defer_slices = !env_is("WB_HISTOGRAM_SLICE", "filter");
+  c.defer_slices = env_is("WB_HISTOGRAM_SLICE", "defer");
   c.one_launch = !c.base && !env_is("WB_HISTOGRAM_ZERO", "memset");
   c.merge = c.base ? 0 : cluster_size("WB_HISTOGRAM_MERGE", kMergeCluster);
   c.cluster = c.base ? 0 : cluster_size("WB_HISTOGRAM_CLUSTER", 0);
