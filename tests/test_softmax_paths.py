@@ -344,7 +344,7 @@ def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mode", ["fma", "poly"])
+@pytest.mark.parametrize("mode", ["fma", "poly", "twice", ""])
 @pytest.mark.parametrize("path", ["wide", "deep", "bulk", "split"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("rows", "cols"), [(6, 65536), (5, 131080)])
@@ -357,14 +357,16 @@ def test_the_exp_modes_match_torch(
     rows: int,
     cols: int,
 ) -> None:
-    """WB_SOFTMAX_EXP=fma or poly (kernels/softmax/softmax_exp.cuh) on each path that takes a 2-byte
-    row's exponentials from its values as loaded: torch's softmax within the dtype's rounding,
-    special rows included, and a row whose max is past the largest float / log2(e) (the element
-    formula's fallback); the backward does not use it."""
+    """WB_SOFTMAX_EXP=fma (the default, ""), poly or twice (kernels/softmax/softmax_exp.cuh) on
+    each path that takes a 2-byte row's exponentials from its values as loaded: torch's softmax
+    within the dtype's rounding, special rows included, a row whose max is past the largest float
+    / log2(e) and one of values near 60000 (where rounding m * log2(e) would cost float16's output
+    8 ulps: both take twice's formula); the backward does not use it."""
     monkeypatch.setenv("WB_SOFTMAX_PATH", path)
     monkeypatch.setenv("WB_SOFTMAX_EXP", mode)
     gen = torch.Generator().manual_seed(rows + cols)
     x = _special(torch.randn(rows, cols, generator=gen) * 4)
+    x[3, cols // 2 :] = 60000 + 16 * torch.randn(cols - cols // 2, generator=gen).clamp(-4, 4)
     if dtype == torch.bfloat16:
         x[4, 7] = 3e38
         x[4, 9] = -3e38

@@ -416,13 +416,11 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
 // a CUDA graph keeps the path of its capture): "bulk": bulk, split, cluster, block; "split":
 // split, cluster, block; "cluster": cluster, block; "stream": the stream path (rows read twice);
 // "wide": wide (softmax_wide.cuh: rows of 16-byte vectors, sm_90+), split, cluster, block;
-// "pipe": the same with the pipe path (softmax_wide.cuh's persistent variant) first; "deep": the
-// same with the deep path (softmax_wide.cuh: the wide path with a share in shared memory too).
-// Unset: "wide" for rows of 16-byte vectors summed in float (float32, bfloat16, float16): on an
-// H100, 2026-11-26, share of a copy of the same bytes at 1024x65536, 256x65536 and 64x262144,
-// forward / backward, float32 wide 94/98, 86/92, 69/66% (cluster 90/97, 81/90, 66/62%; split
-// 55-62%), bfloat16 wide 83/97, 74/86, 64/74% (cluster 38-63%, split 53-61%). Otherwise
-// "cluster" for 4- and 8-byte elements, "split" for 2-byte ones.
+// "pipe": the same with the pipe path (softmax_wide.cuh's persistent variant) first; "deep": deep
+// (softmax_wide.cuh: the wide path with a share in shared memory too), then as "wide".
+// Unset: for rows of 16-byte vectors summed in float (float32, bfloat16, float16), "deep" where
+// the rows are few (wide_default), else "wide"; otherwise "cluster" for 4- and 8-byte elements,
+// "split" for 2-byte ones. Where the deep path does not launch, the wide path is tried next.
 enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kWide, kPipe, kDeep, kInvalid };
 
 inline LongPath parse_long_path(const char* s) {
@@ -442,6 +440,34 @@ inline LongPath long_path() { return parse_long_path(std::getenv("WB_SOFTMAX_PAT
 constexpr const char* kBadPath =
     "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe or deep (or unset for the "
     "default)";
+
+// This device's SM count (0 where it cannot be read), read once a device.
+inline int64_t device_sms() {
+  static int known[64];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  if (known[device] == 0 && cudaDeviceGetAttribute(&known[device], cudaDevAttrMultiProcessorCount,
+                                                   device) != cudaSuccess) {
+    cudaGetLastError();  // no answer: the wide path
+    known[device] = 0;
+  }
+  return known[device];
+}
+
+// The default long-row path of rows of 16-byte vectors summed in float: the deep path (a block
+// holds 2.5x the wide path's share of a row, so a row takes fewer rounds of clusters) where the
+// rows are fewer than the SMs, or for a float32 forward up to twice as many; the wide path
+// elsewhere and for a 2-byte forward. On an H100, 2026-11-26, share of a copy of the same bytes
+// at 1024x65536, 256x65536 and 64x262144, forward / backward: float32 wide 94/98, 84/91, 66/67%,
+// deep 93/91, 94/78, 78/79%; bfloat16 wide 82/98, 71/84, 61/73%, deep 71/91, 61/84, 50/82% (the
+// forward with the fma exponentials: wide 89, 77, 69%, deep 78, 70, 57%).
+template <typename Op>
+LongPath wide_default(int64_t rows) {
+  constexpr bool forward = Op::kTensors == 1;
+  if (forward && sizeof(typename Op::T) == 2) return LongPath::kWide;
+  const int64_t sms = device_sms();
+  return rows < sms || (forward && rows <= 2 * sms) ? LongPath::kDeep : LongPath::kWide;
+}
 
 template <typename Op, int N, int G, int K>
 cudaError_t launch_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream) {
@@ -476,7 +502,7 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
     LongPath path = long_path();
     if (path == LongPath::kInvalid) return cudaErrorInvalidValue;  // launch_rows names it
     if (path == LongPath::kDefault) {
-      path = N > 1 && sizeof(typename Op::A) == 4 ? LongPath::kWide
+      path = N > 1 && sizeof(typename Op::A) == 4 ? wide_default<Op>(rows)
              : sizeof(typename Op::T) >= 4        ? LongPath::kCluster
                                                   : LongPath::kSplit;
     }
@@ -489,7 +515,10 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
         if (path == LongPath::kPipe && launch_wide<Op, N, true>(op, rows, nvec, stream, err)) {
           return err;
         }
-        if (path == LongPath::kDeep && launch_deep<Op, N>(op, rows, nvec, stream, err)) return err;
+        if (path == LongPath::kDeep && (launch_deep<Op, N>(op, rows, nvec, stream, err) ||
+                                        launch_wide<Op, N, false>(op, rows, nvec, stream, err))) {
+          return err;
+        }
       }
     }
     if (path != LongPath::kCluster && path != LongPath::kStream &&
