@@ -314,15 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         f" (CUDA {env.cuda}), commit {env.commit}; medians of {args.reps}, L2 flushed"
     )
     rows: list[Row] = []
+    folder = out_dir(args.out)
     for op in ops:
         rows += RUNS[op](lib, timer)
         print(f"{op}: {len(rows)} rows so far", file=sys.stderr, flush=True)
-    folder = out_dir(args.out)
-    text = render(rows, header)
-    write_text(folder / "kernel-goals.md", text)
-    write_json(
-        folder / "kernel-goals.json",
-        {"environment": env.to_dict(), "rows": [asdict(r) for r in rows]},
-    )
+        text = render(rows, header)  # written after each op: a run cut short keeps what it timed
+        write_text(folder / "kernel-goals.md", text)
+        rows_json = [asdict(r) for r in rows]
+        write_json(folder / "kernel-goals.json", {"environment": env.to_dict(), "rows": rows_json})
     print(text)
     return 0 if all(r.ok for r in rows) else 1
