@@ -47,13 +47,13 @@ constexpr const char* kBadExp = "WB_SOFTMAX_EXP: expected twice, fma or poly (or
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Whether T's pairs take the packed instructions: 2-byte T read in 16-byte vectors, on sm_80+.
-template <typename T, int N>
-constexpr bool kPairs =
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    false;
+constexpr bool kPackedArch = false;
 #else
-    sizeof(T) == 2 && N % 2 == 0;
+constexpr bool kPackedArch = true;
 #endif
+template <typename T, int N>
+constexpr bool kPairs = kPackedArch && sizeof(T) == 2 && N % 2 == 0;
 
 // 2^t, ex2.approx.ftz (MUFU): 2 ulp, 0 below 2^-126.
 __device__ __forceinline__ float ex2(float t) {
