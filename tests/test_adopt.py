@@ -115,6 +115,35 @@ def test_a_cuda_only_extension_shares_its_constants_and_keeps_device_helpers(
     assert "devices=('cuda',)" in spec and "(torch.float32, torch.float64)" in spec
 
 
+def test_a_conditional_inside_a_declaration_stays_in_it(tmp_path: Path) -> None:
+    """An #if group inside a statement (an arch- or option-dependent constant, an optional
+    parameter) belongs to the statement: its first branch is read, the statement ends after the
+    #endif, and adopt carries the group over verbatim."""
+    text = (
+        "template <typename T>\nconstexpr bool kPacked =\n#if defined(__CUDA_ARCH__) && "
+        "__CUDA_ARCH__ < 800\n    false;\n#else\n    sizeof(T) == 2;\n#endif\n"
+        "__global__ void k(float* x\n#ifdef WIDE\n    , float* y\n#endif\n) { x[0] = 1; }\n"
+        "static const int kB =\n#if A\n#if B\n  1;\n#else\n  2;\n#endif\n#elif C\n  3;\n"
+        "#else\n  4;\n#endif\nint z = 2;\n"
+    )
+    unit = parse(tmp_path / "c.cu", text)
+    got = [(it.kind, it.names[0], text[it.start : it.end]) for it in unit.items]
+    assert [(kind, name) for kind, name, _ in got] == [
+        ("declaration", "kPacked"), ("function", "k"), ("declaration", "kB"),
+        ("declaration", "z"),
+    ]  # fmt: skip
+    assert got[0][2].endswith("sizeof(T) == 2;\n#endif") and got[2][2].endswith("4;\n#endif")
+    assert got[1][2].endswith(") { x[0] = 1; }")
+    source = tmp_path / "scale_rows.cu"
+    original = CUDA_ONLY[0].read_text()
+    line = "constexpr int kThreads = 128;"
+    assert line in original
+    group = "constexpr int kThreads =\n#ifdef WIDE_ROWS\n    256;\n#else\n    128;\n#endif"
+    source.write_text(original.replace(line, group))
+    adopt([source], "rows", tmp_path / "kernels")
+    assert group in (tmp_path / "kernels/rows/rows_shared.h").read_text()
+
+
 def test_an_inline_def_becomes_a_composite_kernel(tmp_path: Path) -> None:
     adopt(CPU_INLINE, "cpuin", tmp_path / "kernels")
     got = files(tmp_path)

@@ -76,6 +76,12 @@ REGISTER = 'TORCH_LIBRARY(e, m) { m.def("f(Tensor x) -> Tensor"); }\n'
             2,
             "launched under a dtype dispatch that includes c10::Half",
         ),
+        # a statement begun in one branch of a group and ended after it
+        (
+            "#if A\nint x =\n#else\nint x =\n#endif\n 1;\n" + REGISTER,
+            3,
+            "inside a declaration: #else",
+        ),
         # an unterminated comment: the reader cannot go on
         ("/* never closed\n" + REGISTER, 1, "unterminated comment"),
     ],

@@ -261,19 +261,63 @@ def _macro_call(tokens: list[Token], i: int) -> int | None:
     return None
 
 
+_OPENS = frozenset({"if", "ifdef", "ifndef"})
+_BRANCHES = frozenset({"else", "elif", "elifdef", "elifndef"})
+
+
+def _group(tokens: list[Token], j: int) -> tuple[int, int]:
+    """(index of the directive that ends the first branch, index of the matching #endif) of the
+    conditional group that the directive at ``j`` opens."""
+    depth, first = 0, -1
+    for k in range(j + 1, len(tokens)):
+        if tokens[k].kind != "pp":
+            continue
+        name = directive(tokens[k])[0]
+        if name in _OPENS:
+            depth += 1
+        elif name == "endif" and depth > 0:
+            depth -= 1
+        elif name == "endif":
+            return (k if first < 0 else first), k
+        elif name in _BRANCHES and depth == 0 and first < 0:
+            first = k
+    raise ParseError(f"{tokens[j].text.strip()} with no #endif", tokens[j].line)
+
+
 def _statement(tokens: list[Token], i: int) -> tuple[int, str, int]:
-    """(end index, kind, index of the body's '{' or -1) of the statement starting at ``i``."""
+    """(end index, kind, index of the body's '{' or -1) of the statement starting at ``i``.
+
+    A conditional group (#if ... #endif) inside the statement belongs to it: its first branch is
+    read as the statement's tokens and the others are skipped, and a statement that ends inside
+    the group ends after its #endif (``constexpr int k =`` then ``#if A`` ``1;`` ``#else`` ``2;``
+    ``#endif``). Other directives inside it (#pragma, #define) are part of its text.
+    """
     call = _macro_call(tokens, i)
     if call is not None:
         return call, "declaration", -1
+    groups: list[tuple[int, int]] = []  # (first branch's end, #endif) of the open groups
+
+    def past(end: int) -> int:  # a statement that ends inside a group ends after its #endif
+        return max(end, groups[0][1] + 1) if groups else end
+
     j = i
     seen_eq = seen_paren = seen_record = False
     while j < len(tokens):
+        while groups and j >= groups[-1][0]:  # past a first branch: skip the group's others
+            j = max(j, groups.pop()[1] + 1)
+        if j >= len(tokens):
+            break
         t = tokens[j]
         if t.kind == "pp":
-            raise ParseError(f"a directive inside a declaration: {t.text.strip()}", t.line)
+            name = directive(t)[0]
+            if name in _BRANCHES or name == "endif":  # a group the statement did not open
+                raise ParseError(f"a directive inside a declaration: {t.text.strip()}", t.line)
+            if name in _OPENS:
+                groups.append(_group(tokens, j))
+            j += 1
+            continue
         if t.text == ";":
-            return j + 1, "declaration", -1
+            return past(j + 1), "declaration", -1
         if t.text == "=":
             seen_eq = True
         elif t.text in RECORD_KEYWORDS:
@@ -292,12 +336,12 @@ def _statement(tokens: list[Token], i: int) -> tuple[int, str, int]:
             before = tokens[j - 1].text if j > i else ""
             function = seen_paren and not seen_eq and (not seen_record or before in _TRAILING)
             if function or (seen_paren and before == ")" and not seen_eq):
-                return close + 1, "function", j
+                return past(close + 1), "function", j
             j = close + 1
             if not seen_eq and seen_record:
                 while j < len(tokens) and tokens[j].text != ";":
                     j = match(tokens, j) + 1 if tokens[j].text in "([{" else j + 1
-                return j + 1, "record", -1
+                return past(j + 1), "record", -1
             continue
         j += 1
     raise ParseError("a declaration with no end (';' or a body)", tokens[i].line)
