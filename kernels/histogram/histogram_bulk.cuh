@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "histogram/histogram_common.cuh"
+#include "wb/bulk.cuh"
 
 namespace wb::histogram {
 namespace {
@@ -26,31 +27,6 @@ constexpr int kBulkStages = 8;
 constexpr int kBulkTileBytes = kThreads * 16;  // a stage: one 16-byte vector a thread
 // The dynamic shared memory ahead of the histograms: the stages and their mbarriers.
 constexpr int kBulkRingBytes = kBulkStages * kBulkTileBytes + kBulkStages * 8;
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// The calling thread's arrival at bar, announcing `bytes` more that bulk copies complete on it.
-__device__ __forceinline__ void expect_bytes(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)),
-               "r"(bytes)
-               : "memory");
-}
-// Until the phase of bar with this parity has completed.
-__device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(shared_address(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-#endif
 
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_bulk_kernel(const float* __restrict__ x,  // [n]
@@ -80,18 +56,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto issue = [&](int64_t k) {  // thread 0: the block's tile k into stage k % kBulkStages
     const int stage = static_cast<int>(k % kBulkStages);
     const auto bytes = static_cast<uint32_t>(vecs_of(k)) * 16u;
-    expect_bytes(&full[stage], bytes);
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-            "r"(shared_address(tiles + stage * kThreads)),
-        "l"(xv + (blockIdx.x + k * gridDim.x) * kThreads), "r"(bytes),
-        "r"(shared_address(&full[stage]))
-        : "memory");
+    mbar_expect(&full[stage], bytes);
+    bulk_load(tiles + stage * kThreads, xv + (blockIdx.x + k * gridDim.x) * kThreads, bytes,
+              &full[stage]);
   };
   if (threadIdx.x == 0) {
     for (int i = 0; i < kBulkStages; ++i) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&full[i]))
-                   : "memory");
+      mbar_init(&full[i], 1);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     for (int64_t k = 0; k < mine && k < kBulkStages; ++k) issue(k);
@@ -110,7 +81,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid < n - tail) count(x[tail + tid]);
   for (int64_t k = 0; k < mine; ++k) {
     const int stage = static_cast<int>(k % kBulkStages);
-    wait_phase(&full[stage], static_cast<uint32_t>((k / kBulkStages) & 1));
+    mbar_wait(&full[stage], static_cast<unsigned>((k / kBulkStages) & 1));
     if (static_cast<int>(threadIdx.x) < vecs_of(k)) {
       const V v[1] = {tiles[stage * kThreads + threadIdx.x]};
       count_deferred(v, r, add);

@@ -42,42 +42,6 @@ struct BulkPlan {
   int ring;                 // chunk slots of a block's shared memory
 };
 
-#if WB_SOFTMAX_CLUSTERS
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
-               : "memory");
-}
-// The calling thread's arrival, announcing `bytes` more that bulk copies complete on bar.
-__device__ __forceinline__ void mbar_expect(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-// Until the phase of bar with this parity has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// bytes (a multiple of 16) from global src (16-byte aligned) to this block's shared dst, counted
-// on bar when they have landed.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes,
-                                          uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-#endif  // WB_SOFTMAX_CLUSTERS
-
 // Op's contract for this path (Forward, Backward): src(i) the tensors it reads, dst() the one
 // it writes, take(run, v) folds one vector of each tensor into a partial, finish(total) prepares
 // the row's result and out(v, f) gives an output vector.

@@ -57,6 +57,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "wb/bulk.cuh"
 #include "wb/cuda.cuh"
 #include "wb/types.h"
 
@@ -169,9 +170,6 @@ struct BlockReduce {
 };
 
 #if WB_SOFTMAX_CLUSTERS
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ int cluster_rank() {
   uint32_t r = 0;
 #if defined(__CUDA_ARCH__)
