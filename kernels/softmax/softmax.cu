@@ -320,13 +320,7 @@ int64_t cuda_workspace_bytes(int64_t cols) {
   // 2048 elements. Its grid is at most 2048 / kSplitThreads blocks an SM, with two partials of at
   // most 16 bytes (Stats<double>) and two 4-byte flags each.
   if (cols <= 2048) return 0;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return int64_t{sms} * (2048 / kSplitThreads) * 2 * (16 + 4);
+  return device_sms() * (2048 / kSplitThreads) * 2 * (16 + 4);
 }
 
 }  // namespace wb::softmax

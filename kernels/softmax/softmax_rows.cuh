@@ -439,17 +439,21 @@ constexpr const char* kBadPath =
     "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe or deep (or unset for the "
     "default)";
 
-// This device's SM count (0 where it cannot be read), read once a device.
+// The current device's SM count (0 where it cannot be read), read once a device.
 inline int64_t device_sms() {
   static int known[64];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  if (known[device] == 0 && cudaDeviceGetAttribute(&known[device], cudaDevAttrMultiProcessorCount,
-                                                   device) != cudaSuccess) {
-    cudaGetLastError();  // no answer: the wide path
-    known[device] = 0;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // a refusal is an answer (0), not an error of the caller's
+    return 0;
   }
-  return known[device];
+  if (device >= 0 && device < 64 && known[device] != 0) return known[device];
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (device >= 0 && device < 64) known[device] = sms;
+  return sms;
 }
 
 // The default long-row path of rows of 16-byte vectors summed in float: the deep path (a block
