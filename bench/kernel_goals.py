@@ -101,15 +101,12 @@ class Timer:
 
         self.torch = torch
         self.reps = reps
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-
-    def _flush(self) -> None:
-        self.flush.fill_(1)
-        self.flush.sum()  # L2 now holds clean lines of the buffer: no write-back in the call
+        self.device = torch.device("cuda", torch.cuda.current_device())
 
     def us(self, *fns: Callable[[], Any]) -> list[float]:
         """Median microseconds of each fn, one call of each in turn per repetition."""
+        from workbench.benchmark.timer_cuda import flush_l2
+
         torch = self.torch
         for fn in fns:
             fn()
@@ -117,7 +114,7 @@ class Timer:
         marks: list[list[tuple[Any, Any]]] = [[] for _ in fns]
         for _ in range(self.reps):
             for i, fn in enumerate(fns):
-                self._flush()
+                flush_l2(self.device)  # a write, then a read, of twice the L2
                 start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
                 start.record()
                 fn()

@@ -57,6 +57,11 @@ def _flush(buffer: torch.Tensor) -> None:
     buffer.view(torch.int32).max()
 
 
+def flush_l2(device: torch.device) -> None:
+    """Evict ``device``'s L2 and leave it clean, before a call timed by the caller's own events."""
+    _flush(_flush_buffer(device))
+
+
 def flush_bytes(device: torch.device) -> int:
     return _flush_buffer(device).numel()
 
