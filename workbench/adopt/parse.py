@@ -397,7 +397,7 @@ def parse(path: Path, text: str) -> Unit:
                 macro = rest.split("(", 1)[0].split()[0] if rest else ""
                 item.names = ("define", macro)
             items.append(item)
-            if name in ("if", "ifdef", "ifndef"):
+            if name in _OPENS:
                 if_depth += 1
             lead = t.end
             i += 1
