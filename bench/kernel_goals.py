@@ -9,24 +9,97 @@ kernel is marked, not timed as a win. matmul float32 also gets its error against
 over cuBLAS's own. Times are medians of CUDA-event pairs, each call after a write and a read of
 a buffer twice the L2 (so the call reads from DRAM and pays no write-back of the flush).
 
+A/B of a kernel's switches: each ``--variant LABEL:NAME=VALUE[,NAME=VALUE...]`` adds, for every
+case, a row of our op run with those environment variables set (the bundled launchers read their
+switches, such as WB_SOFTMAX_PATH, at each call), timed interleaved with the default and the peer
+in the same repetitions and checked like the default. A name no bundled kernel source mentions is
+refused (a typo would time the default twice).
+
 Usage: python -m bench kernel_goals [--ops matmul,softmax,histogram,layer_norm] [--reps 30]
-       [--out DIR]
+       [--variant LABEL:NAME=VALUE[,...]]... [--out DIR]
 Writes kernel-goals.md and kernel-goals.json into --out ($OUT, else the current folder) and
 prints the table last. Needs a CUDA GPU; the goals name Hopper (sm_90) figures.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import statistics
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.common import environment, markdown_table, out_dir, parser, write_json, write_text
 
 OPS = ("matmul", "softmax", "histogram", "layer_norm")
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Our op under a set of environment switches; the default has no label and no switches."""
+
+    label: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.env.items())
+
+    def name(self, op: str) -> str:
+        return f"{op} [{self.label}]" if self.label else op
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+DEFAULT = Variant()
+
+
+def switches_read(kernels: Path = KERNELS) -> set[str]:
+    """The WB_* names the bundled kernel sources mention (the switches their launchers read)."""
+    names: set[str] = set()
+    for path in kernels.rglob("*"):
+        if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
+            names.update(re.findall(r"\bWB_[A-Z0-9_]+\b", path.read_text(errors="replace")))
+    return names
+
+
+def parse_variant(text: str, known: set[str]) -> Variant:
+    """``LABEL:NAME=VALUE[,NAME=VALUE...]``, each NAME a switch a bundled kernel reads."""
+    label, sep, rest = text.partition(":")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.+-]+", label.strip()):
+        raise SystemExit(
+            f"--variant {text!r}: write LABEL:NAME=VALUE[,NAME=VALUE...], e.g. "
+            "deep:WB_SOFTMAX_PATH=deep (the label letters, digits, _ . + -)"
+        )
+    env: dict[str, str] = {}
+    for item in rest.split(","):
+        name, eq, value = item.strip().partition("=")
+        if not eq or not name:
+            raise SystemExit(f"--variant {text!r}: {item.strip()!r} is not NAME=VALUE")
+        if name not in known:
+            family = "_".join(name.split("_")[:2]) + "_"
+            near = sorted(n for n in known if n.startswith(family)) or sorted(known)
+            raise SystemExit(
+                f"--variant {text!r}: no bundled kernel reads {name}; switches they read: "
+                + ", ".join(near[:40])
+            )
+        env[name] = value
+    return Variant(label.strip(), env)
 
 
 @dataclass(frozen=True)
@@ -96,32 +169,61 @@ def parse_ops(text: str) -> list[str]:
 class Timer:
     """Interleaved CUDA-event medians with the L2 flushed before every call."""
 
-    def __init__(self, reps: int) -> None:
+    def __init__(self, reps: int, variants: Sequence[Variant] = ()) -> None:
         import torch
 
         self.torch = torch
         self.reps = reps
         self.device = torch.device("cuda", torch.cuda.current_device())
+        self.variants = (DEFAULT, *variants)  # each case's rows of our op: the default first
 
-    def us(self, *fns: Callable[[], Any]) -> list[float]:
-        """Median microseconds of each fn, one call of each in turn per repetition."""
+    def us(self, *fns: Callable[[], Any] | tuple[Variant, Callable[[], Any]]) -> list[float]:
+        """Median microseconds of each fn, one call of each in turn per repetition; a (variant,
+        fn) pair runs with the variant's switches set (before its start event is recorded)."""
         from workbench.benchmark.timer_cuda import flush_l2
 
         torch = self.torch
-        for fn in fns:
-            fn()
-        torch.cuda.synchronize()
-        marks: list[list[tuple[Any, Any]]] = [[] for _ in fns]
-        for _ in range(self.reps):
-            for i, fn in enumerate(fns):
-                flush_l2(self.device)  # a write, then a read, of twice the L2
-                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                start.record()
+        pairs = [f if isinstance(f, tuple) else (DEFAULT, f) for f in fns]
+        for variant, fn in pairs:
+            with variant.applied():
                 fn()
-                end.record()
+        torch.cuda.synchronize()
+        marks: list[list[tuple[Any, Any]]] = [[] for _ in pairs]
+        for _ in range(self.reps):
+            for i, (variant, fn) in enumerate(pairs):
+                with variant.applied():
+                    flush_l2(self.device)  # a write, then a read, of twice the L2
+                    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                    start.record()
+                    fn()
+                    end.record()
                 marks[i].append((start, end))
         torch.cuda.synchronize()
         return [1e3 * statistics.median(s.elapsed_time(e) for s, e in m) for m in marks]
+
+    def ours(
+        self,
+        fn: Callable[[], Any],
+        judge: Callable[[Any], tuple[bool, str]],
+        *peers: Callable[[], Any],
+    ) -> tuple[list[tuple[Variant, float, bool, str]], list[float]]:
+        """Our fn under each variant, its output judged first by `judge` (-> agrees, note), and
+        the peers, timed interleaved in one run: ([(variant, us, agrees, note)], [peer us]). A
+        variant whose call raises (a bad switch value: the launcher names it) is reported with
+        its error and not timed."""
+        runs: list[tuple[Variant, bool, str, bool]] = []
+        for variant in self.variants:
+            with variant.applied():
+                try:
+                    ok, note = judge(fn())
+                    runs.append((variant, ok, note, True))
+                except Exception as e:
+                    if variant is DEFAULT:
+                        raise
+                    runs.append((variant, False, f"{type(e).__name__}: {e}".splitlines()[0], False))
+        times = iter(self.us(*[(v, fn) for v, _, _, ran in runs if ran], *peers))
+        ours = [(v, next(times) if ran else 0.0, ok, note) for v, ok, note, ran in runs]
+        return ours, list(times)
 
 
 def rel_err(c: Any, ref: Any) -> float:
@@ -152,12 +254,18 @@ def matmul_rows(lib: Any, timer: Timer) -> list[Row]:
         a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
         b = torch.randn(k, n, device="cuda", dtype=dt, generator=gen)
         ref = a.float() @ b.float()
-        ours_err, blas_err = rel_err(fn(a, b), ref), rel_err(torch.mm(a, b), ref)
-        ok = ours_err <= 2 * blas_err + 1e-3
-        t_ours, t_blas = timer.us(lambda a=a, b=b, f=fn: f(a, b), lambda a=a, b=b: torch.mm(a, b))
-        note = f"error {ours_err:.1e} (cuBLAS {blas_err:.1e})"
-        rows.append(Row(f"matmul ({name})", f"{m}x{n}x{k}", str(dt)[6:], t_ours, "cuBLAS", t_blas,
-                        t_blas / t_ours, "x", goal, ok, note))  # fmt: skip
+        blas_err = rel_err(torch.mm(a, b), ref)
+
+        def judge(c: Any, ref: Any = ref, blas_err: float = blas_err) -> tuple[bool, str]:
+            err = rel_err(c, ref)
+            return err <= 2 * blas_err + 1e-3, f"error {err:.1e} (cuBLAS {blas_err:.1e})"
+
+        ours, (t_blas,) = timer.ours(
+            lambda a=a, b=b, f=fn: f(a, b), judge, lambda a=a, b=b: torch.mm(a, b)
+        )
+        for v, t, ok, note in ours:
+            rows.append(Row(v.name(f"matmul ({name})"), f"{m}x{n}x{k}", str(dt)[6:], t, "cuBLAS",
+                            t_blas, t_blas / t if t else 0.0, "x", goal, ok, note))  # fmt: skip
     return rows + matmul_float32_rows(lib, timer)
 
 
@@ -173,20 +281,27 @@ def matmul_float32_rows(lib: Any, timer: Timer) -> list[Row]:
     try:
         a = torch.randn(4096, 4096, device="cuda", generator=gen)
         b = torch.randn(4096, 4096, device="cuda", generator=gen)
-        ok = torch.allclose(lib.matmul(a, b), torch.mm(a, b), rtol=1e-3, atol=1e-2)
-        t_ours, t_blas = timer.us(lambda: lib.matmul(a, b), lambda: torch.mm(a, b))
-        rows.append(Row("matmul (default)", "4096x4096x4096", "float32", t_ours, "cuBLAS", t_blas,
-                        t_blas / t_ours, "x", 0.7, ok, "TF32 off"))  # fmt: skip
+        want = torch.mm(a, b)
+        ours, (t_blas,) = timer.ours(
+            lambda: lib.matmul(a, b),
+            lambda c: (torch.allclose(c, want, rtol=1e-3, atol=1e-2), "TF32 off"),
+            lambda: torch.mm(a, b),
+        )
+        for v, t, ok, note in ours:
+            rows.append(Row(v.name("matmul (default)"), "4096x4096x4096", "float32", t, "cuBLAS",
+                            t_blas, t_blas / t if t else 0.0, "x", 0.7, ok, note))  # fmt: skip
         for out in (64, 1024):
             for k in (256, 1024, 4096, 8192):
                 a = torch.randn(out, k, device="cuda", generator=gen)
                 b = torch.randn(k, out, device="cuda", generator=gen)
                 truth = a.double() @ b.double()
-                ours = float((lib.matmul(a, b).double() - truth).abs().max())
                 blas = float((torch.mm(a, b).double() - truth).abs().max())
-                rows.append(Row("matmul error", f"{out}x{out}, k = {k}", "float32", 0.0,
-                                "cuBLAS", 0.0, ours / blas, "err", 2.0, True,
-                                f"max error {ours:.2e} (cuBLAS {blas:.2e})"))  # fmt: skip
+                for v in timer.variants:
+                    with v.applied():
+                        ours_err = float((lib.matmul(a, b).double() - truth).abs().max())
+                    rows.append(Row(v.name("matmul error"), f"{out}x{out}, k = {k}", "float32",
+                                    0.0, "cuBLAS", 0.0, ours_err / blas, "err", 2.0, True,
+                                    f"max error {ours_err:.2e} (cuBLAS {blas:.2e})"))  # fmt: skip
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     return rows
@@ -204,19 +319,24 @@ def softmax_rows(lib: Any, timer: Timer) -> list[Row]:
             g = torch.randn(r, c, device="cuda", dtype=dt, generator=gen)
             y = torch.softmax(x.float(), -1).to(dt)
             tol = 1e-4 if dt == torch.float32 else 2e-2  # of the largest output
-            ok_f = rel_err(lib.softmax(x, -1), torch.softmax(x.float(), -1)) <= tol
-            want = torch._softmax_backward_data(g.float(), y.float(), -1, torch.float32)
-            ok_b = rel_err(lib.softmax_backward(g, y, -1), want) <= tol
+            want_f = torch.softmax(x.float(), -1)
+            want_b = torch._softmax_backward_data(g.float(), y.float(), -1, torch.float32)
             dst, src = torch.empty_like(x), torch.empty(r * c * 3 // 2, device="cuda", dtype=dt)
             src_out = torch.empty_like(src)
-            f_us, cf_us = timer.us(lambda x=x: lib.softmax(x, -1), lambda d=dst, x=x: d.copy_(x))
-            b_us, cb_us = timer.us(
+            forward, (cf_us,) = timer.ours(
+                lambda x=x: lib.softmax(x, -1),
+                lambda out, w=want_f, t=tol: (rel_err(out, w) <= t, ""),
+                lambda d=dst, x=x: d.copy_(x),
+            )
+            backward, (cb_us,) = timer.ours(
                 lambda g=g, y=y: lib.softmax_backward(g, y, -1),
+                lambda out, w=want_b, t=tol: (rel_err(out, w) <= t, ""),
                 lambda d=src_out, s=src: d.copy_(s),  # 3 bytes moved an element byte, as backward
             )
-            for way, t, cp, ok in (("forward", f_us, cf_us, ok_f), ("backward", b_us, cb_us, ok_b)):
-                rows.append(Row(f"softmax {way}", f"{r}x{c}", str(dt)[6:], t, "copy", cp, cp / t,
-                                "%", 0.85, ok))  # fmt: skip
+            for way, runs, cp in (("forward", forward, cf_us), ("backward", backward, cb_us)):
+                for v, t, ok, note in runs:
+                    rows.append(Row(v.name(f"softmax {way}"), f"{r}x{c}", str(dt)[6:], t, "copy",
+                                    cp, cp / t if t else 0.0, "%", 0.85, ok, note))  # fmt: skip
     return rows
 
 
@@ -240,16 +360,18 @@ def histogram_rows(lib: Any, timer: Timer) -> list[Row]:
         x = torch.randn(n, device="cuda", generator=gen)
         # Exact counts, binned in float64 (the spec's reference; torch.histc bins in float32)
         want = lib.specs["histogram"].reference(x, bins, -4.0, 4.0)
-        ok = torch.equal(lib.histogram(x, bins, -4.0, 4.0), want)
-        ours, histc, total = timer.us(
+        runs, (histc, total) = timer.ours(
             lambda x=x, b=bins: lib.histogram(x, b, -4.0, 4.0),
+            lambda out, w=want: (torch.equal(out, w), ""),
             lambda x=x, b=bins: torch.histc(x, b, -4.0, 4.0),
             lambda x=x: x.sum(),
         )
         read = n * 4 / bandwidth
-        note = f"{read / ours:.0%} of copy; x.sum() {total:.1f} us ({read / total:.0%})"
-        rows.append(Row("histogram", f"{n >> 20} Mi, {bins} bins", "float32", ours, "torch.histc",
-                        histc, histc / ours, "x", 3.4, ok, note))  # fmt: skip
+        for v, ours, ok, err in runs:
+            note = err or f"{read / ours:.0%} of copy; x.sum() {total:.1f} us ({read / total:.0%})"
+            rows.append(Row(v.name("histogram"), f"{n >> 20} Mi, {bins} bins", "float32", ours,
+                            "torch.histc", histc, histc / ours if ours else 0.0, "x", 3.4, ok,
+                            note))  # fmt: skip
     return rows
 
 
@@ -260,9 +382,10 @@ def layer_norm_rows(lib: Any, timer: Timer) -> list[Row]:
     from workbench.benchmark.run import bench
 
     rows = []
-    for dt in ("float32", "bfloat16"):
-        result = bench("layer_norm", lib=lib, device="cuda", dtype=dt, backward=True, save=False,
-                       roofline=False, rounds=2)  # fmt: skip
+    for v, dt in ((v, dt) for dt in ("float32", "bfloat16") for v in timer.variants):
+        with v.applied():  # each variant its own wb bench run (its own compiled peer's timing)
+            result = bench("layer_norm", lib=lib, device="cuda", dtype=dt, backward=True,
+                           save=False, roofline=False, rounds=2)  # fmt: skip
         for r in result.ops:
             how = "graph" if "graph" in r.op else "wall clock"
             for s in r.sizes:
@@ -270,7 +393,7 @@ def layer_norm_rows(lib: Any, timer: Timer) -> list[Row]:
                 if got is None:
                     continue
                 speedup, verdict = got
-                rows.append(Row(f"layer_norm step ({how})", s.label, dt, s.kernel * 1e6,
+                rows.append(Row(v.name(f"layer_norm step ({how})"), s.label, dt, s.kernel * 1e6,
                                 "torch.compile", s.times[COMPILED].stats.median * 1e6, speedup,
                                 "x", 1.0, True, verdict))  # fmt: skip
     return rows
@@ -288,9 +411,21 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__name__, __doc__)
     p.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
     p.add_argument("--reps", type=int, default=30, help="timed calls of each kernel and peer")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL:NAME=VALUE[,...]",
+        help="also time our op with these switches (repeatable), e.g. deep:WB_SOFTMAX_PATH=deep",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     ops = parse_ops(args.ops)
+    known = switches_read()
+    variants = [parse_variant(v, known) for v in args.variant]
+    labels = [v.label for v in variants]
+    if len(set(labels)) != len(labels):
+        raise SystemExit(f"--variant: each label once, got {', '.join(labels)}")
     if args.reps < 3:
         raise SystemExit(
             f"--reps must be at least 3 (a median of fewer says little), got {args.reps}"
@@ -305,12 +440,13 @@ def main(argv: list[str] | None = None) -> int:
     import workbench
 
     lib = workbench.load()
-    timer = Timer(args.reps)
+    timer = Timer(args.reps, variants)
     props = torch.cuda.get_device_properties(0)
     env = environment()
     header = (
         f"{env.date}, {props.name} ({props.multi_processor_count} SMs), torch {env.torch}"
         f" (CUDA {env.cuda}), commit {env.commit}; medians of {args.reps}, L2 flushed"
+        + "".join(f"; [{v.label}] = {v.describe()}" for v in variants)
     )
     rows: list[Row] = []
     folder = out_dir(args.out)

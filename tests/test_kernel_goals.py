@@ -4,6 +4,7 @@ arguments and on a host without a GPU, and (on a GPU) a real run of one op."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.kernel_goals import Row, parse_ops, render
+from bench.kernel_goals import Row, Variant, parse_ops, parse_variant, render, switches_read
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,6 +63,43 @@ def test_an_unknown_op_is_named_with_the_known_ones() -> None:
         parse_ops("softmx")
 
 
+def test_the_switches_are_read_off_the_kernel_sources() -> None:
+    known = switches_read()
+    assert {"WB_SOFTMAX_PATH", "WB_HISTOGRAM_KERNEL", "WB_WGMMA_CLUSTER"} <= known
+    assert "WB_NO_SUCH_SWITCH" not in known
+
+
+def test_a_variant_is_parsed_and_its_switches_checked() -> None:
+    known = switches_read()
+    v = parse_variant("deep+fma:WB_SOFTMAX_PATH=deep, WB_SOFTMAX_EXP=fma", known)
+    assert v == Variant("deep+fma", {"WB_SOFTMAX_PATH": "deep", "WB_SOFTMAX_EXP": "fma"})
+    assert v.name("softmax forward") == "softmax forward [deep+fma]"
+    # a typo would time the default under another name: refused, with the family's switches
+    with pytest.raises(
+        SystemExit, match=r"no bundled kernel reads WB_SOFTMAX_PTH.*WB_SOFTMAX_PATH"
+    ):
+        parse_variant("deep:WB_SOFTMAX_PTH=deep", known)
+    for bad in ("WB_SOFTMAX_PATH=deep", "a b:WB_SOFTMAX_PATH=deep", ":WB_SOFTMAX_PATH=deep"):
+        with pytest.raises(SystemExit, match="LABEL:NAME=VALUE"):
+            parse_variant(bad, known)
+    with pytest.raises(SystemExit, match="is not NAME=VALUE"):
+        parse_variant("deep:WB_SOFTMAX_PATH", known)
+
+
+def test_a_variant_sets_its_switches_only_while_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WB_SOFTMAX_PATH", "wide")
+    monkeypatch.delenv("WB_SOFTMAX_EXP", raising=False)
+    v = Variant("x", {"WB_SOFTMAX_PATH": "deep", "WB_SOFTMAX_EXP": "fma"})
+    with v.applied():
+        assert os.environ["WB_SOFTMAX_PATH"] == "deep" and os.environ["WB_SOFTMAX_EXP"] == "fma"
+    assert os.environ["WB_SOFTMAX_PATH"] == "wide" and "WB_SOFTMAX_EXP" not in os.environ
+
+
+def test_repeated_variant_labels_are_refused() -> None:
+    proc = goals("--variant", "a:WB_SOFTMAX_PATH=deep", "--variant", "a:WB_SOFTMAX_PATH=wide")
+    assert proc.returncode != 0 and "each label once" in proc.stderr
+
+
 def test_too_few_repetitions_are_refused() -> None:
     proc = goals("--reps", "1")
     assert proc.returncode != 0 and "--reps must be at least 3" in proc.stderr
@@ -81,3 +119,26 @@ def test_one_op_runs_and_writes_its_rows(tmp_path: Path) -> None:
     assert [r["case"] for r in rows] == ["16 Mi, 256 bins", "16 Mi, 65536 bins", "64 Mi, 256 bins"]
     assert all(r["ok"] and r["ours_us"] > 0 and r["peer_us"] > 0 for r in rows)
     assert (tmp_path / "kernel-goals.md").read_text() in proc.stdout
+
+
+@pytest.mark.cuda
+def test_variants_get_rows_of_their_own_and_are_checked(tmp_path: Path) -> None:
+    """A variant's rows follow the default's; a read probe (no histogram) is caught as a wrong
+    output, and a bad switch value is reported with the launcher's error, not timed."""
+    proc = goals(
+        "--ops", "histogram", "--reps", "3", "--out", str(tmp_path),
+        "--variant", "plain:WB_HISTOGRAM_KERNEL=plain",
+        "--variant", "probe:WB_HISTOGRAM_KERNEL=read",
+        "--variant", "bad:WB_HISTOGRAM_KERNEL=nope",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]  # the probe and the bad value are not ok
+    rows = json.loads((tmp_path / "kernel-goals.json").read_text())["rows"]
+    names = [r["op"] for r in rows[:4]]
+    assert names == ["histogram", "histogram [plain]", "histogram [probe]", "histogram [bad]"]
+    by = {r["op"]: r for r in rows if r["case"] == "16 Mi, 256 bins"}
+    assert by["histogram"]["ok"] and by["histogram [plain]"]["ok"]
+    assert by["histogram [plain]"]["ours_us"] > 0
+    assert not by["histogram [probe]"]["ok"] and by["histogram [probe]"]["ours_us"] > 0
+    assert not by["histogram [bad]"]["ok"] and by["histogram [bad]"]["ours_us"] == 0
+    assert "WB_HISTOGRAM_KERNEL" in by["histogram [bad]"]["note"]
+    assert "[plain] = WB_HISTOGRAM_KERNEL=plain" in proc.stdout
