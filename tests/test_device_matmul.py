@@ -35,6 +35,13 @@ WGMMA_NAMES = sorted(
         for k in ("true", "false")
         for wide in ("true", "false")
     ]
+    + ["&wb::matmul::wgmma_narrow32_shape", "&wb::matmul::wgmma_narrow64_shape"]
+    + [
+        f"wb::matmul::wgmma_narrow_kernel<wb::{t},{k},{bn}>"
+        for t in ("f16", "bf16")
+        for k in ("true", "false")
+        for bn in (32, 64)
+    ]
 )
 # A point of the space other than the default (kernels/matmul/spec.py): 64 x 128 tiles.
 POINT = {"BN": 128, "CONSUMERS": 1, "STAGES": 4, "BLOCKS": 1}

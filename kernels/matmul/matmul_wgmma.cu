@@ -26,7 +26,9 @@
 // WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice);
 // WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split); WB_WGMMA_SPLIT_SUM=cluster
 // | launch, how the split-k route sums its slices (sum_choice); WB_WGMMA_SPLIT_TILE=64 | 128, the
-// cluster sum's tile rows (wide_choice).
+// cluster sum's tile rows (wide_choice); WB_WGMMA_FEW=split | narrow | narrow1, the route of a
+// few-rows shape (few_rows_route, wgmma_narrow.h: split-k, or k whole on narrow tiles in
+// clusters of two sharing an operand's tile, or without clusters; matmul_wgmma_narrow.cu).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -35,7 +37,9 @@
 #include <string_view>
 
 #include "matmul/matmul.h"
+#include "matmul/wgmma_narrow.h"
 #include "matmul/wgmma_shape.h"
+#include "matmul/wgmma_tma.h"
 #include "wb/cuda.cuh"
 #include "wb/dtypes.h"
 #include "wb/module.h"
@@ -51,41 +55,6 @@ WB_DEVICE_TEMPLATE(kClusterSplit, "matmul_wgmma.kernel.cu",
 WB_DEVICE_TEMPLATE(kWideShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_wide_split_shape");
 
 namespace {
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static const auto fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
-// A 2-D map of 16-bit elements: `inner` contiguous elements per line, `outer` lines `pitch`
-// elements apart, copied in boxes of box_inner x box_outer with the 128-byte swizzle.
-template <typename T>
-bool make_map(CUtensorMap* map, const T* base, int64_t inner, int64_t outer, int64_t pitch,
-              int box_inner, int box_outer) {
-  const auto encode = encode_tiled();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(outer)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pitch) * sizeof(T)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_inner),
-                             static_cast<cuuint32_t>(box_outer)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const auto dtype =
-      std::is_same_v<T, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return encode(map, dtype, 2, const_cast<T*>(base), dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
 
 // The epilogue both kernels run, which the kernel reads off the launch's dynamic shared memory
 // (launch_smem): =vector through shared memory and 16-byte coalesced stores (tile.smem + 16),
@@ -157,6 +126,7 @@ struct Split {
   WgmmaShape tile{};     // the split tile (or the wide one, for the cluster sum), splits >= 2
   bool cluster = false;  // the slices summed in clusters of `splits` (one launch, no workspace)
   bool wide = false;     // the cluster sum on the 128-row tile (wgmma_wide_split_shape)
+  bool few = false;      // a few-rows shape (fewer built tiles than SMs): few_rows_route decides
 };
 constexpr int64_t kMinSteps = 4;
 constexpr int kMaxClusterSlices = 8;  // the portable cluster size (the kernel's kMaxSlices)
@@ -272,6 +242,7 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   WgmmaShape built{};
   if (const Status e = global<&kShape>.read(&built)) return e;
   if (built.tuned || tiles_of(m, n, built) >= sm_count()) return nullptr;
+  plan->few = true;
   int64_t forced = 0;
   bool cluster = false, wide = false;
   if (const Status e = forced_splits(&forced)) return e;
@@ -295,13 +266,13 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
     const int slices =
         splits >= 2 ? cluster_slices(splits, tiles_of(m, n, own), own, forced > 0) : 0;
     if (slices >= 2) {
-      *plan = Split{slices, own, true, wide};
+      *plan = Split{slices, own, true, wide, true};
       return nullptr;
     }
   }
   // The two-launch sum, on the split tile.
   const int64_t splits = splits_of(m, n, k, tile, forced);
-  if (splits >= 2) *plan = Split{static_cast<int>(splits), tile, false, false};
+  if (splits >= 2) *plan = Split{static_cast<int>(splits), tile, false, false, true};
   return nullptr;
 }
 
@@ -457,7 +428,9 @@ bool wgmma_available() {
 
 int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k) {
   Split plan;
+  FewRoute route = FewRoute::split;
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || plan_split(m, n, k, &plan)) return 0;
+  if (plan.few && (few_rows_route(m, &route) != nullptr || route != FewRoute::split)) return 0;
   return plan.splits >= 2 && !plan.cluster ? plan.splits * m * n : 0;
 }
 
@@ -468,6 +441,13 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   const bool b_kmajor = b.row == 1 && b.col != 1;
   Split plan;
   if (const Status e = plan_split(m, n, k, &plan)) return e;
+  if (plan.few) {  // a few-rows shape: the split-k route below, or the narrow one
+    FewRoute route = FewRoute::split;
+    if (const Status e = few_rows_route(m, &route)) return e;
+    if (route != FewRoute::split) {
+      return matmul_wgmma_narrow(a, b, c, m, n, k, b_kmajor, route == FewRoute::narrow, stream);
+    }
+  }
   if (plan.splits >= 2 && plan.cluster) {
     return run_cluster_split(a, b, c, m, n, k, b_kmajor, plan, stream);
   }

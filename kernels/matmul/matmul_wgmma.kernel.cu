@@ -37,6 +37,10 @@
 // order (deterministic: no atomics). The launcher picks one per call (matmul_wgmma.cu,
 // plan_split).
 //
+// A fourth, wgmma_narrow_kernel (wgmma_narrow.cuh, included at the end), runs the few-rows shapes
+// k whole on 64 x 32 or 64 x 64 tiles, a block a tile, in clusters of two sharing a's or b's tile
+// by TMA multicast (the launcher's WB_WGMMA_FEW=narrow; matmul_wgmma_narrow.cu).
+//
 // The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
 // WB_TUNE_CONSUMERS, WB_TUNE_STAGES and WB_TUNE_BLOCKS (blocks an SM) below; the plain build is
 // 128 x 256, 2 consumers, 4 stages, one block an SM. Only this TU reads them: the launcher reads
@@ -456,3 +460,6 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wid
 }
 
 }  // namespace wb::matmul
+
+// The narrow whole-k route for an a of few rows (its own kernel, wgmma_narrow_kernel).
+#include "matmul/wgmma_narrow.cuh"  // IWYU pragma: keep

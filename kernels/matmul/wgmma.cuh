@@ -153,10 +153,13 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-__device__ __forceinline__ uint64_t descriptor(const void* p, uint32_t lbo, uint32_t sbo) {
+// swizzle: the descriptor's layout type (bits 62-63): 1 the 128-byte swizzle (every tile but
+// one), 2 the 64-byte one (the narrow route's 32-column tile of a row-major b, wgmma_narrow.cuh).
+__device__ __forceinline__ uint64_t descriptor(const void* p, uint32_t lbo, uint32_t sbo,
+                                               uint64_t swizzle = 1) {
   return static_cast<uint64_t>((smem_addr(p) & 0x3FFFF) >> 4) |
          static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16 |
-         static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32 | static_cast<uint64_t>(1) << 62;
+         static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32 | swizzle << 62;
 }
 
 // Keeps the compiler from moving an accumulator across the asynchronous MMAs that write it.
@@ -198,16 +201,21 @@ struct Wgmma;
     }                                                                                       \
   };
 
-// Each N's accumulator list extends the one before it.
-#define WB_WGMMA_R64_                                                                          \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define WB_WGMMA_OPERANDS64_                                                                      \
+// Each N's accumulator list extends the one before it (N = 32: the narrow route's 64 x 32 tile).
+#define WB_WGMMA_R32_ "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define WB_WGMMA_OPERANDS32_                                                                      \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
-      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
-      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
-      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      "+f"(d[15])
+WB_WGMMA_(32, bf16, "bf16", "{" WB_WGMMA_R32_ "}", WB_WGMMA_OPERANDS32_, 16, 17, 18, 19)
+WB_WGMMA_(32, f16, "f16", "{" WB_WGMMA_R32_ "}", WB_WGMMA_OPERANDS32_, 16, 17, 18, 19)
+
+#define WB_WGMMA_R64_ \
+  WB_WGMMA_R32_ ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WB_WGMMA_OPERANDS64_                                                                     \
+  WB_WGMMA_OPERANDS32_, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),         \
+      "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+      "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 WB_WGMMA_(64, bf16, "bf16", "{" WB_WGMMA_R64_ "}", WB_WGMMA_OPERANDS64_, 32, 33, 34, 35)
 WB_WGMMA_(64, f16, "f16", "{" WB_WGMMA_R64_ "}", WB_WGMMA_OPERANDS64_, 32, 33, 34, 35)
 

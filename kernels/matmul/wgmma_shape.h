@@ -4,8 +4,9 @@
 // space), not in the launcher: the device-only TU defines a WgmmaShape for the tile it was built
 // with, and the launcher reads it from the loaded module (wb::global). So a variant of the tile,
 // or an edit of it, compiles the device-only TU alone and the host launcher stays as it is.
-// The module holds two: wgmma_shape (the tile of wgmma_kernel, the tuning space's) and
-// wgmma_split_shape (the fixed tile of wgmma_split_kernel, the split-k route's).
+// The module holds wgmma_shape (the tile of wgmma_kernel, the tuning space's), wgmma_split_shape
+// and wgmma_wide_split_shape (the split-k route's fixed tiles), and wgmma_narrow32_shape and
+// wgmma_narrow64_shape (the narrow route's, wgmma_narrow.cuh).
 // No CUDA or torch header: both sides include it.
 #pragma once
 
@@ -21,5 +22,10 @@ struct WgmmaShape {
   int stage_smem;  // of smem, the staged epilogue's buffer at its end (0: the tile has none); a
                    // launch given less (smem - stage_smem) stores c from registers instead
 };
+
+// The narrow route's clusters (wgmma_narrow_kernel's `pair`; matmul_wgmma_narrow.cu): none, two
+// blocks one above the other that share b's tile (each copies half of it into both by TMA
+// multicast), or two side by side that share a's.
+enum NarrowPair : int { kNarrowAlone = 0, kNarrowPairM = 1, kNarrowPairN = 2 };
 
 }  // namespace wb::matmul

@@ -1,0 +1,144 @@
+// matmul_wgmma_narrow.cu: the host launcher of the wgmma matmul's narrow route for an a of few
+// rows (the kernel is wgmma_narrow_kernel, wgmma_narrow.cuh in matmul_wgmma.kernel.cu's module).
+//
+//   matmul: c[i, j] = sum_p a[i, p] * b[p, j]
+//   a: [m, k] row-major; b: [k, n] row-major (n-major) or column-major (k-major); rows 16-byte
+//   aligned; c: [m, n] contiguous. float16 / bfloat16, float32 accumulation, rounded once.
+//
+// k whole on 64 x BN tiles, a block a tile, no workspace and no second launch. BN: 32 where
+// 64-wide tiles would fill at most half the SMs (m <= 64 x n = 4096: 128 tiles of 64 x 32 for
+// 132 SMs), else 64 (m = 128: 128 tiles of 64 x 64), as cuBLAS picks for these shapes
+// (nvjet_sm90_tst_64x32 and _64x64 on an H100); WB_WGMMA_NARROW_BN=32 | 64 forces one. Paired
+// (WB_WGMMA_FEW=narrow), the blocks run in clusters of two that share one operand's tile by TMA
+// multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
+// other); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
+// few_rows_route (the rule, and WB_WGMMA_FEW).
+//   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
+//   tests/test_matmul_narrow.py
+#include <cstdlib>
+#include <string_view>
+
+#include "matmul/matmul.h"
+#include "matmul/wgmma_narrow.h"
+#include "matmul/wgmma_shape.h"
+#include "matmul/wgmma_tma.h"
+#include "wb/cuda.cuh"
+#include "wb/dtypes.h"
+#include "wb/module.h"
+
+namespace wb::matmul {
+
+WB_DEVICE_TEMPLATE(kNarrow, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow_kernel");
+WB_DEVICE_TEMPLATE(kNarrow32Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow32_shape");
+WB_DEVICE_TEMPLATE(kNarrow64Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow64_shape");
+
+namespace {
+
+template <typename T, bool BKMajor>
+const DeviceKernel& narrow_kernel_of(int bn) {
+  return bn == 32 ? kernel<&kNarrow, T, Val<BKMajor>, Val<32>>
+                  : kernel<&kNarrow, T, Val<BKMajor>, Val<64>>;
+}
+template <typename T>
+const DeviceKernel& narrow_kernel(bool b_kmajor, int bn) {
+  return b_kmajor ? narrow_kernel_of<T, true>(bn) : narrow_kernel_of<T, false>(bn);
+}
+
+// An environment switch's value ("" where unset).
+std::string_view env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+int sms() {
+  int device = 0, count = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+  return count > 0 ? count : 1;
+}
+
+// The tile's columns: WB_WGMMA_NARROW_BN, else 32 where 64-wide tiles fill at most half the SMs.
+Status narrow_bn(int64_t m, int64_t n, int* bn) {
+  const std::string_view v = env("WB_WGMMA_NARROW_BN");
+  if (v == "32" || v == "64") {
+    *bn = v == "32" ? 32 : 64;
+    return nullptr;
+  }
+  if (!v.empty()) return "matmul: WB_WGMMA_NARROW_BN must be 32 or 64; unset it for the default";
+  const int64_t tiles64 = (m + 63) / 64 * ((n + 63) / 64);
+  *bn = 2 * tiles64 <= sms() ? 32 : 64;
+  return nullptr;
+}
+
+// The clusters' direction: WB_WGMMA_NARROW_PAIR, else along n (sharing a) where a has one row of
+// tiles (no tile below to share b with), else along m (sharing b).
+Status narrow_pair(int64_t m, int* pair) {
+  const std::string_view v = env("WB_WGMMA_NARROW_PAIR");
+  if (v == "m" || v == "n") {
+    *pair = v == "m" ? kNarrowPairM : kNarrowPairN;
+    return nullptr;
+  }
+  if (!v.empty()) return "matmul: WB_WGMMA_NARROW_PAIR must be m or n; unset it for the default";
+  *pair = m <= 64 ? kNarrowPairN : kNarrowPairM;
+  return nullptr;
+}
+
+}  // namespace
+
+// The default rule is the one line to change: split keeps today's route for every few-rows shape.
+// Proposed once timed (issue 37): narrow where m > 16 (m = 1 and 16 meet the goal on split).
+Status few_rows_route(int64_t m, FewRoute* route) {
+  (void)m;
+  *route = FewRoute::split;  // proposed: m > 16 ? FewRoute::narrow : FewRoute::split
+  const std::string_view v = env("WB_WGMMA_FEW");
+  if (v.empty()) return nullptr;
+  if (v == "split" || v == "narrow" || v == "narrow1") {
+    *route = v == "split" ? FewRoute::split : v == "narrow" ? FewRoute::narrow : FewRoute::narrow1;
+    return nullptr;
+  }
+  return "matmul: WB_WGMMA_FEW must be split, narrow or narrow1; unset it for the default";
+}
+
+template <typename T>
+Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
+                           bool b_kmajor, bool paired, Stream stream) {
+  int bn = 64, pair = kNarrowAlone;
+  if (const Status e = narrow_bn(m, n, &bn)) return e;
+  if (paired) {
+    if (const Status e = narrow_pair(m, &pair)) return e;
+  }
+  WgmmaShape tile{};
+  if (const Status e =
+          bn == 32 ? global<&kNarrow32Shape>.read(&tile) : global<&kNarrow64Shape>.read(&tile)) {
+    return e;
+  }
+  const int64_t tiles_m = (m + tile.bm - 1) / tile.bm, tiles_n = (n + bn - 1) / bn;
+  // Groups of tiles a cluster (or a block) takes; paired, the last group's second tile may lie
+  // past m or n (it runs, and stores nothing).
+  const int64_t groups = pair == kNarrowPairM   ? (tiles_m + 1) / 2 * tiles_n
+                         : pair == kNarrowPairN ? tiles_m * ((tiles_n + 1) / 2)
+                                                : tiles_m * tiles_n;
+  const int64_t blocks = pair == kNarrowAlone ? groups : 2 * groups;
+  if (blocks > INT32_MAX) return "matmul: too many tiles for the narrow route's grid";
+  // a: boxes of 64 k x 64 rows (32, each block's half, sharing a). b k-major: 64 k x BN columns
+  // (BN / 2, sharing b); n-major: BN columns x 64 k (32 k, sharing b), the 64-byte swizzle for
+  // rows of 32 columns.
+  CUtensorMap map_a, map_b;
+  const int a_rows = pair == kNarrowPairN ? 32 : 64;
+  const int b_part = pair == kNarrowPairM ? 2 : 1;
+  const bool mapped =
+      make_map(&map_a, a.data, k, m, a.row, tile.bk, a_rows) &&
+      (b_kmajor ? make_map(&map_b, b.data, k, n, b.col, tile.bk, bn / b_part)
+                : make_map(&map_b, b.data, n, k, b.row, bn, tile.bk / b_part,
+                           bn == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B));
+  if (!mapped) return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads),
+                      static_cast<unsigned>(tile.smem)};
+  if (pair != kNarrowAlone) config.cluster = Dim3{2, 1, 1};
+  return narrow_kernel<T>(b_kmajor, bn)
+      .launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), pair);
+}
+WB_INSTANTIATE(WB_REDUCED, matmul_wgmma_narrow)
+
+}  // namespace wb::matmul

@@ -1,0 +1,204 @@
+// matmul/wgmma_narrow.cuh: the narrow whole-k route for an a of few rows (issue 37), the rest of
+// matmul_wgmma.kernel.cu (included at its end: it uses that TU's TensorMap, limits and shape_of).
+//
+//   c[i, j] = sum_p a[i, p] * b[p, j]; c of few rows (m = 16 .. 200 against n = 4096): k whole,
+//   c stored once from registers, no float32 partials and no sum across blocks.
+//
+// One block a 64 x BN tile of c (BN = 32 or 64; not persistent: the launcher picks BN so that
+// the tiles about fill the SMs once, as 64 x 32 does for m = 64 x n = 4096: 128 tiles), 256
+// threads: warpgroup 0's thread 0 issues the TMA copies, warpgroup 1 runs wgmma.m64nBNk16 on
+// them. A ring of as many stages as fit 227 KiB (a stage: 64 + BN rows of 128 bytes; 18 stages
+// for BN = 32, 14 for BN = 64): such a shape waits on memory, and the deep ring keeps the most of
+// it in flight. Its own kernel (wgmma_narrow_kernel): nothing of it runs in the other kernels.
+//
+// `pair` (NarrowPair; the launch's cluster of two where not kNarrowAlone): the two blocks of a
+// cluster take neighbouring tiles that share one operand's tile, and each copies half of that
+// tile into both blocks' stages (TMA multicast), so that it is read from L2 once for two tiles:
+//   kNarrowPairN  tiles side by side share a's 64 rows: rank r copies rows 32r .. 32r + 31;
+//   kNarrowPairM  tiles one above the other share b's BN columns: rank r copies columns
+//                 r * BN / 2 .. (b column-major, k-major) or k rows 32r .. 32r + 31 of the stage
+//                 (b row-major, n-major).
+// A stage of a block is then written by both producers, so it is refilled only once the
+// consumers of both blocks released it: `empty` counts two arrivals (this block's consumer and
+// the other's, which arrives remotely); `full` expects the whole stage's bytes, which land in
+// this block from its own copies and the other's multicast. A block leaves only once the other's
+// consumer released all of its stages (its producer waits for that), and the other's multicasts
+// into it have landed before its own consumer is done. The second tile of the last pair may lie
+// past m or n: it copies the last tile's rows or columns instead (past m or n, so unused) and
+// stores nothing.
+//
+// A row-major b's 32-column tile has rows of 64 bytes: its map and descriptor use the 64-byte
+// swizzle (descriptor layout type 2; an 8-row atom is 512 bytes, SBO = 512); every other tile
+// here is the kernel's 128-byte one (see matmul_wgmma.kernel.cu's header for the layouts).
+#pragma once
+
+namespace wb::matmul {
+
+template <int BN_>
+struct NarrowTile {
+  static constexpr int BN = BN_, BM = 64, kThreads = 256;
+  static constexpr int kBytesA = BM * kRowBytes, kBytesB = BN * kRowBytes;  // per stage
+  static constexpr int kAtomBytes = 8 * kRowBytes;  // the stages' alignment: a 128-byte atom
+  static constexpr int kBytesAB = kBytesA + kBytesB;
+  // As many stages as fit beside the alignment slack and their two 8-byte mbarriers each.
+  static constexpr int STAGES = (kSmemPerBlock - kAtomBytes) / (kBytesAB + 16);
+  static constexpr int kRingBytes = STAGES * kBytesAB;
+  static constexpr int kSmemBytes = kRingBytes + kAtomBytes;
+  // b's tile of one stage, row-major b (n-major): 64 k rows of BN columns.
+  static constexpr int kBRowBytes = BN * 2;
+  static constexpr uint64_t kBSwizzle = BN == 64 ? 1 : 2;  // 128-byte or 64-byte swizzle
+  // For shape_of: one block an SM, c stored from registers (no staged buffer), and no setmaxnreg
+  // split (launch bounds (256, 1) leave each thread up to 255 registers).
+  static constexpr int BLOCKS = 1, kEntryRegs = 0;
+  static constexpr bool kStaged = false;
+  static constexpr int kStageBytes = 0;
+
+  static_assert(BN == 32 || BN == 64, "the narrow tile: BN 32 or 64");
+  static_assert(kSmemBytes + 16 * STAGES <= kSmemPerBlock, "the ring exceeds 227 KiB");
+  static_assert(STAGES >= 4, "a ring of at least 4 stages");
+};
+
+// c = a @ b for one 64 x BN tile a block (and its pair's neighbour, see the header). T: f16 or
+// bf16; BKMajor: b column-major (read k-major), else row-major (n-major).
+template <typename Tl, typename T, bool BKMajor>
+__device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const TensorMap& map_b, T* c,
+                                            int m, int n, int k, int pair, unsigned char* raw,
+                                            uint64_t* full, uint64_t* empty) {
+  constexpr int S = Tl::STAGES;
+  unsigned char* const smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(raw) + Tl::kAtomBytes - 1) / Tl::kAtomBytes * Tl::kAtomBytes);
+  unsigned char* const stage_a = smem;                    // [S][64 rows of 128 B]
+  unsigned char* const stage_b = smem + S * Tl::kBytesA;  // [S][b's tile, kBytesB]
+  const bool paired = pair != kNarrowAlone;
+  const int rank = paired ? static_cast<int>(sm90::cluster_rank()) : 0;
+  const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
+  // The block's tile: groups (pairs, or single tiles) walked down each column of tiles first.
+  const int group = paired ? static_cast<int>(blockIdx.x) / 2 : static_cast<int>(blockIdx.x);
+  int tile_m = 0, tile_n = 0;
+  if (pair == kNarrowPairM) {
+    const int rows = (tiles_m + 1) / 2;
+    tile_m = 2 * (group % rows) + rank, tile_n = group / rows;
+  } else if (pair == kNarrowPairN) {
+    tile_m = group % tiles_m, tile_n = 2 * (group / tiles_m) + rank;
+  } else {
+    tile_m = group % tiles_m, tile_n = group / tiles_m;
+  }
+  const bool live = tile_m < tiles_m && tile_n < tiles_n;  // else the pair's spare: no store
+  tile_m = min(tile_m, tiles_m - 1), tile_n = min(tile_n, tiles_n - 1);
+  const int m0 = tile_m * Tl::BM, n0 = tile_n * Tl::BN;
+  const int steps = (k + kBK - 1) / kBK;
+
+  if (threadIdx.x == 0) {
+    sm90::prefetch_map(&map_a);
+    sm90::prefetch_map(&map_b);
+    for (int s = 0; s < S; ++s) {
+      sm90::bar_init(&full[s], 1);
+      sm90::bar_init(&empty[s], paired ? 2 : 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (paired) sm90::cluster_sync();  // the other block's barriers are initialised
+
+  if (threadIdx.x < 128) {  // the producer: thread 0
+    if (threadIdx.x != 0) return;
+    // The shared half this block copies: a's rows m0 + 32 * rank (kNarrowPairN), b's columns
+    // n0 + rank * BN / 2 (kNarrowPairM, k-major b); a half wholly past m or n copies the tile's
+    // first half instead (rows or columns past m or n, which no stored element reads).
+    const int a_row = m0 + 32 * rank < m ? m0 + 32 * rank : m0;
+    const int b_col = n0 + rank * (Tl::BN / 2) < n ? n0 + rank * (Tl::BN / 2) : n0;
+    for (int step = 0; step < steps; ++step) {
+      const int s = step % S, kx = step * kBK;
+      if (step >= S) sm90::bar_wait(&empty[s], (step / S - 1) & 1);
+      sm90::bar_expect(&full[s], Tl::kBytesAB);
+      unsigned char* const a_dst = stage_a + s * Tl::kBytesA;
+      unsigned char* const b_dst = stage_b + s * Tl::kBytesB;
+      if (pair == kNarrowPairN) {
+        sm90::tma_load_multicast(a_dst + rank * 32 * kRowBytes, &map_a, kx, a_row, &full[s], 3);
+      } else {
+        sm90::tma_load(a_dst, &map_a, kx, m0, &full[s]);
+      }
+      if (pair == kNarrowPairM) {
+        if constexpr (BKMajor) {  // the map's boxes: 64 k x BN / 2 columns
+          sm90::tma_load_multicast(b_dst + rank * (Tl::BN / 2) * kRowBytes, &map_b, kx, b_col,
+                                   &full[s], 3);
+        } else {  // 32 k rows x BN columns (a half past k: zeros, as any part of a box past k)
+          sm90::tma_load_multicast(b_dst + rank * 32 * Tl::kBRowBytes, &map_b, n0, kx + 32 * rank,
+                                   &full[s], 3);
+        }
+      } else if constexpr (BKMajor) {
+        sm90::tma_load(b_dst, &map_b, kx, n0, &full[s]);
+      } else {
+        sm90::tma_load(b_dst, &map_b, n0, kx, &full[s]);
+      }
+    }
+    // Paired: the other block's consumer arrives on this block's `empty` until its last step;
+    // wait for the last release of each stage before leaving.
+    for (int it = steps; paired && it < steps + S; ++it) {
+      if (it >= S) sm90::bar_wait(&empty[it % S], (it / S - 1) & 1);
+    }
+    return;
+  }
+
+  // The consumer warpgroup: 4 wgmma a stage, one batch in flight while the next stage is
+  // awaited; a stage is released (to this block's producer and, paired, the other's) once its
+  // batch is done.
+  const int t = threadIdx.x % 128;
+  const auto release = [&](int s) {
+    sm90::bar_arrive(&empty[s]);
+    if (paired) sm90::bar_arrive_remote(&empty[s], static_cast<uint32_t>(rank ^ 1));
+  };
+  float d[Tl::BN / 2];
+#pragma unroll
+  for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
+  for (int step = 0; step < steps; ++step) {
+    const int s = step % S;
+    sm90::bar_wait(&full[s], (step / S) & 1);
+    const unsigned char* const a_tile = stage_a + s * Tl::kBytesA;
+    const unsigned char* const b_tile = stage_b + s * Tl::kBytesB;
+    sm90::pin(d);
+    sm90::fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      const uint64_t da = sm90::descriptor(a_tile + kk * 32, 16, Tl::kAtomBytes);
+      // n-major b: k16 slice kk is 16 rows in; one atom across the tile's columns (LBO unused),
+      // SBO = 8 k rows.
+      const uint64_t db =
+          BKMajor ? sm90::descriptor(b_tile + kk * 32, 16, Tl::kAtomBytes)
+                  : sm90::descriptor(b_tile + kk * 16 * Tl::kBRowBytes, kBK * Tl::kBRowBytes,
+                                     8 * Tl::kBRowBytes, Tl::kBSwizzle);
+      sm90::Wgmma<Tl::BN, T, BKMajor ? 0 : 1>::run(d, da, db);
+    }
+    sm90::commit();
+    sm90::wait<1>();  // the previous step's batch is done: hand its stage back
+    sm90::pin(d);
+    if (step > 0 && t == 0) release((step - 1) % S);
+  }
+  sm90::wait<0>();
+  sm90::pin(d);
+  if (steps > 0 && t == 0) release((steps - 1) % S);
+  if (!live) return;
+  const int64_t row = int64_t{m0} + 16 * (t / 32) + (t % 32) / 4;
+  const int64_t col = int64_t{n0} + 2 * (t % 4);
+  store_tile<T, Tl::BN>(c, m, n, row, col, d);
+}
+
+__constant__ WgmmaShape wgmma_narrow32_shape = shape_of<NarrowTile<32>>(0);
+__constant__ WgmmaShape wgmma_narrow64_shape = shape_of<NarrowTile<64>>(0);
+
+// c = a @ b on 64 x BN tiles, k whole, a block a tile; pair: NarrowPair (the launch's clusters).
+template <typename T, bool BKMajor, int BN>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? NarrowTile<BN>::kThreads : 1, 1)
+    wgmma_narrow_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes 64 x 64 or 32
+                        const __grid_constant__ TensorMap map_b,  // b: boxes of b's tile or half
+                        T* __restrict__ c,                        // [m, n]
+                        int m, int n, int k, int pair) {
+#if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
+  using Tl = NarrowTile<BN>;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
+  narrow_tile<Tl, T, BKMajor>(map_a, map_b, c, m, n, k, pair, smem_raw, full, empty);
+#endif
+}
+
+}  // namespace wb::matmul

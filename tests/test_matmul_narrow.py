@@ -1,0 +1,220 @@
+"""The wgmma matmul's narrow route for an a of few rows (issue 37): k whole on 64 x 32 or 64 x 64
+tiles, a block a tile, in clusters of two that share a's tile (tiles side by side) or b's (one
+above the other) by TMA multicast (kernels/matmul/wgmma_narrow.cuh, matmul_wgmma_narrow.cu).
+WB_WGMMA_FEW, read at each call, picks a few-rows shape's route: split (the split-k route, the
+default today), narrow (clusters of two) or narrow1 (no clusters); WB_WGMMA_NARROW_BN=32 | 64 and
+WB_WGMMA_NARROW_PAIR=m | n force the tile and the clusters' direction. A bad value of any is an
+error naming it.
+
+Without a GPU: the eight narrow kernels (two dtypes, two layouts of b, BN 32 and 64) compile for
+sm_90a without spills, each its own entry with its wgmma.m64nBNk16, its multicast copies and its
+remote releases, a ring of 18 (BN 32) or 14 (BN 64) stages; the host launchers compile.
+On a Hopper GPU (marked cuda): every variant matches torch.matmul and the float64 product at m, n
+and k tails, both layouts of b and both dtypes; the clustered and unclustered variants give the
+same bits; a CUDA graph replays it; the route switch runs the kernel it names.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.bundled_cubin import WGMMA, assert_matmul_graph_replays
+from workbench import toolchain
+from workbench.config import cuda_flags
+from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
+
+DTYPES = [torch.bfloat16, torch.float16]
+ROWS = [1, 16, 63, 64, 65, 128, 200]
+# (n, b column-major): a square b both ways, n not a multiple of the tiles (1000: b column-major,
+# as x @ w.t()), and n 8 past a multiple of 64 (a last pair half past n).
+COLUMNS = [(4096, False), (4096, True), (1000, True), (4104, False), (4104, True)]
+DEPTHS = [4096, 72, 4100]  # whole k steps, one step and 8, a step and 4 past
+# The variants: the clusters both ways and both tiles, and no clusters.
+VARIANTS = [
+    {"WB_WGMMA_FEW": "narrow"},
+    {"WB_WGMMA_FEW": "narrow1"},
+    {"WB_WGMMA_FEW": "narrow", "WB_WGMMA_NARROW_BN": "32", "WB_WGMMA_NARROW_PAIR": "m"},
+    {"WB_WGMMA_FEW": "narrow", "WB_WGMMA_NARROW_BN": "64", "WB_WGMMA_NARROW_PAIR": "n"},
+    {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_BN": "64"},
+]
+KNOBS = ("WB_WGMMA_FEW", "WB_WGMMA_NARROW_BN", "WB_WGMMA_NARROW_PAIR")
+
+
+def _nvcc(folder: Path, *args: str, source: Path) -> subprocess.CompletedProcess[str]:
+    home = toolchain.find_cuda_home()
+    assert home is not None
+    nvcc = home / "bin" / "nvcc"
+    cmd = [
+        str(nvcc),
+        *cuda_flags(toolchain.compiler_version(nvcc)),
+        "-gencode=arch=compute_90a,code=sm_90a",
+        f"-I{WB_KERNEL_INCLUDE}",
+        f"-I{BUNDLED_KERNELS}",
+        *args,
+        str(source),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=folder)
+
+
+def _narrow_instances(folder: Path) -> Path:
+    maps = "const __grid_constant__ wb::matmul::TensorMap"
+    lines = [f'#include "{WGMMA}"']
+    for t in ("bf16", "f16"):
+        for kmajor in ("true", "false"):
+            for bn in (32, 64):
+                lines.append(
+                    f"template __global__ void wb::matmul::wgmma_narrow_kernel<wb::{t}, {kmajor}, "
+                    f"{bn}>({maps}, {maps}, wb::{t}*, int, int, int, int);"
+                )
+    path = folder / "narrow_instances.cu"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.nvcc
+def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> None:
+    source = _narrow_instances(tmp_path)
+    done = _nvcc(tmp_path, "--ptx", "-o", "narrow.ptx", source=source)
+    assert done.returncode == 0, done.stderr
+    entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "narrow.ptx").read_text())[1:]
+    assert len(entries) == 8
+    for entry in entries:
+        assert entry.startswith("_ZN2wb6matmul19wgmma_narrow_kernel")
+        bn = 32 if "ELi32EE" in entry.split("(")[0] else 64
+        assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16" in entry
+        assert ".maxntid 256, 1, 1" in entry
+        # The stages: 18 of 12 KiB (BN 32) or 14 of 16 KiB (BN 64), two mbarriers each.
+        assert re.search(rf"E4full\[{8 * (18 if bn == 32 else 14)}\];", entry)
+        assert entry.count(".multicast::cluster") == 2  # a's half, or b's
+        assert "mbarrier.arrive.release.cluster.shared::cluster" in entry  # remote release
+        assert "setmaxnreg" not in entry  # one consumer: no register split
+    done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "narrow.cubin", source=source)
+    assert done.returncode == 0, done.stderr
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
+    assert len(spills) == 8 and all(s == ("0", "0") for s in spills), done.stderr
+
+
+@pytest.mark.nvcc
+def test_the_launchers_compile(tmp_path: Path) -> None:
+    """The narrow launcher and the wgmma launcher that routes to it (host TUs, sm_90a)."""
+    for name in ("matmul_wgmma_narrow.cu", "matmul_wgmma.cu"):
+        source = BUNDLED_KERNELS / "matmul" / name
+        done = _nvcc(tmp_path, "-c", "-o", f"{name}.o", source=source)
+        assert done.returncode == 0, done.stderr
+
+
+# --- on a Hopper GPU ------------------------------------------------------------------------
+
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _operands(m: int, n: int, k: int, col: bool, dtype: torch.dtype) -> Any:
+    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+    a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+    if col:
+        return a, torch.randn(n, k, device="cuda", dtype=dtype, generator=gen).t()
+    return a, torch.randn(k, n, device="cuda", dtype=dtype, generator=gen)
+
+
+def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """The family's bound against the float64 product, and close to torch.matmul's c."""
+    ref = a.double() @ b.double()
+    rtol, atol = lib.specs["matmul"].tolerances[got.dtype]
+    bound = atol * max(1.0, ref.abs().max().item()) + rtol * ref.abs()
+    worst = ((got.double() - ref).abs() / bound).max().item()
+    assert worst <= 1.0, f"{tuple(a.shape)} @ {tuple(b.shape)} {got.dtype}: err/tol {worst:.2f}"
+    torch.testing.assert_close(got.float(), torch.matmul(a, b).float(), rtol=2e-2, atol=0.5)
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, variant: dict[str, str]) -> None:
+    for name in KNOBS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variant.items():
+        monkeypatch.setenv(name, value)
+
+
+def _kernels_run(fn: Any) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return " ".join(e.name for e in prof.events())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", DEPTHS)
+@pytest.mark.parametrize(("n", "col"), COLUMNS)
+@pytest.mark.parametrize("m", ROWS)
+def test_every_variant_is_right(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, col: bool, k: int, dtype: Any
+) -> None:
+    """Each variant's c is within the family's bound; the clustered and unclustered runs of one
+    tile (the same sums in the same order) give the same bits."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a, b = _operands(m, n, k, col, dtype)
+    got = {}
+    for i, variant in enumerate(VARIANTS):
+        _use(monkeypatch, variant)
+        got[i] = lib.matmul(a, b)
+        _within_tolerance(lib, got[i], a, b)
+    assert torch.equal(got[0].view(torch.int16), got[1].view(torch.int16))  # narrow, narrow1
+    assert torch.equal(got[3].view(torch.int16), got[4].view(torch.int16))  # BN 64
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("m", [16, 64, 128])
+def test_the_switch_runs_the_kernel_it_names(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int
+) -> None:
+    """WB_WGMMA_FEW=narrow and narrow1 run wgmma_narrow_kernel alone; split and the default (unset)
+    the cluster-summed split-k kernel; a c of many tiles keeps the built tile whatever it says."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a, b = _operands(m, 4096, 4096, False, torch.bfloat16)
+    for route, kernel in [("narrow", "wgmma_narrow_kernel"), ("narrow1", "wgmma_narrow_kernel"),
+                          ("split", "wgmma_cluster_split_kernel"),
+                          ("", "wgmma_cluster_split_kernel")]:  # fmt: skip
+        _use(monkeypatch, {"WB_WGMMA_FEW": route} if route else {})
+        names = _kernels_run(lambda: lib.matmul(a, b))
+        assert kernel in names and "sum_slices_kernel" not in names, (route, names)
+    _use(monkeypatch, {"WB_WGMMA_FEW": "narrow"})
+    big, _ = _operands(4096, 4096, 4096, False, torch.bfloat16)
+    names = _kernels_run(lambda: lib.matmul(big, b))
+    assert "wgmma_kernel" in names and "narrow" not in names, names
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("route", ["narrow", "narrow1"])
+@pytest.mark.parametrize(("m", "col"), [(64, False), (128, True), (200, False)])
+def test_a_cuda_graph_replays_the_narrow_route(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, route: str, m: int, col: bool
+) -> None:
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    _use(monkeypatch, {"WB_WGMMA_FEW": route})
+    assert_matmul_graph_replays(lib, *_operands(m, 4096, 4096, col, torch.bfloat16))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", KNOBS)
+def test_a_bad_value_is_refused_by_name(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    _use(monkeypatch, {"WB_WGMMA_FEW": "narrow"})
+    monkeypatch.setenv(name, "fast")
+    a, b = _operands(64, 4096, 4096, False, torch.bfloat16)
+    with pytest.raises(RuntimeError, match=name):
+        lib.matmul(a, b)
