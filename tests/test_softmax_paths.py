@@ -18,6 +18,7 @@ from tests.bundled_cubin import host_program
 
 _PATHS_MAIN = r"""
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "softmax/softmax.h"
@@ -30,6 +31,8 @@ _PATHS_MAIN = r"""
 //   wide NVEC K FORCED              ->  wide_cluster_size: "size threads"
 //   pipe ROWS RESIDENT              ->  pipe_clusters
 //   deep ROWS NVEC K THREADS R1..R16  ->  deep_cluster_size (resident clusters of each size)
+//   env NAME VALUE                  ->  block_mode() and deep_forced() once NAME is VALUE ("-":
+//                                       unset)
 int main() {
   char what[16], value[64];
   while (std::scanf("%15s", what) == 1) {
@@ -55,6 +58,15 @@ int main() {
       std::scanf("%lld %lld %d %d", &rows, &nvec, &k, &threads);
       for (int c = 1; c <= wb::softmax::kMaxCluster; ++c) std::scanf("%d", &resident[c]);
       std::printf("%d\n", wb::softmax::deep_cluster_size(rows, nvec, k, threads, resident));
+    } else if (std::strcmp(what, "env") == 0) {
+      char name[64];
+      std::scanf("%63s %63s", name, value);
+      if (std::strcmp(value, "-") == 0) {
+        unsetenv(name);
+      } else {
+        setenv(name, value, 1);
+      }
+      std::printf("%d %d\n", wb::softmax::block_mode(), wb::softmax::deep_forced());
     } else if (std::strcmp(what, "pipe") == 0) {
       long long rows = 0, resident = 0;
       std::scanf("%lld %lld", &rows, &resident);
@@ -127,9 +139,21 @@ def test_the_bulk_grid_spreads_rows_evenly_over_resident_clusters(paths_main: Pa
 
 @pytest.mark.nvcc
 def test_wb_softmax_path_values(paths_main: Path) -> None:
-    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep", "x")
+    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep", "ahead", "x")
     got = _ask(paths_main, [f"path {v}" for v in values])
-    assert got == [0, 1, 2, 3, 4, 5, 6, 7, 8]  # unset: the dtype's default
+    assert got == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]  # unset: the dtype's default
+
+
+@pytest.mark.nvcc
+def test_wb_softmax_block_and_deep_cluster_values(paths_main: Path) -> None:
+    """WB_SOFTMAX_BLOCK (softmax_held.cuh): unset or convert 0, held 1, held64 2, else -1;
+    WB_SOFTMAX_DEEP_CLUSTER (softmax_wide.cuh): unset 0, 1 to 16 as given, else -1."""
+    block = [("-", 0), ("convert", 0), ("held", 1), ("held64", 2), ("held32", -1), ("HELD", -1)]
+    got = _ask(paths_main, [f"env WB_SOFTMAX_BLOCK {v}" for v, _ in block])
+    assert got[0::2] == [want for _, want in block]
+    deep = [("-", 0), ("1", 1), ("8", 8), ("16", 16), ("0", -1), ("17", -1), ("8x", -1)]
+    got = _ask(paths_main, [f"env WB_SOFTMAX_DEEP_CLUSTER {v}" for v, _ in deep])
+    assert got[1::2] == [want for _, want in deep]
 
 
 @pytest.mark.nvcc
@@ -205,7 +229,9 @@ def _kernels(fn: Any) -> list[str]:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["wide", "pipe", "deep", "bulk", "split", "cluster", "stream"])
+@pytest.mark.parametrize(
+    "path", ["wide", "pipe", "deep", "ahead", "bulk", "split", "cluster", "stream"]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("rows", "cols"), [(64, 262144), (3, 262147), (256, 65536), (5, 131080), (600, 16388)]
@@ -227,6 +253,7 @@ def test_every_path_matches_torch(
     if vec:
         want["wide"] = want["pipe"] = "wide_kernel"
         want["deep"] = "deep_kernel"
+        want["ahead"] = "ahead_kernel"
     if path in want and torch.cuda.get_device_capability() >= (9, 0):
         assert any(want[path] in n for n in names), names
     # Tolerances against float32 references at rows of tiny values (about 1 / cols): relative,
@@ -264,7 +291,7 @@ def test_a_bad_wide_block_width_is_named(lib: Any, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["wide", "pipe", "deep"])
+@pytest.mark.parametrize("path", ["wide", "pipe", "deep", "ahead"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("rows", "cols"), [(3, 65536), (70, 49160), (2, 16392)])
 @pytest.mark.parametrize("width", ["512", "1024"])
@@ -290,7 +317,7 @@ def test_the_wide_paths_at_either_block_width(
     y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
     lib.softmax(x, -1)  # the launch's one-time queries outside the profile
     names = _kernels(lambda: (lib.softmax(x, -1), lib.softmax_backward(grad, y, -1)))
-    kernel = "deep_kernel" if path == "deep" else "wide_kernel"
+    kernel = {"deep": "deep_kernel", "ahead": "ahead_kernel"}.get(path, "wide_kernel")
     assert sum(kernel in n for n in names) == 2, names
     bf16 = dtype == torch.bfloat16
     tol = {"rtol": 1.6e-2 if bf16 else 2e-5, "atol": 1e-9}
@@ -303,7 +330,7 @@ def test_the_wide_paths_at_either_block_width(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep"])
+@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep", "ahead"])
 @pytest.mark.parametrize("cols", [65536, 262144])
 def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
     lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, cols: int
@@ -345,7 +372,7 @@ def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["fma", "poly", "twice", ""])
-@pytest.mark.parametrize("path", ["wide", "deep", "bulk", "split"])
+@pytest.mark.parametrize("path", ["wide", "deep", "ahead", "bulk", "split"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("rows", "cols"), [(6, 65536), (5, 131080)])
 def test_the_exp_modes_match_torch(

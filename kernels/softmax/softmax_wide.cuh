@@ -373,8 +373,24 @@ inline int deep_cluster_size(int64_t rows, int64_t nvec, int k, int threads,
   return 0;
 }
 
+// WB_SOFTMAX_DEEP_CLUSTER: the deep path's cluster size, 1 to 16 (unset: deep_cluster_size's
+// choice), for timing the choice; read at each launch. A size whose blocks do not hold a row, or
+// that is not resident here, leaves the rows to the wide path; another value is refused
+// (deep_forced() < 0, kBadDeepCluster names it).
+inline int deep_forced() {
+  const char* v = std::getenv("WB_SOFTMAX_DEEP_CLUSTER");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long c = std::strtol(v, &end, 10);
+  return *end == '\0' && c >= 1 && c <= kMaxCluster ? static_cast<int>(c) : -1;
+}
+
+constexpr const char* kBadDeepCluster =
+    "WB_SOFTMAX_DEEP_CLUSTER: expected a cluster size from 1 to 16 (or unset)";
+
 // One launch of the deep path in blocks of Threads threads; false where no cluster of them that
-// holds a row is resident here (or no sm_90 image).
+// holds a row is resident here (or no sm_90 image), or none of the size WB_SOFTMAX_DEEP_CLUSTER
+// forces.
 template <typename Op, int N, int Threads>
 bool launch_deep_blocks(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream,
                         cudaError_t& err) {
@@ -386,7 +402,10 @@ bool launch_deep_blocks(const Op& op, int64_t rows, int64_t nvec, cudaStream_t s
   for (int c = static_cast<int>(least); c <= kMaxCluster; ++c) {
     resident[c] = cluster_count<kernel>(c, Threads, smem);
   }
-  const int size = deep_cluster_size(rows, nvec, K + S, Threads, resident);
+  const int forced = deep_forced();
+  const int size = forced == 0 ? deep_cluster_size(rows, nvec, K + S, Threads, resident)
+                   : forced >= least && resident[forced] > 0 ? forced
+                                                             : 0;
   if (size == 0) return false;
   const int64_t clusters = pipe_clusters(rows, resident[size]);  // rows spread evenly
   const int64_t per = (nvec + size - 1) / size;
@@ -403,7 +422,7 @@ template <typename Op, int N>
 bool launch_deep(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, cudaError_t& err) {
   constexpr int k = wide_slots<Op>() + deep_slots<Op>();
   const int forced = wide_threads();
-  if (forced < 0) {
+  if (forced < 0 || deep_forced() < 0) {
     err = cudaErrorInvalidValue;  // launch_rows names the variable
     return true;
   }

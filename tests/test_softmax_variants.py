@@ -1,0 +1,187 @@
+"""softmax's variants for timing (issue 37): the held block path (WB_SOFTMAX_BLOCK=held|held64,
+kernels/softmax/softmax_held.cuh), the ahead path (WB_SOFTMAX_PATH=ahead, softmax_ahead.cuh) and
+the deep path's forced cluster size (WB_SOFTMAX_DEEP_CLUSTER, softmax_wide.cuh), each against
+torch.softmax and torch._softmax_backward_data at the goal sizes and odd lengths, special rows
+included, and their bad values named. The switches' parsing runs on the CPU in
+tests/test_softmax_paths.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+
+def _special(x: torch.Tensor) -> torch.Tensor:
+    """x with an all -Inf row, a row holding NaN, one holding +Inf and one half -Inf."""
+    x = x.clone()
+    x[0] = float("-inf")
+    if x.shape[0] > 3:
+        x[1, 5] = float("nan")
+        x[2, -1] = float("inf")
+        x[3, : x.shape[1] // 2] = float("-inf")
+    return x
+
+
+def _kernels(fn: Any) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def _check_both(lib: Any, x: torch.Tensor, grad: torch.Tensor) -> None:
+    """softmax(x) and its backward at y = torch's softmax against torch in float32."""
+    half = x.dtype != torch.float32
+    want_y = torch.softmax(x.float(), -1)
+    rtol = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}[x.dtype]
+    tol = {"rtol": rtol, "atol": 6e-8 if half else 1e-9}
+    torch.testing.assert_close(lib.softmax(x, -1).float(), want_y, equal_nan=True, **tol)
+    y = want_y.nan_to_num(0.0).to(x.dtype)
+    want_dx = torch._softmax_backward_data(grad.float(), y.float(), -1, torch.float32)
+    scale = float(want_dx.abs().max())
+    tol = {"rtol": 1.6e-2, "atol": 1e-2 * scale} if half else {"rtol": 1e-4, "atol": 1e-6 * scale}
+    torch.testing.assert_close(lib.softmax_backward(grad, y, -1).float(), want_dx, **tol)
+
+
+def _held_runs(mode: str, dtype: torch.dtype, cols: int) -> bool:
+    """Whether the forward takes held_kernel: rows of 16-byte vectors on the block path (more
+    than 32 and at most 512 of its K = 32 / N vectors a thread) whose held blocks (8 or 4
+    vectors a thread) stay within 512 threads."""
+    n = 16 // torch.empty(0, dtype=dtype).element_size()
+    nvec, k = cols // n, 32 // n
+    held = 8 if mode == "held" else 4
+    return cols % n == 0 and 32 * k < nvec <= 512 * k and -(-nvec // (32 * held)) * 32 <= 512
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["held", "held64"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    ("rows", "cols"), [(256, 16384), (33, 8200), (9, 1032), (5, 4100), (3, 16392), (7, 131)]
+)
+def test_the_held_block_variants_match_torch(
+    lib: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    dtype: torch.dtype,
+    rows: int,
+    cols: int,
+) -> None:
+    """WB_SOFTMAX_BLOCK=held or held64: the block path's rows held as loaded, forward and
+    backward against torch (special rows included); rows the variant does not take (too long,
+    or not of 16-byte vectors) run the default paths."""
+    monkeypatch.setenv("WB_SOFTMAX_BLOCK", mode)
+    gen = torch.Generator().manual_seed(rows * cols)
+    x = _special(torch.randn(rows, cols, generator=gen) * 3).to(dtype).cuda()
+    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    names = _kernels(lambda: lib.softmax(x, -1))
+    assert any("held_kernel" in n for n in names) == _held_runs(mode, dtype, cols), names
+    _check_both(lib, x, grad)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["fma", "poly", "twice", ""])
+@pytest.mark.parametrize("held", ["held", "held64"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_held_variants_take_the_exp_modes(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, mode: str, held: str, dtype: torch.dtype
+) -> None:
+    """The held variants' 2-byte forward with each WB_SOFTMAX_EXP mode: torch's softmax within
+    the dtype's rounding, a row of float16 values near 60000 (where the fma formula would cost 8
+    ulps: it takes twice's) and, in bfloat16, a row holding +-3e38 among them; -Inf gives 0."""
+    monkeypatch.setenv("WB_SOFTMAX_BLOCK", held)
+    monkeypatch.setenv("WB_SOFTMAX_EXP", mode)
+    rows, cols = 6, 16384
+    gen = torch.Generator().manual_seed(cols)
+    x = _special(torch.randn(rows, cols, generator=gen) * 4)
+    x[3, cols // 2 :] = 60000 + 16 * torch.randn(cols - cols // 2, generator=gen).clamp(-4, 4)
+    if dtype == torch.bfloat16:
+        x[4, 7] = 3e38
+        x[4, 9] = -3e38
+    x = x.to(dtype).cuda()
+    names = _kernels(lambda: lib.softmax(x, -1))
+    assert any("held_kernel" in n for n in names), names
+    got = lib.softmax(x, -1).float()
+    want = torch.softmax(x.float(), -1)
+    bf16 = dtype == torch.bfloat16
+    tol = {"rtol": 1.6e-2, "atol": 1e-9} if bf16 else {"rtol": 2e-3, "atol": 6e-8}
+    torch.testing.assert_close(got, want, equal_nan=True, **tol)
+    masked = (x.float() == float("-inf")) & ~want.isnan()
+    assert (got[masked] == 0).all()
+
+
+def _sm90() -> None:
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the cluster paths need sm_90")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("rows", "cols"), [(64, 262144), (256, 65536), (1001, 16392), (333, 16400), (2, 65536)]
+)
+def test_the_ahead_path_matches_torch(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, rows: int, cols: int
+) -> None:
+    """WB_SOFTMAX_PATH=ahead: clusters that take more rows than one (an odd count included:
+    1001 rows of 16392 on a few hundred resident clusters) and fewer rows than clusters, forward
+    and backward against torch, special rows included."""
+    _sm90()
+    monkeypatch.setenv("WB_SOFTMAX_PATH", "ahead")
+    gen = torch.Generator().manual_seed(rows + cols)
+    x = _special(torch.randn(rows, cols, generator=gen) * 2).to(dtype).cuda()
+    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    lib.softmax(x, -1)  # the launch's one-time queries outside the profile
+    y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
+    names = _kernels(lambda: (lib.softmax(x, -1), lib.softmax_backward(grad, y, -1)))
+    assert sum("ahead_kernel" in n for n in names) == 2, names
+    _check_both(lib, x, grad)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("size", ["4", "8", "12", "16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_deep_path_at_a_forced_cluster_size(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, size: str, dtype: torch.dtype
+) -> None:
+    """WB_SOFTMAX_DEEP_CLUSTER forces the deep path's cluster size; where its blocks do not hold
+    a row (float32 262144 in 4 blocks) the wide path takes the rows. Both against torch at
+    64 x 262144, forward and backward."""
+    _sm90()
+    monkeypatch.setenv("WB_SOFTMAX_PATH", "deep")
+    monkeypatch.setenv("WB_SOFTMAX_DEEP_CLUSTER", size)
+    rows, cols = 64, 262144
+    gen = torch.Generator().manual_seed(int(size))
+    x = _special(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
+    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    lib.softmax(x, -1)
+    names = _kernels(lambda: lib.softmax(x, -1))
+    n = 16 // x.element_size()
+    holds = int(size) * 512 * 20 >= cols // n  # 8 + 12 vectors a thread, blocks of 512
+    assert any("deep_kernel" in k for k in names) == holds, names
+    _check_both(lib, x, grad)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("env", "value", "shape"),
+    [
+        ("WB_SOFTMAX_BLOCK", "fast", (4, 16384)),
+        ("WB_SOFTMAX_BLOCK", "held128", (4, 4096)),
+        ("WB_SOFTMAX_DEEP_CLUSTER", "32", (2, 262144)),
+        ("WB_SOFTMAX_DEEP_CLUSTER", "eight", (2, 262144)),
+    ],
+)
+def test_a_bad_variant_value_is_named(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, env: str, value: str, shape: tuple[int, int]
+) -> None:
+    if env == "WB_SOFTMAX_DEEP_CLUSTER":
+        _sm90()
+        monkeypatch.setenv("WB_SOFTMAX_PATH", "deep")
+    monkeypatch.setenv(env, value)
+    x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=env):
+        lib.softmax(x, -1)
+        torch.cuda.synchronize()
