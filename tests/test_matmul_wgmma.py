@@ -9,7 +9,8 @@ WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share 
 values than these are refused, naming the variable); WB_WGMMA_SPLITS=S forces the split-k
 route's number of slices (for timing that choice); WB_WGMMA_SPLIT_SUM=launch sums the slices in a
 second launch instead of in clusters, WB_WGMMA_SPLIT_TILE=64 | 128 the cluster sum's tile rows
-(tests/test_matmul_splitk.py).
+(tests/test_matmul_splitk.py); WB_WGMMA_FEW=split | narrow | narrow1 a few-rows shape's route
+(tests/test_matmul_narrow.py).
 
 Without a GPU: the kernels compile for sm_90a with all three epilogues, without spills.
 On a Hopper GPU (marked cuda): the default route is right against torch.mm at odd shapes (m, n
@@ -150,6 +151,7 @@ def test_a_forced_split_count_is_right(
         "WB_WGMMA_SPLITS",
         "WB_WGMMA_SPLIT_SUM",
         "WB_WGMMA_SPLIT_TILE",
+        "WB_WGMMA_FEW",  # a few-rows shape's route (tests/test_matmul_narrow.py)
     ],
 )
 def test_a_bad_variant_is_refused_by_name(
