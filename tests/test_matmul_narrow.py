@@ -177,15 +177,14 @@ def test_every_variant_is_right(
 def test_the_switch_runs_the_kernel_it_names(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int
 ) -> None:
-    """WB_WGMMA_FEW=narrow and narrow1 run wgmma_narrow_kernel alone; split and the default (unset)
-    the cluster-summed split-k kernel; a c of many tiles keeps the built tile whatever it says."""
+    """WB_WGMMA_FEW=narrow and narrow1 run wgmma_narrow_kernel alone; split the cluster-summed
+    split-k kernel; a c of many tiles keeps the built tile whatever it says."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     a, b = _operands(m, 4096, 4096, False, torch.bfloat16)
     for route, kernel in [("narrow", "wgmma_narrow_kernel"), ("narrow1", "wgmma_narrow_kernel"),
-                          ("split", "wgmma_cluster_split_kernel"),
-                          ("", "wgmma_cluster_split_kernel")]:  # fmt: skip
-        _use(monkeypatch, {"WB_WGMMA_FEW": route} if route else {})
+                          ("split", "wgmma_cluster_split_kernel")]:  # fmt: skip
+        _use(monkeypatch, {"WB_WGMMA_FEW": route})
         names = _kernels_run(lambda: lib.matmul(a, b))
         assert kernel in names and "sum_slices_kernel" not in names, (route, names)
     _use(monkeypatch, {"WB_WGMMA_FEW": "narrow"})

@@ -137,6 +137,7 @@ def test_a_forced_split_count_is_right(
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     monkeypatch.setenv("WB_WGMMA_SPLITS", splits)
+    monkeypatch.setenv("WB_WGMMA_FEW", "split")  # the route that reads it
     for m, n, k, col in [(1, 4096, 4096, False), (16, 4104, 4096, True), (128, 4096, 4136, False)]:
         a, b = _operands(m, n, k, col)
         _within_tolerance(lib, lib.matmul(a, b), a, b)
@@ -159,6 +160,8 @@ def test_a_bad_variant_is_refused_by_name(
 ) -> None:
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
+    if name != "WB_WGMMA_FEW":
+        monkeypatch.setenv("WB_WGMMA_FEW", "split")  # the route that reads the split switches
     monkeypatch.setenv(name, "fast")
     a, b = (
         _operands(16, 4096, 4096, False)
