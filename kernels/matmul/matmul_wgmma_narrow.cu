@@ -86,10 +86,11 @@ Status narrow_pair(int64_t m, int* pair) {
 }  // namespace
 
 // The default rule is the one line to change: split keeps today's route for every few-rows shape.
-// Proposed once timed (issue 37): narrow where m > 16 (m = 1 and 16 meet the goal on split).
+// Proposed once timed (issue 37): narrow where 16 < m <= 128 (m = 1 and 16 meet the goal on
+// split; m = 64 and 128 are the shapes cuBLAS runs whole-k on 64 x 32 and 64 x 64 tiles).
 Status few_rows_route(int64_t m, FewRoute* route) {
   (void)m;
-  *route = FewRoute::split;  // proposed: m > 16 ? FewRoute::narrow : FewRoute::split
+  *route = FewRoute::split;  // proposed: m > 16 && m <= 128 ? FewRoute::narrow : FewRoute::split
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v.empty()) return nullptr;
   if (v == "split" || v == "narrow" || v == "narrow1") {
