@@ -221,6 +221,106 @@ def test_the_float_path_bins_as_bin_of(
     assert not outside, outside[:5]
 
 
+_TIGHT_MAIN = r"""
+#include <cfenv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "histogram/histogram.h"
+
+// The tight bounds as the device computes them (histogram.h, tight_bits): a float fma rounded
+// down or up (long double holds the product exactly and rounds the sum the same way first), then
+// the floor. stdin: bins lo hi count, then float32 bit patterns in hex. stdout: make_tight's ok,
+// then per value in [flo, fhi]: bin_of's bin and the floors of lower and upper.
+static float fma_dir(float v, float scale, float offset, int mode) {
+  std::fesetround(mode);
+  volatile long double p = static_cast<long double>(v) * scale + offset;
+  volatile float f = static_cast<float>(p);
+  std::fesetround(FE_TONEAREST);
+  return f;
+}
+
+int main() {
+  long long bins = 0, count = 0;
+  double lo = 0, hi = 0;
+  if (std::scanf("%lld %la %la %lld", &bins, &lo, &hi, &count) != 4) return 2;
+  const wb::histogram::Range r = wb::histogram::make_range(bins, lo, hi);
+  const wb::histogram::Tight t = wb::histogram::make_tight(r);
+  std::printf("%d\n", t.ok ? 1 : 0);
+  for (long long i = 0; i < count; ++i) {
+    unsigned bits = 0;
+    if (std::scanf("%x", &bits) != 1) return 2;
+    float v = 0;
+    std::memcpy(&v, &bits, sizeof v);
+    if (!t.ok || !(v >= r.flo && v <= r.fhi)) continue;
+    const float lower = fma_dir(v, r.scale, t.lo_offset, FE_DOWNWARD);
+    const float upper = fma_dir(v, r.scale, t.hi_offset, FE_UPWARD);
+    std::printf("%lld %.0f %.0f\n", static_cast<long long>(wb::histogram::bin_of(v, r)),
+                std::floor(static_cast<double>(lower)), std::floor(static_cast<double>(upper)));
+  }
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def tight_bounds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """histogram.h's make_tight and the tight kernels' two directed-rounding fmas on the host."""
+    folder = tmp_path_factory.mktemp("tight")
+    (folder / "main.cpp").write_text(_TIGHT_MAIN)
+    cxx = knobs.cxx() or shutil.which("c++") or "g++"
+    root = Path(__file__).resolve().parents[1] / "kernels"
+    subprocess.run(
+        [cxx, "-std=c++17", "-O2", "-frounding-math", f"-I{root / 'include'}", f"-I{root}",
+         "main.cpp", "-o", "main"],
+        cwd=folder, check=True, capture_output=True,
+    )  # fmt: skip
+    return folder / "main"
+
+
+# (bins, lo, hi, whether make_tight is ok)
+TIGHT_RANGES = [
+    (7, -3.0, 3.0, True),
+    (256, -4.0, 4.0, True),
+    (1000, 0.1, 0.7, True),
+    (256, 100.0, 108.0, True),
+    (4096, -3.0, 3.0, True),
+    (16384, -3.0, 3.0, True),
+    (65536, -4.0, 4.0, True),  # the timed case: bin_bounds's margin is 2^-5 of a bin here
+    (65536, -3.0, 5.0, True),
+    (100000, -50000.0, 50000.0, True),
+    (5, -1e30, 1e30, True),
+    (3, -1e-35, 1e-35, False),  # no float estimate (scale past 2^100)
+    (1 << 22, 0.0, 1.0, True),
+]
+
+
+@pytest.mark.parametrize(("bins", "lo", "hi", "ok"), TIGHT_RANGES)
+def test_the_tight_bounds_hold_the_bin(
+    tight_bounds: Path, bins: int, lo: float, hi: float, ok: bool
+) -> None:
+    """Near every edge (8 ulps either side), lo, hi and across the range: floor(lower) <= bin <=
+    floor(upper), so where the two floors agree they are the bin; and they agree for most values
+    away from the edges (the bounds are tight)."""
+    x = _float_values(torch.float32, bins, lo, hi)
+    bits = [f"{b & 0xFFFFFFFF:x}" for b in x.view(torch.int32).tolist()]
+    stdin = f"{bins} {lo.hex()} {hi.hex()} {len(bits)}\n" + "\n".join(bits) + "\n"
+    run = subprocess.run([tight_bounds], input=stdin, capture_output=True, text=True, check=True)
+    first, *rows = run.stdout.splitlines()
+    assert first == ("1" if ok else "0")
+    cols = [[int(float(c)) for c in row.split()] for row in rows]
+    assert bool(cols) == ok
+    wrong = [c for c in cols if not (c[1] <= c[0] <= c[2] and c[2] - c[1] <= 1)]
+    assert not wrong, wrong[:5]
+    assert all(0 <= c[0] < bins for c in cols)
+    # The 2000 random values (the last ones in range) are rarely near an edge. (Not at 2^22 bins
+    # over [0, 1]: floats near 1 are a quarter of a bin apart there.)
+    spread = cols[-1500:]
+    if bins < 1 << 22:
+        assert sum(c[1] != c[2] for c in spread) <= len(spread) // 20, bins
+
+
 def _next(x: torch.Tensor, direction: int) -> torch.Tensor:
     return torch.nextafter(x, torch.full_like(x, direction * math.inf))
 

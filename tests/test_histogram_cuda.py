@@ -33,7 +33,9 @@ THREADS = 1024  # kThreads
 # clusters of 2 and 4; each loop step's loads counted once they land (plain); x streamed through
 # shared memory by bulk copies (bulk); the chunked path binning float elements 16 at a time
 # (slice_defer: count_deferred_slice); the blocks of a slice merged in clusters of 2 and 8 through
-# distributed shared memory (above 16 Ki bins on sm_90).
+# distributed shared memory (above 16 Ki bins on sm_90); the tight kernel (float32, one block's
+# histogram: bins by two directed-rounding fmas) in three block shapes; the wide kernel (float32:
+# 16-bit counters of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8.
 ENV = (
     "WB_HISTOGRAM_KERNEL",
     "WB_HISTOGRAM_CLUSTER",
@@ -41,6 +43,7 @@ ENV = (
     "WB_HISTOGRAM_ZERO",
     "WB_HISTOGRAM_SLICE",
     "WB_HISTOGRAM_MERGE",
+    "WB_HISTOGRAM_WIDE",
 )
 CHOICES = {
     "base": {"WB_HISTOGRAM_KERNEL": "base"},
@@ -60,6 +63,13 @@ CHOICES = {
     "slice_defer": {"WB_HISTOGRAM_SLICE": "defer"},
     "merge2": {"WB_HISTOGRAM_MERGE": "2"},
     "merge8": {"WB_HISTOGRAM_MERGE": "8"},
+    "tight": {"WB_HISTOGRAM_KERNEL": "tight"},
+    "tight256x5": {"WB_HISTOGRAM_KERNEL": "tight256x5"},
+    "tight512x2": {"WB_HISTOGRAM_KERNEL": "tight512x2"},
+    "wide1": {"WB_HISTOGRAM_WIDE": "1"},
+    "wide2": {"WB_HISTOGRAM_WIDE": "2"},
+    "wide4": {"WB_HISTOGRAM_WIDE": "4"},
+    "wide8": {"WB_HISTOGRAM_WIDE": "8"},
 }
 # Bin counts across every path: replicated small histograms, one copy, the cluster and half paths
 # (above 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than
@@ -211,6 +221,39 @@ def test_one_hot_bin_holds_every_element(lib: Any, choice: str, bins: int) -> No
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("bins", [256, 65536, 100000])
+def test_neighbours_sharing_a_word_both_overflow(lib: Any, choice: str, bins: int) -> None:
+    """16 Mi + 3 values in two neighbouring bins (the wide kernel's two 16-bit counters of one
+    word, each taken back at 0x8000 many times a block), from an unaligned view; and the top edge
+    (hi: the last bin) with its neighbour below."""
+    n = (1 << 24) + 3
+    width = 8.0 / bins
+    for left in (bins // 2, bins - 2):
+        a, b = -4.0 + (left + 0.5) * width, -4.0 + (left + 1.5) * width
+        if left == bins - 2:
+            b = 4.0
+        pair = torch.tensor([a, b], dtype=torch.float32, device="cuda")
+        x = pair.repeat(n // 2 + 2)[1 : n + 1]
+        want = _reference(lib, x, bins, -4.0, 4.0)
+        _assert_equal(lib.histogram(x, bins, -4.0, 4.0), want, f"{choice} {left} bins={bins}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", [*ENV])
+def test_a_bad_switch_value_is_an_error_naming_it(lib: Any, name: str) -> None:
+    saved = os.environ.get(name)
+    os.environ[name] = "nope"
+    try:
+        with pytest.raises(RuntimeError, match=f"{name}=nope is not a value it takes; expected"):
+            lib.histogram(torch.randn(4096, device="cuda"), 256, -4.0, 4.0)
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+@pytest.mark.cuda
 def test_concurrent_streams(lib: Any, choice: str) -> None:
     xs = [torch.randn(1 << 22, device="cuda") * (1 + i) for i in range(4)]
     torch.cuda.synchronize()
@@ -255,11 +298,25 @@ def test_every_kernel_fits_without_spills(tmp_path: Path, arch: str) -> None:
     """One 1024-thread block an SM (launch bound), no local memory, on every target."""
     kernels = compile_cubin(tmp_path, SOURCE, arch)
     names = [cubin.short_name(k.name) for k in kernels.values()]
-    kinds = ("shared", "global", "cluster", "half", "read", "bulk")
+    kinds = ("shared", "global", "cluster", "half", "read", "bulk", "tight", "wide")
     for kind in (f"histogram_{k}_kernel" for k in kinds):
         assert any(kind in n for n in names), f"{kind} missing on {arch}: {names}"
     for k in kernels.values():
         shown = f"{cubin.short_name(k.name)} [{arch}]: {k.registers} registers"
         assert k.spills == 0 and k.frame == 0, f"{shown}, {k.spills} bytes spilled"
-        assert k.launch_bound == THREADS, shown
-        assert k.registers <= 64, shown  # a whole 1024-thread block fits the register file
+        # The tight kernels' block shapes: their threads, and registers for their blocks an SM.
+        threads, per_sm = TIGHT_SHAPES.get(_tight_shape(k.name), (THREADS, 1))
+        assert k.launch_bound == threads, shown
+        assert k.registers * threads * per_sm <= 65536, shown
+
+
+# histogram_tight_kernel<Threads, MinBlocks, U> as instantiated: threads, blocks an SM.
+TIGHT_SHAPES = {"1024,1": (1024, 1), "256,5": (256, 5), "512,2": (512, 2)}
+
+
+def _tight_shape(mangled: str) -> str:
+    """'1024,1' for histogram_tight_kernel<1024, 1, 3> ('' for any other kernel)."""
+    if "histogram_tight_kernel" not in mangled:
+        return ""
+    args = mangled.split("histogram_tight_kernel")[1].split("ELi")
+    return f"{args[0].removeprefix('ILi')},{args[1]}"

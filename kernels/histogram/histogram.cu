@@ -17,9 +17,13 @@
 //   The load loop, the float binning 16 elements at a time and the host's queries are in
 //   histogram_common.cuh; read probes for timing (not histograms) in histogram_probe.cuh; a
 //   variant of the shared path fed by bulk copies in histogram_bulk.cuh.
-//   WB_HISTOGRAM_KERNEL / _SLICE / _MERGE / _CLUSTER / _HALF / _ZERO select other kernels for A/B
-//   timing (choice()). Counts are integers, so any order of the atomics gives the same result.
-//   Check and time:  wb check histogram --device cuda;  wb bench histogram --device cuda
+//   WB_HISTOGRAM_KERNEL / _SLICE / _MERGE / _CLUSTER / _HALF / _ZERO / _WIDE select other kernels
+//   for A/B timing (choice(); a value a switch does not take is an error naming it); the tight and
+//   wide float32 kernels (exact bins from two directed-rounding fmas; 16-bit counters of every bin
+//   in one block) in histogram_tight.cuh. Counts are integers, so any order of the atomics gives
+//   the same result. Check and time:  wb check histogram --device cuda;  wb bench histogram
+//   --device cuda
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -30,6 +34,7 @@
 #include "histogram/histogram_common.cuh"
 #include "histogram/histogram_probe.cuh"
 #include "histogram/histogram_shared.cuh"
+#include "histogram/histogram_tight.cuh"
 
 namespace wb::histogram {
 namespace {
@@ -60,53 +65,132 @@ namespace {
 // clears counts with a memset before the shared kernel instead of in it (the shared path's default,
 // one cooperative launch; base implies memset). The half path's cluster size by default: 0, off (on
 // an H100, 2026-11-26, it took 116.6 us at 16 Mi elements and 65536 bins and 397.7 us at 64 Mi
-// where the chunked path took 98.8 and 328.0).
+// where the chunked path took 98.8 and 328.0). WB_HISTOGRAM_KERNEL=tight, tight256x5 or tight512x2
+// (float32, one block's histogram, the tight bounds): histogram_tight_kernel with blocks of 1024
+// threads one an SM (the default's shape), 256 threads five an SM, 512 threads two an SM.
+// WB_HISTOGRAM_WIDE=1, 2, 4 or 8 (float32, the 16-bit counters of every bin fit one block's shared
+// memory): histogram_wide_kernel, its blocks merged alone (1) or in clusters of 2, 4 or 8 (sm_90);
+// 0 or unset, off. Not yet timed: off by default.
 constexpr int kHalfCluster = 0;
 // The merge's cluster size by default: 0, off (not yet timed).
 constexpr int kMergeCluster = 0;
 
+// The tight kernel's shapes (histogram_tight.cuh): threads a block x blocks an SM at least.
+enum class Tightness { kOff, k1024, k256x5, k512x2 };
+
 struct Choice {
   bool base = false;
-  bool defer = true;           // float elements: count_deferred where r.estimate
-  bool defer_slices = false;   // and count_deferred_slice on the chunked path
-  bool prefetch = true;        // float32, one slice: for_each_prefetch
-  bool bulk = false;           // float32, one slice, sm_90: histogram_bulk_kernel
-  Probe probe = Probe::kNone;  // float32: a read probe instead (not a histogram)
-  bool one_launch = true;      // the shared kernel clears counts (cooperative launch)
-  int merge = kMergeCluster;   // 0: the blocks of a slice merge alone
-  int cluster = 0;             // 0: no cluster path
-  int half = kHalfCluster;     // 0: no half path
+  bool defer = true;                  // float elements: count_deferred where r.estimate
+  bool defer_slices = false;          // and count_deferred_slice on the chunked path
+  bool prefetch = true;               // float32, one slice: for_each_prefetch
+  bool bulk = false;                  // float32, one slice, sm_90: histogram_bulk_kernel
+  Probe probe = Probe::kNone;         // float32: a read probe instead (not a histogram)
+  bool one_launch = true;             // the shared kernel clears counts (cooperative launch)
+  int merge = kMergeCluster;          // 0: the blocks of a slice merge alone
+  int cluster = 0;                    // 0: no cluster path
+  int half = kHalfCluster;            // 0: no half path
+  Tightness tight = Tightness::kOff;  // float32, one slice: histogram_tight_kernel
+  int wide = 0;                       // float32: histogram_wide_kernel's cluster size (0: off)
 };
 
-// The cluster size that variable `name` names (2, 4 or 8; 0 for anything else), or `unset`.
-int cluster_size(const char* name, int unset) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || v[0] == '\0') return unset;
-  const int k = std::atoi(v);
-  return k == 2 || k == 4 || k == 8 ? k : 0;
+// The error of a switch set to a value it does not take: names the variable, its value and the
+// values it takes (a thread's last error, kept until its next one).
+Status bad_switch(const char* name, const char* value, const char* takes) {
+  thread_local char message[320];
+  std::snprintf(message, sizeof message,
+                "%s=%s is not a value it takes; expected %s, or leave it unset for the default",
+                name, value, takes);
+  return message;
 }
 
-// Whether environment variable `name` holds `value`.
-bool env_is(const char* name, const char* value) {
+// The value of switch `name` (nullptr: unset or empty), where it is one of `takes` (a
+// nullptr-ended list); an error naming them otherwise.
+Status switch_value(const char* name, const char* const* takes, const char* listed,
+                    const char** value) {
   const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
+  *value = v != nullptr && v[0] != '\0' ? v : nullptr;
+  if (*value == nullptr) return nullptr;
+  for (const char* const* t = takes; *t != nullptr; ++t) {
+    if (std::strcmp(*value, *t) == 0) return nullptr;
+  }
+  return bad_switch(name, *value, listed);
 }
 
-Choice choice() {
+// The cluster size that variable `name` names (0, 2, 4 or 8; with one, 1 too), or `unset`.
+Status cluster_size(const char* name, int unset, bool one, int* size) {
+  static const char* const kSizes[] = {"0", "2", "4", "8", nullptr};
+  static const char* const kSizesOne[] = {"0", "1", "2", "4", "8", nullptr};
+  const char* v = nullptr;
+  if (const Status err = switch_value(name, one ? kSizesOne : kSizes,
+                                      one ? "0, 1, 2, 4 or 8" : "0, 2, 4 or 8", &v)) {
+    return err;
+  }
+  *size = v == nullptr ? unset : std::atoi(v);
+  return nullptr;
+}
+
+Status choice(Choice* out) {
+  static const char* const kKernels[] = {"base",       "nodefer",    "plain",    "bulk",
+                                         "read",       "readsync",   "readfull", "tight",
+                                         "tight256x5", "tight512x2", nullptr};
+  static const char* const kSlices[] = {"defer", "filter", nullptr};
+  static const char* const kZero[] = {"memset", "kernel", nullptr};
+  const char *kernel = nullptr, *slice = nullptr, *zero = nullptr;
+  if (const Status err = switch_value("WB_HISTOGRAM_KERNEL", kKernels,
+                                      "base, nodefer, plain, bulk, read, readsync, readfull, "
+                                      "tight, tight256x5 or tight512x2",
+                                      &kernel)) {
+    return err;
+  }
+  if (const Status err = switch_value("WB_HISTOGRAM_SLICE", kSlices, "defer or filter", &slice)) {
+    return err;
+  }
+  if (const Status err = switch_value("WB_HISTOGRAM_ZERO", kZero, "memset or kernel", &zero)) {
+    return err;
+  }
+  auto is = [](const char* v, const char* name) {
+    return v != nullptr && std::strcmp(v, name) == 0;
+  };
   Choice c;
-  c.base = env_is("WB_HISTOGRAM_KERNEL", "base");
-  c.defer = !env_is("WB_HISTOGRAM_KERNEL", "nodefer");
-  c.prefetch = !env_is("WB_HISTOGRAM_KERNEL", "plain");
-  c.bulk = env_is("WB_HISTOGRAM_KERNEL", "bulk");
-  if (env_is("WB_HISTOGRAM_KERNEL", "read")) c.probe = Probe::kRead;
-  if (env_is("WB_HISTOGRAM_KERNEL", "readsync")) c.probe = Probe::kReadSync;
-  if (env_is("WB_HISTOGRAM_KERNEL", "readfull")) c.probe = Probe::kReadFull;
-  c.defer_slices = env_is("WB_HISTOGRAM_SLICE", "defer");
-  c.one_launch = !c.base && !env_is("WB_HISTOGRAM_ZERO", "memset");
-  c.merge = c.base ? 0 : cluster_size("WB_HISTOGRAM_MERGE", kMergeCluster);
-  c.cluster = c.base ? 0 : cluster_size("WB_HISTOGRAM_CLUSTER", 0);
-  c.half = c.base ? 0 : cluster_size("WB_HISTOGRAM_HALF", kHalfCluster);
-  return c;
+  c.base = is(kernel, "base");
+  c.defer = !is(kernel, "nodefer");
+  c.prefetch = !is(kernel, "plain");
+  c.bulk = is(kernel, "bulk");
+  if (is(kernel, "read")) c.probe = Probe::kRead;
+  if (is(kernel, "readsync")) c.probe = Probe::kReadSync;
+  if (is(kernel, "readfull")) c.probe = Probe::kReadFull;
+  if (is(kernel, "tight")) c.tight = Tightness::k1024;
+  if (is(kernel, "tight256x5")) c.tight = Tightness::k256x5;
+  if (is(kernel, "tight512x2")) c.tight = Tightness::k512x2;
+  c.defer_slices = is(slice, "defer");
+  c.one_launch = !c.base && !is(zero, "memset");
+  int merge = 0, cluster = 0, half = 0, wide = 0;
+  if (const Status err = cluster_size("WB_HISTOGRAM_MERGE", kMergeCluster, false, &merge)) {
+    return err;
+  }
+  if (const Status err = cluster_size("WB_HISTOGRAM_CLUSTER", 0, false, &cluster)) return err;
+  if (const Status err = cluster_size("WB_HISTOGRAM_HALF", kHalfCluster, false, &half)) return err;
+  if (const Status err = cluster_size("WB_HISTOGRAM_WIDE", 0, true, &wide)) return err;
+  c.merge = c.base ? 0 : merge;
+  c.cluster = c.base ? 0 : cluster;
+  c.half = c.base ? 0 : half;
+  c.wide = c.base ? 0 : wide;
+  *out = c;
+  return nullptr;
+}
+
+// The tight kernel of shape `shape` (histogram_tight.cuh, launch_tight).
+Status launch_tight_as(Tightness shape, const float* x, int64_t n, Range r, bool one_launch,
+                       Count* counts, const DeviceInfo& d, cudaStream_t s, bool* launched) {
+  switch (shape) {
+    case Tightness::k256x5:
+      return launch_tight<256, 5, 2>(x, n, r, one_launch, counts, d, s, launched);
+    case Tightness::k512x2:
+      return launch_tight<512, 2, kPrefetchVectors>(x, n, r, one_launch, counts, d, s, launched);
+    default:
+      return launch_tight<kThreads, 1, kPrefetchVectors>(x, n, r, one_launch, counts, d, s,
+                                                         launched);
+  }
 }
 
 }  // namespace
@@ -118,9 +202,17 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
   if (n == 0) return zero_counts(counts, r.bins, s);
   DeviceInfo d;
   if (const Status err = device_info(&d)) return err;
-  const Choice c = choice();
+  Choice c;
+  if (const Status err = choice(&c)) return err;
   if constexpr (std::is_same_v<T, float>) {
     if (c.probe != Probe::kNone) return launch_read(x, n, r.bins, c.probe, counts, d, s);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (c.wide > 0) {  // clears counts itself (a memset before the kernel)
+      bool launched = false;
+      if (const Status err = launch_wide(x, n, r, c.wide, counts, d, s, &launched)) return err;
+      if (launched) return nullptr;
+    }
   }
   const int64_t chunks = chunks_for(r.bins, d.shared_optin);
   const bool shared = chunks == 1 || (chunks <= kMaxChunks && n >= r.bins);
@@ -158,6 +250,14 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
       if (c.bulk && plan.defer && chunks == 1) {
         bool launched = false;
         if (const Status err = launch_bulk(x, n, r, c.one_launch, counts, d, s, &launched)) {
+          return err;
+        }
+        if (launched) return nullptr;
+      }
+      if (c.tight != Tightness::kOff && chunks == 1) {
+        bool launched = false;
+        if (const Status err =
+                launch_tight_as(c.tight, x, n, r, c.one_launch, counts, d, s, &launched)) {
           return err;
         }
         if (launched) return nullptr;

@@ -188,6 +188,63 @@ inline Range make_range(int64_t bins, double lo, double hi) {
   return r;
 }
 
+// Tight bounds on the bin of a float v in [lo, hi] (the tight and wide kernels of the CUDA op):
+//     lower = fma(v, scale, lo_offset) rounded down,   upper = fma(v, scale, hi_offset) rounded up,
+// with the Range's scale and offset floats and lo_offset <= offset - e, hi_offset >= offset + e
+// (make_tight), where e bounds, for |v| <= max(|lo|, |hi|) = m, the distance between v * scale +
+// offset and T = (v - lo) * bins / width in real numbers plus twice the distance between T and the
+// t of bin_of (three roundings: 2^-50 * bins): with S = bins / width and C = -lo * S, s and c their
+// doubles (|s - S| <= 2^-53 S, |c - C| <= 2^-52 |c|), |v * scale + offset - T| <= m * |scale - S| +
+// |offset - C|, so e = m * (|scale - s| + 2^-52 s) + |offset - c| + 2^-51 |c| + 2^-49 bins, grown
+// by 2^-40 for the roundings of its own sum. Then lower < t < upper, and where floor(lower) ==
+// floor(upper) that is the bin: lower <= T - 2^-49 bins < bins (T <= bins (1 + 2^-53) for v <= hi),
+// so the floor is at most bins - 1, and upper > t >= 0. The directed roundings replace the margin
+// of bin_bounds (four roundings and max(|lo|, |hi|) * s of slack): at 65536 bins over [-4, 4] the
+// bounds are about 2^-7 of a bin apart, where bin_bounds's margin is 2^-5 on either side (fast off:
+// every element took bin_of).
+struct Tight {
+  float lo_offset;
+  float hi_offset;
+  bool ok;  // r.estimate and e below an eighth of a bin (else the kernels keep bin_bounds)
+};
+
+// The greatest float <= x (x finite).
+inline float float_at_or_below(double x) { return -float_at_or_above(-x); }
+
+inline Tight make_tight(const Range& r) {
+  Tight t{};
+  if (!r.estimate) return t;
+  const double s = r.nbins / r.width, c = -r.lo * s;
+  const double m = std::fmax(std::fabs(r.lo), std::fabs(r.hi));
+  double e = m * (std::fabs(static_cast<double>(r.scale) - s) + 0x1p-52 * s) +
+             std::fabs(static_cast<double>(r.offset) - c) + 0x1p-51 * std::fabs(c) +
+             0x1p-49 * r.nbins;
+  e = e * (1 + 0x1p-40) + 0x1p-1000;
+  const double below = static_cast<double>(r.offset) - e, above = static_cast<double>(r.offset) + e;
+  // below and above carry one rounding each (relative 2^-53): moved outwards by 2^-50 of
+  // themselves.
+  t.lo_offset = float_at_or_below(below - std::fabs(below) * 0x1p-50);
+  t.hi_offset = float_at_or_above(above + std::fabs(above) * 0x1p-50);
+  t.ok = e <= 0.125 && std::isfinite(t.lo_offset) && std::isfinite(t.hi_offset);
+  return t;
+}
+
+// The bounds' floors of a float v in [flo, fhi] (the caller tests that) as the bits of 2^23 +
+// floor(bound), adding 2^23 rounding down: 0x4B000000 + floor(q) for 0 <= q < 2^23, below
+// 0x4B000000 for -1 < q < 0 (lower may be, upper is not). first == last pins the bin:
+// first - 0x4B000000.
+struct TightBits {
+  uint32_t first;
+  uint32_t last;
+};
+
+#if defined(__CUDACC__)
+__device__ __forceinline__ TightBits tight_bits(float v, const Range& r, const Tight& t) {
+  return {__float_as_uint(__fadd_rd(__fmaf_rd(v, r.scale, t.lo_offset), 0x1p23f)),
+          __float_as_uint(__fadd_rd(__fmaf_ru(v, r.scale, t.hi_offset), 0x1p23f))};
+}
+#endif
+
 // x is contiguous with n elements; counts [bins] (any contents) receives the counts: the CUDA
 // launcher clears it and adds to it with atomics, all on the given stream.
 template <typename T>

@@ -352,12 +352,12 @@ int resident_clusters(K k, const cudaLaunchConfig_t* config, int size, int64_t s
   return clusters;
 }
 
-// Launches kernel k over `grid` blocks of kThreads with `smem` bytes of dynamic shared memory on
+// Launches kernel k over `grid` blocks of `threads` with `smem` bytes of dynamic shared memory on
 // stream s, in clusters of `cluster` blocks (1: none), as a cooperative launch with cooperative.
 // False, with the runtime's error cleared, where it refuses the launch.
 template <typename K, typename... A>
-bool launch_ex(K k, int64_t grid, int64_t smem, int cluster, bool cooperative, cudaStream_t s,
-               A... args) {
+bool launch_ex_block(K k, int64_t grid, int threads, int64_t smem, int cluster, bool cooperative,
+                     cudaStream_t s, A... args) {
   cudaLaunchAttribute attributes[2]{};
   unsigned used = 0;
   if (cluster > 1) {
@@ -374,7 +374,7 @@ bool launch_ex(K k, int64_t grid, int64_t smem, int cluster, bool cooperative, c
   }
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
   config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = s;
   config.attrs = attributes;
@@ -382,6 +382,13 @@ bool launch_ex(K k, int64_t grid, int64_t smem, int cluster, bool cooperative, c
   if (cudaLaunchKernelEx(&config, k, args...) == cudaSuccess) return true;
   (void)cudaGetLastError();
   return false;
+}
+
+// launch_ex_block with blocks of kThreads (every kernel here but the tight ones).
+template <typename K, typename... A>
+bool launch_ex(K k, int64_t grid, int64_t smem, int cluster, bool cooperative, cudaStream_t s,
+               A... args) {
+  return launch_ex_block(k, grid, kThreads, smem, cluster, cooperative, s, args...);
 }
 
 }  // namespace

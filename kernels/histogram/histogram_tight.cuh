@@ -1,0 +1,304 @@
+// histogram/histogram_tight.cuh: two float32 variants of histogram.cu binned with the tight
+// bounds of histogram.h (tight_bits: two directed-rounding FMAs, two floors by adding 2^23, one
+// compare; bin_of only where the floors differ), for A/B timing against the default kernels.
+//
+//   Tight kernel (WB_HISTOGRAM_KERNEL=tight, tight256x5, tight512x2; one block's histogram in
+//   shared memory): the shared path's kernel for one slice with count_tight in place of
+//   count_deferred (no max, min or margin adds an element), as a template of its block size and
+//   blocks an SM, so that smaller blocks with fewer registers keep more warps (and loads) resident.
+//   Replicas of the histogram, one a warp up to kReplicaBytes; one cooperative launch that clears
+//   counts; the merge adds each bin's sum over the block's replicas with one 64-bit atomic. Wide
+//   kernel (WB_HISTOGRAM_WIDE=1, 2, 4 or 8; sm_90 for clusters): 16-bit counters of every bin in
+//   one block's shared memory, two a word (65536 bins: 128 KiB), so x is read once where the
+//   chunked path reads it once per slice of 32-bit counters. Overflow: every add returns the old
+//   word; the add that takes a counter from 0x7FFF to 0x8000 takes 0x8000 back off it and adds
+//   0x8000 to counts[b] in global memory (a few times a block for a bin that holds every element).
+//   A block barrier every `round` loop steps, each step at most kThreads * 4 * U elements, keeps a
+//   round's adds below 0x8000 a block: a counter starts a round at most 0x7FFF (every take-back of
+//   the last round done), crosses 0x8000 at most once in it, so it never passes 0xFFFF and never
+//   carries into its neighbour. The merge adds both counters of a word to counts where nonzero: a
+//   block alone (1), or the blocks of a cluster of 2, 4 or 8 each summing a slice of the words
+//   over all the cluster's blocks through distributed shared memory first (a cluster-size-th of
+//   the global atomics). counts is cleared by a memset first (the take-backs reach it mid-loop).
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <utility>
+
+#include "histogram/histogram_common.cuh"
+
+namespace wb::histogram {
+namespace {
+
+// Counts the float elements of v with add(bin), the exact bins of histogram.h, where t.ok: the
+// tight bounds for every element in [flo, fhi]; those they do not pin (within about 2^-7 of a bin
+// of an edge at 65536 bins over [-4, 4], far fewer at 256) wait in a mask and take bin_of.
+template <int U, typename A>
+__device__ __forceinline__ void count_tight(const Vec<float, 4> (&v)[U], const Range& r,
+                                            const Tight& t, A& add) {
+  constexpr int K = U * 4;
+  static_assert(K <= 32, "the mask holds 32 elements");
+  uint32_t undecided = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const float e = v[k / 4].v[k % 4];
+    const TightBits b = tight_bits(e, r, t);
+    if (e >= r.flo && e <= r.fhi) {  // counted (histogram.h: flo, fhi)
+      if (b.first == b.last) {
+        add(b.first - 0x4B000000u);
+      } else {
+        undecided |= 1u << k;
+      }
+    }
+  }
+  while (undecided != 0) {
+    const int k = __ffs(static_cast<int>(undecided)) - 1;
+    undecided &= undecided - 1;
+    float e = v[0].v[0];  // v's element k, picked with constant indices (v stays in registers)
+#pragma unroll
+    for (int m = 1; m < K; ++m) e = m == k ? v[m / 4].v[m % 4] : e;
+    add(static_cast<uint32_t>(bin_of(static_cast<double>(e), r)));
+  }
+}
+
+// The tight kernel: Threads a block, at least MinBlocks blocks an SM, U vectors a loop step with
+// the next step's loads in flight (for_each_prefetch). Requires replicas * r.bins 32-bit counters
+// of dynamic shared memory, t.ok, at most kMaxBlockItems elements a block; zero: a cooperative
+// launch (clear_and_arrive).
+template <int Threads, int MinBlocks, int U>
+__global__ void __launch_bounds__(Threads, MinBlocks)
+    histogram_tight_kernel(const float* __restrict__ x,  // [n]
+                           int64_t n, Range r, Tight t, int replicas, bool zero,
+                           Count* __restrict__ counts) {  // [bins]
+  extern __shared__ uint32_t sub[];                       // [replicas, bins]
+  const int bins = static_cast<int>(r.bins);
+  for (int i = threadIdx.x; i < replicas * bins; i += Threads) sub[i] = 0;
+  auto token = clear_and_arrive(counts, r.bins, zero);
+  uint32_t* mine = sub + (threadIdx.x / 32) % replicas * bins;  // [bins]
+  auto add = [&](uint32_t b) { atomicAdd(&mine[b], 1u); };
+  auto count = [&](float v) {
+    const int64_t b = element_bin(v, r);
+    if (b >= 0) add(static_cast<uint32_t>(b));
+  };
+  auto group = [&](const Vec<float, 4>(&v)[U]) { count_tight(v, r, t, add); };
+  for_each_prefetch<U, true>(x, n, blockIdx.x, gridDim.x, count, group);
+  __syncthreads();
+  if (zero) cooperative_groups::this_grid().barrier_wait(std::move(token));
+  for (int b = threadIdx.x; b < bins; b += Threads) {
+    uint32_t c = 0;  // at most the block's elements: no overflow
+#pragma unroll 8
+    for (int k = 0; k < replicas; ++k) c += sub[k * bins + b];
+    if (c != 0) atomicAdd(&counts[b], Count{c});
+  }
+}
+
+// Adds the two 16-bit counters of word w (bins 2w and 2w + 1; c of them summed over a cluster, 64
+// bits) to counts where nonzero.
+__device__ __forceinline__ void add_pair(Count lo, Count hi, int w, int bins,
+                                         Count* __restrict__ counts) {
+  if (lo != 0) atomicAdd(&counts[2 * w], lo);
+  if (hi != 0 && 2 * w + 1 < bins) atomicAdd(&counts[2 * w + 1], hi);
+}
+
+// The wide kernel (above): kThreads a block, one block an SM, U vectors a loop step (the next
+// step's loads in flight), a block barrier every `round` steps (kThreads * 4 * U * round + 6 <
+// 0x8000), clusters of Cluster blocks (1: none; otherwise sm_90 and a launch in such clusters).
+// Requires ceil(bins / 2) words of dynamic shared memory, t.ok, counts cleared.
+template <int U, int Cluster>
+__global__ void __launch_bounds__(kThreads, 1)
+    histogram_wide_kernel(const float* __restrict__ x,  // [n]
+                          int64_t n, Range r, Tight t, int round,
+                          Count* __restrict__ counts) {  // [bins]
+#if defined(__CUDA_ARCH__)
+  extern __shared__ uint32_t words[];  // [(bins + 1) / 2]: bin b in half b % 2 of word b / 2
+  const int bins = static_cast<int>(r.bins);
+  const int nwords = (bins + 1) / 2;
+  for (int i = threadIdx.x; i < nwords; i += kThreads) words[i] = 0;
+  __syncthreads();
+  auto add = [&](uint32_t b) {
+    const uint32_t shift = (b & 1u) << 4;
+    const uint32_t old = atomicAdd(&words[b >> 1], 1u << shift);
+    if (((old >> shift) & 0xFFFFu) == 0x7FFFu) {  // this add made it 0x8000: take it back
+      atomicAdd(&words[b >> 1], 0u - (0x8000u << shift));
+      atomicAdd(&counts[b], Count{0x8000});
+    }
+  };
+  auto count = [&](float v) {
+    const int64_t b = element_bin(v, r);
+    if (b >= 0) add(static_cast<uint32_t>(b));
+  };
+  // x: the head before the first 16-byte boundary and the tail after the last whole vector one
+  // element at a time (in the first round), then float4 vectors in loop steps of U a thread, the
+  // same number of steps in every thread (the barriers).
+  using V = Vec<float, 4>;
+  const int64_t tid = int64_t{blockIdx.x} * kThreads + threadIdx.x;
+  const int64_t stride = int64_t{gridDim.x} * kThreads;
+  const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16) / 4;
+  const int64_t head = misalign ? (4 - misalign < n ? 4 - misalign : n) : 0;
+  const int64_t nvec = (n - head) / 4;
+  const int64_t tail = head + nvec * 4;
+  if (tid < head) count(x[tid]);
+  if (tid < n - tail) count(x[tail + tid]);
+  const V* xv = reinterpret_cast<const V*>(x + head);            // [nvec]
+  const int64_t total = (nvec + U * stride - 1) / (U * stride);  // steps: the same in every block
+  V v[U];
+  auto load = [&](V(&into)[U], int64_t step) {
+    const int64_t i = tid + step * U * stride;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (i + u * stride < nvec) into[u] = load_vec<true>(xv + i + u * stride);
+    }
+  };
+  if (total > 0) load(v, 0);
+  for (int64_t step = 0; step < total;) {
+    const int64_t end = step + round < total ? step + round : total;
+    for (; step < end; ++step) {
+      V w[U];
+      if (step + 1 < total) load(w, step + 1);
+      const int64_t i = tid + step * U * stride;
+      if (i + (U - 1) * stride < nvec) {
+        count_tight(v, r, t, add);
+      } else {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (i + u * stride < nvec) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) count(v[u].v[k]);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = w[u];
+    }
+    __syncthreads();  // every take-back of the round is done
+  }
+  __syncthreads();  // the head's and tail's adds too, where x has no whole loop step
+  if constexpr (Cluster == 1) {
+    for (int w = threadIdx.x; w < nwords; w += kThreads) {
+      const uint32_t c = words[w];
+      add_pair(c & 0xFFFFu, c >> 16, w, bins, counts);
+    }
+  } else {
+#if __CUDA_ARCH__ >= 900  // the launcher asks for clusters only on sm_90
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    const auto rank = static_cast<int>(cluster.block_rank());
+    cluster.sync();  // every block's counters are final
+    for (int w = rank * kThreads + threadIdx.x; w < nwords; w += Cluster * kThreads) {
+      Count lo = 0, hi = 0;
+#pragma unroll
+      for (int q = 0; q < Cluster; ++q) {
+        const uint32_t c = cluster.map_shared_rank(words, q)[w];
+        lo += c & 0xFFFFu;
+        hi += c >> 16;
+      }
+      add_pair(lo, hi, w, bins, counts);
+    }
+    cluster.sync();  // no block leaves while another still reads its counters
+#endif
+  }
+#endif
+}
+
+// The tight kernel over x on stream s: Threads a block, MinBlocks an SM at least, U vectors a
+// step. *launched false, and nothing ran, where it does not apply (no tight bounds, a histogram
+// beyond the shared memory limit) and the caller takes the shared path. one_launch: a cooperative
+// launch whose blocks clear counts, else (or where refused) a memset first.
+template <int Threads, int MinBlocks, int U>
+Status launch_tight(const float* x, int64_t n, Range r, bool one_launch, Count* counts,
+                    const DeviceInfo& d, cudaStream_t s, bool* launched) {
+  *launched = false;
+  const Tight t = make_tight(r);
+  if (!t.ok) return nullptr;
+  const int64_t bin_bytes = r.bins * int64_t{sizeof(uint32_t)};
+  int64_t replicas = kReplicaBytes / bin_bytes;
+  const int64_t warps = Threads / 32;
+  replicas = replicas < 1 ? 1 : (replicas > warps ? warps : replicas);
+  const int64_t smem = replicas * bin_bytes;
+  if (smem > d.shared_optin) return nullptr;
+  const auto kernel = histogram_tight_kernel<Threads, MinBlocks, U>;
+  if (const Status err = allow_shared(kernel, smem)) return err;
+  int per_sm = 0;
+  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Threads,
+                                                                  static_cast<int>(smem));
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+  const int64_t resident = int64_t{d.sms} * (per_sm > 0 ? per_sm : 1);
+  // As grid_for, for blocks of Threads: every thread 2 vectors at least, kMaxBlockItems at most.
+  const int64_t per_block = int64_t{Threads} * 4 * 2;
+  int64_t grid = min_of<int64_t>(resident, (n + per_block - 1) / per_block);
+  grid = grid > (n - 1) / kMaxBlockItems + 1 ? grid : (n - 1) / kMaxBlockItems + 1;
+  grid = grid > 0 ? grid : 1;
+  const auto replicas_i = static_cast<int>(replicas);
+  *launched = true;
+  if (one_launch && d.cooperative && grid <= resident &&
+      launch_ex_block(kernel, grid, Threads, smem, 1, true, s, x, n, r, t, replicas_i, true,
+                      counts)) {
+    return nullptr;
+  }
+  if (const Status zerr = zero_counts(counts, r.bins, s)) return zerr;
+  kernel<<<static_cast<unsigned>(grid), Threads, smem, s>>>(x, n, r, t, replicas_i, false, counts);
+  return launch_status();
+}
+
+// The wide kernel with clusters of `cluster` blocks (1, 2, 4 or 8) over x on stream s; *launched
+// false, and nothing ran, where it does not apply (no tight bounds, the counters beyond the shared
+// memory limit, clusters below sm_90 or that the device cannot schedule) and the caller takes
+// another path.
+template <int Cluster>
+Status launch_wide_as(const float* x, int64_t n, Range r, const Tight& t, Count* counts,
+                      const DeviceInfo& d, cudaStream_t s, bool* launched) {
+  constexpr int U = 3;
+  const int64_t smem = (r.bins + 1) / 2 * int64_t{sizeof(uint32_t)};
+  const auto kernel = histogram_wide_kernel<U, Cluster>;
+  if (const Status err = allow_shared(kernel, smem)) return err;
+  int64_t resident = 0;
+  if (const Status err = resident_blocks(kernel, static_cast<int>(smem), d.sms, &resident)) {
+    return err;
+  }
+  if (Cluster > 1) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = Cluster;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(Cluster);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    resident = int64_t{resident_clusters(kernel, &config, Cluster, smem)} * Cluster;
+    if (resident < Cluster) return nullptr;
+  }
+  const int64_t grid = (grid_for<float>(n, resident) + Cluster - 1) / Cluster * Cluster;
+  // Loop steps a round: at most kThreads * 4 * U elements a step, and 6 more (head and tail).
+  const int round = (0x7FFF - 6) / (kThreads * 4 * U);
+  if (const Status err = zero_counts(counts, r.bins, s)) return err;
+  if (!launch_ex(kernel, grid, smem, Cluster, false, s, x, n, r, t, round, counts)) {
+    return nullptr;  // the memset ran: harmless, the next path clears counts again
+  }
+  *launched = true;
+  return launch_status();
+}
+
+Status launch_wide(const float* x, int64_t n, Range r, int cluster, Count* counts,
+                   const DeviceInfo& d, cudaStream_t s, bool* launched) {
+  *launched = false;
+  const Tight t = make_tight(r);
+  if (!t.ok || (r.bins + 1) / 2 * int64_t{sizeof(uint32_t)} > d.shared_optin) return nullptr;
+  if (cluster > 1 && d.major < 9) return nullptr;
+  switch (cluster) {
+    case 2:
+      return launch_wide_as<2>(x, n, r, t, counts, d, s, launched);
+    case 4:
+      return launch_wide_as<4>(x, n, r, t, counts, d, s, launched);
+    case 8:
+      return launch_wide_as<8>(x, n, r, t, counts, d, s, launched);
+    default:
+      return launch_wide_as<1>(x, n, r, t, counts, d, s, launched);
+  }
+}
+
+}  // namespace
+}  // namespace wb::histogram
