@@ -139,9 +139,9 @@ def test_the_bulk_grid_spreads_rows_evenly_over_resident_clusters(paths_main: Pa
 
 @pytest.mark.nvcc
 def test_wb_softmax_path_values(paths_main: Path) -> None:
-    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep", "ahead", "x")
-    got = _ask(paths_main, [f"path {v}" for v in values])
-    assert got == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]  # unset: the dtype's default
+    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep", "ahead", "ahead64")
+    got = _ask(paths_main, [f"path {v}" for v in (*values, "x")])
+    assert got == [*range(len(values)), len(values)]  # unset: the dtype's default; x: invalid
 
 
 @pytest.mark.nvcc
@@ -230,7 +230,7 @@ def _kernels(fn: Any) -> list[str]:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize(
-    "path", ["wide", "pipe", "deep", "ahead", "bulk", "split", "cluster", "stream"]
+    "path", ["wide", "pipe", "deep", "ahead", "ahead64", "bulk", "split", "cluster", "stream"]
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
@@ -253,7 +253,7 @@ def test_every_path_matches_torch(
     if vec:
         want["wide"] = want["pipe"] = "wide_kernel"
         want["deep"] = "deep_kernel"
-        want["ahead"] = "ahead_kernel"
+        want["ahead"] = want["ahead64"] = "ahead_kernel"
     if path in want and torch.cuda.get_device_capability() >= (9, 0):
         assert any(want[path] in n for n in names), names
     # Tolerances against float32 references at rows of tiny values (about 1 / cols): relative,
@@ -330,7 +330,7 @@ def test_the_wide_paths_at_either_block_width(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep", "ahead"])
+@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep", "ahead", "ahead64"])
 @pytest.mark.parametrize("cols", [65536, 262144])
 def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
     lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, cols: int

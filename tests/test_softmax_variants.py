@@ -1,7 +1,7 @@
 """softmax's variants for timing (issue 37): the held block path (WB_SOFTMAX_BLOCK=held|held64,
-kernels/softmax/softmax_held.cuh), the ahead path (WB_SOFTMAX_PATH=ahead, softmax_ahead.cuh) and
-the deep path's forced cluster size (WB_SOFTMAX_DEEP_CLUSTER, softmax_wide.cuh), each against
-torch.softmax and torch._softmax_backward_data at the goal sizes and odd lengths, special rows
+kernels/softmax/softmax_held.cuh), the ahead path (WB_SOFTMAX_PATH=ahead|ahead64,
+softmax_ahead.cuh) and the deep path's forced cluster size (WB_SOFTMAX_DEEP_CLUSTER,
+softmax_wide.cuh), each against torch.softmax and torch._softmax_backward_data at the goal sizes and odd lengths, special rows
 included, and their bad values named. The switches' parsing runs on the CPU in
 tests/test_softmax_paths.py."""
 
@@ -118,18 +118,19 @@ def _sm90() -> None:
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("path", ["ahead", "ahead64"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("rows", "cols"), [(64, 262144), (256, 65536), (1001, 16392), (333, 16400), (2, 65536)]
 )
 def test_the_ahead_path_matches_torch(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, rows: int, cols: int
+    lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, dtype: torch.dtype, rows: int, cols: int
 ) -> None:
-    """WB_SOFTMAX_PATH=ahead: clusters that take more rows than one (an odd count included:
-    1001 rows of 16392 on a few hundred resident clusters) and fewer rows than clusters, forward
-    and backward against torch, special rows included."""
+    """WB_SOFTMAX_PATH=ahead or ahead64: clusters that take more rows than one (an odd count
+    included: 1001 rows of 16392 on a few hundred resident clusters) and fewer rows than
+    clusters, forward and backward against torch, special rows included."""
     _sm90()
-    monkeypatch.setenv("WB_SOFTMAX_PATH", "ahead")
+    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
     gen = torch.Generator().manual_seed(rows + cols)
     x = _special(torch.randn(rows, cols, generator=gen) * 2).to(dtype).cuda()
     grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()

@@ -14,6 +14,10 @@
 //   2. the register row's total (wide_total) and stores; then the registers' next row's loads;
 //   3. the shared row folded (op.take, a vector at a time) once its copies landed, its total, and
 //      its output from shared memory (op.finish, op.out).
+// WB_SOFTMAX_PATH=ahead64 holds half as much a row (64 bytes in registers and 64 in shared
+// memory), so a row takes twice the blocks and a cluster twice the rows, at 40 registers a thread
+// (three blocks of 512 an SM, where ahead's 64 allow two): more rows in flight an SM, more of
+// each cluster's rows behind the first.
 // Each element is read once and written once; nothing outlives a launch.
 #pragma once
 
@@ -23,10 +27,10 @@
 namespace wb::softmax {
 
 // gridDim.x = clusters * C as in wide_kernel; dynamic shared memory: K * Op::kTensors * Threads
-// vectors (the next row's share).
-template <typename Op, int N, int K, int Threads>
+// vectors (the next row's share). MinBlocks blocks an SM bound the registers.
+template <typename Op, int N, int K, int Threads, int MinBlocks>
 __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
-                                  WB_SOFTMAX_CLUSTERS ? kMaxThreads / Threads : 1)
+                                  WB_SOFTMAX_CLUSTERS ? MinBlocks : 1)
     ahead_kernel(Op op, int64_t rows, int64_t nvec, int64_t per) {
 #if WB_SOFTMAX_CLUSTERS
   using P = typename Op::Partial;
@@ -97,11 +101,12 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
 
 // One launch of the ahead path in clusters of `size` blocks of Threads threads; false where no
 // such cluster is resident here (or no sm_90 image).
-template <typename Op, int N, int Threads>
+template <typename Op, int N, int Threads, bool Half>
 bool launch_ahead_blocks(const Op& op, int64_t rows, int64_t nvec, int size, cudaStream_t stream,
                          cudaError_t& err) {
-  constexpr int K = wide_slots<Op>();
-  constexpr auto kernel = ahead_kernel<Op, N, K, Threads>;
+  constexpr int K = wide_slots<Op>() / (Half ? 2 : 1);
+  constexpr int kMinBlocks = Half && Threads == kBlockThreads ? 3 : kMaxThreads / Threads;
+  constexpr auto kernel = ahead_kernel<Op, N, K, Threads, kMinBlocks>;
   constexpr size_t smem = size_t{K} * Op::kTensors * Threads * 16;
   const int resident = cluster_count<kernel>(size, Threads, smem);
   if (resident == 0) return false;
@@ -111,24 +116,30 @@ bool launch_ahead_blocks(const Op& op, int64_t rows, int64_t nvec, int size, cud
   return true;
 }
 
-// The ahead path for rows of nvec vectors: launches it and returns true with the launch's result
-// in `err`, or returns false (nothing launched) where it does not apply here: the wide path's
-// cluster shape (wide_cluster_size, WB_SOFTMAX_WIDE_THREADS forcing a width), none resident with
-// its shared memory, or no sm_90 image.
+// The ahead path (half: ahead64's) for rows of nvec vectors: launches it and returns true with the
+// launch's result in `err`, or returns false (nothing launched) where it does not apply here: the
+// wide path's cluster shape (wide_cluster_size, WB_SOFTMAX_WIDE_THREADS forcing a width), none
+// resident with its shared memory, or no sm_90 image.
 template <typename Op, int N>
-bool launch_ahead(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, cudaError_t& err) {
+bool launch_ahead(const Op& op, int64_t rows, int64_t nvec, bool half, cudaStream_t stream,
+                  cudaError_t& err) {
   const int forced = wide_threads();
   if (forced < 0) {
     err = cudaErrorInvalidValue;  // launch_rows names the variable
     return true;
   }
   int threads = 0;
-  const int size = wide_cluster_size(nvec, wide_slots<Op>(), forced, &threads);
+  const int size = wide_cluster_size(nvec, wide_slots<Op>() / (half ? 2 : 1), forced, &threads);
   if (size == 0) return false;
-  if (threads == kBlockThreads) {
-    return launch_ahead_blocks<Op, N, kBlockThreads>(op, rows, nvec, size, stream, err);
+  const bool narrow = threads == kBlockThreads;
+  if (half) {
+    return narrow
+               ? launch_ahead_blocks<Op, N, kBlockThreads, true>(op, rows, nvec, size, stream, err)
+               : launch_ahead_blocks<Op, N, kMaxThreads, true>(op, rows, nvec, size, stream, err);
   }
-  return launch_ahead_blocks<Op, N, kMaxThreads>(op, rows, nvec, size, stream, err);
+  return narrow
+             ? launch_ahead_blocks<Op, N, kBlockThreads, false>(op, rows, nvec, size, stream, err)
+             : launch_ahead_blocks<Op, N, kMaxThreads, false>(op, rows, nvec, size, stream, err);
 }
 
 }  // namespace wb::softmax
