@@ -1,9 +1,9 @@
 """softmax's variants for timing (issue 37): the held block path (WB_SOFTMAX_BLOCK=held|held64,
 kernels/softmax/softmax_held.cuh), the ahead path (WB_SOFTMAX_PATH=ahead|ahead64,
 softmax_ahead.cuh) and the deep path's forced cluster size (WB_SOFTMAX_DEEP_CLUSTER,
-softmax_wide.cuh), each against torch.softmax and torch._softmax_backward_data at the goal sizes and odd lengths, special rows
-included, and their bad values named. The switches' parsing runs on the CPU in
-tests/test_softmax_paths.py."""
+softmax_wide.cuh), each against torch.softmax and torch._softmax_backward_data at the goal
+sizes and odd lengths, special rows included, and their bad values named. The switches' parsing
+runs on the CPU in tests/test_softmax_paths.py."""
 
 from __future__ import annotations
 
