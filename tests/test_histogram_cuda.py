@@ -34,7 +34,8 @@ THREADS = 1024  # kThreads
 # shared memory by bulk copies (bulk); the chunked path binning float elements 16 at a time
 # (slice_defer: count_deferred_slice); the blocks of a slice merged in clusters of 2 and 8 through
 # distributed shared memory (above 16 Ki bins on sm_90); the tight kernel (float32, one block's
-# histogram: bins by two directed-rounding fmas) in three block shapes; the wide kernel (float32:
+# histogram: bins by two directed-rounding fmas) in three block shapes, and fed by a cp.async ring
+# a thread (deep: 5 stages of 2 vectors, deep3: 4 of 3); the wide kernel (float32:
 # 16-bit counters of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8.
 ENV = (
     "WB_HISTOGRAM_KERNEL",
@@ -66,6 +67,8 @@ CHOICES = {
     "tight": {"WB_HISTOGRAM_KERNEL": "tight"},
     "tight256x5": {"WB_HISTOGRAM_KERNEL": "tight256x5"},
     "tight512x2": {"WB_HISTOGRAM_KERNEL": "tight512x2"},
+    "deep": {"WB_HISTOGRAM_KERNEL": "deep"},
+    "deep3": {"WB_HISTOGRAM_KERNEL": "deep3"},
     "wide1": {"WB_HISTOGRAM_WIDE": "1"},
     "wide2": {"WB_HISTOGRAM_WIDE": "2"},
     "wide4": {"WB_HISTOGRAM_WIDE": "4"},
@@ -298,7 +301,7 @@ def test_every_kernel_fits_without_spills(tmp_path: Path, arch: str) -> None:
     """One 1024-thread block an SM (launch bound), no local memory, on every target."""
     kernels = compile_cubin(tmp_path, SOURCE, arch)
     names = [cubin.short_name(k.name) for k in kernels.values()]
-    kinds = ("shared", "global", "cluster", "half", "read", "bulk", "tight", "wide")
+    kinds = ("shared", "global", "cluster", "half", "read", "bulk", "tight", "wide", "deep")
     for kind in (f"histogram_{k}_kernel" for k in kinds):
         assert any(kind in n for n in names), f"{kind} missing on {arch}: {names}"
     for k in kernels.values():

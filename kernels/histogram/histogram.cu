@@ -20,9 +20,9 @@
 //   WB_HISTOGRAM_KERNEL / _SLICE / _MERGE / _CLUSTER / _HALF / _ZERO / _WIDE select other kernels
 //   for A/B timing (choice(); a value a switch does not take is an error naming it); the tight and
 //   wide float32 kernels (exact bins from two directed-rounding fmas; 16-bit counters of every bin
-//   in one block) in histogram_tight.cuh. Counts are integers, so any order of the atomics gives
-//   the same result. Check and time:  wb check histogram --device cuda;  wb bench histogram
-//   --device cuda
+//   in one block) in histogram_tight.cuh, the tight kernel fed by cp.async rings in
+//   histogram_deep.cuh. Counts are integers, so any order of the atomics gives the same result.
+//   Check and time:  wb check histogram --device cuda;  wb bench histogram --device cuda
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +32,7 @@
 #include "histogram/histogram_bulk.cuh"
 #include "histogram/histogram_cluster.cuh"
 #include "histogram/histogram_common.cuh"
+#include "histogram/histogram_deep.cuh"
 #include "histogram/histogram_probe.cuh"
 #include "histogram/histogram_shared.cuh"
 #include "histogram/histogram_tight.cuh"
@@ -67,16 +68,19 @@ namespace {
 // an H100, 2026-11-26, it took 116.6 us at 16 Mi elements and 65536 bins and 397.7 us at 64 Mi
 // where the chunked path took 98.8 and 328.0). WB_HISTOGRAM_KERNEL=tight, tight256x5 or tight512x2
 // (float32, one block's histogram, the tight bounds): histogram_tight_kernel with blocks of 1024
-// threads one an SM (the default's shape), 256 threads five an SM, 512 threads two an SM.
-// WB_HISTOGRAM_WIDE=1, 2, 4 or 8 (float32, the 16-bit counters of every bin fit one block's shared
-// memory): histogram_wide_kernel, its blocks merged alone (1) or in clusters of 2, 4 or 8 (sm_90);
-// 0 or unset, off. Not yet timed: off by default.
+// threads one an SM (the default's shape), 256 threads five an SM, 512 threads two an SM;
+// WB_HISTOGRAM_KERNEL=deep or deep3 (the same, sm_80 and later): histogram_deep_kernel, x streamed
+// through a private cp.async ring a thread (5 stages of 2 vectors, 4 of 3) for more loads in
+// flight. WB_HISTOGRAM_WIDE=1, 2, 4 or 8 (float32, the 16-bit counters of every bin fit one block's
+// shared memory): histogram_wide_kernel, its blocks merged alone (1) or in clusters of 2, 4 or 8
+// (sm_90); 0 or unset, off. Not yet timed: off by default.
 constexpr int kHalfCluster = 0;
 // The merge's cluster size by default: 0, off (not yet timed).
 constexpr int kMergeCluster = 0;
 
-// The tight kernel's shapes (histogram_tight.cuh): threads a block x blocks an SM at least.
-enum class Tightness { kOff, k1024, k256x5, k512x2 };
+// The tight kernel's shapes (histogram_tight.cuh): threads a block x blocks an SM at least; the
+// deep kernel's rings (histogram_deep.cuh): 5 stages of 2 vectors, 4 of 3.
+enum class Tightness { kOff, k1024, k256x5, k512x2, kDeep, kDeep3 };
 
 struct Choice {
   bool base = false;
@@ -130,15 +134,15 @@ Status cluster_size(const char* name, int unset, bool one, int* size) {
 }
 
 Status choice(Choice* out) {
-  static const char* const kKernels[] = {"base",       "nodefer",    "plain",    "bulk",
-                                         "read",       "readsync",   "readfull", "tight",
-                                         "tight256x5", "tight512x2", nullptr};
+  static const char* const kKernels[] = {
+      "base",  "nodefer",    "plain",      "bulk", "read",  "readsync", "readfull",
+      "tight", "tight256x5", "tight512x2", "deep", "deep3", nullptr};
   static const char* const kSlices[] = {"defer", "filter", nullptr};
   static const char* const kZero[] = {"memset", "kernel", nullptr};
   const char *kernel = nullptr, *slice = nullptr, *zero = nullptr;
   if (const Status err = switch_value("WB_HISTOGRAM_KERNEL", kKernels,
                                       "base, nodefer, plain, bulk, read, readsync, readfull, "
-                                      "tight, tight256x5 or tight512x2",
+                                      "tight, tight256x5, tight512x2, deep or deep3",
                                       &kernel)) {
     return err;
   }
@@ -162,6 +166,8 @@ Status choice(Choice* out) {
   if (is(kernel, "tight")) c.tight = Tightness::k1024;
   if (is(kernel, "tight256x5")) c.tight = Tightness::k256x5;
   if (is(kernel, "tight512x2")) c.tight = Tightness::k512x2;
+  if (is(kernel, "deep")) c.tight = Tightness::kDeep;
+  if (is(kernel, "deep3")) c.tight = Tightness::kDeep3;
   c.defer_slices = is(slice, "defer");
   c.one_launch = !c.base && !is(zero, "memset");
   int merge = 0, cluster = 0, half = 0, wide = 0;
@@ -179,7 +185,7 @@ Status choice(Choice* out) {
   return nullptr;
 }
 
-// The tight kernel of shape `shape` (histogram_tight.cuh, launch_tight).
+// The tight or deep kernel of shape `shape` (histogram_tight.cuh, histogram_deep.cuh).
 Status launch_tight_as(Tightness shape, const float* x, int64_t n, Range r, bool one_launch,
                        Count* counts, const DeviceInfo& d, cudaStream_t s, bool* launched) {
   switch (shape) {
@@ -187,6 +193,10 @@ Status launch_tight_as(Tightness shape, const float* x, int64_t n, Range r, bool
       return launch_tight<256, 5, 2>(x, n, r, one_launch, counts, d, s, launched);
     case Tightness::k512x2:
       return launch_tight<512, 2, kPrefetchVectors>(x, n, r, one_launch, counts, d, s, launched);
+    case Tightness::kDeep:
+      return launch_deep<5, 2>(x, n, r, one_launch, counts, d, s, launched);
+    case Tightness::kDeep3:
+      return launch_deep<4, 3>(x, n, r, one_launch, counts, d, s, launched);
     default:
       return launch_tight<kThreads, 1, kPrefetchVectors>(x, n, r, one_launch, counts, d, s,
                                                          launched);
