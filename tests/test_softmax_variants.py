@@ -142,6 +142,42 @@ def test_the_ahead_path_matches_torch(
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["fma", "poly", "twice"])
+@pytest.mark.parametrize("path", ["ahead", "ahead64"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_ahead_paths_shared_rows_take_the_exp_modes(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, mode: str, path: str, dtype: torch.dtype
+) -> None:
+    """A cluster's rows after its first alternate between its registers and its shared memory
+    (folded by op.take, written by op.out): with 600 rows of 16392 on a few hundred clusters, the
+    special rows and a row near 60000 repeat every 50 rows, so both ways take them whatever the
+    GPU's residency, with each WB_SOFTMAX_EXP mode."""
+    _sm90()
+    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
+    monkeypatch.setenv("WB_SOFTMAX_EXP", mode)
+    rows, cols = 600, 16392
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, cols, generator=gen) * 4
+    near = 60000 + 16 * torch.randn(cols, generator=gen).clamp(-4, 4)
+    for base in range(0, rows, 50):
+        x[base : base + 4] = _special(x[base : base + 4])
+        x[base + 4] = near
+        if dtype == torch.bfloat16:
+            x[base + 5, 7], x[base + 5, 9] = 3e38, -3e38
+    x = x.to(dtype).cuda()
+    lib.softmax(x, -1)
+    names = _kernels(lambda: lib.softmax(x, -1))
+    assert any("ahead_kernel" in n for n in names), names
+    got = lib.softmax(x, -1).float()
+    want = torch.softmax(x.float(), -1)
+    bf16 = dtype == torch.bfloat16
+    tol = {"rtol": 1.6e-2, "atol": 1e-9} if bf16 else {"rtol": 2e-3, "atol": 6e-8}
+    torch.testing.assert_close(got, want, equal_nan=True, **tol)
+    masked = (x.float() == float("-inf")) & ~want.isnan()
+    assert (got[masked] == 0).all()
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("size", ["4", "8", "12", "16"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_deep_path_at_a_forced_cluster_size(
