@@ -36,7 +36,7 @@ THREADS = 1024  # kThreads
 # distributed shared memory (above 16 Ki bins on sm_90); the tight kernel (float32, one block's
 # histogram: bins by two directed-rounding fmas) in three block shapes, and fed by a cp.async ring
 # a thread (deep: 5 stages of 2 vectors, deep3: 4 of 3); the wide kernel (float32:
-# 16-bit counters of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8.
+# 16-bit counters of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8, 16.
 ENV = (
     "WB_HISTOGRAM_KERNEL",
     "WB_HISTOGRAM_CLUSTER",
@@ -73,6 +73,7 @@ CHOICES = {
     "wide2": {"WB_HISTOGRAM_WIDE": "2"},
     "wide4": {"WB_HISTOGRAM_WIDE": "4"},
     "wide8": {"WB_HISTOGRAM_WIDE": "8"},
+    "wide16": {"WB_HISTOGRAM_WIDE": "16"},
 }
 # Bin counts across every path: replicated small histograms, one copy, the cluster and half paths
 # (above 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than

@@ -71,9 +71,9 @@ namespace {
 // threads one an SM (the default's shape), 256 threads five an SM, 512 threads two an SM;
 // WB_HISTOGRAM_KERNEL=deep or deep3 (the same, sm_80 and later): histogram_deep_kernel, x streamed
 // through a private cp.async ring a thread (5 stages of 2 vectors, 4 of 3) for more loads in
-// flight. WB_HISTOGRAM_WIDE=1, 2, 4 or 8 (float32, the 16-bit counters of every bin fit one block's
-// shared memory): histogram_wide_kernel, its blocks merged alone (1) or in clusters of 2, 4 or 8
-// (sm_90); 0 or unset, off. Not yet timed: off by default.
+// flight. WB_HISTOGRAM_WIDE=1, 2, 4, 8 or 16 (float32, the 16-bit counters of every bin fit one
+// block's shared memory): histogram_wide_kernel, its blocks merged alone (1) or in clusters of 2 to
+// 16 (sm_90); 0 or unset, off. Not yet timed: off by default.
 constexpr int kHalfCluster = 0;
 // The merge's cluster size by default: 0, off (not yet timed).
 constexpr int kMergeCluster = 0;
@@ -120,13 +120,13 @@ Status switch_value(const char* name, const char* const* takes, const char* list
   return bad_switch(name, *value, listed);
 }
 
-// The cluster size that variable `name` names (0, 2, 4 or 8; with one, 1 too), or `unset`.
+// The cluster size that variable `name` names (0, 2, 4 or 8; with one, 1 and 16 too), or `unset`.
 Status cluster_size(const char* name, int unset, bool one, int* size) {
   static const char* const kSizes[] = {"0", "2", "4", "8", nullptr};
-  static const char* const kSizesOne[] = {"0", "1", "2", "4", "8", nullptr};
+  static const char* const kSizesOne[] = {"0", "1", "2", "4", "8", "16", nullptr};
   const char* v = nullptr;
   if (const Status err = switch_value(name, one ? kSizesOne : kSizes,
-                                      one ? "0, 1, 2, 4 or 8" : "0, 2, 4 or 8", &v)) {
+                                      one ? "0, 1, 2, 4, 8 or 16" : "0, 2, 4 or 8", &v)) {
     return err;
   }
   *size = v == nullptr ? unset : std::atoi(v);

@@ -8,8 +8,8 @@
 //   blocks an SM, so that smaller blocks with fewer registers keep more warps (and loads) resident.
 //   Replicas of the histogram, one a warp up to kReplicaBytes; one cooperative launch that clears
 //   counts; the merge adds each bin's sum over the block's replicas with one 64-bit atomic. Wide
-//   kernel (WB_HISTOGRAM_WIDE=1, 2, 4 or 8; sm_90 for clusters): 16-bit counters of every bin in
-//   one block's shared memory, two a word (65536 bins: 128 KiB), so x is read once where the
+//   kernel (WB_HISTOGRAM_WIDE=1, 2, 4, 8 or 16; sm_90 for clusters): 16-bit counters of every bin
+//   in one block's shared memory, two a word (65536 bins: 128 KiB), so x is read once where the
 //   chunked path reads it once per slice of 32-bit counters. Overflow: every add returns the old
 //   word; the add that takes a counter from 0x7FFF to 0x8000 takes 0x8000 back off it and adds
 //   0x8000 to counts[b] in global memory (a few times a block for a bin that holds every element).
@@ -17,9 +17,10 @@
 //   round's adds below 0x8000 a block: a counter starts a round at most 0x7FFF (every take-back of
 //   the last round done), crosses 0x8000 at most once in it, so it never passes 0xFFFF and never
 //   carries into its neighbour. The merge adds both counters of a word to counts where nonzero: a
-//   block alone (1), or the blocks of a cluster of 2, 4 or 8 each summing a slice of the words
-//   over all the cluster's blocks through distributed shared memory first (a cluster-size-th of
-//   the global atomics). counts is cleared by a memset first (the take-backs reach it mid-loop).
+//   block alone (1), or the blocks of a cluster of 2 to 16 (a non-portable size) each summing a
+//   slice of the words over all the cluster's blocks through distributed shared memory first (a
+//   cluster-size-th of the global atomics). counts is cleared by a memset first (the take-backs
+//   reach it mid-loop).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -241,10 +242,10 @@ Status launch_tight(const float* x, int64_t n, Range r, bool one_launch, Count* 
   return launch_status();
 }
 
-// The wide kernel with clusters of `cluster` blocks (1, 2, 4 or 8) over x on stream s; *launched
-// false, and nothing ran, where it does not apply (no tight bounds, the counters beyond the shared
-// memory limit, clusters below sm_90 or that the device cannot schedule) and the caller takes
-// another path.
+// The wide kernel with clusters of `cluster` blocks (1, 2, 4, 8 or 16) over x on stream s;
+// *launched false, and nothing ran, where it does not apply (no tight bounds, the counters beyond
+// the shared memory limit, clusters below sm_90 or that the device cannot schedule) and the caller
+// takes another path.
 template <int Cluster>
 Status launch_wide_as(const float* x, int64_t n, Range r, const Tight& t, Count* counts,
                       const DeviceInfo& d, cudaStream_t s, bool* launched) {
@@ -252,6 +253,11 @@ Status launch_wide_as(const float* x, int64_t n, Range r, const Tight& t, Count*
   const int64_t smem = (r.bins + 1) / 2 * int64_t{sizeof(uint32_t)};
   const auto kernel = histogram_wide_kernel<U, Cluster>;
   if (const Status err = allow_shared(kernel, smem)) return err;
+  if (Cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                          1) != cudaSuccess) {
+    (void)cudaGetLastError();  // no clusters of 16 here: another path runs
+    return nullptr;
+  }
   int64_t resident = 0;
   if (const Status err = resident_blocks(kernel, static_cast<int>(smem), d.sms, &resident)) {
     return err;
@@ -295,6 +301,8 @@ Status launch_wide(const float* x, int64_t n, Range r, int cluster, Count* count
       return launch_wide_as<4>(x, n, r, t, counts, d, s, launched);
     case 8:
       return launch_wide_as<8>(x, n, r, t, counts, d, s, launched);
+    case 16:
+      return launch_wide_as<16>(x, n, r, t, counts, d, s, launched);
     default:
       return launch_wide_as<1>(x, n, r, t, counts, d, s, launched);
   }
