@@ -35,8 +35,8 @@ THREADS = 1024  # kThreads
 # (slice_defer: count_deferred_slice); the blocks of a slice merged in clusters of 2 and 8 through
 # distributed shared memory (above 16 Ki bins on sm_90); the tight kernel (float32, one block's
 # histogram: bins by two directed-rounding fmas) in three block shapes, and fed by a cp.async ring
-# a thread (deep: 5 stages of 2 vectors, deep3: 4 of 3); the wide kernel (float32:
-# 16-bit counters of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8, 16.
+# a thread (deep: 5 stages of 2 vectors, deep3: 4 of 3); the wide kernel (float32: 16-bit counters
+# of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8, 16.
 ENV = (
     "WB_HISTOGRAM_KERNEL",
     "WB_HISTOGRAM_CLUSTER",
