@@ -36,7 +36,8 @@ THREADS = 1024  # kThreads
 # distributed shared memory (above 16 Ki bins on sm_90); the tight kernel (float32, one block's
 # histogram: bins by two directed-rounding fmas) in three block shapes, and fed by a cp.async ring
 # a thread (deep: 5 stages of 2 vectors, deep3: 4 of 3); the wide kernel (float32: 16-bit counters
-# of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8, 16.
+# of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8, 16, and fed by
+# a cp.async ring (wide1r, wide8r).
 ENV = (
     "WB_HISTOGRAM_KERNEL",
     "WB_HISTOGRAM_CLUSTER",
@@ -45,6 +46,7 @@ ENV = (
     "WB_HISTOGRAM_SLICE",
     "WB_HISTOGRAM_MERGE",
     "WB_HISTOGRAM_WIDE",
+    "WB_HISTOGRAM_WIDE_LOADS",
 )
 CHOICES = {
     "base": {"WB_HISTOGRAM_KERNEL": "base"},
@@ -74,6 +76,8 @@ CHOICES = {
     "wide4": {"WB_HISTOGRAM_WIDE": "4"},
     "wide8": {"WB_HISTOGRAM_WIDE": "8"},
     "wide16": {"WB_HISTOGRAM_WIDE": "16"},
+    "wide1r": {"WB_HISTOGRAM_WIDE": "1", "WB_HISTOGRAM_WIDE_LOADS": "ring"},
+    "wide8r": {"WB_HISTOGRAM_WIDE": "8", "WB_HISTOGRAM_WIDE_LOADS": "ring"},
 }
 # Bin counts across every path: replicated small histograms, one copy, the cluster and half paths
 # (above 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than

@@ -73,7 +73,9 @@ namespace {
 // through a private cp.async ring a thread (5 stages of 2 vectors, 4 of 3) for more loads in
 // flight. WB_HISTOGRAM_WIDE=1, 2, 4, 8 or 16 (float32, the 16-bit counters of every bin fit one
 // block's shared memory): histogram_wide_kernel, its blocks merged alone (1) or in clusters of 2 to
-// 16 (sm_90); 0 or unset, off. Not yet timed: off by default.
+// 16 (sm_90); 0 or unset, off. WB_HISTOGRAM_WIDE_LOADS=ring feeds it through a cp.async ring of
+// kWideRing stages a thread (as the deep kernel), where its loads are otherwise held in registers.
+// Not yet timed: off by default.
 constexpr int kHalfCluster = 0;
 // The merge's cluster size by default: 0, off (not yet timed).
 constexpr int kMergeCluster = 0;
@@ -95,6 +97,7 @@ struct Choice {
   int half = kHalfCluster;            // 0: no half path
   Tightness tight = Tightness::kOff;  // float32, one slice: histogram_tight_kernel
   int wide = 0;                       // float32: histogram_wide_kernel's cluster size (0: off)
+  bool wide_ring = false;             // its loads through a cp.async ring
 };
 
 // The error of a switch set to a value it does not take: names the variable, its value and the
@@ -139,7 +142,8 @@ Status choice(Choice* out) {
       "tight", "tight256x5", "tight512x2", "deep", "deep3", nullptr};
   static const char* const kSlices[] = {"defer", "filter", nullptr};
   static const char* const kZero[] = {"memset", "kernel", nullptr};
-  const char *kernel = nullptr, *slice = nullptr, *zero = nullptr;
+  static const char* const kLoads[] = {"regs", "ring", nullptr};
+  const char *kernel = nullptr, *slice = nullptr, *zero = nullptr, *loads = nullptr;
   if (const Status err = switch_value("WB_HISTOGRAM_KERNEL", kKernels,
                                       "base, nodefer, plain, bulk, read, readsync, readfull, "
                                       "tight, tight256x5, tight512x2, deep or deep3",
@@ -150,6 +154,9 @@ Status choice(Choice* out) {
     return err;
   }
   if (const Status err = switch_value("WB_HISTOGRAM_ZERO", kZero, "memset or kernel", &zero)) {
+    return err;
+  }
+  if (const Status err = switch_value("WB_HISTOGRAM_WIDE_LOADS", kLoads, "regs or ring", &loads)) {
     return err;
   }
   auto is = [](const char* v, const char* name) {
@@ -181,6 +188,7 @@ Status choice(Choice* out) {
   c.cluster = c.base ? 0 : cluster;
   c.half = c.base ? 0 : half;
   c.wide = c.base ? 0 : wide;
+  c.wide_ring = is(loads, "ring");
   *out = c;
   return nullptr;
 }
@@ -220,7 +228,8 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
   if constexpr (std::is_same_v<T, float>) {
     if (c.wide > 0) {  // clears counts itself (a memset before the kernel)
       bool launched = false;
-      if (const Status err = launch_wide(x, n, r, c.wide, counts, d, s, &launched)) return err;
+      if (const Status err = launch_wide(x, n, r, c.wide, c.wide_ring, counts, d, s, &launched))
+        return err;
       if (launched) return nullptr;
     }
   }

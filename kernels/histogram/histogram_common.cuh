@@ -143,6 +143,22 @@ __device__ __forceinline__ void for_each_prefetch(const float* __restrict__ x,  
   }
 }
 
+// 16 bytes from global src to shared dst, asynchronously (cp.async, L2 only; sm_80 and
+// later): the deep and wide kernels' rings.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void commit_async() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int Pending>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
+}
+
 // Counts the float elements of v with add(bin), the exact bins of histogram.h (bin_of_float),
 // where r.estimate: bin_bounds first for every element; those it does not pin (near an edge, a
 // fraction of about 4 * margin of them) wait in a mask and then take bin_of one at a time. A warp

@@ -23,21 +23,6 @@
 namespace wb::histogram {
 namespace {
 
-// 16 bytes from global src to shared dst, asynchronously (cp.async, L2 only).
-__device__ __forceinline__ void copy16_async(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void commit_async() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int Pending>
-__device__ __forceinline__ void wait_async() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
-}
-
 template <int S, int V>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_deep_kernel(const float* __restrict__ x,  // [n]

@@ -105,8 +105,11 @@ __device__ __forceinline__ void add_pair(Count lo, Count hi, int w, int bins,
 // The wide kernel (above): kThreads a block, one block an SM, U vectors a loop step (the next
 // step's loads in flight), a block barrier every `round` steps (kThreads * 4 * U * round + 6 <
 // 0x8000), clusters of Cluster blocks (1: none; otherwise sm_90 and a launch in such clusters).
-// Requires ceil(bins / 2) words of dynamic shared memory, t.ok, counts cleared.
-template <int U, int Cluster>
+// Ring > 0: x's vectors come one a step through a private cp.async ring of Ring stages a thread
+// (as the deep kernel's: Ring - 1 vectors in flight, none in registers) instead of U a step held in
+// registers. Requires ceil(bins / 2) words of dynamic shared memory, rounded up to 4, and the ring
+// after them (Ring * kThreads 16-byte vectors), t.ok, counts cleared.
+template <int U, int Cluster, int Ring>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_wide_kernel(const float* __restrict__ x,  // [n]
                           int64_t n, Range r, Tight t, int round,
@@ -133,6 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // element at a time (in the first round), then float4 vectors in loop steps of U a thread, the
   // same number of steps in every thread (the barriers).
   using V = Vec<float, 4>;
+  auto* ring = reinterpret_cast<V*>(words + (nwords + 3) / 4 * 4);  // [Ring, kThreads]
   const int64_t tid = int64_t{blockIdx.x} * kThreads + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * kThreads;
   const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16) / 4;
@@ -141,38 +145,62 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t tail = head + nvec * 4;
   if (tid < head) count(x[tid]);
   if (tid < n - tail) count(x[tail + tid]);
-  const V* xv = reinterpret_cast<const V*>(x + head);            // [nvec]
-  const int64_t total = (nvec + U * stride - 1) / (U * stride);  // steps: the same in every block
-  V v[U];
-  auto load = [&](V(&into)[U], int64_t step) {
-    const int64_t i = tid + step * U * stride;
+  const V* xv = reinterpret_cast<const V*>(x + head);  // [nvec]
+  if constexpr (Ring > 0) {
+    const int64_t per = tid < nvec ? (nvec - 1 - tid) / stride + 1 : 0;  // this thread's vectors
+    const int64_t total = (nvec + stride - 1) / stride;  // steps: the same in every thread
+    auto issue = [&](int64_t g) {  // step g's copy (none past the end), then a group either way
+      if (g < per) copy16_async(ring + g % Ring * kThreads + threadIdx.x, xv + tid + g * stride);
+      commit_async();
+    };
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (i + u * stride < nvec) into[u] = load_vec<true>(xv + i + u * stride);
-    }
-  };
-  if (total > 0) load(v, 0);
-  for (int64_t step = 0; step < total;) {
-    const int64_t end = step + round < total ? step + round : total;
-    for (; step < end; ++step) {
-      V w[U];
-      if (step + 1 < total) load(w, step + 1);
-      const int64_t i = tid + step * U * stride;
-      if (i + (U - 1) * stride < nvec) {
-        count_tight(v, r, t, add);
-      } else {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (i + u * stride < nvec) {
-#pragma unroll
-            for (int k = 0; k < 4; ++k) count(v[u].v[k]);
-          }
+    for (int g = 0; g < Ring - 1; ++g) issue(g);
+    for (int64_t step = 0; step < total;) {
+      const int64_t end = step + round < total ? step + round : total;
+      for (; step < end; ++step) {
+        issue(step + Ring - 1);
+        wait_async<Ring - 1>();  // step's group (and every earlier one) has landed
+        if (step < per) {
+          const V v[1] = {ring[step % Ring * kThreads + threadIdx.x]};
+          count_tight(v, r, t, add);
         }
       }
-#pragma unroll
-      for (int u = 0; u < U; ++u) v[u] = w[u];
+      __syncthreads();  // every take-back of the round is done
     }
-    __syncthreads();  // every take-back of the round is done
+    wait_async<0>();
+  } else {
+    const int64_t total = (nvec + U * stride - 1) / (U * stride);  // steps: the same in every block
+    V v[U];
+    auto load = [&](V(&into)[U], int64_t step) {
+      const int64_t i = tid + step * U * stride;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (i + u * stride < nvec) into[u] = load_vec<true>(xv + i + u * stride);
+      }
+    };
+    if (total > 0) load(v, 0);
+    for (int64_t step = 0; step < total;) {
+      const int64_t end = step + round < total ? step + round : total;
+      for (; step < end; ++step) {
+        V w[U];
+        if (step + 1 < total) load(w, step + 1);
+        const int64_t i = tid + step * U * stride;
+        if (i + (U - 1) * stride < nvec) {
+          count_tight(v, r, t, add);
+        } else {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            if (i + u * stride < nvec) {
+#pragma unroll
+              for (int k = 0; k < 4; ++k) count(v[u].v[k]);
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = w[u];
+      }
+      __syncthreads();  // every take-back of the round is done
+    }
   }
   __syncthreads();  // the head's and tail's adds too, where x has no whole loop step
   if constexpr (Cluster == 1) {
@@ -246,12 +274,14 @@ Status launch_tight(const float* x, int64_t n, Range r, bool one_launch, Count* 
 // *launched false, and nothing ran, where it does not apply (no tight bounds, the counters beyond
 // the shared memory limit, clusters below sm_90 or that the device cannot schedule) and the caller
 // takes another path.
-template <int Cluster>
+template <int Cluster, int Ring>
 Status launch_wide_as(const float* x, int64_t n, Range r, const Tight& t, Count* counts,
                       const DeviceInfo& d, cudaStream_t s, bool* launched) {
   constexpr int U = 3;
-  const int64_t smem = (r.bins + 1) / 2 * int64_t{sizeof(uint32_t)};
-  const auto kernel = histogram_wide_kernel<U, Cluster>;
+  const int64_t smem =
+      ((r.bins + 1) / 2 + 3) / 4 * 4 * int64_t{sizeof(uint32_t)} + int64_t{Ring} * kThreads * 16;
+  if (smem > d.shared_optin) return nullptr;
+  const auto kernel = histogram_wide_kernel<U, Cluster, Ring>;
   if (const Status err = allow_shared(kernel, smem)) return err;
   if (Cluster > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
                                           1) != cudaSuccess) {
@@ -278,8 +308,9 @@ Status launch_wide_as(const float* x, int64_t n, Range r, const Tight& t, Count*
     if (resident < Cluster) return nullptr;
   }
   const int64_t grid = (grid_for<float>(n, resident) + Cluster - 1) / Cluster * Cluster;
-  // Loop steps a round: at most kThreads * 4 * U elements a step, and 6 more (head and tail).
-  const int round = (0x7FFF - 6) / (kThreads * 4 * U);
+  // Loop steps a round: at most kThreads * 4 * U elements a step (1 vector with a ring), and 6
+  // more (head and tail).
+  const int round = (0x7FFF - 6) / (kThreads * 4 * (Ring > 0 ? 1 : U));
   if (const Status err = zero_counts(counts, r.bins, s)) return err;
   if (!launch_ex(kernel, grid, smem, Cluster, false, s, x, n, r, t, round, counts)) {
     return nullptr;  // the memset ran: harmless, the next path clears counts again
@@ -288,24 +319,35 @@ Status launch_wide_as(const float* x, int64_t n, Range r, const Tight& t, Count*
   return launch_status();
 }
 
-Status launch_wide(const float* x, int64_t n, Range r, int cluster, Count* counts,
+// The wide kernel's ring (0: loads in registers).
+constexpr int kWideRing = 5;
+
+template <int Ring>
+Status launch_wide_ring(const float* x, int64_t n, Range r, const Tight& t, int cluster,
+                        Count* counts, const DeviceInfo& d, cudaStream_t s, bool* launched) {
+  switch (cluster) {
+    case 2:
+      return launch_wide_as<2, Ring>(x, n, r, t, counts, d, s, launched);
+    case 4:
+      return launch_wide_as<4, Ring>(x, n, r, t, counts, d, s, launched);
+    case 8:
+      return launch_wide_as<8, Ring>(x, n, r, t, counts, d, s, launched);
+    case 16:
+      return launch_wide_as<16, Ring>(x, n, r, t, counts, d, s, launched);
+    default:
+      return launch_wide_as<1, Ring>(x, n, r, t, counts, d, s, launched);
+  }
+}
+
+// ring: x through a cp.async ring of kWideRing stages a thread (else loads held in registers).
+Status launch_wide(const float* x, int64_t n, Range r, int cluster, bool ring, Count* counts,
                    const DeviceInfo& d, cudaStream_t s, bool* launched) {
   *launched = false;
   const Tight t = make_tight(r);
   if (!t.ok || (r.bins + 1) / 2 * int64_t{sizeof(uint32_t)} > d.shared_optin) return nullptr;
   if (cluster > 1 && d.major < 9) return nullptr;
-  switch (cluster) {
-    case 2:
-      return launch_wide_as<2>(x, n, r, t, counts, d, s, launched);
-    case 4:
-      return launch_wide_as<4>(x, n, r, t, counts, d, s, launched);
-    case 8:
-      return launch_wide_as<8>(x, n, r, t, counts, d, s, launched);
-    case 16:
-      return launch_wide_as<16>(x, n, r, t, counts, d, s, launched);
-    default:
-      return launch_wide_as<1>(x, n, r, t, counts, d, s, launched);
-  }
+  return ring ? launch_wide_ring<kWideRing>(x, n, r, t, cluster, counts, d, s, launched)
+              : launch_wide_ring<0>(x, n, r, t, cluster, counts, d, s, launched);
 }
 
 }  // namespace
