@@ -146,9 +146,10 @@ def test_wb_softmax_path_values(paths_main: Path) -> None:
 
 @pytest.mark.nvcc
 def test_wb_softmax_block_and_deep_cluster_values(paths_main: Path) -> None:
-    """WB_SOFTMAX_BLOCK (softmax_held.cuh): unset or convert 0, held 1, held64 2, else -1;
+    """WB_SOFTMAX_BLOCK (softmax_held.cuh): unset 3 (the default: held for a 2-byte forward),
+    convert 0, held 1, held64 2, else -1;
     WB_SOFTMAX_DEEP_CLUSTER (softmax_wide.cuh): unset 0, 1 to 16 as given, else -1."""
-    block = [("-", 0), ("convert", 0), ("held", 1), ("held64", 2), ("held32", -1), ("HELD", -1)]
+    block = [("-", 3), ("convert", 0), ("held", 1), ("held64", 2), ("held32", -1), ("HELD", -1)]
     got = _ask(paths_main, [f"env WB_SOFTMAX_BLOCK {v}" for v, _ in block])
     assert got[0::2] == [want for _, want in block]
     deep = [("-", 0), ("1", 1), ("8", 8), ("16", 16), ("0", -1), ("17", -1), ("8x", -1)]

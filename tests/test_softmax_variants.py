@@ -82,6 +82,31 @@ def test_the_held_block_variants_match_torch(
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cols", [2048, 4104, 16384])
+def test_the_block_paths_default_kernel(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, cols: int
+) -> None:
+    """Unset, the forward of a 2-byte dtype on the block path's rows takes held_kernel (128 bytes
+    a thread), float32's forward and every backward block_kernel; WB_SOFTMAX_BLOCK=convert gives
+    block_kernel back. Each against torch, special rows included."""
+    monkeypatch.delenv("WB_SOFTMAX_BLOCK", raising=False)
+    gen = torch.Generator().manual_seed(cols)
+    x = _special(torch.randn(96, cols, generator=gen)).to("cuda", dtype)
+    grad = torch.randn(96, cols, generator=gen).to("cuda", dtype)
+    _check_both(lib, x, grad)
+    forward = _kernels(lambda: lib.softmax(x, -1))
+    held = dtype != torch.float32 and _held_runs("held", dtype, cols)
+    assert any("held_kernel" in n for n in forward) == held, forward
+    y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
+    backward = _kernels(lambda: lib.softmax_backward(grad, y, -1))
+    assert not any("held_kernel" in n for n in backward), backward
+    monkeypatch.setenv("WB_SOFTMAX_BLOCK", "convert")
+    _check_both(lib, x, grad)
+    assert not any("held_kernel" in n for n in _kernels(lambda: lib.softmax(x, -1)))
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["fma", "poly", "twice", ""])
 @pytest.mark.parametrize("held", ["held", "held64"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

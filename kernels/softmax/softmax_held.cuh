@@ -1,7 +1,7 @@
-// softmax/softmax_held.cuh: the held variant of the block path (softmax_rows.cuh), for timing:
-// one block a row, each thread holding its vectors of the row as loaded (the wide path's Op
-// interface: op.load, op.partial, op.store), where the block path converts them to float at the
-// load and keeps exp(x - m) in float registers.
+// softmax/softmax_held.cuh: the held kernel of the block path (softmax_rows.cuh): one block a
+// row, each thread holding its vectors of the row as loaded (the wide path's Op interface:
+// op.load, op.partial, op.store), where block_kernel converts them to float at the load and keeps
+// exp(x - m) in float registers.
 //
 // For a 2-byte dtype the held values take half the registers of their floats, so a thread can
 // hold twice the bytes (128 a thread: a row of 16384 bfloat16 on 256 threads at 64 registers,
@@ -10,9 +10,13 @@
 // The forward's exponentials are then taken twice an element, as the wide path takes them
 // (WB_SOFTMAX_EXP, softmax_exp.cuh: fma by default, one FFMA and one ex2 each).
 //
-// WB_SOFTMAX_BLOCK picks it (read at each launch, rows of 16-byte vectors summed in float that
-// take the block path, sm_80+ and any dtype; the warp path and long rows are unchanged):
-//   convert (or unset)  the block path as it is (block_kernel)
+// By default the forward of a 2-byte dtype takes it (held, 128 bytes a thread): on an H100,
+// 2026-11-26, bfloat16 4096 x 16384 ran at 100% of a copy of the same bytes against block_kernel's
+// 76% (bench/results/kernels.md, fourth pass). Float32 and the backward keep block_kernel.
+// WB_SOFTMAX_BLOCK picks another (read at each launch, rows of 16-byte vectors summed in float
+// that take the block path, sm_80+ and any dtype; the warp path and long rows are unchanged):
+//   (unset)             the default above
+//   convert             block_kernel
 //   held                held_kernel, 128 bytes of the row a thread (over the tensors read)
 //   held64              held_kernel, 64 bytes a thread
 #pragma once
@@ -25,12 +29,13 @@
 
 namespace wb::softmax {
 
-enum BlockMode : int { kBlockConvert = 0, kBlockHeld = 1, kBlockHeld64 = 2 };
+enum BlockMode : int { kBlockConvert = 0, kBlockHeld = 1, kBlockHeld64 = 2, kBlockDefault = 3 };
 
 // WB_SOFTMAX_BLOCK as a BlockMode; -1 for another value (kBadBlock names it).
 inline int block_mode() {
   const char* v = std::getenv("WB_SOFTMAX_BLOCK");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "convert") == 0) return kBlockConvert;
+  if (v == nullptr || *v == '\0') return kBlockDefault;
+  if (std::strcmp(v, "convert") == 0) return kBlockConvert;
   if (std::strcmp(v, "held") == 0) return kBlockHeld;
   if (std::strcmp(v, "held64") == 0) return kBlockHeld64;
   return -1;
@@ -78,13 +83,17 @@ bool launch_held(const Op& op, int64_t rows, int64_t nvec, int mode, cudaStream_
   return true;
 }
 
-// The held variant where WB_SOFTMAX_BLOCK asks for it: true where it launched (err: cudaSuccess)
-// or the value is bad (err: cudaErrorInvalidValue, launch_rows names the variable); false where
-// the block path stays (unset, convert, or rows the variant does not take).
+// The held kernel where WB_SOFTMAX_BLOCK or the default picks it: true where it launched (err:
+// cudaSuccess) or the value is bad (err: cudaErrorInvalidValue, launch_rows names the variable);
+// false where block_kernel serves (convert, the default for float32 and the backward, or rows the
+// held kernel does not take).
 template <typename Op, int N>
 bool launch_held_if_asked(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream,
                           cudaError_t& err) {
-  const int mode = block_mode();
+  int mode = block_mode();
+  if (mode == kBlockDefault) {
+    mode = Op::kTensors == 1 && sizeof(typename Op::T) == 2 ? kBlockHeld : kBlockConvert;
+  }
   err = mode < 0 ? cudaErrorInvalidValue : cudaSuccess;
   return mode < 0 || (mode != kBlockConvert && launch_held<Op, N>(op, rows, nvec, mode, stream));
 }

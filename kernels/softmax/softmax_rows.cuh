@@ -50,8 +50,8 @@
 //            a block holds, so that few long rows take fewer rounds of clusters.
 //   ahead    (first where WB_SOFTMAX_PATH=ahead or ahead64) the wide path on a persistent grid,
 //            the next row's share loaded into shared memory while this one is written.
-//   held     (where WB_SOFTMAX_BLOCK=held or held64, rows of the block path) the block path with
-//            the row held as loaded, as the wide path holds it (softmax_held.cuh).
+//   held     (rows of the block path: a 2-byte forward's by default; WB_SOFTMAX_BLOCK picks)
+//            the block path with the row held as loaded, as the wide path does (softmax_held.cuh).
 //   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
 //            row.
 //   stream   any length: one block of 512 threads per row reads its row twice, once for the
