@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                           int64_t n, Range r, Tight t, int round,
                           Count* __restrict__ counts) {  // [bins]
 #if defined(__CUDA_ARCH__)
-  extern __shared__ uint32_t words[];  // [(bins + 1) / 2]: bin b in half b % 2 of word b / 2
+  // [(bins + 1) / 2]: bin b in half b % 2 of word b / 2 (16-byte aligned: the ring follows)
+  extern __shared__ __align__(16) uint32_t words[];
   const int bins = static_cast<int>(r.bins);
   const int nwords = (bins + 1) / 2;
   for (int i = threadIdx.x; i < nwords; i += kThreads) words[i] = 0;
