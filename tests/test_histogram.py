@@ -281,7 +281,6 @@ def tight_bounds(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # (bins, lo, hi, whether make_tight is ok)
 TIGHT_RANGES = [
-    (7, -3.0, 3.0, True),
     (256, -4.0, 4.0, True),
     (1000, 0.1, 0.7, True),
     (256, 100.0, 108.0, True),
@@ -289,6 +288,8 @@ TIGHT_RANGES = [
     (16384, -3.0, 3.0, True),
     (65536, -4.0, 4.0, True),  # the timed case: bin_bounds's margin is 2^-5 of a bin here
     (65536, -3.0, 5.0, True),
+    (65536, -3.7, 4.1, True),  # scale and offset no floats
+    (7, -3.0, 3.0, True),
     (100000, -50000.0, 50000.0, True),
     (5, -1e30, 1e30, True),
     (3, -1e-35, 1e-35, False),  # no float estimate (scale past 2^100)
@@ -319,6 +320,31 @@ def test_the_tight_bounds_hold_the_bin(
     spread = cols[-1500:]
     if bins < 1 << 22:
         assert sum(c[1] != c[2] for c in spread) <= len(spread) // 20, bins
+
+
+@pytest.mark.parametrize(
+    ("bins", "lo", "hi"), [(65536, -3.7, 4.1), (65536, -4.0, 4.0), (7, 0.1, 0.7)]
+)
+def test_the_tight_bounds_hold_at_every_edge(
+    tight_bounds: Path, bins: int, lo: float, hi: float
+) -> None:
+    """Every edge of the range (not a sample of them), 4 floats either side."""
+    edges = torch.tensor([lo + k * (hi - lo) / bins for k in range(bins + 1)], dtype=torch.float64)
+    e = edges.to(torch.float32)
+    up, down, parts = e, e, [e]
+    for _ in range(4):
+        up, down = _next(up, 1), _next(down, -1)
+        parts += [up, down]
+    x = torch.cat(parts)
+    bits = "\n".join(f"{b & 0xFFFFFFFF:x}" for b in x.view(torch.int32).tolist())
+    stdin = f"{bins} {lo.hex()} {hi.hex()} {x.numel()}\n{bits}\n"
+    run = subprocess.run([tight_bounds], input=stdin, capture_output=True, text=True, check=True)
+    first, *rows = run.stdout.splitlines()
+    assert first == "1"
+    cols = [[int(float(c)) for c in row.split()] for row in rows]
+    wrong = [c for c in cols if not (c[1] <= c[0] <= c[2] and c[2] - c[1] <= 1)]
+    assert not wrong, wrong[:5]
+    assert len(cols) >= 8 * bins
 
 
 def _next(x: torch.Tensor, direction: int) -> torch.Tensor:

@@ -165,6 +165,32 @@ def test_edges_and_specials(lib: Any, choice: str, bins: int) -> None:
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("bins", "lo", "hi"),
+    [(7, -3.0, 3.0), (1000, 0.1, 0.7), (256, 100.0, 108.0), (4096, -3.0, 3.0), (65536, -3.7, 4.1)],
+)
+def test_inexact_ranges_near_every_edge(
+    lib: Any, choice: str, bins: int, lo: float, hi: float
+) -> None:
+    """Ranges whose scale, offset or edges are no floats (the tight bounds' slack for their
+    roundings): float32 values up to 8 ulps either side of every edge, and random ones, 1 Mi
+    elements so that every block counts some."""
+    edges = torch.tensor([lo + k * (hi - lo) / bins for k in range(bins + 1)], dtype=torch.float64)
+    e = edges.to(torch.float32)
+    parts, up, down = [e], e, e
+    for _ in range(8):
+        up, down = up.nextafter(torch.tensor(math.inf)), down.nextafter(torch.tensor(-math.inf))
+        parts += [up, down]
+    u = torch.rand(1 << 20, generator=torch.Generator().manual_seed(bins), dtype=torch.float64)
+    parts.append((lo + (u * 1.2 - 0.1) * (hi - lo)).to(torch.float32))
+    x = torch.cat(parts)
+    x = x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(2))].cuda()
+    _assert_equal(
+        lib.histogram(x, bins, lo, hi), _reference(lib, x, bins, lo, hi), f"{choice} bins={bins}"
+    )
+
+
+@pytest.mark.cuda
 def test_empty_and_tiny(lib: Any, choice: str) -> None:
     for n in (0, 1, 3, 4, 5, 17):
         x = torch.linspace(-1, 1, n, device="cuda")
