@@ -196,6 +196,31 @@ def test_the_switch_runs_the_kernel_it_names(
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("m", "n", "narrow"),
+    [(1, 4096, False), (16, 4096, False), (32, 4096, False), (33, 4096, True), (64, 4096, True),
+     (100, 4104, True), (128, 4096, True), (129, 4096, False), (200, 4096, False),
+     (64, 1024, False)],
+)  # fmt: skip
+def test_the_default_route_of_a_few_rows_shape(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, narrow: bool
+) -> None:
+    """Unset, a of 33 to 128 rows runs the narrow tile unpaired where its tiles give half the
+    SMs a block (n = 4096: 128 tiles), else the cluster-summed split-k kernel (m <= 32, more
+    than 128 rows, or n = 1024: 32 narrow tiles); c within the family's bound either way."""
+    if not _hopper() or torch.cuda.get_device_properties(0).multi_processor_count > 256:
+        pytest.skip("the wgmma path runs on sm_90 (the rule's tile counts assume <= 256 SMs)")
+    _use(monkeypatch, {})
+    a, b = _operands(m, n, 4096, False, torch.bfloat16)
+    names = _kernels_run(lambda: lib.matmul(a, b))
+    if narrow:
+        assert "wgmma_narrow_kernel" in names and "split_kernel" not in names, names
+    else:
+        assert "wgmma_cluster_split_kernel" in names and "narrow" not in names, names
+    _within_tolerance(lib, lib.matmul(a, b), a, b)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("route", ["narrow", "narrow1"])
 @pytest.mark.parametrize(("m", "col"), [(64, False), (128, True), (200, False)])
 def test_a_cuda_graph_replays_the_narrow_route(

@@ -6,8 +6,8 @@ WB_WGMMA_SPLIT_SUM=launch writes the slices to a workspace and sums them in a se
 cluster sum's tile has 128 rows where a has more than 64 (WB_WGMMA_SPLIT_TILE=64 | 128 forces one).
 
 Without a GPU: the split kernels compile for sm_90a beside the tuned tile's, without spills.
-On a Hopper GPU (marked cuda; WB_WGMMA_FEW=split throughout, the default today, whatever the
-few-rows default becomes): the route takes the cluster sum, right against a float64
+On a Hopper GPU (marked cuda; WB_WGMMA_FEW=split throughout, the route these tests are of,
+whatever the few-rows default picks): the route takes the cluster sum, right against a float64
 product within the family's tolerance for bfloat16 and float16, k tails included; the same bits
 every call, and the same bits as the two-launch sum for the same slices; a CUDA graph replays it.
 """

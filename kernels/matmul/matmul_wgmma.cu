@@ -430,7 +430,7 @@ int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k) {
   Split plan;
   FewRoute route = FewRoute::split;
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || plan_split(m, n, k, &plan)) return 0;
-  if (plan.few && (few_rows_route(m, &route) != nullptr || route != FewRoute::split)) return 0;
+  if (plan.few && (few_rows_route(m, n, &route) != nullptr || route != FewRoute::split)) return 0;
   return plan.splits >= 2 && !plan.cluster ? plan.splits * m * n : 0;
 }
 
@@ -443,7 +443,7 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   if (const Status e = plan_split(m, n, k, &plan)) return e;
   if (plan.few) {  // a few-rows shape: the split-k route below, or the narrow one
     FewRoute route = FewRoute::split;
-    if (const Status e = few_rows_route(m, &route)) return e;
+    if (const Status e = few_rows_route(m, n, &route)) return e;
     if (route != FewRoute::split) {
       return matmul_wgmma_narrow(a, b, c, m, n, k, b_kmajor, route == FewRoute::narrow, stream);
     }

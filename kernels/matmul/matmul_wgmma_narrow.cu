@@ -85,19 +85,28 @@ Status narrow_pair(int64_t m, int* pair) {
 
 }  // namespace
 
-// The default rule is the one line to change: split keeps today's route for every few-rows shape.
-// Proposed once timed (issue 37): narrow where 16 < m <= 128 (m = 1 and 16 meet the goal on
-// split; m = 64 and 128 are the shapes cuBLAS runs whole-k on 64 x 32 and 64 x 64 tiles).
-Status few_rows_route(int64_t m, FewRoute* route) {
-  (void)m;
-  *route = FewRoute::split;  // proposed: m > 16 && m <= 128 ? FewRoute::narrow : FewRoute::split
+// The default: narrow1 (k whole on the narrow tile, no clusters) where a has 33 to 128 rows and
+// that tile gives at least half the SMs a block, else split. On an H100, 2026-11-26, at m x 4096
+// x 4096 bfloat16 (bench/results/kernels.md, fourth pass): m = 64 0.89x cuBLAS against split's
+// 0.84x, m = 128 0.82x against 0.77x; split stays ahead at m = 1, 16 and 32 (0.90, 0.99, 0.87x
+// against 0.72, 0.86, 0.83x) and at m = 200 (0.70x against 0.54x). The pairs (narrow) ran no
+// faster than narrow1 at any of these shapes.
+Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
-  if (v.empty()) return nullptr;
   if (v == "split" || v == "narrow" || v == "narrow1") {
     *route = v == "split" ? FewRoute::split : v == "narrow" ? FewRoute::narrow : FewRoute::narrow1;
     return nullptr;
   }
-  return "matmul: WB_WGMMA_FEW must be split, narrow or narrow1; unset it for the default";
+  if (!v.empty()) {
+    return "matmul: WB_WGMMA_FEW must be split, narrow or narrow1; unset it for the default";
+  }
+  *route = FewRoute::split;
+  if (m <= 32 || m > 128) return nullptr;
+  int bn = 64;
+  if (const Status e = narrow_bn(m, n, &bn)) return e;
+  const int64_t tiles = (m + 63) / 64 * ((n + bn - 1) / bn);
+  if (2 * tiles >= sms()) *route = FewRoute::narrow1;
+  return nullptr;
 }
 
 template <typename T>

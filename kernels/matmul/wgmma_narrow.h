@@ -4,10 +4,12 @@
 // A few-rows shape is one whose c has fewer of the built tile (128 x 256) than the device has
 // SMs (16 x 4096 x 4096: 16 tiles for 132 SMs). WB_WGMMA_FEW in the environment, read at each
 // call (for A/B on a GPU; a bad value is an error naming it), picks its route:
-//   split    k cut into slices summed in clusters (or a second launch): the default today;
+//   split    k cut into slices summed in clusters (or a second launch);
 //   narrow   k whole on 64 x 32 or 64 x 64 tiles, a block a tile, in clusters of two sharing
 //            a's tile (a of at most 64 rows) or b's (more) by TMA multicast;
-//   narrow1  the same tiles, no clusters (each block reads its own a and b).
+//   narrow1  the same tiles, no clusters (each block reads its own a and b);
+// unset, narrow1 where a has 33 to 128 rows and the narrow tiles give half the SMs a block, else
+// split (few_rows_route, matmul_wgmma_narrow.cu).
 #pragma once
 
 #include "matmul/matmul.h"
@@ -16,8 +18,8 @@ namespace wb::matmul {
 
 enum class FewRoute { split, narrow, narrow1 };
 
-// The route for a few-rows shape of m rows: WB_WGMMA_FEW, else the default rule.
-Status few_rows_route(int64_t m, FewRoute* route);
+// The route for a few-rows shape of m x n: WB_WGMMA_FEW, else the default rule.
+Status few_rows_route(int64_t m, int64_t n, FewRoute* route);
 
 // c = a @ b by the narrow route (paired: in clusters of two); a, b as matmul_wgmma takes them.
 template <typename T>
