@@ -139,7 +139,7 @@ def test_the_bulk_grid_spreads_rows_evenly_over_resident_clusters(paths_main: Pa
 
 @pytest.mark.nvcc
 def test_wb_softmax_path_values(paths_main: Path) -> None:
-    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep", "ahead", "ahead64")
+    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep")
     got = _ask(paths_main, [f"path {v}" for v in (*values, "x")])
     assert got == [*range(len(values)), len(values)]  # unset: the dtype's default; x: invalid
 
@@ -230,9 +230,7 @@ def _kernels(fn: Any) -> list[str]:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize(
-    "path", ["wide", "pipe", "deep", "ahead", "ahead64", "bulk", "split", "cluster", "stream"]
-)
+@pytest.mark.parametrize("path", ["wide", "pipe", "deep", "bulk", "split", "cluster", "stream"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("rows", "cols"), [(64, 262144), (3, 262147), (256, 65536), (5, 131080), (600, 16388)]
@@ -254,7 +252,6 @@ def test_every_path_matches_torch(
     if vec:
         want["wide"] = want["pipe"] = "wide_kernel"
         want["deep"] = "deep_kernel"
-        want["ahead"] = want["ahead64"] = "ahead_kernel"
     if path in want and torch.cuda.get_device_capability() >= (9, 0):
         assert any(want[path] in n for n in names), names
     # Tolerances against float32 references at rows of tiny values (about 1 / cols): relative,
@@ -292,7 +289,7 @@ def test_a_bad_wide_block_width_is_named(lib: Any, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["wide", "pipe", "deep", "ahead"])
+@pytest.mark.parametrize("path", ["wide", "pipe", "deep"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("rows", "cols"), [(3, 65536), (70, 49160), (2, 16392)])
 @pytest.mark.parametrize("width", ["512", "1024"])
@@ -318,7 +315,7 @@ def test_the_wide_paths_at_either_block_width(
     y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
     lib.softmax(x, -1)  # the launch's one-time queries outside the profile
     names = _kernels(lambda: (lib.softmax(x, -1), lib.softmax_backward(grad, y, -1)))
-    kernel = {"deep": "deep_kernel", "ahead": "ahead_kernel"}.get(path, "wide_kernel")
+    kernel = "deep_kernel" if path == "deep" else "wide_kernel"
     assert sum(kernel in n for n in names) == 2, names
     bf16 = dtype == torch.bfloat16
     tol = {"rtol": 1.6e-2 if bf16 else 2e-5, "atol": 1e-9}
@@ -331,7 +328,7 @@ def test_the_wide_paths_at_either_block_width(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep", "ahead", "ahead64"])
+@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep"])
 @pytest.mark.parametrize("cols", [65536, 262144])
 def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
     lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, cols: int
@@ -373,7 +370,7 @@ def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["fma", "poly", "twice", ""])
-@pytest.mark.parametrize("path", ["wide", "deep", "ahead", "bulk", "split"])
+@pytest.mark.parametrize("path", ["wide", "deep", "bulk", "split"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("rows", "cols"), [(6, 65536), (5, 131080)])
 def test_the_exp_modes_match_torch(

@@ -1,6 +1,5 @@
 """softmax's variants for timing (issue 37): the held block path (WB_SOFTMAX_BLOCK=held|held64,
-kernels/softmax/softmax_held.cuh), the ahead path (WB_SOFTMAX_PATH=ahead|ahead64,
-softmax_ahead.cuh) and the deep path's forced cluster size (WB_SOFTMAX_DEEP_CLUSTER,
+kernels/softmax/softmax_held.cuh) and the deep path's forced cluster size (WB_SOFTMAX_DEEP_CLUSTER,
 softmax_wide.cuh), each against torch.softmax and torch._softmax_backward_data at the goal
 sizes and odd lengths, special rows included, and their bad values named. The switches' parsing
 runs on the CPU in tests/test_softmax_paths.py."""
@@ -140,66 +139,6 @@ def test_the_held_variants_take_the_exp_modes(
 def _sm90() -> None:
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the cluster paths need sm_90")
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("path", ["ahead", "ahead64"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(
-    ("rows", "cols"), [(64, 262144), (256, 65536), (1001, 16392), (333, 16400), (2, 65536)]
-)
-def test_the_ahead_path_matches_torch(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, dtype: torch.dtype, rows: int, cols: int
-) -> None:
-    """WB_SOFTMAX_PATH=ahead or ahead64: clusters that take more rows than one (an odd count
-    included: 1001 rows of 16392 on a few hundred resident clusters) and fewer rows than
-    clusters, forward and backward against torch, special rows included."""
-    _sm90()
-    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
-    gen = torch.Generator().manual_seed(rows + cols)
-    x = _special(torch.randn(rows, cols, generator=gen) * 2).to(dtype).cuda()
-    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
-    lib.softmax(x, -1)  # the launch's one-time queries outside the profile
-    y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
-    names = _kernels(lambda: (lib.softmax(x, -1), lib.softmax_backward(grad, y, -1)))
-    assert sum("ahead_kernel" in n for n in names) == 2, names
-    _check_both(lib, x, grad)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("mode", ["fma", "poly", "twice"])
-@pytest.mark.parametrize("path", ["ahead", "ahead64"])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_the_ahead_paths_shared_rows_take_the_exp_modes(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, mode: str, path: str, dtype: torch.dtype
-) -> None:
-    """A cluster's rows after its first alternate between its registers and its shared memory
-    (folded by op.take, written by op.out): with 600 rows of 16392 on a few hundred clusters, the
-    special rows and a row near 60000 repeat every 50 rows, so both ways take them whatever the
-    GPU's residency, with each WB_SOFTMAX_EXP mode."""
-    _sm90()
-    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
-    monkeypatch.setenv("WB_SOFTMAX_EXP", mode)
-    rows, cols = 600, 16392
-    gen = torch.Generator().manual_seed(rows)
-    x = torch.randn(rows, cols, generator=gen) * 4
-    near = 60000 + 16 * torch.randn(cols, generator=gen).clamp(-4, 4)
-    for base in range(0, rows, 50):
-        x[base : base + 4] = _special(x[base : base + 4])
-        x[base + 4] = near
-        if dtype == torch.bfloat16:
-            x[base + 5, 7], x[base + 5, 9] = 3e38, -3e38
-    x = x.to(dtype).cuda()
-    lib.softmax(x, -1)
-    names = _kernels(lambda: lib.softmax(x, -1))
-    assert any("ahead_kernel" in n for n in names), names
-    got = lib.softmax(x, -1).float()
-    want = torch.softmax(x.float(), -1)
-    bf16 = dtype == torch.bfloat16
-    tol = {"rtol": 1.6e-2, "atol": 1e-9} if bf16 else {"rtol": 2e-3, "atol": 6e-8}
-    torch.testing.assert_close(got, want, equal_nan=True, **tol)
-    masked = (x.float() == float("-inf")) & ~want.isnan()
-    assert (got[masked] == 0).all()
 
 
 @pytest.mark.cuda

@@ -48,8 +48,6 @@
 //   deep     (first where WB_SOFTMAX_PATH=deep) the wide path with a further 192 bytes of the row
 //            a thread in shared memory (cp.async, softmax_wide.cuh): 2.5 times the share of a row
 //            a block holds, so that few long rows take fewer rounds of clusters.
-//   ahead    (first where WB_SOFTMAX_PATH=ahead or ahead64) the wide path on a persistent grid,
-//            the next row's share loaded into shared memory while this one is written.
 //   held     (rows of the block path: a 2-byte forward's by default; WB_SOFTMAX_BLOCK picks)
 //            the block path with the row held as loaded, as the wide path does (softmax_held.cuh).
 //   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
@@ -368,8 +366,7 @@ cudaError_t launch_clusters(void (*kernel)(Params...), int64_t size, int64_t clu
 #include "softmax/softmax_bulk.cuh"
 #include "softmax/softmax_split.cuh"
 #include "softmax/softmax_wide.cuh"
-// The variants for timing (after the wide path, whose pieces they use).
-#include "softmax/softmax_ahead.cuh"
+// The block path's held kernel (after the wide path, whose pieces it uses).
 #include "softmax/softmax_held.cuh"
 
 namespace wb::softmax {
@@ -422,24 +419,11 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
 // split, cluster, block; "cluster": cluster, block; "stream": the stream path (rows read twice);
 // "wide": wide (softmax_wide.cuh: rows of 16-byte vectors, sm_90+), split, cluster, block;
 // "pipe": the same with the pipe path (softmax_wide.cuh's persistent variant) first; "deep": deep
-// (softmax_wide.cuh: the wide path with a share in shared memory too), then as "wide"; "ahead",
-// "ahead64": the ahead path (softmax_ahead.cuh), then as "wide".
+// (softmax_wide.cuh: the wide path with a share in shared memory too), then as "wide".
 // Unset: for rows of 16-byte vectors summed in float (float32, bfloat16, float16), "deep" where
 // the rows are few (wide_default), else "wide"; otherwise "cluster" for 4- and 8-byte elements,
 // "split" for 2-byte ones. Where the deep path does not launch, the wide path is tried next.
-enum class LongPath {
-  kDefault,
-  kBulk,
-  kSplit,
-  kCluster,
-  kStream,
-  kWide,
-  kPipe,
-  kDeep,
-  kAhead,
-  kAhead64,
-  kInvalid
-};
+enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kWide, kPipe, kDeep, kInvalid };
 
 inline LongPath parse_long_path(const char* s) {
   if (s == nullptr || *s == '\0') return LongPath::kDefault;
@@ -450,16 +434,14 @@ inline LongPath parse_long_path(const char* s) {
   if (std::strcmp(s, "wide") == 0) return LongPath::kWide;
   if (std::strcmp(s, "pipe") == 0) return LongPath::kPipe;
   if (std::strcmp(s, "deep") == 0) return LongPath::kDeep;
-  if (std::strcmp(s, "ahead") == 0) return LongPath::kAhead;
-  if (std::strcmp(s, "ahead64") == 0) return LongPath::kAhead64;
   return LongPath::kInvalid;
 }
 
 inline LongPath long_path() { return parse_long_path(std::getenv("WB_SOFTMAX_PATH")); }
 
 constexpr const char* kBadPath =
-    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe, deep, ahead or ahead64 "
-    "(or unset for the default)";
+    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe or deep (or unset for the "
+    "default)";
 
 // The current device's SM count (0 where it cannot be read), read once a device.
 inline int64_t device_sms() {
@@ -541,12 +523,6 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
         }
         if (path == LongPath::kDeep && (launch_deep<Op, N>(op, rows, nvec, stream, err) ||
                                         launch_wide<Op, N, false>(op, rows, nvec, stream, err))) {
-          return err;
-        }
-        const bool half = path == LongPath::kAhead64;
-        if ((path == LongPath::kAhead || half) &&
-            (launch_ahead<Op, N>(op, rows, nvec, half, stream, err) ||
-             launch_wide<Op, N, false>(op, rows, nvec, stream, err))) {
           return err;
         }
       }
