@@ -1,14 +1,18 @@
 """The wgmma matmul's narrow route for an a of few rows (issue 37): k whole on 64 x 32 or 64 x 64
 tiles, a block a tile, in clusters of two that share a's tile (tiles side by side) or b's (one
 above the other) by TMA multicast (kernels/matmul/wgmma_narrow.cuh, matmul_wgmma_narrow.cu).
-WB_WGMMA_FEW, read at each call, picks a few-rows shape's route: split (the split-k route, the
-default today), narrow (clusters of two) or narrow1 (no clusters); WB_WGMMA_NARROW_BN=32 | 64 and
-WB_WGMMA_NARROW_PAIR=m | n force the tile and the clusters' direction. A bad value of any is an
+WB_WGMMA_FEW, read at each call, picks a few-rows shape's route: split (the split-k route), narrow
+(clusters of two) or narrow1 (no clusters); WB_WGMMA_NARROW_BN=32 | 64 and WB_WGMMA_NARROW_PAIR=m
+| n force the tile and the clusters' direction, WB_WGMMA_NARROW_KIND=one | two | hint | two_hint |
+k128 | skew the kernel's kind (two consumer warpgroups on alternate k steps, L2 hints on the
+copies, 128-k stages, or the blocks' walks of k started at 8 points). A bad value of any is an
 error naming it.
 
-Without a GPU: the eight narrow kernels (two dtypes, two layouts of b, BN 32 and 64) compile for
-sm_90a without spills, each its own entry with its wgmma.m64nBNk16, its multicast copies and its
-remote releases, a ring of 18 (BN 32) or 14 (BN 64) stages; the host launchers compile.
+Without a GPU: the narrow kernels (two dtypes, two layouts of b, BN 32 and 64, each kind) compile
+for sm_90a without spills, each its own entry with its wgmma.m64nBNk16, its multicast copies and
+its remote releases, a ring of 18 (BN 32) or 14 (BN 64) stages of 64 k (9 or 7 of 128 k); the
+two-consumer kinds run 384 threads and meet at a named barrier; the hinted kinds copy with L2
+policies; the host launchers compile.
 On a Hopper GPU (marked cuda): every variant matches torch.matmul and the float64 product at m, n
 and k tails, both layouts of b and both dtypes; the clustered and unclustered variants give the
 same bits; a CUDA graph replays it; the route switch runs the kernel it names.
@@ -43,7 +47,9 @@ VARIANTS = [
     {"WB_WGMMA_FEW": "narrow", "WB_WGMMA_NARROW_BN": "64", "WB_WGMMA_NARROW_PAIR": "n"},
     {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_BN": "64"},
 ]
-KNOBS = ("WB_WGMMA_FEW", "WB_WGMMA_NARROW_BN", "WB_WGMMA_NARROW_PAIR")
+KNOBS = ("WB_WGMMA_FEW", "WB_WGMMA_NARROW_BN", "WB_WGMMA_NARROW_PAIR", "WB_WGMMA_NARROW_KIND")
+# The kernel's kinds (NarrowKind bits, wgmma_narrow.h): name -> the Kind template argument.
+KINDS = {"one": 0, "two": 1, "hint": 2, "two_hint": 3, "k128": 4, "skew": 8}
 
 
 def _nvcc(folder: Path, *args: str, source: Path) -> subprocess.CompletedProcess[str]:
@@ -68,10 +74,12 @@ def _narrow_instances(folder: Path) -> Path:
     for t in ("bf16", "f16"):
         for kmajor in ("true", "false"):
             for bn in (32, 64):
-                lines.append(
-                    f"template __global__ void wb::matmul::wgmma_narrow_kernel<wb::{t}, {kmajor}, "
-                    f"{bn}>({maps}, {maps}, wb::{t}*, int, int, int, int);"
-                )
+                for kind in KINDS.values():
+                    lines.append(
+                        "template __global__ void wb::matmul::wgmma_narrow_kernel<"
+                        f"wb::{t}, {kmajor}, {bn}, {kind}>({maps}, {maps}, wb::{t}*, int, int, "
+                        "int, int);"
+                    )
     path = folder / "narrow_instances.cu"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -83,23 +91,34 @@ def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> 
     done = _nvcc(tmp_path, "--ptx", "-o", "narrow.ptx", source=source)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "narrow.ptx").read_text())[1:]
-    assert len(entries) == 8
+    assert len(entries) == 8 * len(KINDS)
     for entry in entries:
         assert entry.startswith("_ZN2wb6matmul19wgmma_narrow_kernel")
-        bn = 32 if "ELi32EE" in entry.split("(")[0] else 64
+        bn, kind = map(int, re.findall(r"Li(\d+)E", entry.split("(")[0]))
+        two, hint, deep = kind & 1, kind & 2, kind & 4
         assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16" in entry
-        assert ".maxntid 256, 1, 1" in entry
-        # The stages: 18 of 12 KiB (BN 32) or 14 of 16 KiB (BN 64), two mbarriers each.
-        assert re.search(rf"E4full\[{8 * (18 if bn == 32 else 14)}\];", entry)
-        assert entry.count(".multicast::cluster") == 2  # a's half, or b's
+        assert f".maxntid {384 if two else 256}, 1, 1" in entry
+        # The stages: 18 of 12 KiB (BN 32) or 14 of 16 KiB (BN 64), two mbarriers each; 128-k
+        # stages twice the bytes, 9 or 7.
+        stages = (18 if bn == 32 else 14) // (2 if deep else 1)
+        assert re.search(rf"E4full\[{8 * stages}\];", entry)
+        # a's half, or b's, a box of 64 k each
+        assert entry.count(".multicast::cluster") == (4 if deep else 2)
         # the remote release, at CTA scope: `.release.cluster` costs a GPU-wide barrier an arrive
         assert "mbarrier.arrive.shared::cluster.b64" in entry
         assert "mbarrier.arrive.release.cluster" not in entry
-        assert "setmaxnreg" not in entry  # one consumer: no register split
+        assert "setmaxnreg" not in entry  # no register split: the accumulators fit the cap
+        # __syncthreads; two consumers: consumer 1's sums handed over between two named barriers
+        assert entry.count("bar.sync") == (3 if two else 1)
+        copies = entry.count("cp.async.bulk.tensor")
+        assert entry.count(".L2::cache_hint") == (copies if hint else 0)
+        assert ("createpolicy.fractional.L2::evict_first" in entry) == bool(hint)
+        assert ("createpolicy.fractional.L2::evict_last" in entry) == bool(hint)
     done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "narrow.cubin", source=source)
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
-    assert len(spills) == 8 and all(s == ("0", "0") for s in spills), done.stderr
+    assert len(spills) == 8 * len(KINDS), done.stderr
+    assert all(s == ("0", "0") for s in spills), done.stderr
 
 
 @pytest.mark.nvcc
@@ -172,6 +191,45 @@ def test_every_variant_is_right(
         _within_tolerance(lib, got[i], a, b)
     assert torch.equal(got[0].view(torch.int16), got[1].view(torch.int16))  # narrow, narrow1
     assert torch.equal(got[3].view(torch.int16), got[4].view(torch.int16))  # BN 64
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", DEPTHS)
+@pytest.mark.parametrize(("n", "col"), [(4096, False), (4096, True), (4104, False), (4104, True)])
+@pytest.mark.parametrize("m", [33, 64, 100, 128])
+def test_every_kind_is_right(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, col: bool, k: int, dtype: Any
+) -> None:
+    """Each WB_WGMMA_NARROW_KIND, unpaired and paired, is within the family's bound; the kinds
+    that sum in the plain kernel's order (hint, k128; two_hint as two) give its bits, and each
+    kind the same bits paired and unpaired."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a, b = _operands(m, n, k, col, dtype)
+    got = {}
+    for kind in KINDS:
+        for route in ("narrow1", "narrow"):
+            _use(monkeypatch, {"WB_WGMMA_FEW": route, "WB_WGMMA_NARROW_KIND": kind})
+            got[kind, route] = lib.matmul(a, b).view(torch.int16)
+            _within_tolerance(lib, got[kind, route].view(dtype), a, b)
+        assert torch.equal(got[kind, "narrow1"], got[kind, "narrow"]), kind
+    for kind, same in [("hint", "one"), ("k128", "one"), ("two_hint", "two")]:
+        assert torch.equal(got[kind, "narrow1"], got[same, "narrow1"]), (kind, same)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_kind_switch_runs_its_kernel(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """WB_WGMMA_NARROW_KIND runs wgmma_narrow_kernel with its Kind argument."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a, b = _operands(64, 4096, 4096, False, torch.bfloat16)
+    _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_KIND": kind})
+    names = _kernels_run(lambda: lib.matmul(a, b))
+    assert re.search(rf"wgmma_narrow_kernel<[^>]*,\s*(?:\(int\))?{KINDS[kind]}>", names), names
 
 
 @pytest.mark.cuda

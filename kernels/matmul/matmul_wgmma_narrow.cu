@@ -12,7 +12,9 @@
 // (WB_WGMMA_FEW=narrow), the blocks run in clusters of two that share one operand's tile by TMA
 // multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
 // other); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
-// few_rows_route (the rule, and WB_WGMMA_FEW).
+// few_rows_route (the rule, and WB_WGMMA_FEW). WB_WGMMA_NARROW_KIND=one | two | hint | two_hint |
+// k128 | skew picks the kernel's kind (NarrowKind, wgmma_narrow.h; one, the plain kernel, by
+// default).
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_narrow.py
 #include <cstdlib>
@@ -31,17 +33,45 @@ namespace wb::matmul {
 WB_DEVICE_TEMPLATE(kNarrow, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow_kernel");
 WB_DEVICE_TEMPLATE(kNarrow32Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow32_shape");
 WB_DEVICE_TEMPLATE(kNarrow64Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow64_shape");
+WB_DEVICE_TEMPLATE(kNarrow32TwoShape, "matmul_wgmma.kernel.cu",
+                   "wb::matmul::wgmma_narrow32_two_shape");
+WB_DEVICE_TEMPLATE(kNarrow64TwoShape, "matmul_wgmma.kernel.cu",
+                   "wb::matmul::wgmma_narrow64_two_shape");
 
 namespace {
 
-template <typename T, bool BKMajor>
-const DeviceKernel& narrow_kernel_of(int bn) {
-  return bn == 32 ? kernel<&kNarrow, T, Val<BKMajor>, Val<32>>
-                  : kernel<&kNarrow, T, Val<BKMajor>, Val<64>>;
+// The kinds WB_WGMMA_NARROW_KIND names (NarrowKind bits, wgmma_narrow.h), each its own kernel.
+struct NamedKind {
+  std::string_view name;
+  int kind;
+};
+constexpr NamedKind kKinds[] = {{"one", kNarrowOne},   {"two", kNarrowTwo},
+                                {"hint", kNarrowHint}, {"two_hint", kNarrowTwo | kNarrowHint},
+                                {"k128", kNarrowDeep}, {"skew", kNarrowSkew}};
+
+template <typename T, bool BKMajor, int BN>
+const DeviceKernel& narrow_kernel_of(int kind) {
+  switch (kind) {
+    case kNarrowTwo:
+      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowTwo}>>;
+    case kNarrowHint:
+      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowHint}>>;
+    case kNarrowTwo | kNarrowHint:
+      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowTwo | kNarrowHint}>>;
+    case kNarrowDeep:
+      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowDeep}>>;
+    case kNarrowSkew:
+      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowSkew}>>;
+    default:
+      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowOne}>>;
+  }
 }
 template <typename T>
-const DeviceKernel& narrow_kernel(bool b_kmajor, int bn) {
-  return b_kmajor ? narrow_kernel_of<T, true>(bn) : narrow_kernel_of<T, false>(bn);
+const DeviceKernel& narrow_kernel(bool b_kmajor, int bn, int kind) {
+  if (b_kmajor) {
+    return bn == 32 ? narrow_kernel_of<T, true, 32>(kind) : narrow_kernel_of<T, true, 64>(kind);
+  }
+  return bn == 32 ? narrow_kernel_of<T, false, 32>(kind) : narrow_kernel_of<T, false, 64>(kind);
 }
 
 // An environment switch's value ("" where unset).
@@ -83,6 +113,21 @@ Status narrow_pair(int64_t m, int* pair) {
   return nullptr;
 }
 
+// The kernel's kind: WB_WGMMA_NARROW_KIND (one of kKinds' names), else one (the plain kernel).
+Status narrow_kind(int* kind) {
+  const std::string_view v = env("WB_WGMMA_NARROW_KIND");
+  *kind = kNarrowOne;
+  if (v.empty()) return nullptr;
+  for (const NamedKind& named : kKinds) {
+    if (v == named.name) {
+      *kind = named.kind;
+      return nullptr;
+    }
+  }
+  return "matmul: WB_WGMMA_NARROW_KIND must be one, two, hint, two_hint, k128 or skew; unset it "
+         "for the default (one)";
+}
+
 }  // namespace
 
 // The default: narrow1 (k whole on the narrow tile, no clusters) where a has 33 to 128 rows and
@@ -112,16 +157,19 @@ Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
 template <typename T>
 Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
                            bool b_kmajor, bool paired, Stream stream) {
-  int bn = 64, pair = kNarrowAlone;
+  int bn = 64, pair = kNarrowAlone, kind = kNarrowOne;
   if (const Status e = narrow_bn(m, n, &bn)) return e;
   if (paired) {
     if (const Status e = narrow_pair(m, &pair)) return e;
   }
+  if (const Status e = narrow_kind(&kind)) return e;
+  // The block's threads and shared memory: the tile's of its consumer count.
+  const bool two = (kind & kNarrowTwo) != 0;
+  const DeviceGlobal& shape = bn == 32
+                                  ? (two ? global<&kNarrow32TwoShape> : global<&kNarrow32Shape>)
+                                  : (two ? global<&kNarrow64TwoShape> : global<&kNarrow64Shape>);
   WgmmaShape tile{};
-  if (const Status e =
-          bn == 32 ? global<&kNarrow32Shape>.read(&tile) : global<&kNarrow64Shape>.read(&tile)) {
-    return e;
-  }
+  if (const Status e = shape.read(&tile)) return e;
   const int64_t tiles_m = (m + tile.bm - 1) / tile.bm, tiles_n = (n + bn - 1) / bn;
   // Groups of tiles a cluster (or a block) takes; paired, the last group's second tile may lie
   // past m or n (it runs, and stores nothing).
@@ -145,7 +193,7 @@ Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int
   LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads),
                       static_cast<unsigned>(tile.smem)};
   if (pair != kNarrowAlone) config.cluster = Dim3{2, 1, 1};
-  return narrow_kernel<T>(b_kmajor, bn)
+  return narrow_kernel<T>(b_kmajor, bn, kind)
       .launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), pair);
 }

@@ -10,11 +10,33 @@
 //   narrow1  the same tiles, no clusters (each block reads its own a and b);
 // unset, narrow1 where a has 33 to 128 rows and the narrow tiles give half the SMs a block, else
 // split (few_rows_route, matmul_wgmma_narrow.cu).
+//
+// The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh; WB_WGMMA_NARROW_KIND,
+// read at each call, picks one for A/B): bits of what differs from the plain kernel (kNarrowOne,
+// the default), each combination run its own instantiation.
+//   kNarrowTwo   two consumer warpgroups (384 threads) take alternate k steps into their own
+//                accumulators, summed through shared memory at the end;
+//   kNarrowHint  the TMA copies carry L2 eviction hints: a (every block reads it) evict_last,
+//                b (each tile read once) evict_first;
+//   kNarrowDeep  a stage holds 128 k (two 64-k boxes of each operand): half the stages, half
+//                the mbarrier round trips a k;
+//   kNarrowSkew  the blocks start their walk of k at one of 8 points by column of tiles (16
+//                neighbouring columns a point), so that fewer of them read one k step of a at
+//                a time while neighbours still read b's rows together.
+// This header is torch-free and device-safe: the kernel TU includes it for these bits.
 #pragma once
 
 #include "matmul/matmul.h"
 
 namespace wb::matmul {
+
+enum NarrowKind : int {
+  kNarrowOne = 0,
+  kNarrowTwo = 1,
+  kNarrowHint = 2,
+  kNarrowDeep = 4,
+  kNarrowSkew = 8
+};
 
 enum class FewRoute { split, narrow, narrow1 };
 
