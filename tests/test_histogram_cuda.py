@@ -27,8 +27,9 @@ THREADS = 1024  # kThreads
 # The environment of each kernel choice (the launcher reads it at every call): the kernels before
 # the cluster path (a memset, then the kernel); the default (the shared path in one cooperative
 # launch that clears counts itself, its loads of the next loop step in flight while counting, the
-# chunked path beyond one block); the default after a memset; the chunked path with the half path
-# off (the same as the default while the half path's default is off); the cluster path with clusters
+# chunked path beyond one block, or the wide kernel above 16 Ki bins on sm_90); the default after a
+# memset; the chunked path with the half path off (the paths other than the wide kernel's with
+# WB_HISTOGRAM_WIDE=0, which turns its default off); the cluster path with clusters
 # of 8, and with 8 binning float elements one at a time (no count_deferred); the half path with
 # clusters of 2 and 4; each loop step's loads counted once they land (plain); x streamed through
 # shared memory by bulk copies (bulk); the chunked path binning float elements 16 at a time
@@ -36,8 +37,8 @@ THREADS = 1024  # kThreads
 # distributed shared memory (above 16 Ki bins on sm_90); the tight kernel (float32, one block's
 # histogram: bins by two directed-rounding fmas) in three block shapes, and fed by a cp.async ring
 # a thread (deep: 5 stages of 2 vectors, deep3: 4 of 3); the wide kernel (float32: 16-bit counters
-# of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8, 16, and fed by
-# a cp.async ring (wide1r, wide8r).
+# of every bin in one block, taken back at 0x8000) alone and in clusters of 2, 4, 8, 16 with its
+# loads in registers, and fed by a cp.async ring (wide1r, wide8r: its default loads).
 ENV = (
     "WB_HISTOGRAM_KERNEL",
     "WB_HISTOGRAM_CLUSTER",
@@ -51,31 +52,31 @@ ENV = (
 CHOICES = {
     "base": {"WB_HISTOGRAM_KERNEL": "base"},
     "default": {},
-    "memset": {"WB_HISTOGRAM_ZERO": "memset"},
-    "chunked": {"WB_HISTOGRAM_HALF": "0"},
-    "cluster8": {"WB_HISTOGRAM_HALF": "0", "WB_HISTOGRAM_CLUSTER": "8"},
+    "memset": {"WB_HISTOGRAM_ZERO": "memset", "WB_HISTOGRAM_WIDE": "0"},
+    "chunked": {"WB_HISTOGRAM_HALF": "0", "WB_HISTOGRAM_WIDE": "0"},
+    "cluster8": {"WB_HISTOGRAM_HALF": "0", "WB_HISTOGRAM_CLUSTER": "8", "WB_HISTOGRAM_WIDE": "0"},
     "cluster8_nodefer": {
         "WB_HISTOGRAM_HALF": "0",
         "WB_HISTOGRAM_KERNEL": "nodefer",
         "WB_HISTOGRAM_CLUSTER": "8",
     },
-    "half2": {"WB_HISTOGRAM_HALF": "2"},
-    "half4": {"WB_HISTOGRAM_HALF": "4"},
+    "half2": {"WB_HISTOGRAM_HALF": "2", "WB_HISTOGRAM_WIDE": "0"},
+    "half4": {"WB_HISTOGRAM_HALF": "4", "WB_HISTOGRAM_WIDE": "0"},
     "plain": {"WB_HISTOGRAM_KERNEL": "plain"},
     "bulk": {"WB_HISTOGRAM_KERNEL": "bulk"},
-    "slice_defer": {"WB_HISTOGRAM_SLICE": "defer"},
-    "merge2": {"WB_HISTOGRAM_MERGE": "2"},
-    "merge8": {"WB_HISTOGRAM_MERGE": "8"},
+    "slice_defer": {"WB_HISTOGRAM_SLICE": "defer", "WB_HISTOGRAM_WIDE": "0"},
+    "merge2": {"WB_HISTOGRAM_MERGE": "2", "WB_HISTOGRAM_WIDE": "0"},
+    "merge8": {"WB_HISTOGRAM_MERGE": "8", "WB_HISTOGRAM_WIDE": "0"},
     "tight": {"WB_HISTOGRAM_KERNEL": "tight"},
     "tight256x5": {"WB_HISTOGRAM_KERNEL": "tight256x5"},
     "tight512x2": {"WB_HISTOGRAM_KERNEL": "tight512x2"},
     "deep": {"WB_HISTOGRAM_KERNEL": "deep"},
     "deep3": {"WB_HISTOGRAM_KERNEL": "deep3"},
-    "wide1": {"WB_HISTOGRAM_WIDE": "1"},
-    "wide2": {"WB_HISTOGRAM_WIDE": "2"},
-    "wide4": {"WB_HISTOGRAM_WIDE": "4"},
-    "wide8": {"WB_HISTOGRAM_WIDE": "8"},
-    "wide16": {"WB_HISTOGRAM_WIDE": "16"},
+    "wide1": {"WB_HISTOGRAM_WIDE": "1", "WB_HISTOGRAM_WIDE_LOADS": "regs"},
+    "wide2": {"WB_HISTOGRAM_WIDE": "2", "WB_HISTOGRAM_WIDE_LOADS": "regs"},
+    "wide4": {"WB_HISTOGRAM_WIDE": "4", "WB_HISTOGRAM_WIDE_LOADS": "regs"},
+    "wide8": {"WB_HISTOGRAM_WIDE": "8", "WB_HISTOGRAM_WIDE_LOADS": "regs"},
+    "wide16": {"WB_HISTOGRAM_WIDE": "16", "WB_HISTOGRAM_WIDE_LOADS": "regs"},
     "wide1r": {"WB_HISTOGRAM_WIDE": "1", "WB_HISTOGRAM_WIDE_LOADS": "ring"},
     "wide8r": {"WB_HISTOGRAM_WIDE": "8", "WB_HISTOGRAM_WIDE_LOADS": "ring"},
 }
@@ -299,6 +300,36 @@ def test_concurrent_streams(lib: Any, choice: str) -> None:
     torch.cuda.synchronize()
     for i, (x, out) in enumerate(zip(xs, outs, strict=True)):
         _assert_equal(out, _reference(lib, x, 256 if i % 2 else 65536, -4.0, 4.0), f"stream {i}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("bins", "wide"), [(256, False), (16384, False), (16385, True), (65536, True)]
+)
+def test_the_default_takes_the_wide_kernel_above_16ki_bins(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, bins: int, wide: bool
+) -> None:
+    """Unset, float32 histograms of more than 16 Ki bins run histogram_wide_kernel on sm_90+
+    (in clusters of 8, loads through the ring), fewer bins the shared path; WB_HISTOGRAM_WIDE=0
+    turns it off and a named kernel runs as named. Exact counts each way."""
+    for k in ENV:
+        monkeypatch.delenv(k, raising=False)
+    x = torch.randn(1 << 20, device="cuda")
+    want = _reference(lib, x, bins, -4.0, 4.0)
+
+    def kernels() -> str:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            _assert_equal(lib.histogram(x, bins, -4.0, 4.0), want, f"{bins} bins")
+            torch.cuda.synchronize()
+        return " ".join(e.name for e in prof.events())
+
+    hopper = torch.cuda.get_device_capability()[0] >= 9
+    assert ("histogram_wide_kernel" in kernels()) == (wide and hopper)
+    monkeypatch.setenv("WB_HISTOGRAM_WIDE", "0")
+    assert "histogram_wide_kernel" not in kernels()
+    monkeypatch.delenv("WB_HISTOGRAM_WIDE")
+    monkeypatch.setenv("WB_HISTOGRAM_KERNEL", "plain")
+    assert "histogram_wide_kernel" not in kernels()
 
 
 @pytest.mark.cuda

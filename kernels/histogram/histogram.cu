@@ -73,10 +73,17 @@ namespace {
 // through a private cp.async ring a thread (5 stages of 2 vectors, 4 of 3) for more loads in
 // flight. WB_HISTOGRAM_WIDE=1, 2, 4, 8 or 16 (float32, the 16-bit counters of every bin fit one
 // block's shared memory): histogram_wide_kernel, its blocks merged alone (1) or in clusters of 2 to
-// 16 (sm_90); 0 or unset, off. WB_HISTOGRAM_WIDE_LOADS=ring feeds it through a cp.async ring of
-// kWideRing stages a thread (as the deep kernel), where its loads are otherwise held in registers.
-// Not yet timed: off by default.
+// 16 (sm_90); 0, off; unset, the default below. WB_HISTOGRAM_WIDE_LOADS=ring feeds it through a
+// cp.async ring of kWideRing stages a thread (as the deep kernel), regs holds its loads in
+// registers; unset, ring. By default the wide kernel in clusters of kWideCluster, its loads
+// through the ring, takes float32 histograms of more than kWideBins bins on sm_90+ (where x has at
+// least as many elements as bins and the counters fit): on an H100, 2026-11-26, at 16 Mi elements
+// and 65536 bins it took 61.2 us (4.11x torch.histc) where the chunked path took 100.1 us (2.51x);
+// clusters of 4 and 16 and register loads took 64.2-80.8 us (bench/results/kernels.md, fourth
+// pass). At 256 bins neither the tight nor the deep kernel beat the default beyond noise.
 constexpr int kHalfCluster = 0;
+constexpr int kWideCluster = 8;
+constexpr int64_t kWideBins = 16384;
 // The merge's cluster size by default: 0, off (not yet timed).
 constexpr int kMergeCluster = 0;
 
@@ -96,7 +103,7 @@ struct Choice {
   int cluster = 0;                    // 0: no cluster path
   int half = kHalfCluster;            // 0: no half path
   Tightness tight = Tightness::kOff;  // float32, one slice: histogram_tight_kernel
-  int wide = 0;                       // float32: histogram_wide_kernel's cluster size (0: off)
+  int wide = 0;  // float32: histogram_wide_kernel's cluster size (0: off; -1: the default rule)
   bool wide_ring = false;             // its loads through a cp.async ring
 };
 
@@ -183,12 +190,12 @@ Status choice(Choice* out) {
   }
   if (const Status err = cluster_size("WB_HISTOGRAM_CLUSTER", 0, false, &cluster)) return err;
   if (const Status err = cluster_size("WB_HISTOGRAM_HALF", kHalfCluster, false, &half)) return err;
-  if (const Status err = cluster_size("WB_HISTOGRAM_WIDE", 0, true, &wide)) return err;
+  if (const Status err = cluster_size("WB_HISTOGRAM_WIDE", -1, true, &wide)) return err;
   c.merge = c.base ? 0 : merge;
   c.cluster = c.base ? 0 : cluster;
   c.half = c.base ? 0 : half;
-  c.wide = c.base ? 0 : wide;
-  c.wide_ring = is(loads, "ring");
+  c.wide = c.base || (wide < 0 && kernel != nullptr) ? 0 : wide;  // a named kernel runs as named
+  c.wide_ring = !is(loads, "regs");
   *out = c;
   return nullptr;
 }
@@ -226,6 +233,9 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
     if (c.probe != Probe::kNone) return launch_read(x, n, r.bins, c.probe, counts, d, s);
   }
   if constexpr (std::is_same_v<T, float>) {
+    if (c.wide < 0) {  // unset: the default (see kWideCluster)
+      c.wide = d.major >= 9 && r.bins > kWideBins && n >= r.bins ? kWideCluster : 0;
+    }
     if (c.wide > 0) {  // clears counts itself (a memset before the kernel)
       bool launched = false;
       if (const Status err = launch_wide(x, n, r, c.wide, c.wide_ring, counts, d, s, &launched))
