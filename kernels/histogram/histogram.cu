@@ -103,7 +103,7 @@ struct Choice {
   int cluster = 0;                    // 0: no cluster path
   int half = kHalfCluster;            // 0: no half path
   Tightness tight = Tightness::kOff;  // float32, one slice: histogram_tight_kernel
-  int wide = 0;  // float32: histogram_wide_kernel's cluster size (0: off; -1: the default rule)
+  int wide = 0;                       // float32: the wide kernel's clusters (0 off, -1 default)
   bool wide_ring = false;             // its loads through a cp.async ring
 };
 
