@@ -10,9 +10,11 @@
 // The forward's exponentials are then taken twice an element, as the wide path takes them
 // (WB_SOFTMAX_EXP, softmax_exp.cuh: fma by default, one FFMA and one ex2 each).
 //
-// By default the forward of a 2-byte dtype takes it (held, 128 bytes a thread): on an H100,
-// 2026-11-26, bfloat16 4096 x 16384 ran at 100% of a copy of the same bytes against block_kernel's
-// 76% (bench/results/kernels.md, fourth pass). Float32 and the backward keep block_kernel.
+// By default a 2-byte dtype takes it: the forward at 128 bytes a thread (held), the backward at 64
+// (held64). On an H100, 2026-11-26, bfloat16 4096 x 16384 forward ran at 100% of a copy of the
+// same bytes against block_kernel's 76%, and every block-path size of the sweep at 78-100% against
+// 69-93%; the backward at 92-102% against 82-101% (bench/results/kernels.md, fourth pass). Float32
+// keeps block_kernel (within 2% of held either way).
 // WB_SOFTMAX_BLOCK picks another (read at each launch, rows of 16-byte vectors summed in float
 // that take the block path, sm_80+ and any dtype; the warp path and long rows are unchanged):
 //   (unset)             the default above
@@ -85,14 +87,16 @@ bool launch_held(const Op& op, int64_t rows, int64_t nvec, int mode, cudaStream_
 
 // The held kernel where WB_SOFTMAX_BLOCK or the default picks it: true where it launched (err:
 // cudaSuccess) or the value is bad (err: cudaErrorInvalidValue, launch_rows names the variable);
-// false where block_kernel serves (convert, the default for float32 and the backward, or rows the
-// held kernel does not take).
+// false where block_kernel serves (convert, the default for float32, or rows the held kernel does
+// not take).
 template <typename Op, int N>
 bool launch_held_if_asked(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream,
                           cudaError_t& err) {
   int mode = block_mode();
   if (mode == kBlockDefault) {
-    mode = Op::kTensors == 1 && sizeof(typename Op::T) == 2 ? kBlockHeld : kBlockConvert;
+    mode = sizeof(typename Op::T) != 2 ? kBlockConvert
+           : Op::kTensors == 1         ? kBlockHeld
+                                       : kBlockHeld64;
   }
   err = mode < 0 ? cudaErrorInvalidValue : cudaSuccess;
   return mode < 0 || (mode != kBlockConvert && launch_held<Op, N>(op, rows, nvec, mode, stream));

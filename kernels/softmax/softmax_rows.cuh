@@ -48,7 +48,7 @@
 //   deep     (first where WB_SOFTMAX_PATH=deep) the wide path with a further 192 bytes of the row
 //            a thread in shared memory (cp.async, softmax_wide.cuh): 2.5 times the share of a row
 //            a block holds, so that few long rows take fewer rounds of clusters.
-//   held     (rows of the block path: a 2-byte forward's by default; WB_SOFTMAX_BLOCK picks)
+//   held     (rows of the block path: a 2-byte dtype's by default; WB_SOFTMAX_BLOCK picks)
 //            the block path with the row held as loaded, as the wide path does (softmax_held.cuh).
 //   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
 //            row.
