@@ -253,26 +253,46 @@ def test_the_switch_runs_the_kernel_it_names(
     assert "wgmma_kernel" in names and "narrow" not in names, names
 
 
+def _narrow_by_default(m: int, n: int, sms: int) -> bool:
+    """few_rows_route's rule: the narrow tile (64 x 32 where 64 x 64 tiles would fill at most
+    half the SMs, else 64 x 64) where its tiles make one wave at least half full, and a has 32
+    rows or more on the 32-column tile."""
+    tiles64 = -(-m // 64) * -(-n // 64)
+    bn = 32 if 2 * tiles64 <= sms else 64
+    tiles = -(-m // 64) * -(-n // bn)
+    return sms <= 2 * tiles and tiles <= sms and (bn == 64 or m >= 32)
+
+
+def test_the_default_rule_on_an_h100() -> None:
+    """The shapes the rule was measured at (132 SMs): narrow where it won."""
+    narrow = [(32, 4096), (48, 4096), (64, 4096), (100, 4104), (128, 4096), (1, 8192),
+              (64, 8192), (128, 2048), (256, 2048)]  # fmt: skip
+    split = [(1, 4096), (16, 4096), (129, 4096), (200, 4096), (64, 1024), (48, 2048),
+             (96, 8192), (160, 8192)]  # fmt: skip
+    assert all(_narrow_by_default(m, n, 132) for m, n in narrow)
+    assert not any(_narrow_by_default(m, n, 132) for m, n in split)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize(
-    ("m", "n", "narrow"),
-    [(1, 4096, False), (16, 4096, False), (32, 4096, False), (33, 4096, True), (64, 4096, True),
-     (100, 4104, True), (128, 4096, True), (129, 4096, False), (200, 4096, False),
-     (64, 1024, False)],
+    ("m", "n"),
+    [(1, 4096), (16, 4096), (32, 4096), (33, 4096), (64, 4096), (100, 4104), (128, 4096),
+     (129, 4096), (200, 4096), (64, 1024), (1, 8192), (256, 2048)],
 )  # fmt: skip
 def test_the_default_route_of_a_few_rows_shape(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, narrow: bool
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int
 ) -> None:
-    """Unset, a of 33 to 128 rows runs the narrow tile unpaired where its tiles give half the
-    SMs a block (n = 4096: 128 tiles), else the cluster-summed split-k kernel (m <= 32, more
-    than 128 rows, or n = 1024: 32 narrow tiles); c within the family's bound either way."""
-    if not _hopper() or torch.cuda.get_device_properties(0).multi_processor_count > 256:
-        pytest.skip("the wgmma path runs on sm_90 (the rule's tile counts assume <= 256 SMs)")
+    """Unset, a few-rows shape runs the narrow tile unpaired (the k128 kind) where the rule says
+    (_narrow_by_default, at this GPU's SM count), else the cluster-summed split-k kernel; c within
+    the family's bound either way."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
     _use(monkeypatch, {})
     a, b = _operands(m, n, 4096, False, torch.bfloat16)
     names = _kernels_run(lambda: lib.matmul(a, b))
-    if narrow:
+    if _narrow_by_default(m, n, torch.cuda.get_device_properties(0).multi_processor_count):
         assert "wgmma_narrow_kernel" in names and "split_kernel" not in names, names
+        assert "Li4EEE" in names or ", 4>" in names, names  # Kind 4: kNarrowDeep (k128)
     else:
         assert "wgmma_cluster_split_kernel" in names and "narrow" not in names, names
     _within_tolerance(lib, lib.matmul(a, b), a, b)

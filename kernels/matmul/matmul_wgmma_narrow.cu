@@ -13,7 +13,7 @@
 // multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
 // other); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
 // few_rows_route (the rule, and WB_WGMMA_FEW). WB_WGMMA_NARROW_KIND=one | two | hint | two_hint |
-// k128 | skew picks the kernel's kind (NarrowKind, wgmma_narrow.h; one, the plain kernel, by
+// k128 | skew picks the kernel's kind (NarrowKind, wgmma_narrow.h; k128, 128-k stages, by
 // default).
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_narrow.py
@@ -113,10 +113,11 @@ Status narrow_pair(int64_t m, int* pair) {
   return nullptr;
 }
 
-// The kernel's kind: WB_WGMMA_NARROW_KIND (one of kKinds' names), else one (the plain kernel).
+// The kernel's kind: WB_WGMMA_NARROW_KIND (one of kKinds' names), else k128 (kNarrowDeep: on an
+// H100 at m = 64 and 128 x 4096 x 4096, 1.03x cuBLAS against the plain kernel's 0.89 / 0.86x).
 Status narrow_kind(int* kind) {
   const std::string_view v = env("WB_WGMMA_NARROW_KIND");
-  *kind = kNarrowOne;
+  *kind = kNarrowDeep;
   if (v.empty()) return nullptr;
   for (const NamedKind& named : kKinds) {
     if (v == named.name) {
@@ -125,17 +126,20 @@ Status narrow_kind(int* kind) {
     }
   }
   return "matmul: WB_WGMMA_NARROW_KIND must be one, two, hint, two_hint, k128 or skew; unset it "
-         "for the default (one)";
+         "for the default (k128)";
 }
 
 }  // namespace
 
-// The default: narrow1 (k whole on the narrow tile, no clusters) where a has 33 to 128 rows and
-// that tile gives at least half the SMs a block, else split. On an H100, 2026-11-26, at m x 4096
-// x 4096 bfloat16 (bench/results/kernels.md, fourth pass): m = 64 0.89x cuBLAS against split's
-// 0.84x, m = 128 0.82x against 0.77x; split stays ahead at m = 1, 16 and 32 (0.90, 0.99, 0.87x
-// against 0.72, 0.86, 0.83x) and at m = 200 (0.70x against 0.54x). The pairs (narrow) ran no
-// faster than narrow1 at any of these shapes.
+// The default: narrow1 (k whole on the narrow tile, no clusters, the k128 kind) where its tiles
+// make one wave at least half full (SMs / 2 <= tiles <= SMs) and, on the 32-column tile, a has
+// at least 32 rows; else split. Measured on an H100, 2026-11-26, bfloat16, k = 4096, cuBLAS over
+// ours (bench/results/kernels.md, fourth pass): n = 4096, m = 32 / 48 / 64 / 96 / 128: 0.91 /
+// 1.00 / 1.03 / 0.86 / 1.03x against split's 0.89 / 0.86 / 0.84 / 0.78 / 0.78x; m = 1 / 8 / 16:
+// split's 0.91 / 0.88 / 0.99x against 0.75 / 0.77 / 0.93x (a 64-row tile for one row). n = 8192,
+// m <= 64 (64-column tiles): 0.97-1.00x against 0.84-0.88x; m >= 96 (256 tiles and more): split
+// 0.62-0.80x against 0.50-0.84x. n = 2048, m = 96 to 256: 0.75-0.94x against 0.64-0.78x; m <= 48
+// (64 tiles): split 0.93-1.03x against 0.67-0.89x. The pairs (narrow) were no faster.
 Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v == "split" || v == "narrow" || v == "narrow1") {
@@ -146,11 +150,10 @@ Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
     return "matmul: WB_WGMMA_FEW must be split, narrow or narrow1; unset it for the default";
   }
   *route = FewRoute::split;
-  if (m <= 32 || m > 128) return nullptr;
   int bn = 64;
   if (const Status e = narrow_bn(m, n, &bn)) return e;
   const int64_t tiles = (m + 63) / 64 * ((n + bn - 1) / bn);
-  if (2 * tiles >= sms()) *route = FewRoute::narrow1;
+  if (2 * tiles >= sms() && tiles <= sms() && (bn == 64 || m >= 32)) *route = FewRoute::narrow1;
   return nullptr;
 }
 

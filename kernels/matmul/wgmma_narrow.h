@@ -8,12 +8,12 @@
 //   narrow   k whole on 64 x 32 or 64 x 64 tiles, a block a tile, in clusters of two sharing
 //            a's tile (a of at most 64 rows) or b's (more) by TMA multicast;
 //   narrow1  the same tiles, no clusters (each block reads its own a and b);
-// unset, narrow1 where a has 33 to 128 rows and the narrow tiles give half the SMs a block, else
-// split (few_rows_route, matmul_wgmma_narrow.cu).
+// unset, narrow1 where the narrow tiles make one wave at least half full (and a has 32 rows or
+// more on the 32-column tile), else split (few_rows_route, matmul_wgmma_narrow.cu).
 //
 // The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh; WB_WGMMA_NARROW_KIND,
-// read at each call, picks one for A/B): bits of what differs from the plain kernel (kNarrowOne,
-// the default), each combination run its own instantiation.
+// read at each call, picks one for A/B): bits of what differs from the plain kernel (kNarrowOne),
+// each combination run its own instantiation; kNarrowDeep (k128) by default.
 //   kNarrowTwo   two consumer warpgroups (384 threads) take alternate k steps into their own
 //                accumulators, summed through shared memory at the end;
 //   kNarrowHint  the TMA copies carry L2 eviction hints: a (every block reads it) evict_last,
