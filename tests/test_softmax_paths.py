@@ -210,7 +210,7 @@ def test_the_deep_path_takes_the_cluster_size_that_ends_soonest(paths_main: Path
 # --- on a GPU: each path against torch --------------------------------------------------------
 
 
-def _special(x: torch.Tensor) -> torch.Tensor:
+def special_rows(x: torch.Tensor) -> torch.Tensor:
     """x with an all -Inf row, a row holding NaN, one holding +Inf and one with -Inf in part."""
     x = x.clone()
     rows = x.shape[0]
@@ -222,7 +222,7 @@ def _special(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _kernels(fn: Any) -> list[str]:
+def kernels_run(fn: Any) -> list[str]:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
@@ -242,10 +242,10 @@ def test_every_path_matches_torch(
     rows included); rows of 16-byte vectors run the path's own kernel."""
     monkeypatch.setenv("WB_SOFTMAX_PATH", path)
     gen = torch.Generator().manual_seed(rows + cols)
-    x = _special(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
+    x = special_rows(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
     grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
     lib.softmax(x, -1)  # the launch's one-time queries outside the profile
-    names = _kernels(lambda: lib.softmax(x, -1))
+    names = kernels_run(lambda: lib.softmax(x, -1))
     vec = cols % (16 // x.element_size()) == 0
     want = {"bulk": "bulk_kernel" if vec else "split_kernel", "split": "split_kernel"}
     want["stream"] = "stream_kernel"
@@ -310,11 +310,11 @@ def test_the_wide_paths_at_either_block_width(
     monkeypatch.setenv("WB_SOFTMAX_PATH", path)
     monkeypatch.setenv("WB_SOFTMAX_WIDE_THREADS", width)
     gen = torch.Generator().manual_seed(rows * cols)
-    x = _special(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
+    x = special_rows(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
     grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
     y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
     lib.softmax(x, -1)  # the launch's one-time queries outside the profile
-    names = _kernels(lambda: (lib.softmax(x, -1), lib.softmax_backward(grad, y, -1)))
+    names = kernels_run(lambda: (lib.softmax(x, -1), lib.softmax_backward(grad, y, -1)))
     kernel = "deep_kernel" if path == "deep" else "wide_kernel"
     assert sum(kernel in n for n in names) == 2, names
     bf16 = dtype == torch.bfloat16
@@ -390,7 +390,7 @@ def test_the_exp_modes_match_torch(
     monkeypatch.setenv("WB_SOFTMAX_PATH", path)
     monkeypatch.setenv("WB_SOFTMAX_EXP", mode)
     gen = torch.Generator().manual_seed(rows + cols)
-    x = _special(torch.randn(rows, cols, generator=gen) * 4)
+    x = special_rows(torch.randn(rows, cols, generator=gen) * 4)
     x[3, cols // 2 :] = 60000 + 16 * torch.randn(cols - cols // 2, generator=gen).clamp(-4, 4)
     if dtype == torch.bfloat16:
         x[4, 7] = 3e38

@@ -11,23 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-
-def _special(x: torch.Tensor) -> torch.Tensor:
-    """x with an all -Inf row, a row holding NaN, one holding +Inf and one half -Inf."""
-    x = x.clone()
-    x[0] = float("-inf")
-    if x.shape[0] > 3:
-        x[1, 5] = float("nan")
-        x[2, -1] = float("inf")
-        x[3, : x.shape[1] // 2] = float("-inf")
-    return x
-
-
-def _kernels(fn: Any) -> list[str]:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+from tests.test_softmax_paths import kernels_run, special_rows
 
 
 def _check_both(lib: Any, x: torch.Tensor, grad: torch.Tensor) -> None:
@@ -73,9 +57,9 @@ def test_the_held_block_variants_match_torch(
     or not of 16-byte vectors) run the default paths."""
     monkeypatch.setenv("WB_SOFTMAX_BLOCK", mode)
     gen = torch.Generator().manual_seed(rows * cols)
-    x = _special(torch.randn(rows, cols, generator=gen) * 3).to(dtype).cuda()
+    x = special_rows(torch.randn(rows, cols, generator=gen) * 3).to(dtype).cuda()
     grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
-    names = _kernels(lambda: lib.softmax(x, -1))
+    names = kernels_run(lambda: lib.softmax(x, -1))
     assert any("held_kernel" in n for n in names) == _held_runs(mode, dtype, cols), names
     _check_both(lib, x, grad)
 
@@ -100,19 +84,19 @@ def test_the_block_paths_default_kernel(
     back. Each against torch, special rows included."""
     monkeypatch.delenv("WB_SOFTMAX_BLOCK", raising=False)
     gen = torch.Generator().manual_seed(cols)
-    x = _special(torch.randn(96, cols, generator=gen)).to("cuda", dtype)
+    x = special_rows(torch.randn(96, cols, generator=gen)).to("cuda", dtype)
     grad = torch.randn(96, cols, generator=gen).to("cuda", dtype)
     _check_both(lib, x, grad)
-    forward = _kernels(lambda: lib.softmax(x, -1))
+    forward = kernels_run(lambda: lib.softmax(x, -1))
     held = dtype != torch.float32 and _held_runs("held", dtype, cols)
     assert any("held_kernel" in n for n in forward) == held, forward
     y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
-    backward = _kernels(lambda: lib.softmax_backward(grad, y, -1))
+    backward = kernels_run(lambda: lib.softmax_backward(grad, y, -1))
     held_b = dtype != torch.float32 and _held_backward_runs(dtype, cols)
     assert any("held_kernel" in n for n in backward) == held_b, backward
     monkeypatch.setenv("WB_SOFTMAX_BLOCK", "convert")
     _check_both(lib, x, grad)
-    assert not any("held_kernel" in n for n in _kernels(lambda: lib.softmax(x, -1)))
+    assert not any("held_kernel" in n for n in kernels_run(lambda: lib.softmax(x, -1)))
 
 
 @pytest.mark.cuda
@@ -129,13 +113,13 @@ def test_the_held_variants_take_the_exp_modes(
     monkeypatch.setenv("WB_SOFTMAX_EXP", mode)
     rows, cols = 6, 16384
     gen = torch.Generator().manual_seed(cols)
-    x = _special(torch.randn(rows, cols, generator=gen) * 4)
+    x = special_rows(torch.randn(rows, cols, generator=gen) * 4)
     x[3, cols // 2 :] = 60000 + 16 * torch.randn(cols - cols // 2, generator=gen).clamp(-4, 4)
     if dtype == torch.bfloat16:
         x[4, 7] = 3e38
         x[4, 9] = -3e38
     x = x.to(dtype).cuda()
-    names = _kernels(lambda: lib.softmax(x, -1))
+    names = kernels_run(lambda: lib.softmax(x, -1))
     assert any("held_kernel" in n for n in names), names
     got = lib.softmax(x, -1).float()
     want = torch.softmax(x.float(), -1)
@@ -165,10 +149,10 @@ def test_the_deep_path_at_a_forced_cluster_size(
     monkeypatch.setenv("WB_SOFTMAX_DEEP_CLUSTER", size)
     rows, cols = 64, 262144
     gen = torch.Generator().manual_seed(int(size))
-    x = _special(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
+    x = special_rows(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
     grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
     lib.softmax(x, -1)
-    names = _kernels(lambda: lib.softmax(x, -1))
+    names = kernels_run(lambda: lib.softmax(x, -1))
     n = 16 // x.element_size()
     holds = int(size) * 512 * 20 >= cols // n  # 8 + 12 vectors a thread, blocks of 512
     assert any("deep_kernel" in k for k in names) == holds, names
