@@ -35,13 +35,13 @@ WGMMA_NAMES = sorted(
         for k in ("true", "false")
         for wide in ("true", "false")
     ]
-    + [f"&wb::matmul::wgmma_narrow{bn}{two}_shape" for bn in (32, 64) for two in ("", "_two")]
+    + [f"&wb::matmul::wgmma_narrow{bn}_shape" for bn in (32, 64)]
     + [
         f"wb::matmul::wgmma_narrow_kernel<wb::{t},{k},{bn},{kind}>"
         for t in ("f16", "bf16")
         for k in ("true", "false")
         for bn in (32, 64)
-        for kind in (0, 1, 2, 3, 4, 8)  # NarrowKind: one, two, hint, two_hint, k128, skew
+        for kind in (0, 4)  # NarrowKind: one, k128
     ]
 )
 # A point of the space other than the default (kernels/matmul/spec.py): 64 x 128 tiles.

@@ -3,16 +3,13 @@ tiles, a block a tile, in clusters of two that share a's tile (tiles side by sid
 above the other) by TMA multicast (kernels/matmul/wgmma_narrow.cuh, matmul_wgmma_narrow.cu).
 WB_WGMMA_FEW, read at each call, picks a few-rows shape's route: split (the split-k route), narrow
 (clusters of two) or narrow1 (no clusters); WB_WGMMA_NARROW_BN=32 | 64 and WB_WGMMA_NARROW_PAIR=m
-| n force the tile and the clusters' direction, WB_WGMMA_NARROW_KIND=one | two | hint | two_hint |
-k128 | skew the kernel's kind (two consumer warpgroups on alternate k steps, L2 hints on the
-copies, 128-k stages, or the blocks' walks of k started at 8 points). A bad value of any is an
-error naming it.
+| n force the tile and the clusters' direction, WB_WGMMA_NARROW_KIND=one | k128 the kernel's kind
+(stages of 64 k, or of 128 k, the default). A bad value of any is an error naming it.
 
 Without a GPU: the narrow kernels (two dtypes, two layouts of b, BN 32 and 64, each kind) compile
 for sm_90a without spills, each its own entry with its wgmma.m64nBNk16, its multicast copies and
-its remote releases, a ring of 18 (BN 32) or 14 (BN 64) stages of 64 k (9 or 7 of 128 k); the
-two-consumer kinds run 384 threads and meet at a named barrier; the hinted kinds copy with L2
-policies; the host launchers compile.
+its remote releases, a ring of 18 (BN 32) or 14 (BN 64) stages of 64 k (9 or 7 of 128 k), 256
+threads, no L2 cache hints; the host launchers compile.
 On a Hopper GPU (marked cuda): every variant matches torch.matmul and the float64 product at m, n
 and k tails, both layouts of b and both dtypes; the clustered and unclustered variants give the
 same bits; a CUDA graph replays it; the route switch runs the kernel it names.
@@ -49,7 +46,7 @@ VARIANTS = [
 ]
 KNOBS = ("WB_WGMMA_FEW", "WB_WGMMA_NARROW_BN", "WB_WGMMA_NARROW_PAIR", "WB_WGMMA_NARROW_KIND")
 # The kernel's kinds (NarrowKind bits, wgmma_narrow.h): name -> the Kind template argument.
-KINDS = {"one": 0, "two": 1, "hint": 2, "two_hint": 3, "k128": 4, "skew": 8}
+KINDS = {"one": 0, "k128": 4}
 
 
 def _nvcc(folder: Path, *args: str, source: Path) -> subprocess.CompletedProcess[str]:
@@ -95,9 +92,9 @@ def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> 
     for entry in entries:
         assert entry.startswith("_ZN2wb6matmul19wgmma_narrow_kernel")
         bn, kind = map(int, re.findall(r"Li(\d+)E", entry.split("(")[0]))
-        two, hint, deep = kind & 1, kind & 2, kind & 4
+        deep = kind & 4
         assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16" in entry
-        assert f".maxntid {384 if two else 256}, 1, 1" in entry
+        assert ".maxntid 256, 1, 1" in entry
         # The stages: 18 of 12 KiB (BN 32) or 14 of 16 KiB (BN 64), two mbarriers each; 128-k
         # stages twice the bytes, 9 or 7.
         stages = (18 if bn == 32 else 14) // (2 if deep else 1)
@@ -108,12 +105,8 @@ def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> 
         assert "mbarrier.arrive.shared::cluster.b64" in entry
         assert "mbarrier.arrive.release.cluster" not in entry
         assert "setmaxnreg" not in entry  # no register split: the accumulators fit the cap
-        # __syncthreads; two consumers: consumer 1's sums handed over between two named barriers
-        assert entry.count("bar.sync") == (3 if two else 1)
-        copies = entry.count("cp.async.bulk.tensor")
-        assert entry.count(".L2::cache_hint") == (copies if hint else 0)
-        assert ("createpolicy.fractional.L2::evict_first" in entry) == bool(hint)
-        assert ("createpolicy.fractional.L2::evict_last" in entry) == bool(hint)
+        assert entry.count("bar.sync") == 1  # __syncthreads only
+        assert ".L2::cache_hint" not in entry and "createpolicy" not in entry
     done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "narrow.cubin", source=source)
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
@@ -201,9 +194,9 @@ def test_every_variant_is_right(
 def test_every_kind_is_right(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, col: bool, k: int, dtype: Any
 ) -> None:
-    """Each WB_WGMMA_NARROW_KIND, unpaired and paired, is within the family's bound; the kinds
-    that sum in the plain kernel's order (hint, k128; two_hint as two) give its bits, and each
-    kind the same bits paired and unpaired."""
+    """Each WB_WGMMA_NARROW_KIND, unpaired and paired, is within the family's bound; k128 (the
+    plain kernel's sums in its order) gives one's bits, and each kind the same bits paired and
+    unpaired."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     a, b = _operands(m, n, k, col, dtype)
@@ -214,8 +207,7 @@ def test_every_kind_is_right(
             got[kind, route] = lib.matmul(a, b).view(torch.int16)
             _within_tolerance(lib, got[kind, route].view(dtype), a, b)
         assert torch.equal(got[kind, "narrow1"], got[kind, "narrow"]), kind
-    for kind, same in [("hint", "one"), ("k128", "one"), ("two_hint", "two")]:
-        assert torch.equal(got[kind, "narrow1"], got[same, "narrow1"]), (kind, same)
+    assert torch.equal(got["k128", "narrow1"], got["one", "narrow1"])
 
 
 @pytest.mark.cuda

@@ -12,9 +12,8 @@
 // (WB_WGMMA_FEW=narrow), the blocks run in clusters of two that share one operand's tile by TMA
 // multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
 // other); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
-// few_rows_route (the rule, and WB_WGMMA_FEW). WB_WGMMA_NARROW_KIND=one | two | hint | two_hint |
-// k128 | skew picks the kernel's kind (NarrowKind, wgmma_narrow.h; k128, 128-k stages, by
-// default).
+// few_rows_route (the rule, and WB_WGMMA_FEW). WB_WGMMA_NARROW_KIND=one | k128 picks the kernel's
+// kind (NarrowKind, wgmma_narrow.h; k128, 128-k stages, by default).
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_narrow.py
 #include <cstdlib>
@@ -33,38 +32,20 @@ namespace wb::matmul {
 WB_DEVICE_TEMPLATE(kNarrow, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow_kernel");
 WB_DEVICE_TEMPLATE(kNarrow32Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow32_shape");
 WB_DEVICE_TEMPLATE(kNarrow64Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow64_shape");
-WB_DEVICE_TEMPLATE(kNarrow32TwoShape, "matmul_wgmma.kernel.cu",
-                   "wb::matmul::wgmma_narrow32_two_shape");
-WB_DEVICE_TEMPLATE(kNarrow64TwoShape, "matmul_wgmma.kernel.cu",
-                   "wb::matmul::wgmma_narrow64_two_shape");
 
 namespace {
 
-// The kinds WB_WGMMA_NARROW_KIND names (NarrowKind bits, wgmma_narrow.h), each its own kernel.
+// The kinds WB_WGMMA_NARROW_KIND names (NarrowKind, wgmma_narrow.h), each its own kernel.
 struct NamedKind {
   std::string_view name;
   int kind;
 };
-constexpr NamedKind kKinds[] = {{"one", kNarrowOne},   {"two", kNarrowTwo},
-                                {"hint", kNarrowHint}, {"two_hint", kNarrowTwo | kNarrowHint},
-                                {"k128", kNarrowDeep}, {"skew", kNarrowSkew}};
+constexpr NamedKind kKinds[] = {{"one", kNarrowOne}, {"k128", kNarrowDeep}};
 
 template <typename T, bool BKMajor, int BN>
 const DeviceKernel& narrow_kernel_of(int kind) {
-  switch (kind) {
-    case kNarrowTwo:
-      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowTwo}>>;
-    case kNarrowHint:
-      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowHint}>>;
-    case kNarrowTwo | kNarrowHint:
-      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowTwo | kNarrowHint}>>;
-    case kNarrowDeep:
-      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowDeep}>>;
-    case kNarrowSkew:
-      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowSkew}>>;
-    default:
-      return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowOne}>>;
-  }
+  if (kind == kNarrowDeep) return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowDeep}>>;
+  return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowOne}>>;
 }
 template <typename T>
 const DeviceKernel& narrow_kernel(bool b_kmajor, int bn, int kind) {
@@ -125,8 +106,7 @@ Status narrow_kind(int* kind) {
       return nullptr;
     }
   }
-  return "matmul: WB_WGMMA_NARROW_KIND must be one, two, hint, two_hint, k128 or skew; unset it "
-         "for the default (k128)";
+  return "matmul: WB_WGMMA_NARROW_KIND must be one or k128; unset it for the default (k128)";
 }
 
 }  // namespace
@@ -166,11 +146,8 @@ Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int
     if (const Status e = narrow_pair(m, &pair)) return e;
   }
   if (const Status e = narrow_kind(&kind)) return e;
-  // The block's threads and shared memory: the tile's of its consumer count.
-  const bool two = (kind & kNarrowTwo) != 0;
-  const DeviceGlobal& shape = bn == 32
-                                  ? (two ? global<&kNarrow32TwoShape> : global<&kNarrow32Shape>)
-                                  : (two ? global<&kNarrow64TwoShape> : global<&kNarrow64Shape>);
+  // The block's threads and shared memory: the tile's (both kinds have the same).
+  const DeviceGlobal& shape = bn == 32 ? global<&kNarrow32Shape> : global<&kNarrow64Shape>;
   WgmmaShape tile{};
   if (const Status e = shape.read(&tile)) return e;
   const int64_t tiles_m = (m + tile.bm - 1) / tile.bm, tiles_n = (n + bn - 1) / bn;

@@ -31,20 +31,9 @@
 // swizzle (descriptor layout type 2; an 8-row atom is 512 bytes, SBO = 512); every other tile
 // here is the kernel's 128-byte one (see matmul_wgmma.kernel.cu's header for the layouts).
 //
-// Kind (NarrowKind, wgmma_narrow.h; the launcher's WB_WGMMA_NARROW_KIND): kNarrowTwo runs two
-// consumer warpgroups (384 threads): consumer w takes the steps w, w + 2, ... into its own
-// accumulators, so that one's wgmma batch and stage release overlap the other's wait for its next
-// stage; consumer 1 then hands its sums to consumer 0 through the ring (every stage consumed by
-// then), which adds them and stores c. Each stage is then always taken by one consumer (an even
-// ring), so each waits on its stages' phases in order. kNarrowHint gives the copies L2 policies:
-// evict_last for a (every block of its row of tiles reads it), evict_first for b (read once).
-// kNarrowDeep makes a stage 128 k: two 64-k boxes of each operand, the second box's tiles right
+// Kind (NarrowKind, wgmma_narrow.h; the launcher's WB_WGMMA_NARROW_KIND): kNarrowOne, stages of
+// 64 k; kNarrowDeep, stages of 128 k: two 64-k boxes of each operand, the second box's tiles right
 // after the first's (8 wgmma a stage; half the stages of twice the bytes, the same ring).
-// kNarrowSkew: the producer of a block in column of tiles tile_n walks k from step
-// steps * ((tile_n / 16) % 8) / 8 round to the step before it (the consumer takes the stages as
-// they come, whatever k they hold): the blocks that read one k step of a at a time are 16 of
-// them, not all, while 16 neighbouring columns of tiles still read b's rows side by side (1 KiB
-// or 2 KiB of a row-major b's row). Both blocks of a pair share a column of 16: one walk.
 #pragma once
 
 #include "matmul/wgmma_narrow.h"  // NarrowKind
@@ -54,26 +43,23 @@ namespace wb::matmul {
 template <int BN_, int Kind_ = kNarrowOne>
 struct NarrowTile {
   static constexpr int BN = BN_, BM = 64, Kind = Kind_;
-  static constexpr int CONSUMERS = Kind & kNarrowTwo ? 2 : 1;
-  static constexpr int kThreads = 128 * (1 + CONSUMERS);
+  static constexpr int kThreads = 256;  // a producer warpgroup and a consumer warpgroup
   static constexpr int kBoxes = Kind & kNarrowDeep ? 2 : 1;  // 64-k boxes of each operand a stage
   static constexpr int KB = kBoxes * kBK;                    // k a stage
   static constexpr int kBoxA = BM * kRowBytes, kBoxB = BN * kRowBytes;      // a box's bytes
   static constexpr int kBytesA = kBoxes * kBoxA, kBytesB = kBoxes * kBoxB;  // per stage
   static constexpr int kAtomBytes = 8 * kRowBytes;  // the stages' alignment: a 128-byte atom
   static constexpr int kBytesAB = kBytesA + kBytesB;
-  // As many stages as fit beside the alignment slack and their two 8-byte mbarriers each (a
-  // multiple of CONSUMERS: each stage always goes to the same consumer).
-  static constexpr int STAGES =
-      (kSmemPerBlock - kAtomBytes) / (kBytesAB + 16) / CONSUMERS * CONSUMERS;
+  // As many stages as fit beside the alignment slack and their two 8-byte mbarriers each.
+  static constexpr int STAGES = (kSmemPerBlock - kAtomBytes) / (kBytesAB + 16);
   static constexpr int kRingBytes = STAGES * kBytesAB;
   static constexpr int kSmemBytes = kRingBytes + kAtomBytes;
   // b's tile of one stage, row-major b (n-major): KB k rows of BN columns.
   static constexpr int kBRowBytes = BN * 2;
   static constexpr uint64_t kBSwizzle = BN == 64 ? 1 : 2;  // 128-byte or 64-byte swizzle
   // For shape_of: one block an SM, c stored from registers (no staged buffer), and no setmaxnreg
-  // split (launch bounds (kThreads, 1) leave each thread 255 registers for 256 threads, 168 for
-  // 384: the BN / 2 accumulators of a consumer and its few addresses fit either).
+  // split (launch bounds (kThreads, 1) leave each thread 255 registers: the consumer's BN / 2
+  // accumulators and its few addresses fit).
   static constexpr int BLOCKS = 1, kEntryRegs = 0;
   static constexpr bool kStaged = false;
   static constexpr int kStageBytes = 0;
@@ -81,8 +67,6 @@ struct NarrowTile {
   static_assert(BN == 32 || BN == 64, "the narrow tile: BN 32 or 64");
   static_assert(kSmemBytes + 16 * STAGES <= kSmemPerBlock, "the ring exceeds 227 KiB");
   static_assert(STAGES >= 4, "a ring of at least 4 stages");
-  // The two consumers' exchange (a float a thread per accumulator) fits in the ring.
-  static_assert(CONSUMERS == 1 || 128 * (BN / 2) * 4 <= kRingBytes, "the exchange fits the ring");
 };
 
 // c = a @ b for one 64 x BN tile a block (and its pair's neighbour, see the header). T: f16 or
@@ -92,7 +76,6 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
                                             int m, int n, int k, int pair, unsigned char* raw,
                                             uint64_t* full, uint64_t* empty) {
   constexpr int S = Tl::STAGES;
-  constexpr bool kHint = (Tl::Kind & kNarrowHint) != 0;
   unsigned char* const smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(raw) + Tl::kAtomBytes - 1) / Tl::kAtomBytes * Tl::kAtomBytes);
   unsigned char* const stage_a = smem;                    // [S][boxes][64 rows of 128 B]
@@ -115,8 +98,6 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
   tile_m = min(tile_m, tiles_m - 1), tile_n = min(tile_n, tiles_n - 1);
   const int m0 = tile_m * Tl::BM, n0 = tile_n * Tl::BN;
   const int steps = (k + Tl::KB - 1) / Tl::KB;
-  // The step the walk of k starts at (kNarrowSkew), and wraps round to.
-  const int first = Tl::Kind & kNarrowSkew ? steps * ((tile_n / 16) % 8) / 8 : 0;
 
   if (threadIdx.x == 0) {
     sm90::prefetch_map(&map_a);
@@ -132,25 +113,6 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
 
   if (threadIdx.x < 128) {  // the producer: thread 0
     if (threadIdx.x != 0) return;
-    // kNarrowHint: a's lines kept in L2 for the other blocks that read them, b's let go first.
-    const uint64_t policy_a = kHint ? sm90::l2_evict_last() : 0;
-    const uint64_t policy_b = kHint ? sm90::l2_evict_first() : 0;
-    const auto load = [&](void* dst, const TensorMap& map, int x, int y, uint64_t* bar,
-                          uint64_t policy) {
-      if constexpr (kHint) {
-        sm90::tma_load_hint(dst, &map, x, y, bar, policy);
-      } else {
-        sm90::tma_load(dst, &map, x, y, bar);
-      }
-    };
-    const auto load_both = [&](void* dst, const TensorMap& map, int x, int y, uint64_t* bar,
-                               uint64_t policy) {  // into this block's stage and the other's
-      if constexpr (kHint) {
-        sm90::tma_load_multicast_hint(dst, &map, x, y, bar, 3, policy);
-      } else {
-        sm90::tma_load_multicast(dst, &map, x, y, bar, 3);
-      }
-    };
     // The shared half this block copies: a's rows m0 + 32 * rank (kNarrowPairN), b's columns
     // n0 + rank * BN / 2 (kNarrowPairM, k-major b); a half wholly past m or n copies the tile's
     // first half instead (rows or columns past m or n, which no stored element reads).
@@ -162,27 +124,26 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
       sm90::bar_expect(&full[s], Tl::kBytesAB);
 #pragma unroll
       for (int box = 0; box < Tl::kBoxes; ++box) {  // 64 k each (a box past k: zeros)
-        const int at = step + first < steps ? step + first : step + first - steps;
-        const int kx = at * Tl::KB + box * kBK;
+        const int kx = step * Tl::KB + box * kBK;
         unsigned char* const a_dst = stage_a + s * Tl::kBytesA + box * Tl::kBoxA;
         unsigned char* const b_dst = stage_b + s * Tl::kBytesB + box * Tl::kBoxB;
         if (pair == kNarrowPairN) {
-          load_both(a_dst + rank * 32 * kRowBytes, map_a, kx, a_row, &full[s], policy_a);
+          sm90::tma_load_multicast(a_dst + rank * 32 * kRowBytes, &map_a, kx, a_row, &full[s], 3);
         } else {
-          load(a_dst, map_a, kx, m0, &full[s], policy_a);
+          sm90::tma_load(a_dst, &map_a, kx, m0, &full[s]);
         }
         if (pair == kNarrowPairM) {
           if constexpr (BKMajor) {  // the map's boxes: 64 k x BN / 2 columns
-            load_both(b_dst + rank * (Tl::BN / 2) * kRowBytes, map_b, kx, b_col, &full[s],
-                      policy_b);
+            sm90::tma_load_multicast(b_dst + rank * (Tl::BN / 2) * kRowBytes, &map_b, kx, b_col,
+                                     &full[s], 3);
           } else {  // 32 k rows x BN columns
-            load_both(b_dst + rank * 32 * Tl::kBRowBytes, map_b, n0, kx + 32 * rank, &full[s],
-                      policy_b);
+            sm90::tma_load_multicast(b_dst + rank * 32 * Tl::kBRowBytes, &map_b, n0, kx + 32 * rank,
+                                     &full[s], 3);
           }
         } else if constexpr (BKMajor) {
-          load(b_dst, map_b, kx, n0, &full[s], policy_b);
+          sm90::tma_load(b_dst, &map_b, kx, n0, &full[s]);
         } else {
-          load(b_dst, map_b, n0, kx, &full[s], policy_b);
+          sm90::tma_load(b_dst, &map_b, n0, kx, &full[s]);
         }
       }
     }
@@ -194,10 +155,10 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
     return;
   }
 
-  // The consumer warpgroups (one, or two on alternate steps): KB / 16 wgmma a stage, one batch
-  // in flight while the next stage is awaited; a stage is released (to this block's producer
-  // and, paired, the other's) once its batch is done.
-  const int consumer = static_cast<int>(threadIdx.x) / 128 - 1, t = threadIdx.x % 128;
+  // The consumer warpgroup: KB / 16 wgmma a stage, one batch in flight while the next stage is
+  // awaited; a stage is released (to this block's producer and, paired, the other's) once its
+  // batch is done.
+  const int t = threadIdx.x % 128;
   const auto release = [&](int s) {
     sm90::bar_arrive(&empty[s]);
     if (paired) sm90::bar_arrive_remote(&empty[s], static_cast<uint32_t>(rank ^ 1));
@@ -205,8 +166,8 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
   float d[Tl::BN / 2];
 #pragma unroll
   for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
-  int held = -1;  // the stage of this consumer's batch in flight
-  for (int step = consumer; step < steps; step += Tl::CONSUMERS) {
+  int held = -1;  // the stage of the batch in flight
+  for (int step = 0; step < steps; ++step) {
     const int s = step % S;
     sm90::bar_wait(&full[s], (step / S) & 1);
     const unsigned char* const a_tile = stage_a + s * Tl::kBytesA;
@@ -227,7 +188,7 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
       sm90::Wgmma<Tl::BN, T, BKMajor ? 0 : 1>::run(d, da, db);
     }
     sm90::commit();
-    sm90::wait<1>();  // this consumer's previous batch is done: hand its stage back
+    sm90::wait<1>();  // the previous batch is done: hand its stage back
     sm90::pin(d);
     if (held >= 0 && t == 0) release(held);
     held = s;
@@ -235,35 +196,19 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
   sm90::wait<0>();
   sm90::pin(d);
   if (held >= 0 && t == 0) release(held);
-  if constexpr (Tl::CONSUMERS == 2) {
-    // Consumer 1's sums to consumer 0 through the ring's first bytes: every stage's copies have
-    // landed and both consumers' wgmma are done once both reach the barrier.
-    float* const sums = reinterpret_cast<float*>(smem);  // [BN / 2][128], conflict-free
-    sm90::named_sync(1, 256);
-    if (consumer == 1) {
-#pragma unroll
-      for (int i = 0; i < Tl::BN / 2; ++i) sums[i * 128 + t] = d[i];
-    }
-    sm90::named_sync(1, 256);
-    if (consumer == 1) return;
-#pragma unroll
-    for (int i = 0; i < Tl::BN / 2; ++i) d[i] += sums[i * 128 + t];
-  }
   if (!live) return;
   const int64_t row = int64_t{m0} + 16 * (t / 32) + (t % 32) / 4;
   const int64_t col = int64_t{n0} + 2 * (t % 4);
   store_tile<T, Tl::BN>(c, m, n, row, col, d);
 }
 
-// The tiles for the host launcher, one and two consumers (the launcher reads the block's threads
-// and shared memory here; every kind of a consumer count has the same).
+// The tiles for the host launcher (it reads the block's threads and shared memory here; both
+// kinds have the same).
 __constant__ WgmmaShape wgmma_narrow32_shape = shape_of<NarrowTile<32>>(0);
 __constant__ WgmmaShape wgmma_narrow64_shape = shape_of<NarrowTile<64>>(0);
-__constant__ WgmmaShape wgmma_narrow32_two_shape = shape_of<NarrowTile<32, kNarrowTwo>>(0);
-__constant__ WgmmaShape wgmma_narrow64_two_shape = shape_of<NarrowTile<64, kNarrowTwo>>(0);
 
 // c = a @ b on 64 x BN tiles, k whole, a block a tile; pair: NarrowPair (the launch's clusters);
-// Kind: NarrowKind bits.
+// Kind: NarrowKind (kNarrowOne or kNarrowDeep).
 template <typename T, bool BKMajor, int BN, int Kind>
 __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? NarrowTile<BN, Kind>::kThreads : 1, 1)
     wgmma_narrow_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes 64 x 64 or 32
@@ -273,7 +218,7 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? NarrowTile<BN, Kind>::kThread
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
   using Tl = NarrowTile<BN, Kind>;
   // The launch's threads and shared memory are those of the shape the launcher reads.
-  using Shaped = NarrowTile<BN, Kind & kNarrowTwo>;
+  using Shaped = NarrowTile<BN>;
   static_assert(Tl::kThreads == Shaped::kThreads && Tl::kSmemBytes == Shaped::kSmemBytes);
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];

@@ -12,31 +12,22 @@
 // more on the 32-column tile), else split (few_rows_route, matmul_wgmma_narrow.cu).
 //
 // The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh; WB_WGMMA_NARROW_KIND,
-// read at each call, picks one for A/B): bits of what differs from the plain kernel (kNarrowOne),
-// each combination run its own instantiation; kNarrowDeep (k128) by default.
-//   kNarrowTwo   two consumer warpgroups (384 threads) take alternate k steps into their own
-//                accumulators, summed through shared memory at the end;
-//   kNarrowHint  the TMA copies carry L2 eviction hints: a (every block reads it) evict_last,
-//                b (each tile read once) evict_first;
+// read at each call, picks one for A/B), each its own instantiation; kNarrowDeep (k128) by default.
+//   kNarrowOne   the plain kernel: stages of 64 k (one box of each operand);
 //   kNarrowDeep  a stage holds 128 k (two 64-k boxes of each operand): half the stages, half
-//                the mbarrier round trips a k;
-//   kNarrowSkew  the blocks start their walk of k at one of 8 points by column of tiles (16
-//                neighbouring columns a point), so that fewer of them read one k step of a at
-//                a time while neighbours still read b's rows together.
-// This header is torch-free and device-safe: the kernel TU includes it for these bits.
+//                the mbarrier round trips a k.
+// On an H100, 2026-11-26, m = 64 / 128 x 4096 x 4096, cuBLAS over ours: k128 1.01-1.05x, one
+// 0.87-0.93x; two consumer warpgroups (0.83-0.91x), L2 eviction hints (0.85-0.92x), both
+// (0.83-0.90x) and skewed walks of k (0.84-0.91x) were no better than one, and were removed.
+// This header is torch-free and device-safe: the kernel TU includes it for NarrowKind.
 #pragma once
 
 #include "matmul/matmul.h"
 
 namespace wb::matmul {
 
-enum NarrowKind : int {
-  kNarrowOne = 0,
-  kNarrowTwo = 1,
-  kNarrowHint = 2,
-  kNarrowDeep = 4,
-  kNarrowSkew = 8
-};
+// The values are the kernels' Kind template arguments, so in their names (k128's end in Li4E).
+enum NarrowKind : int { kNarrowOne = 0, kNarrowDeep = 4 };
 
 enum class FewRoute { split, narrow, narrow1 };
 
