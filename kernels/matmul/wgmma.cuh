@@ -66,28 +66,6 @@ __device__ __forceinline__ void tma_load(void* dst, const void* map, int x, int 
       : "memory");
 }
 
-// L2 eviction policies for the cache-hinted copies below (createpolicy, the whole access range):
-// evict_first for data read once, evict_last for data that many blocks read.
-__device__ __forceinline__ uint64_t l2_evict_first() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ uint64_t l2_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-// tma_load with an L2 cache policy (one of the above) for the lines it reads.
-__device__ __forceinline__ void tma_load_hint(void* dst, const void* map, int x, int y,
-                                              uint64_t* bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "l"(policy)
-      : "memory");
-}
-
 // Thread-block clusters (the launcher's WB_WGMMA_CLUSTER=2, and the split-k slices summed in a
 // cluster): this block's rank and the cluster's size, an arrive on the mbarrier at the same place
 // in another block's shared memory, a copy multicast to the blocks of `mask`, and a barrier across
@@ -119,18 +97,6 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const void* map, i
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(mask)
-      : "memory");
-}
-// tma_load_multicast with an L2 cache policy.
-__device__ __forceinline__ void tma_load_multicast_hint(void* dst, const void* map, int x, int y,
-                                                        uint64_t* bar, uint16_t mask,
-                                                        uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".multicast::cluster.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5, %6;\n" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(mask),
-      "l"(policy)
       : "memory");
 }
 __device__ __forceinline__ void cluster_sync() {
