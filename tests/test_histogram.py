@@ -266,7 +266,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def tight_bounds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """histogram.h's make_tight and the tight kernels' two directed-rounding fmas on the host."""
+    """histogram.h's make_tight and the wide kernel's two directed-rounding fmas on the host."""
     folder = tmp_path_factory.mktemp("tight")
     (folder / "main.cpp").write_text(_TIGHT_MAIN)
     cxx = knobs.cxx() or shutil.which("c++") or "g++"

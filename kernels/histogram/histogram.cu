@@ -14,14 +14,15 @@
 //     global   otherwise: one global atomic per counted element (histogram_shared.cuh)
 //     half, cluster  sm_90, many bins, off unless WB_HISTOGRAM_HALF / WB_HISTOGRAM_CLUSTER name a
 //              cluster size (histogram_cluster.cuh)
+//     wide     float32, sm_90+, more than kWideBins bins, ahead of the others: 16-bit counters of
+//              every bin in one block, exact bins from two directed-rounding fmas (the tight
+//              bounds; histogram_wide.cuh)
 //   The load loop, the float binning 16 elements at a time and the host's queries are in
 //   histogram_common.cuh; read probes for timing (not histograms) in histogram_probe.cuh; a
 //   variant of the shared path fed by bulk copies in histogram_bulk.cuh.
-//   WB_HISTOGRAM_KERNEL / _SLICE / _MERGE / _CLUSTER / _HALF / _ZERO / _WIDE select other kernels
-//   for A/B timing (choice(); a value a switch does not take is an error naming it); the tight and
-//   wide float32 kernels (exact bins from two directed-rounding fmas; 16-bit counters of every bin
-//   in one block) in histogram_tight.cuh, the tight kernel fed by cp.async rings in
-//   histogram_deep.cuh. Counts are integers, so any order of the atomics gives the same result.
+//   WB_HISTOGRAM_KERNEL / _SLICE / _MERGE / _CLUSTER / _HALF / _ZERO / _WIDE / _WIDE_LOADS select
+//   other kernels for A/B timing (choice(); a value a switch does not take is an error naming it).
+//   Counts are integers, so any order of the atomics gives the same result.
 //   Check and time:  wb check histogram --device cuda;  wb bench histogram --device cuda
 #include <cstdio>
 #include <cstdlib>
@@ -32,10 +33,9 @@
 #include "histogram/histogram_bulk.cuh"
 #include "histogram/histogram_cluster.cuh"
 #include "histogram/histogram_common.cuh"
-#include "histogram/histogram_deep.cuh"
 #include "histogram/histogram_probe.cuh"
 #include "histogram/histogram_shared.cuh"
-#include "histogram/histogram_tight.cuh"
+#include "histogram/histogram_wide.cuh"
 
 namespace wb::histogram {
 namespace {
@@ -66,45 +66,35 @@ namespace {
 // clears counts with a memset before the shared kernel instead of in it (the shared path's default,
 // one cooperative launch; base implies memset). The half path's cluster size by default: 0, off (on
 // an H100, 2026-11-26, it took 116.6 us at 16 Mi elements and 65536 bins and 397.7 us at 64 Mi
-// where the chunked path took 98.8 and 328.0). WB_HISTOGRAM_KERNEL=tight, tight256x5 or tight512x2
-// (float32, one block's histogram, the tight bounds): histogram_tight_kernel with blocks of 1024
-// threads one an SM (the default's shape), 256 threads five an SM, 512 threads two an SM;
-// WB_HISTOGRAM_KERNEL=deep or deep3 (the same, sm_80 and later): histogram_deep_kernel, x streamed
-// through a private cp.async ring a thread (5 stages of 2 vectors, 4 of 3) for more loads in
-// flight. WB_HISTOGRAM_WIDE=1, 2, 4, 8 or 16 (float32, the 16-bit counters of every bin fit one
-// block's shared memory): histogram_wide_kernel, its blocks merged alone (1) or in clusters of 2 to
-// 16 (sm_90); 0, off; unset, the default below. WB_HISTOGRAM_WIDE_LOADS=ring feeds it through a
-// cp.async ring of kWideRing stages a thread (as the deep kernel), regs holds its loads in
-// registers; unset, ring. By default the wide kernel in clusters of kWideCluster, its loads
-// through the ring, takes float32 histograms of more than kWideBins bins on sm_90+ (where x has at
-// least as many elements as bins and the counters fit): on an H100, 2026-11-26, at 16 Mi elements
-// and 65536 bins it took 61.2 us (4.11x torch.histc) where the chunked path took 100.1 us (2.51x);
-// clusters of 4 and 16 and register loads took 64.2-80.8 us (bench/results/kernels.md, fourth
-// pass). At 256 bins neither the tight nor the deep kernel beat the default beyond noise.
+// where the chunked path took 98.8 and 328.0). WB_HISTOGRAM_WIDE=1, 2, 4, 8 or 16 (float32, the
+// 16-bit counters of every bin fit one block's shared memory): histogram_wide_kernel, its blocks
+// merged alone (1) or in clusters of 2 to 16 (sm_90); 0, off; unset, the default below.
+// WB_HISTOGRAM_WIDE_LOADS=ring feeds it through a cp.async ring of kWideRing stages a thread, regs
+// holds its loads in registers; unset, ring. By default the wide kernel in clusters of
+// kWideCluster, its loads through the ring, takes float32 histograms of more than kWideBins bins on
+// sm_90+ (where x has at least as many elements as bins and the counters fit): on an H100,
+// 2026-11-26, at 16 Mi elements and 65536 bins it took 61.2 us (4.11x torch.histc) where the
+// chunked path took 100.1 us (2.51x); clusters of 4 and 16 and register loads took 64.2-80.8 us
+// (bench/results/kernels.md, fourth pass).
 constexpr int kHalfCluster = 0;
 constexpr int kWideCluster = 8;
 constexpr int64_t kWideBins = 16384;
 // The merge's cluster size by default: 0, off (not yet timed).
 constexpr int kMergeCluster = 0;
 
-// The tight kernel's shapes (histogram_tight.cuh): threads a block x blocks an SM at least; the
-// deep kernel's rings (histogram_deep.cuh): 5 stages of 2 vectors, 4 of 3.
-enum class Tightness { kOff, k1024, k256x5, k512x2, kDeep, kDeep3 };
-
 struct Choice {
   bool base = false;
-  bool defer = true;                  // float elements: count_deferred where r.estimate
-  bool defer_slices = false;          // and count_deferred_slice on the chunked path
-  bool prefetch = true;               // float32, one slice: for_each_prefetch
-  bool bulk = false;                  // float32, one slice, sm_90: histogram_bulk_kernel
-  Probe probe = Probe::kNone;         // float32: a read probe instead (not a histogram)
-  bool one_launch = true;             // the shared kernel clears counts (cooperative launch)
-  int merge = kMergeCluster;          // 0: the blocks of a slice merge alone
-  int cluster = 0;                    // 0: no cluster path
-  int half = kHalfCluster;            // 0: no half path
-  Tightness tight = Tightness::kOff;  // float32, one slice: histogram_tight_kernel
-  int wide = 0;                       // float32: the wide kernel's clusters (0 off, -1 default)
-  bool wide_ring = false;             // its loads through a cp.async ring
+  bool defer = true;           // float elements: count_deferred where r.estimate
+  bool defer_slices = false;   // and count_deferred_slice on the chunked path
+  bool prefetch = true;        // float32, one slice: for_each_prefetch
+  bool bulk = false;           // float32, one slice, sm_90: histogram_bulk_kernel
+  Probe probe = Probe::kNone;  // float32: a read probe instead (not a histogram)
+  bool one_launch = true;      // the shared kernel clears counts (cooperative launch)
+  int merge = kMergeCluster;   // 0: the blocks of a slice merge alone
+  int cluster = 0;             // 0: no cluster path
+  int half = kHalfCluster;     // 0: no half path
+  int wide = 0;                // float32: the wide kernel's clusters (0 off, -1 default)
+  bool wide_ring = false;      // its loads through a cp.async ring
 };
 
 // The error of a switch set to a value it does not take: names the variable, its value and the
@@ -144,17 +134,15 @@ Status cluster_size(const char* name, int unset, bool one, int* size) {
 }
 
 Status choice(Choice* out) {
-  static const char* const kKernels[] = {
-      "base",  "nodefer",    "plain",      "bulk", "read",  "readsync", "readfull",
-      "tight", "tight256x5", "tight512x2", "deep", "deep3", nullptr};
+  static const char* const kKernels[] = {"base", "nodefer",  "plain",    "bulk",
+                                         "read", "readsync", "readfull", nullptr};
   static const char* const kSlices[] = {"defer", "filter", nullptr};
   static const char* const kZero[] = {"memset", "kernel", nullptr};
   static const char* const kLoads[] = {"regs", "ring", nullptr};
   const char *kernel = nullptr, *slice = nullptr, *zero = nullptr, *loads = nullptr;
-  if (const Status err = switch_value("WB_HISTOGRAM_KERNEL", kKernels,
-                                      "base, nodefer, plain, bulk, read, readsync, readfull, "
-                                      "tight, tight256x5, tight512x2, deep or deep3",
-                                      &kernel)) {
+  if (const Status err =
+          switch_value("WB_HISTOGRAM_KERNEL", kKernels,
+                       "base, nodefer, plain, bulk, read, readsync or readfull", &kernel)) {
     return err;
   }
   if (const Status err = switch_value("WB_HISTOGRAM_SLICE", kSlices, "defer or filter", &slice)) {
@@ -177,11 +165,6 @@ Status choice(Choice* out) {
   if (is(kernel, "read")) c.probe = Probe::kRead;
   if (is(kernel, "readsync")) c.probe = Probe::kReadSync;
   if (is(kernel, "readfull")) c.probe = Probe::kReadFull;
-  if (is(kernel, "tight")) c.tight = Tightness::k1024;
-  if (is(kernel, "tight256x5")) c.tight = Tightness::k256x5;
-  if (is(kernel, "tight512x2")) c.tight = Tightness::k512x2;
-  if (is(kernel, "deep")) c.tight = Tightness::kDeep;
-  if (is(kernel, "deep3")) c.tight = Tightness::kDeep3;
   c.defer_slices = is(slice, "defer");
   c.one_launch = !c.base && !is(zero, "memset");
   int merge = 0, cluster = 0, half = 0, wide = 0;
@@ -198,24 +181,6 @@ Status choice(Choice* out) {
   c.wide_ring = !is(loads, "regs");
   *out = c;
   return nullptr;
-}
-
-// The tight or deep kernel of shape `shape` (histogram_tight.cuh, histogram_deep.cuh).
-Status launch_tight_as(Tightness shape, const float* x, int64_t n, Range r, bool one_launch,
-                       Count* counts, const DeviceInfo& d, cudaStream_t s, bool* launched) {
-  switch (shape) {
-    case Tightness::k256x5:
-      return launch_tight<256, 5, 2>(x, n, r, one_launch, counts, d, s, launched);
-    case Tightness::k512x2:
-      return launch_tight<512, 2, kPrefetchVectors>(x, n, r, one_launch, counts, d, s, launched);
-    case Tightness::kDeep:
-      return launch_deep<5, 2>(x, n, r, one_launch, counts, d, s, launched);
-    case Tightness::kDeep3:
-      return launch_deep<4, 3>(x, n, r, one_launch, counts, d, s, launched);
-    default:
-      return launch_tight<kThreads, 1, kPrefetchVectors>(x, n, r, one_launch, counts, d, s,
-                                                         launched);
-  }
 }
 
 }  // namespace
@@ -279,14 +244,6 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
       if (c.bulk && plan.defer && chunks == 1) {
         bool launched = false;
         if (const Status err = launch_bulk(x, n, r, c.one_launch, counts, d, s, &launched)) {
-          return err;
-        }
-        if (launched) return nullptr;
-      }
-      if (c.tight != Tightness::kOff && chunks == 1) {
-        bool launched = false;
-        if (const Status err =
-                launch_tight_as(c.tight, x, n, r, c.one_launch, counts, d, s, &launched)) {
           return err;
         }
         if (launched) return nullptr;

@@ -188,7 +188,7 @@ inline Range make_range(int64_t bins, double lo, double hi) {
   return r;
 }
 
-// Tight bounds on the bin of a float v in [lo, hi] (the tight and wide kernels of the CUDA op):
+// Tight bounds on the bin of a float v in [lo, hi] (the wide kernel of the CUDA op):
 //     lower = fma(v, scale, lo_offset) rounded down,   upper = fma(v, scale, hi_offset) rounded up,
 // with the Range's scale and offset floats and lo_offset <= offset - e, hi_offset >= offset + e
 // (make_tight), where e bounds, for |v| <= max(|lo|, |hi|) = m, the distance between v * scale +
@@ -205,7 +205,7 @@ inline Range make_range(int64_t bins, double lo, double hi) {
 struct Tight {
   float lo_offset;
   float hi_offset;
-  bool ok;  // r.estimate and e below an eighth of a bin (else the kernels keep bin_bounds)
+  bool ok;  // r.estimate and e below an eighth of a bin (else the op takes another path)
 };
 
 // The greatest float <= x (x finite).

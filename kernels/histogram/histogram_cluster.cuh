@@ -157,13 +157,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   using V = Vec<float, 4>;
   const int64_t tid = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16) / 4;
-  const int64_t head = misalign ? (4 - misalign < n ? 4 - misalign : n) : 0;
-  const int64_t nvec = (n - head) / 4;
-  const int64_t tail = head + nvec * 4;
-  if (tid < head) count(x[tid]);
-  if (tid < n - tail) count(x[tail + tid]);
-  const V* xv = reinterpret_cast<const V*>(x + head);            // [nvec]
+  const Split parts = split_vectors(x, n);
+  const int64_t nvec = parts.nvec;
+  if (tid < parts.head) count(x[tid]);
+  if (tid < n - parts.tail) count(x[parts.tail + tid]);
+  const V* xv = reinterpret_cast<const V*>(x + parts.head);      // [nvec]
   const int64_t total = (nvec + U * stride - 1) / (U * stride);  // steps: the same in every block
   V v[U];  // the vectors of loop step `step`, loaded before they are counted
   auto load = [&](int64_t at) {
@@ -182,13 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (i + (U - 1) * stride < nvec && r.estimate) {
         count_deferred(v, r, add);
       } else {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (i + u * stride < nvec) {
-#pragma unroll
-            for (int k = 0; k < 4; ++k) count(v[u].v[k]);
-          }
-        }
+        each_within(v, i, stride, nvec, count);
       }
       // The next step's loads: within the round, or the next round's first, in flight during the
       // merge.

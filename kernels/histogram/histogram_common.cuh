@@ -1,11 +1,13 @@
 // histogram/histogram_common.cuh: what every kernel of histogram.cu shares: the block shape and
 // limits, the load loops (for_each: 16-byte vectors, several in flight a thread; for_each_prefetch:
-// the next step's loads in flight while a step is counted), the float elements' binning 16 at a
-// time (count_deferred, and count_deferred_slice for one slice of the bins), the slice filter
-// (may_hold), the clearing of counts ahead of a grid barrier (clear_and_arrive), and the host's
-// device queries, grid sizes and launches (launch_ex: clusters, cooperative). Included by
-// histogram.cu only, ahead of the paths (histogram_shared.cuh, histogram_cluster.cuh,
-// histogram_bulk.cuh, histogram_probe.cuh).
+// the next step's loads in flight while a step is counted; split_vectors: x's head, vectors and
+// tail), the cp.async helpers of the wide kernel's ring, the float elements' binning 16 at a time
+// (count_pinned: count_deferred with bin_bounds, count_tight with the tight bounds, and
+// count_deferred_slice for one slice of the bins), the slice filter (may_hold), the clearing of
+// counts ahead of a grid barrier (clear_and_arrive), and the host's device queries, grid sizes and
+// launches (launch_ex: clusters, cooperative). Included by histogram.cu only, ahead of the paths
+// (histogram_shared.cuh, histogram_cluster.cuh, histogram_wide.cuh, histogram_bulk.cuh,
+// histogram_probe.cuh).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -35,6 +37,20 @@ constexpr int kStaticSharedBytes = 48 * 1024;  // beyond this a kernel must opt 
 constexpr int64_t kMaxBlockItems = int64_t{1} << 31;
 
 using Count = unsigned long long;  // the int64 counts as 64-bit atomicAdd takes them (never < 0)
+
+// f on every element of the vectors v[u] that x holds, those with i + u * stride < nvec (the
+// vectors of a loop step that reaches x's end).
+template <int U, typename T, int N, typename F>
+__device__ __forceinline__ void each_within(const Vec<T, N> (&v)[U], int64_t i, int64_t stride,
+                                            int64_t nvec, F& f) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (i + u * stride < nvec) {
+#pragma unroll
+      for (int j = 0; j < N; ++j) f(v[u].v[j]);
+    }
+  }
+}
 
 // Calls f on every element of x once across `blocks` blocks (this one is `block`): the elements
 // before x's first 16-byte boundary (head, fewer than a vector) and after its last whole vector
@@ -68,13 +84,7 @@ __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
   for (int u = 0; u < Unroll - 1; ++u) {
     if (i + u * stride < nvec) v[u] = load_vec<NoL1>(xv + i + u * stride);
   }
-#pragma unroll
-  for (int u = 0; u < Unroll - 1; ++u) {
-    if (i + u * stride < nvec) {
-#pragma unroll
-      for (int j = 0; j < N; ++j) f(v[u].v[j]);
-    }
-  }
+  each_within(v, i, stride, nvec, f);
 }
 
 template <int Unroll, bool NoL1, typename T, typename F>
@@ -90,6 +100,22 @@ __device__ __forceinline__ void for_each(const T* __restrict__ x,  // [n]
   for_each<Unroll, NoL1>(x, n, block, blocks, f, each);
 }
 
+// float x as 16-byte vectors: the elements before its first 16-byte boundary (head, fewer than a
+// vector), nvec whole vectors from there, and the elements from `tail` on (fewer than a vector).
+struct Split {
+  int64_t head;
+  int64_t nvec;
+  int64_t tail;  // head + nvec * 4
+};
+
+__device__ __forceinline__ Split split_vectors(const float* __restrict__ x,  // [n]
+                                               int64_t n) {
+  const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16) / 4;
+  const int64_t head = misalign ? (4 - misalign < n ? 4 - misalign : n) : 0;
+  const int64_t nvec = (n - head) / 4;
+  return {head, nvec, head + nvec * 4};
+}
+
 // for_each for float x with g on whole loop steps of U vectors, each step's loads issued before
 // the previous step's vectors are counted: a thread keeps 2 * U vectors in registers, and U loads
 // stay in flight while it counts (for_each issues its Unroll loads, then counts them with none in
@@ -101,13 +127,11 @@ __device__ __forceinline__ void for_each_prefetch(const float* __restrict__ x,  
   using V = Vec<float, 4>;
   const int64_t tid = block * blockDim.x + threadIdx.x;
   const int64_t stride = blocks * blockDim.x;
-  const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16) / 4;
-  const int64_t head = misalign ? (4 - misalign < n ? 4 - misalign : n) : 0;
-  const int64_t nvec = (n - head) / 4;
-  const int64_t tail = head + nvec * 4;
-  if (tid < head) f(x[tid]);
-  if (tid < n - tail) f(x[tail + tid]);
-  const V* xv = reinterpret_cast<const V*>(x + head);  // [nvec]
+  const Split parts = split_vectors(x, n);
+  const int64_t nvec = parts.nvec;
+  if (tid < parts.head) f(x[tid]);
+  if (tid < n - parts.tail) f(x[parts.tail + tid]);
+  const V* xv = reinterpret_cast<const V*>(x + parts.head);  // [nvec]
   int64_t i = tid;
   if (i + (U - 1) * stride < nvec) {
     V v[U];
@@ -134,17 +158,11 @@ __device__ __forceinline__ void for_each_prefetch(const float* __restrict__ x,  
   for (int u = 0; u < U - 1; ++u) {
     if (i + u * stride < nvec) v[u] = load_vec<NoL1>(xv + i + u * stride);
   }
-#pragma unroll
-  for (int u = 0; u < U - 1; ++u) {
-    if (i + u * stride < nvec) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) f(v[u].v[j]);
-    }
-  }
+  each_within(v, i, stride, nvec, f);
 }
 
 // 16 bytes from global src to shared dst, asynchronously (cp.async, L2 only; sm_80 and
-// later): the deep and wide kernels' rings.
+// later): the wide kernel's ring.
 __device__ __forceinline__ void copy16_async(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
                    static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
@@ -159,14 +177,30 @@ __device__ __forceinline__ void wait_async() {
   asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
 }
 
-// Counts the float elements of v with add(bin), the exact bins of histogram.h (bin_of_float),
-// where r.estimate: bin_bounds first for every element; those it does not pin (near an edge, a
-// fraction of about 4 * margin of them) wait in a mask and then take bin_of one at a time. A warp
-// so runs the double path about as often as its busiest lane has such elements (a few in 16 with
-// 65536 bins), where an element at a time runs it whenever any of its 32 lanes has one.
-template <int U, typename A>
-__device__ __forceinline__ void count_deferred(const Vec<float, 4> (&v)[U], const Range& r,
-                                               A& add) {
+// Element k of v (k < U * 4), picked with constant indices (v stays in registers).
+template <int U>
+__device__ __forceinline__ float element(const Vec<float, 4> (&v)[U], int k) {
+  float e = v[0].v[0];
+#pragma unroll
+  for (int m = 1; m < U * 4; ++m) e = m == k ? v[m / 4].v[m % 4] : e;
+  return e;
+}
+
+// The bin of a float whose bounds pin it (first == last): bin_bounds's first, or the tight bounds'
+// first less the 2^23 its floor carries (histogram.h: TightBits).
+__device__ __forceinline__ uint32_t pinned_bin(const BinBounds& b) {
+  return static_cast<uint32_t>(b.first);
+}
+__device__ __forceinline__ uint32_t pinned_bin(const TightBits& b) { return b.first - 0x4B000000u; }
+
+// Counts the float elements of v with add(bin), the exact bins of histogram.h (bin_of_float):
+// bounds(e) (BinBounds or TightBits) for every element e in [flo, fhi]; those whose bounds do not
+// pin the bin wait in a mask and then take bin_of one at a time. A warp so runs the double path
+// about as often as its busiest lane has such elements, where an element at a time runs it
+// whenever any of its 32 lanes has one.
+template <int U, typename B, typename A>
+__device__ __forceinline__ void count_pinned(const Vec<float, 4> (&v)[U], const Range& r, B& bounds,
+                                             A& add) {
   constexpr int K = U * 4;
   static_assert(K <= 32, "the mask holds 32 elements");
   uint32_t undecided = 0;
@@ -174,9 +208,9 @@ __device__ __forceinline__ void count_deferred(const Vec<float, 4> (&v)[U], cons
   for (int k = 0; k < K; ++k) {
     const float e = v[k / 4].v[k % 4];
     if (e >= r.flo && e <= r.fhi) {  // counted (histogram.h: flo, fhi)
-      const BinBounds b = bin_bounds(e, r);
+      const auto b = bounds(e);
       if (b.first == b.last) {
-        add(static_cast<uint32_t>(b.first));
+        add(pinned_bin(b));
       } else {
         undecided |= 1u << k;
       }
@@ -185,11 +219,26 @@ __device__ __forceinline__ void count_deferred(const Vec<float, 4> (&v)[U], cons
   while (undecided != 0) {
     const int k = __ffs(static_cast<int>(undecided)) - 1;
     undecided &= undecided - 1;
-    float e = v[0].v[0];  // v's element k, picked with constant indices (v stays in registers)
-#pragma unroll
-    for (int m = 1; m < K; ++m) e = m == k ? v[m / 4].v[m % 4] : e;
-    add(static_cast<uint32_t>(bin_of(static_cast<double>(e), r)));
+    add(static_cast<uint32_t>(bin_of(static_cast<double>(element(v, k)), r)));
   }
+}
+
+// count_pinned where r.estimate, with bin_bounds (near an edge, a fraction of about 4 * margin of
+// the elements is not pinned: a few in 16 with 65536 bins).
+template <int U, typename A>
+__device__ __forceinline__ void count_deferred(const Vec<float, 4> (&v)[U], const Range& r,
+                                               A& add) {
+  auto bounds = [&](float e) { return bin_bounds(e, r); };
+  count_pinned(v, r, bounds, add);
+}
+
+// count_pinned where t.ok, with the tight bounds (tight_bits: two directed-rounding fmas; not
+// pinned within about 2^-7 of a bin of an edge at 65536 bins over [-4, 4], far fewer at 256).
+template <int U, typename A>
+__device__ __forceinline__ void count_tight(const Vec<float, 4> (&v)[U], const Range& r,
+                                            const Tight& t, A& add) {
+  auto bounds = [&](float e) { return tight_bits(e, r, t); };
+  count_pinned(v, r, bounds, add);
 }
 
 // count_deferred for one slice [first, first + bins) of the bins (the chunked path): add(b - first)
@@ -219,10 +268,7 @@ __device__ __forceinline__ void count_deferred_slice(const Vec<float, 4> (&v)[U]
   while (undecided != 0) {
     const int k = __ffs(static_cast<int>(undecided)) - 1;
     undecided &= undecided - 1;
-    float e = v[0].v[0];  // v's element k, picked with constant indices (v stays in registers)
-#pragma unroll
-    for (int m = 1; m < K; ++m) e = m == k ? v[m / 4].v[m % 4] : e;
-    const auto u = static_cast<uint32_t>(bin_of(static_cast<double>(e), r) - first);
+    const auto u = static_cast<uint32_t>(bin_of(static_cast<double>(element(v, k)), r) - first);
     if (u < static_cast<uint32_t>(bins)) add(u);
   }
 }
@@ -368,12 +414,12 @@ int resident_clusters(K k, const cudaLaunchConfig_t* config, int size, int64_t s
   return clusters;
 }
 
-// Launches kernel k over `grid` blocks of `threads` with `smem` bytes of dynamic shared memory on
+// Launches kernel k over `grid` blocks of kThreads with `smem` bytes of dynamic shared memory on
 // stream s, in clusters of `cluster` blocks (1: none), as a cooperative launch with cooperative.
 // False, with the runtime's error cleared, where it refuses the launch.
 template <typename K, typename... A>
-bool launch_ex_block(K k, int64_t grid, int threads, int64_t smem, int cluster, bool cooperative,
-                     cudaStream_t s, A... args) {
+bool launch_ex(K k, int64_t grid, int64_t smem, int cluster, bool cooperative, cudaStream_t s,
+               A... args) {
   cudaLaunchAttribute attributes[2]{};
   unsigned used = 0;
   if (cluster > 1) {
@@ -390,7 +436,7 @@ bool launch_ex_block(K k, int64_t grid, int threads, int64_t smem, int cluster, 
   }
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = s;
   config.attrs = attributes;
@@ -398,13 +444,6 @@ bool launch_ex_block(K k, int64_t grid, int threads, int64_t smem, int cluster, 
   if (cudaLaunchKernelEx(&config, k, args...) == cudaSuccess) return true;
   (void)cudaGetLastError();
   return false;
-}
-
-// launch_ex_block with blocks of kThreads (every kernel here but the tight ones).
-template <typename K, typename... A>
-bool launch_ex(K k, int64_t grid, int64_t smem, int cluster, bool cooperative, cudaStream_t s,
-               A... args) {
-  return launch_ex_block(k, grid, kThreads, smem, cluster, cooperative, s, args...);
 }
 
 }  // namespace

@@ -1,98 +1,28 @@
-// histogram/histogram_tight.cuh: two float32 variants of histogram.cu binned with the tight
-// bounds of histogram.h (tight_bits: two directed-rounding FMAs, two floors by adding 2^23, one
-// compare; bin_of only where the floors differ), for A/B timing against the default kernels.
+// histogram/histogram_wide.cuh: the wide kernel of histogram.cu (float32, binned with the tight
+// bounds of histogram.h: count_tight), kernel and launchers. The default above kWideBins bins on
+// sm_90+ (histogram.cu); WB_HISTOGRAM_WIDE=1, 2, 4, 8 or 16 picks its clusters (sm_90 for
+// clusters), WB_HISTOGRAM_WIDE_LOADS its loads.
 //
-//   Tight kernel (WB_HISTOGRAM_KERNEL=tight, tight256x5, tight512x2; one block's histogram in
-//   shared memory): the shared path's kernel for one slice with count_tight in place of
-//   count_deferred (no max, min or margin adds an element), as a template of its block size and
-//   blocks an SM, so that smaller blocks with fewer registers keep more warps (and loads) resident.
-//   Replicas of the histogram, one a warp up to kReplicaBytes; one cooperative launch that clears
-//   counts; the merge adds each bin's sum over the block's replicas with one 64-bit atomic. Wide
-//   kernel (WB_HISTOGRAM_WIDE=1, 2, 4, 8 or 16; sm_90 for clusters): 16-bit counters of every bin
-//   in one block's shared memory, two a word (65536 bins: 128 KiB), so x is read once where the
-//   chunked path reads it once per slice of 32-bit counters. Overflow: every add returns the old
-//   word; the add that takes a counter from 0x7FFF to 0x8000 takes 0x8000 back off it and adds
-//   0x8000 to counts[b] in global memory (a few times a block for a bin that holds every element).
-//   A block barrier every `round` loop steps, each step at most kThreads * 4 * U elements, keeps a
-//   round's adds below 0x8000 a block: a counter starts a round at most 0x7FFF (every take-back of
-//   the last round done), crosses 0x8000 at most once in it, so it never passes 0xFFFF and never
-//   carries into its neighbour. The merge adds both counters of a word to counts where nonzero: a
-//   block alone (1), or the blocks of a cluster of 2 to 16 (a non-portable size) each summing a
-//   slice of the words over all the cluster's blocks through distributed shared memory first (a
-//   cluster-size-th of the global atomics). counts is cleared by a memset first (the take-backs
-//   reach it mid-loop).
+//   16-bit counters of every bin in one block's shared memory, two a word (65536 bins: 128 KiB),
+//   so x is read once where the chunked path reads it once per slice of 32-bit counters. Overflow:
+//   every add returns the old word; the add that takes a counter from 0x7FFF to 0x8000 takes
+//   0x8000 back off it and adds 0x8000 to counts[b] in global memory (a few times a block for a bin
+//   that holds every element). A block barrier every `round` loop steps, each step at most
+//   kThreads * 4 * U elements, keeps a round's adds below 0x8000 a block: a counter starts a round
+//   at most 0x7FFF (every take-back of the last round done), crosses 0x8000 at most once in it, so
+//   it never passes 0xFFFF and never carries into its neighbour. The merge adds both counters of a
+//   word to counts where nonzero: a block alone (1), or the blocks of a cluster of 2 to 16 (a
+//   non-portable size) each summing a slice of the words over all the cluster's blocks through
+//   distributed shared memory first (a cluster-size-th of the global atomics). counts is cleared by
+//   a memset first (the take-backs reach it mid-loop).
 #pragma once
 
 #include <cooperative_groups.h>
-
-#include <utility>
 
 #include "histogram/histogram_common.cuh"
 
 namespace wb::histogram {
 namespace {
-
-// Counts the float elements of v with add(bin), the exact bins of histogram.h, where t.ok: the
-// tight bounds for every element in [flo, fhi]; those they do not pin (within about 2^-7 of a bin
-// of an edge at 65536 bins over [-4, 4], far fewer at 256) wait in a mask and take bin_of.
-template <int U, typename A>
-__device__ __forceinline__ void count_tight(const Vec<float, 4> (&v)[U], const Range& r,
-                                            const Tight& t, A& add) {
-  constexpr int K = U * 4;
-  static_assert(K <= 32, "the mask holds 32 elements");
-  uint32_t undecided = 0;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const float e = v[k / 4].v[k % 4];
-    const TightBits b = tight_bits(e, r, t);
-    if (e >= r.flo && e <= r.fhi) {  // counted (histogram.h: flo, fhi)
-      if (b.first == b.last) {
-        add(b.first - 0x4B000000u);
-      } else {
-        undecided |= 1u << k;
-      }
-    }
-  }
-  while (undecided != 0) {
-    const int k = __ffs(static_cast<int>(undecided)) - 1;
-    undecided &= undecided - 1;
-    float e = v[0].v[0];  // v's element k, picked with constant indices (v stays in registers)
-#pragma unroll
-    for (int m = 1; m < K; ++m) e = m == k ? v[m / 4].v[m % 4] : e;
-    add(static_cast<uint32_t>(bin_of(static_cast<double>(e), r)));
-  }
-}
-
-// The tight kernel: Threads a block, at least MinBlocks blocks an SM, U vectors a loop step with
-// the next step's loads in flight (for_each_prefetch). Requires replicas * r.bins 32-bit counters
-// of dynamic shared memory, t.ok, at most kMaxBlockItems elements a block; zero: a cooperative
-// launch (clear_and_arrive).
-template <int Threads, int MinBlocks, int U>
-__global__ void __launch_bounds__(Threads, MinBlocks)
-    histogram_tight_kernel(const float* __restrict__ x,  // [n]
-                           int64_t n, Range r, Tight t, int replicas, bool zero,
-                           Count* __restrict__ counts) {  // [bins]
-  extern __shared__ uint32_t sub[];                       // [replicas, bins]
-  const int bins = static_cast<int>(r.bins);
-  for (int i = threadIdx.x; i < replicas * bins; i += Threads) sub[i] = 0;
-  auto token = clear_and_arrive(counts, r.bins, zero);
-  uint32_t* mine = sub + (threadIdx.x / 32) % replicas * bins;  // [bins]
-  auto add = [&](uint32_t b) { atomicAdd(&mine[b], 1u); };
-  auto count = [&](float v) {
-    const int64_t b = element_bin(v, r);
-    if (b >= 0) add(static_cast<uint32_t>(b));
-  };
-  auto group = [&](const Vec<float, 4>(&v)[U]) { count_tight(v, r, t, add); };
-  for_each_prefetch<U, true>(x, n, blockIdx.x, gridDim.x, count, group);
-  __syncthreads();
-  if (zero) cooperative_groups::this_grid().barrier_wait(std::move(token));
-  for (int b = threadIdx.x; b < bins; b += Threads) {
-    uint32_t c = 0;  // at most the block's elements: no overflow
-#pragma unroll 8
-    for (int k = 0; k < replicas; ++k) c += sub[k * bins + b];
-    if (c != 0) atomicAdd(&counts[b], Count{c});
-  }
-}
 
 // Adds the two 16-bit counters of word w (bins 2w and 2w + 1; c of them summed over a cluster, 64
 // bits) to counts where nonzero.
@@ -106,9 +36,9 @@ __device__ __forceinline__ void add_pair(Count lo, Count hi, int w, int bins,
 // step's loads in flight), a block barrier every `round` steps (kThreads * 4 * U * round + 6 <
 // 0x8000), clusters of Cluster blocks (1: none; otherwise sm_90 and a launch in such clusters).
 // Ring > 0: x's vectors come one a step through a private cp.async ring of Ring stages a thread
-// (as the deep kernel's: Ring - 1 vectors in flight, none in registers) instead of U a step held in
-// registers. Requires ceil(bins / 2) words of dynamic shared memory, rounded up to 4, and the ring
-// after them (Ring * kThreads 16-byte vectors), t.ok, counts cleared.
+// (Ring - 1 vectors in flight, none in registers) instead of U a step held in registers. Requires
+// ceil(bins / 2) words of dynamic shared memory, rounded up to 4, and the ring after them
+// (Ring * kThreads 16-byte vectors), t.ok, counts cleared.
 template <int U, int Cluster, int Ring>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_wide_kernel(const float* __restrict__ x,  // [n]
@@ -140,13 +70,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* ring = reinterpret_cast<V*>(words + (nwords + 3) / 4 * 4);  // [Ring, kThreads]
   const int64_t tid = int64_t{blockIdx.x} * kThreads + threadIdx.x;
   const int64_t stride = int64_t{gridDim.x} * kThreads;
-  const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) % 16) / 4;
-  const int64_t head = misalign ? (4 - misalign < n ? 4 - misalign : n) : 0;
-  const int64_t nvec = (n - head) / 4;
-  const int64_t tail = head + nvec * 4;
-  if (tid < head) count(x[tid]);
-  if (tid < n - tail) count(x[tail + tid]);
-  const V* xv = reinterpret_cast<const V*>(x + head);  // [nvec]
+  const Split parts = split_vectors(x, n);
+  const int64_t nvec = parts.nvec;
+  if (tid < parts.head) count(x[tid]);
+  if (tid < n - parts.tail) count(x[parts.tail + tid]);
+  const V* xv = reinterpret_cast<const V*>(x + parts.head);  // [nvec]
   if constexpr (Ring > 0) {
     const int64_t per = tid < nvec ? (nvec - 1 - tid) / stride + 1 : 0;  // this thread's vectors
     const int64_t total = (nvec + stride - 1) / stride;  // steps: the same in every thread
@@ -189,13 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (i + (U - 1) * stride < nvec) {
           count_tight(v, r, t, add);
         } else {
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            if (i + u * stride < nvec) {
-#pragma unroll
-              for (int k = 0; k < 4; ++k) count(v[u].v[k]);
-            }
-          }
+          each_within(v, i, stride, nvec, count);
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) v[u] = w[u];
@@ -229,46 +151,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
   }
 #endif
-}
-
-// The tight kernel over x on stream s: Threads a block, MinBlocks an SM at least, U vectors a
-// step. *launched false, and nothing ran, where it does not apply (no tight bounds, a histogram
-// beyond the shared memory limit) and the caller takes the shared path. one_launch: a cooperative
-// launch whose blocks clear counts, else (or where refused) a memset first.
-template <int Threads, int MinBlocks, int U>
-Status launch_tight(const float* x, int64_t n, Range r, bool one_launch, Count* counts,
-                    const DeviceInfo& d, cudaStream_t s, bool* launched) {
-  *launched = false;
-  const Tight t = make_tight(r);
-  if (!t.ok) return nullptr;
-  const int64_t bin_bytes = r.bins * int64_t{sizeof(uint32_t)};
-  int64_t replicas = kReplicaBytes / bin_bytes;
-  const int64_t warps = Threads / 32;
-  replicas = replicas < 1 ? 1 : (replicas > warps ? warps : replicas);
-  const int64_t smem = replicas * bin_bytes;
-  if (smem > d.shared_optin) return nullptr;
-  const auto kernel = histogram_tight_kernel<Threads, MinBlocks, U>;
-  if (const Status err = allow_shared(kernel, smem)) return err;
-  int per_sm = 0;
-  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Threads,
-                                                                  static_cast<int>(smem));
-  if (err != cudaSuccess) return cudaGetErrorString(err);
-  const int64_t resident = int64_t{d.sms} * (per_sm > 0 ? per_sm : 1);
-  // As grid_for, for blocks of Threads: every thread 2 vectors at least, kMaxBlockItems at most.
-  const int64_t per_block = int64_t{Threads} * 4 * 2;
-  int64_t grid = min_of<int64_t>(resident, (n + per_block - 1) / per_block);
-  grid = grid > (n - 1) / kMaxBlockItems + 1 ? grid : (n - 1) / kMaxBlockItems + 1;
-  grid = grid > 0 ? grid : 1;
-  const auto replicas_i = static_cast<int>(replicas);
-  *launched = true;
-  if (one_launch && d.cooperative && grid <= resident &&
-      launch_ex_block(kernel, grid, Threads, smem, 1, true, s, x, n, r, t, replicas_i, true,
-                      counts)) {
-    return nullptr;
-  }
-  if (const Status zerr = zero_counts(counts, r.bins, s)) return zerr;
-  kernel<<<static_cast<unsigned>(grid), Threads, smem, s>>>(x, n, r, t, replicas_i, false, counts);
-  return launch_status();
 }
 
 // The wide kernel with clusters of `cluster` blocks (1, 2, 4, 8 or 16) over x on stream s;
