@@ -36,12 +36,13 @@ WGMMA_NAMES = sorted(
         for wide in ("true", "false")
     ]
     + [f"&wb::matmul::wgmma_narrow{bn}_shape" for bn in (32, 64)]
+    + [f"&wb::matmul::wgmma_narrow_tall{bn}_shape" for bn in (32, 64)]
     + [
         f"wb::matmul::wgmma_narrow_kernel<wb::{t},{k},{bn},{kind}>"
         for t in ("f16", "bf16")
         for k in ("true", "false")
         for bn in (32, 64)
-        for kind in (0, 4)  # NarrowKind: one, k128
+        for kind in (0, 4, 12)  # NarrowKind: one, k128, k128's 128-row tile (kNarrowTall)
     ]
 )
 # A point of the space other than the default (kernels/matmul/spec.py): 64 x 128 tiles.

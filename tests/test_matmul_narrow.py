@@ -4,12 +4,14 @@ above the other) by TMA multicast (kernels/matmul/wgmma_narrow.cuh, matmul_wgmma
 WB_WGMMA_FEW, read at each call, picks a few-rows shape's route: split (the split-k route), narrow
 (clusters of two) or narrow1 (no clusters); WB_WGMMA_NARROW_BN=32 | 64 and WB_WGMMA_NARROW_PAIR=m
 | n force the tile and the clusters' direction, WB_WGMMA_NARROW_KIND=one | k128 the kernel's kind
-(stages of 64 k, or of 128 k, the default). A bad value of any is an error naming it.
+(stages of 64 k, or of 128 k, the default), WB_WGMMA_NARROW_ROWS=64 | 128 the tile's rows (128:
+the k128 kind's 128-row tile, two consumer warpgroups). A bad value of any is an error naming it.
 
 Without a GPU: the narrow kernels (two dtypes, two layouts of b, BN 32 and 64, each kind) compile
 for sm_90a without spills, each its own entry with its wgmma.m64nBNk16, its multicast copies and
 its remote releases, a ring of 18 (BN 32) or 14 (BN 64) stages of 64 k (9 or 7 of 128 k), 256
-threads, no L2 cache hints; the host launchers compile.
+threads, no L2 cache hints; the 128-row tile 384 threads and 5 or 4 stages of 128 k; the host
+launchers compile.
 On a Hopper GPU (marked cuda): every variant matches torch.matmul and the float64 product at m, n
 and k tails, both layouts of b and both dtypes; the clustered and unclustered variants give the
 same bits; a CUDA graph replays it; the route switch runs the kernel it names.
@@ -44,9 +46,17 @@ VARIANTS = [
     {"WB_WGMMA_FEW": "narrow", "WB_WGMMA_NARROW_BN": "64", "WB_WGMMA_NARROW_PAIR": "n"},
     {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_BN": "64"},
 ]
-KNOBS = ("WB_WGMMA_FEW", "WB_WGMMA_NARROW_BN", "WB_WGMMA_NARROW_PAIR", "WB_WGMMA_NARROW_KIND")
+KNOBS = (
+    "WB_WGMMA_FEW",
+    "WB_WGMMA_NARROW_BN",
+    "WB_WGMMA_NARROW_PAIR",
+    "WB_WGMMA_NARROW_KIND",
+    "WB_WGMMA_NARROW_ROWS",
+)
 # The kernel's kinds (NarrowKind bits, wgmma_narrow.h): name -> the Kind template argument.
 KINDS = {"one": 0, "k128": 4}
+TALL = 12  # kNarrowDeep | kNarrowTall: the 128-row tile (WB_WGMMA_NARROW_ROWS=128)
+LAUNCHER = BUNDLED_KERNELS / "matmul" / "matmul_wgmma_narrow.cu"
 
 
 def _nvcc(folder: Path, *args: str, source: Path) -> subprocess.CompletedProcess[str]:
@@ -71,7 +81,7 @@ def _narrow_instances(folder: Path) -> Path:
     for t in ("bf16", "f16"):
         for kmajor in ("true", "false"):
             for bn in (32, 64):
-                for kind in KINDS.values():
+                for kind in (*KINDS.values(), TALL):
                     lines.append(
                         "template __global__ void wb::matmul::wgmma_narrow_kernel<"
                         f"wb::{t}, {kmajor}, {bn}, {kind}>({maps}, {maps}, wb::{t}*, int, int, "
@@ -88,16 +98,19 @@ def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> 
     done = _nvcc(tmp_path, "--ptx", "-o", "narrow.ptx", source=source)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "narrow.ptx").read_text())[1:]
-    assert len(entries) == 8 * len(KINDS)
+    assert len(entries) == 8 * (len(KINDS) + 1)
     for entry in entries:
         assert entry.startswith("_ZN2wb6matmul19wgmma_narrow_kernel")
         bn, kind = map(int, re.findall(r"Li(\d+)E", entry.split("(")[0]))
-        deep = kind & 4
+        deep, tall = kind & 4, kind & 8
         assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16" in entry
-        assert ".maxntid 256, 1, 1" in entry
+        assert f".maxntid {384 if tall else 256}, 1, 1" in entry
         # The stages: 18 of 12 KiB (BN 32) or 14 of 16 KiB (BN 64), two mbarriers each; 128-k
-        # stages twice the bytes, 9 or 7.
+        # stages twice the bytes, 9 or 7; the 128-row tile's (128 + BN) rows of 256 bytes, 40 or
+        # 48 KiB: 5 or 4 of 227 KiB.
         stages = (18 if bn == 32 else 14) // (2 if deep else 1)
+        if tall:
+            stages = 5 if bn == 32 else 4
         assert re.search(rf"E4full\[{8 * stages}\];", entry)
         # a's half, or b's, a box of 64 k each
         assert entry.count(".multicast::cluster") == (4 if deep else 2)
@@ -110,8 +123,12 @@ def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> 
     done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "narrow.cubin", source=source)
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
-    assert len(spills) == 8 * len(KINDS), done.stderr
+    assert len(spills) == 8 * (len(KINDS) + 1), done.stderr
     assert all(s == ("0", "0") for s in spills), done.stderr
+    # The 128-row tile's 384 threads start with 168 registers (no setmaxnreg): ptxas fits them.
+    tall = [f for f in done.stderr.split("Compiling entry function")[1:] if "Li12E" in f[:120]]
+    assert len(tall) == 8, done.stderr
+    assert all(int(re.findall(r"Used (\d+) registers", f)[0]) <= 168 for f in tall), tall
 
 
 @pytest.mark.nvcc
@@ -210,6 +227,73 @@ def test_every_kind_is_right(
     assert torch.equal(got["k128", "narrow1"], got["one", "narrow1"])
 
 
+TALL_ROWS = [65, 128, 160, 192, 200, 256]
+TALL_COLUMNS = [(n, col) for n in (4096, 4104, 8192) for col in (False, True)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", DEPTHS)
+@pytest.mark.parametrize(("n", "col"), TALL_COLUMNS)
+@pytest.mark.parametrize("m", TALL_ROWS)
+def test_the_128_row_tile_is_right(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, col: bool, k: int, dtype: Any
+) -> None:
+    """WB_WGMMA_NARROW_ROWS=128 (its own BN) is within the family's bound; on one BN its two
+    consumer warpgroups give the 64-row tile's bits (each row's sums in the same order)."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a, b = _operands(m, n, k, col, dtype)
+    _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_ROWS": "128"})
+    _within_tolerance(lib, lib.matmul(a, b), a, b)
+    got = {}
+    for rows in ("64", "128"):
+        _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_ROWS": rows,
+                           "WB_WGMMA_NARROW_BN": "64"})  # fmt: skip
+        got[rows] = lib.matmul(a, b).view(torch.int16)
+    assert torch.equal(got["64"], got["128"])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("pair", ["", "m", "n"])
+@pytest.mark.parametrize(("m", "n", "col"), [(128, 4096, False), (200, 4104, True),
+                                             (256, 8192, False)])  # fmt: skip
+def test_the_128_row_tile_in_clusters_gives_the_same_bits(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, col: bool, pair: str
+) -> None:
+    """Paired (WB_WGMMA_FEW=narrow), the 128-row tile shares half of a's 128 rows or of b's tile
+    by multicast, and gives the unpaired tile's bits."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a, b = _operands(m, n, 4100, col, torch.bfloat16)
+    got = {}
+    for route in ("narrow1", "narrow"):
+        variant = {"WB_WGMMA_FEW": route, "WB_WGMMA_NARROW_ROWS": "128"}
+        _use(monkeypatch, {**variant, "WB_WGMMA_NARROW_PAIR": pair} if pair else variant)
+        got[route] = lib.matmul(a, b)
+        _within_tolerance(lib, got[route], a, b)
+    assert torch.equal(got["narrow1"].view(torch.int16), got["narrow"].view(torch.int16))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("rows", "kind"), [("64", 4), ("128", TALL)])
+def test_the_rows_switch_runs_its_kernel(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, rows: str, kind: int
+) -> None:
+    """WB_WGMMA_NARROW_ROWS=128 runs the 128-row tile's kernel (Kind 12); with
+    WB_WGMMA_NARROW_KIND=one (64-k stages, which it has not) it is refused by name."""
+    if not _hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    a, b = _operands(192, 4096, 4096, False, torch.bfloat16)
+    _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_ROWS": rows})
+    names = _kernels_run(lambda: lib.matmul(a, b))
+    assert re.search(rf"wgmma_narrow_kernel<[^>]*,\s*(?:\(int\))?{kind}>", names), names
+    monkeypatch.setenv("WB_WGMMA_NARROW_KIND", "one")
+    if rows == "128":
+        with pytest.raises(RuntimeError, match="WB_WGMMA_NARROW_ROWS"):
+            lib.matmul(a, b)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_kind_switch_runs_its_kernel(
@@ -245,14 +329,42 @@ def test_the_switch_runs_the_kernel_it_names(
     assert "wgmma_kernel" in names and "narrow" not in names, names
 
 
+def _tiles(m: int, n: int, rows: int, sms: int) -> tuple[int, int]:
+    """narrow_tiles: (BN, tiles) of the rows x BN tile, BN 32 where rows x 64 tiles would fill at
+    most half the SMs, else 64."""
+    bn = 32 if 2 * -(-m // rows) * -(-n // 64) <= sms else 64
+    return bn, -(-m // rows) * -(-n // bn)
+
+
+def _tall_by_default(m: int, n: int, sms: int) -> bool:
+    """The proposed rule (kTallRule, tall_wave): the 128-row tile where 64-row tiles exceed one
+    wave and 128-row tiles make one wave at least half full; in force only where the launcher's
+    kTallRule is true."""
+    tall_rule = "constexpr bool kTallRule = true;" in LAUNCHER.read_text()
+    tiles64, tiles128 = _tiles(m, n, 64, sms)[1], _tiles(m, n, 128, sms)[1]
+    return tall_rule and tiles64 > sms and sms <= 2 * tiles128 and tiles128 <= sms
+
+
 def _narrow_by_default(m: int, n: int, sms: int) -> bool:
     """few_rows_route's rule: the narrow tile (64 x 32 where 64 x 64 tiles would fill at most
     half the SMs, else 64 x 64) where its tiles make one wave at least half full, and a has 32
-    rows or more on the 32-column tile."""
-    tiles64 = -(-m // 64) * -(-n // 64)
-    bn = 32 if 2 * tiles64 <= sms else 64
-    tiles = -(-m // 64) * -(-n // bn)
-    return sms <= 2 * tiles and tiles <= sms and (bn == 64 or m >= 32)
+    rows or more on the 32-column tile; or the 128-row tile by _tall_by_default."""
+    bn, tiles = _tiles(m, n, 64, sms)
+    fits = sms <= 2 * tiles and tiles <= sms and (bn == 64 or m >= 32)
+    return fits or _tall_by_default(m, n, sms)
+
+
+def test_the_proposed_128_row_rule_on_an_h100() -> None:
+    """The shapes whose 64-row tiles make two waves (split-k today, 0.56-0.80x cuBLAS) are the
+    proposed rule's: 128-row tiles make one wave (128 or 130 tiles of 128 x 64 for 132 SMs)."""
+    tall = [(160, 4096), (192, 4096), (256, 4096), (96, 8192), (128, 8192), (200, 4104)]
+    other = [(64, 4096), (128, 4096), (129, 2048), (256, 2048), (384, 4096), (160, 8192)]
+    for m, n in tall:
+        bn, tiles128 = _tiles(m, n, 128, 132)
+        assert _tiles(m, n, 64, 132)[1] > 132 and bn == 64 and 66 <= tiles128 <= 132, (m, n)
+    for m, n in other:
+        tiles64, tiles128 = _tiles(m, n, 64, 132)[1], _tiles(m, n, 128, 132)[1]
+        assert tiles64 <= 132 or not 66 <= tiles128 <= 132, (m, n)
 
 
 def test_the_default_rule_on_an_h100() -> None:
@@ -269,7 +381,8 @@ def test_the_default_rule_on_an_h100() -> None:
 @pytest.mark.parametrize(
     ("m", "n"),
     [(1, 4096), (16, 4096), (32, 4096), (33, 4096), (64, 4096), (100, 4104), (128, 4096),
-     (129, 4096), (200, 4096), (64, 1024), (1, 8192), (256, 2048)],
+     (129, 4096), (200, 4096), (64, 1024), (1, 8192), (256, 2048), (160, 4096), (256, 4096),
+     (96, 8192)],
 )  # fmt: skip
 def test_the_default_route_of_a_few_rows_shape(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int
@@ -282,23 +395,26 @@ def test_the_default_route_of_a_few_rows_shape(
     _use(monkeypatch, {})
     a, b = _operands(m, n, 4096, False, torch.bfloat16)
     names = _kernels_run(lambda: lib.matmul(a, b))
-    if _narrow_by_default(m, n, torch.cuda.get_device_properties(0).multi_processor_count):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if _narrow_by_default(m, n, sms):
         assert "wgmma_narrow_kernel" in names and "split_kernel" not in names, names
-        assert "Li4EEE" in names or ", 4>" in names, names  # Kind 4: kNarrowDeep (k128)
+        kind = TALL if _tall_by_default(m, n, sms) else 4  # kNarrowDeep (k128), or its 128 rows
+        assert f"Li{kind}EEE" in names or f", {kind}>" in names, names
     else:
         assert "wgmma_cluster_split_kernel" in names and "narrow" not in names, names
     _within_tolerance(lib, lib.matmul(a, b), a, b)
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("rows", ["64", "128"])
 @pytest.mark.parametrize("route", ["narrow", "narrow1"])
-@pytest.mark.parametrize(("m", "col"), [(64, False), (128, True), (200, False)])
+@pytest.mark.parametrize(("m", "col"), [(64, False), (128, True), (200, False), (256, True)])
 def test_a_cuda_graph_replays_the_narrow_route(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, route: str, m: int, col: bool
+    lib: Any, monkeypatch: pytest.MonkeyPatch, route: str, m: int, col: bool, rows: str
 ) -> None:
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    _use(monkeypatch, {"WB_WGMMA_FEW": route})
+    _use(monkeypatch, {"WB_WGMMA_FEW": route, "WB_WGMMA_NARROW_ROWS": rows})
     assert_matmul_graph_replays(lib, *_operands(m, 4096, 4096, col, torch.bfloat16))
 
 

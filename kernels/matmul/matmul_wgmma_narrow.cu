@@ -13,7 +13,9 @@
 // multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
 // other); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
 // few_rows_route (the rule, and WB_WGMMA_FEW). WB_WGMMA_NARROW_KIND=one | k128 picks the kernel's
-// kind (NarrowKind, wgmma_narrow.h; k128, 128-k stages, by default).
+// kind (NarrowKind, wgmma_narrow.h; k128, 128-k stages, by default). WB_WGMMA_NARROW_ROWS=64 | 128
+// picks the tile's rows: 128 is the k128 kind's 128-row tile (two consumer warpgroups, kNarrowTall)
+// and BN counts 128-row tiles; unset, 64 (kTallRule below proposes 128 for two-wave shapes).
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_narrow.py
 #include <cstdlib>
@@ -32,6 +34,10 @@ namespace wb::matmul {
 WB_DEVICE_TEMPLATE(kNarrow, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow_kernel");
 WB_DEVICE_TEMPLATE(kNarrow32Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow32_shape");
 WB_DEVICE_TEMPLATE(kNarrow64Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow64_shape");
+WB_DEVICE_TEMPLATE(kNarrowTall32Shape, "matmul_wgmma.kernel.cu",
+                   "wb::matmul::wgmma_narrow_tall32_shape");
+WB_DEVICE_TEMPLATE(kNarrowTall64Shape, "matmul_wgmma.kernel.cu",
+                   "wb::matmul::wgmma_narrow_tall64_shape");
 
 namespace {
 
@@ -41,9 +47,17 @@ struct NamedKind {
   int kind;
 };
 constexpr NamedKind kKinds[] = {{"one", kNarrowOne}, {"k128", kNarrowDeep}};
+constexpr int kTallKind = kNarrowDeep | kNarrowTall;  // the 128-row tile's kernel
+
+// The proposed default for the 128-row tile, off until measured: true sends the shapes whose
+// 64-row tiles make more than one wave but whose 128-row tiles make one wave at least half full
+// (m = 160 .. 256 x n = 4096, m = 96 / 128 x n = 8192 on 132 SMs) to the 128-row narrow tile
+// (few_rows_route and narrow_rows), where they run split-k today.
+constexpr bool kTallRule = false;
 
 template <typename T, bool BKMajor, int BN>
 const DeviceKernel& narrow_kernel_of(int kind) {
+  if (kind == kTallKind) return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<kTallKind>>;
   if (kind == kNarrowDeep) return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowDeep}>>;
   return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowOne}>>;
 }
@@ -68,29 +82,29 @@ int sms() {
   return count > 0 ? count : 1;
 }
 
-// The tile's columns: WB_WGMMA_NARROW_BN, else 32 where 64-wide tiles fill at most half the SMs.
-Status narrow_bn(int64_t m, int64_t n, int* bn) {
+// The tile's columns: WB_WGMMA_NARROW_BN, else 32 where rows x 64 tiles fill at most half the SMs.
+Status narrow_bn(int64_t m, int64_t n, int rows, int* bn) {
   const std::string_view v = env("WB_WGMMA_NARROW_BN");
   if (v == "32" || v == "64") {
     *bn = v == "32" ? 32 : 64;
     return nullptr;
   }
   if (!v.empty()) return "matmul: WB_WGMMA_NARROW_BN must be 32 or 64; unset it for the default";
-  const int64_t tiles64 = (m + 63) / 64 * ((n + 63) / 64);
+  const int64_t tiles64 = (m + rows - 1) / rows * ((n + 63) / 64);
   *bn = 2 * tiles64 <= sms() ? 32 : 64;
   return nullptr;
 }
 
 // The clusters' direction: WB_WGMMA_NARROW_PAIR, else along n (sharing a) where a has one row of
 // tiles (no tile below to share b with), else along m (sharing b).
-Status narrow_pair(int64_t m, int* pair) {
+Status narrow_pair(int64_t m, int rows, int* pair) {
   const std::string_view v = env("WB_WGMMA_NARROW_PAIR");
   if (v == "m" || v == "n") {
     *pair = v == "m" ? kNarrowPairM : kNarrowPairN;
     return nullptr;
   }
   if (!v.empty()) return "matmul: WB_WGMMA_NARROW_PAIR must be m or n; unset it for the default";
-  *pair = m <= 64 ? kNarrowPairN : kNarrowPairM;
+  *pair = m <= rows ? kNarrowPairN : kNarrowPairM;
   return nullptr;
 }
 
@@ -109,6 +123,40 @@ Status narrow_kind(int* kind) {
   return "matmul: WB_WGMMA_NARROW_KIND must be one or k128; unset it for the default (k128)";
 }
 
+// The narrow tiles of rows x BN (BN by narrow_bn) on c of m x n.
+Status narrow_tiles(int64_t m, int64_t n, int rows, int* bn, int64_t* tiles) {
+  if (const Status e = narrow_bn(m, n, rows, bn)) return e;
+  *tiles = (m + rows - 1) / rows * ((n + *bn - 1) / *bn);
+  return nullptr;
+}
+
+// Whether the 128-row tile fits where the 64-row one does not: 64-row tiles past one wave,
+// 128-row tiles one wave at least half full.
+Status tall_wave(int64_t m, int64_t n, bool* tall) {
+  int bn = 64;
+  int64_t tiles64 = 0, tiles128 = 0;
+  if (const Status e = narrow_tiles(m, n, 64, &bn, &tiles64)) return e;
+  if (const Status e = narrow_tiles(m, n, 128, &bn, &tiles128)) return e;
+  *tall = tiles64 > sms() && 2 * tiles128 >= sms() && tiles128 <= sms();
+  return nullptr;
+}
+
+// The tile's rows: WB_WGMMA_NARROW_ROWS, else 128 where kTallRule and tall_wave say, else 64.
+Status narrow_rows(int64_t m, int64_t n, int* rows) {
+  const std::string_view v = env("WB_WGMMA_NARROW_ROWS");
+  if (v == "64" || v == "128") {
+    *rows = v == "64" ? 64 : 128;
+    return nullptr;
+  }
+  if (!v.empty()) return "matmul: WB_WGMMA_NARROW_ROWS must be 64 or 128; unset it for the default";
+  bool tall = false;
+  if (kTallRule) {
+    if (const Status e = tall_wave(m, n, &tall)) return e;
+  }
+  *rows = tall ? 128 : 64;
+  return nullptr;
+}
+
 }  // namespace
 
 // The default: narrow1 (k whole on the narrow tile, no clusters, the k128 kind) where its tiles
@@ -119,7 +167,9 @@ Status narrow_kind(int* kind) {
 // split's 0.91 / 0.88 / 0.99x against 0.75 / 0.77 / 0.93x (a 64-row tile for one row). n = 8192,
 // m <= 64 (64-column tiles): 0.97-1.00x against 0.84-0.88x; m >= 96 (256 tiles and more): split
 // 0.62-0.80x against 0.50-0.84x. n = 2048, m = 96 to 256: 0.75-0.94x against 0.64-0.78x; m <= 48
-// (64 tiles): split 0.93-1.03x against 0.67-0.89x. The pairs (narrow) were no faster.
+// (64 tiles): split 0.93-1.03x against 0.67-0.89x. The pairs (narrow) were no faster. Proposed
+// (kTallRule, off): also narrow1, on the 128-row tile, where 64-row tiles exceed one wave and
+// 128-row tiles make one wave at least half full (tall_wave; split-k there ran at 0.56-0.80x).
 Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v == "split" || v == "narrow" || v == "narrow1") {
@@ -131,23 +181,38 @@ Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
   }
   *route = FewRoute::split;
   int bn = 64;
-  if (const Status e = narrow_bn(m, n, &bn)) return e;
-  const int64_t tiles = (m + 63) / 64 * ((n + bn - 1) / bn);
+  int64_t tiles = 0;
+  if (const Status e = narrow_tiles(m, n, 64, &bn, &tiles)) return e;
   if (2 * tiles >= sms() && tiles <= sms() && (bn == 64 || m >= 32)) *route = FewRoute::narrow1;
+  bool tall = false;
+  if (kTallRule) {
+    if (const Status e = tall_wave(m, n, &tall)) return e;
+  }
+  if (tall) *route = FewRoute::narrow1;
   return nullptr;
 }
 
 template <typename T>
 Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
                            bool b_kmajor, bool paired, Stream stream) {
-  int bn = 64, pair = kNarrowAlone, kind = kNarrowOne;
-  if (const Status e = narrow_bn(m, n, &bn)) return e;
+  int rows = 64, bn = 64, pair = kNarrowAlone, kind = kNarrowOne;
+  if (const Status e = narrow_rows(m, n, &rows)) return e;
+  if (const Status e = narrow_bn(m, n, rows, &bn)) return e;
   if (paired) {
-    if (const Status e = narrow_pair(m, &pair)) return e;
+    if (const Status e = narrow_pair(m, rows, &pair)) return e;
   }
   if (const Status e = narrow_kind(&kind)) return e;
-  // The block's threads and shared memory: the tile's (both kinds have the same).
-  const DeviceGlobal& shape = bn == 32 ? global<&kNarrow32Shape> : global<&kNarrow64Shape>;
+  if (rows == 128) {
+    if (kind != kNarrowDeep) {
+      return "matmul: WB_WGMMA_NARROW_ROWS=128 runs the k128 kind only; unset "
+             "WB_WGMMA_NARROW_KIND or set it to k128";
+    }
+    kind = kTallKind;
+  }
+  // The block's threads and shared memory: the tile's (the 64-row kinds have the same).
+  const DeviceGlobal& shape =
+      rows == 128 ? (bn == 32 ? global<&kNarrowTall32Shape> : global<&kNarrowTall64Shape>)
+                  : (bn == 32 ? global<&kNarrow32Shape> : global<&kNarrow64Shape>);
   WgmmaShape tile{};
   if (const Status e = shape.read(&tile)) return e;
   const int64_t tiles_m = (m + tile.bm - 1) / tile.bm, tiles_n = (n + bn - 1) / bn;
@@ -158,11 +223,11 @@ Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int
                                                 : tiles_m * tiles_n;
   const int64_t blocks = pair == kNarrowAlone ? groups : 2 * groups;
   if (blocks > INT32_MAX) return "matmul: too many tiles for the narrow route's grid";
-  // a: boxes of 64 k x 64 rows (32, each block's half, sharing a). b k-major: 64 k x BN columns
+  // a: boxes of 64 k x BM rows (BM / 2, each block's half, sharing a). b k-major: 64 k x BN columns
   // (BN / 2, sharing b); n-major: BN columns x 64 k (32 k, sharing b), the 64-byte swizzle for
   // rows of 32 columns.
   CUtensorMap map_a, map_b;
-  const int a_rows = pair == kNarrowPairN ? 32 : 64;
+  const int a_rows = pair == kNarrowPairN ? tile.bm / 2 : tile.bm;
   const int b_part = pair == kNarrowPairM ? 2 : 1;
   const bool mapped =
       make_map(&map_a, a.data, k, m, a.row, tile.bk, a_rows) &&

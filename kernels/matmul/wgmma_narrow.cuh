@@ -34,6 +34,12 @@
 // Kind (NarrowKind, wgmma_narrow.h; the launcher's WB_WGMMA_NARROW_KIND): kNarrowOne, stages of
 // 64 k; kNarrowDeep, stages of 128 k: two 64-k boxes of each operand, the second box's tiles right
 // after the first's (8 wgmma a stage; half the stages of twice the bytes, the same ring).
+// kNarrowDeep | kNarrowTall: the 128-row tile (BM = 128), 384 threads: the producer as above and
+// two consumer warpgroups, warpgroup 1 + w running its own wgmma.m64nBNk16 on rows 64w .. 64w + 63
+// of a's stage (a's box: 128 rows) and the whole of b's, which they share; a stage is released
+// once both consumers arrived. Stages of (128 + BN) rows of 256 bytes (40 KiB for BN 32, 48 KiB
+// for 64): 5 or 4 fit. No setmaxnreg: launch bounds (384, 1) leave a thread 168 registers, and a
+// consumer holds BN / 2 <= 32 accumulators.
 #pragma once
 
 #include "matmul/wgmma_narrow.h"  // NarrowKind
@@ -42,8 +48,10 @@ namespace wb::matmul {
 
 template <int BN_, int Kind_ = kNarrowOne>
 struct NarrowTile {
-  static constexpr int BN = BN_, BM = 64, Kind = Kind_;
-  static constexpr int kThreads = 256;  // a producer warpgroup and a consumer warpgroup
+  static constexpr int BN = BN_, Kind = Kind_;
+  static constexpr int kConsumers = Kind & kNarrowTall ? 2 : 1;  // warpgroups of 64 rows each
+  static constexpr int BM = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (1 + kConsumers);    // the producer warpgroup, consumers
   static constexpr int kBoxes = Kind & kNarrowDeep ? 2 : 1;  // 64-k boxes of each operand a stage
   static constexpr int KB = kBoxes * kBK;                    // k a stage
   static constexpr int kBoxA = BM * kRowBytes, kBoxB = BN * kRowBytes;      // a box's bytes
@@ -58,8 +66,8 @@ struct NarrowTile {
   static constexpr int kBRowBytes = BN * 2;
   static constexpr uint64_t kBSwizzle = BN == 64 ? 1 : 2;  // 128-byte or 64-byte swizzle
   // For shape_of: one block an SM, c stored from registers (no staged buffer), and no setmaxnreg
-  // split (launch bounds (kThreads, 1) leave each thread 255 registers: the consumer's BN / 2
-  // accumulators and its few addresses fit).
+  // split (launch bounds (kThreads, 1) leave each thread 255 registers, 168 at 384 threads: the
+  // consumer's BN / 2 accumulators and its few addresses fit).
   static constexpr int BLOCKS = 1, kEntryRegs = 0;
   static constexpr bool kStaged = false;
   static constexpr int kStageBytes = 0;
@@ -67,9 +75,11 @@ struct NarrowTile {
   static_assert(BN == 32 || BN == 64, "the narrow tile: BN 32 or 64");
   static_assert(kSmemBytes + 16 * STAGES <= kSmemPerBlock, "the ring exceeds 227 KiB");
   static_assert(STAGES >= 4, "a ring of at least 4 stages");
+  static_assert(!(Kind & kNarrowTall) || (Kind & kNarrowDeep), "the 128-row tile: 128-k stages");
+  static_assert(kRegsPerSm / kThreads >= BN / 2 + 32, "the accumulators fit without setmaxnreg");
 };
 
-// c = a @ b for one 64 x BN tile a block (and its pair's neighbour, see the header). T: f16 or
+// c = a @ b for one BM x BN tile a block (and its pair's neighbour, see the header). T: f16 or
 // bf16; BKMajor: b column-major (read k-major), else row-major (n-major).
 template <typename Tl, typename T, bool BKMajor>
 __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const TensorMap& map_b, T* c,
@@ -78,7 +88,7 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
   constexpr int S = Tl::STAGES;
   unsigned char* const smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(raw) + Tl::kAtomBytes - 1) / Tl::kAtomBytes * Tl::kAtomBytes);
-  unsigned char* const stage_a = smem;                    // [S][boxes][64 rows of 128 B]
+  unsigned char* const stage_a = smem;                    // [S][boxes][BM rows of 128 B]
   unsigned char* const stage_b = smem + S * Tl::kBytesA;  // [S][boxes][b's box, kBoxB]
   const bool paired = pair != kNarrowAlone;
   const int rank = paired ? static_cast<int>(sm90::cluster_rank()) : 0;
@@ -104,7 +114,7 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
     sm90::prefetch_map(&map_b);
     for (int s = 0; s < S; ++s) {
       sm90::bar_init(&full[s], 1);
-      sm90::bar_init(&empty[s], paired ? 2 : 1);
+      sm90::bar_init(&empty[s], (paired ? 2 : 1) * Tl::kConsumers);  // each consumer arrives
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -113,10 +123,10 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
 
   if (threadIdx.x < 128) {  // the producer: thread 0
     if (threadIdx.x != 0) return;
-    // The shared half this block copies: a's rows m0 + 32 * rank (kNarrowPairN), b's columns
+    // The shared half this block copies: a's rows m0 + BM / 2 * rank (kNarrowPairN), b's columns
     // n0 + rank * BN / 2 (kNarrowPairM, k-major b); a half wholly past m or n copies the tile's
     // first half instead (rows or columns past m or n, which no stored element reads).
-    const int a_row = m0 + 32 * rank < m ? m0 + 32 * rank : m0;
+    const int a_row = m0 + Tl::BM / 2 * rank < m ? m0 + Tl::BM / 2 * rank : m0;
     const int b_col = n0 + rank * (Tl::BN / 2) < n ? n0 + rank * (Tl::BN / 2) : n0;
     for (int step = 0; step < steps; ++step) {
       const int s = step % S;
@@ -128,7 +138,8 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
         unsigned char* const a_dst = stage_a + s * Tl::kBytesA + box * Tl::kBoxA;
         unsigned char* const b_dst = stage_b + s * Tl::kBytesB + box * Tl::kBoxB;
         if (pair == kNarrowPairN) {
-          sm90::tma_load_multicast(a_dst + rank * 32 * kRowBytes, &map_a, kx, a_row, &full[s], 3);
+          sm90::tma_load_multicast(a_dst + rank * (Tl::BM / 2) * kRowBytes, &map_a, kx, a_row,
+                                   &full[s], 3);
         } else {
           sm90::tma_load(a_dst, &map_a, kx, m0, &full[s]);
         }
@@ -155,10 +166,11 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
     return;
   }
 
-  // The consumer warpgroup: KB / 16 wgmma a stage, one batch in flight while the next stage is
-  // awaited; a stage is released (to this block's producer and, paired, the other's) once its
-  // batch is done.
+  // The consumer warpgroups: KB / 16 wgmma a stage each, on its 64 rows of a's stage (warpgroup
+  // 1 + w: rows 64w ..), one batch in flight while the next stage is awaited; a stage is released
+  // (to this block's producer and, paired, the other's) once its batch is done.
   const int t = threadIdx.x % 128;
+  const int w = Tl::kConsumers == 1 ? 0 : static_cast<int>(threadIdx.x / 128) - 1;
   const auto release = [&](int s) {
     sm90::bar_arrive(&empty[s]);
     if (paired) sm90::bar_arrive_remote(&empty[s], static_cast<uint32_t>(rank ^ 1));
@@ -170,7 +182,7 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
   for (int step = 0; step < steps; ++step) {
     const int s = step % S;
     sm90::bar_wait(&full[s], (step / S) & 1);
-    const unsigned char* const a_tile = stage_a + s * Tl::kBytesA;
+    const unsigned char* const a_tile = stage_a + s * Tl::kBytesA + w * 64 * kRowBytes;
     const unsigned char* const b_tile = stage_b + s * Tl::kBytesB;
     sm90::pin(d);
     sm90::fence();
@@ -197,28 +209,31 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
   sm90::pin(d);
   if (held >= 0 && t == 0) release(held);
   if (!live) return;
-  const int64_t row = int64_t{m0} + 16 * (t / 32) + (t % 32) / 4;
+  const int64_t row = int64_t{m0} + 64 * w + 16 * (t / 32) + (t % 32) / 4;
   const int64_t col = int64_t{n0} + 2 * (t % 4);
   store_tile<T, Tl::BN>(c, m, n, row, col, d);
 }
 
-// The tiles for the host launcher (it reads the block's threads and shared memory here; both
-// kinds have the same).
+// The tiles for the host launcher (it reads the block's threads and shared memory here; the
+// 64-row kinds have the same; the 128-row tile its own).
 __constant__ WgmmaShape wgmma_narrow32_shape = shape_of<NarrowTile<32>>(0);
 __constant__ WgmmaShape wgmma_narrow64_shape = shape_of<NarrowTile<64>>(0);
+constexpr int kNarrowTallKind = kNarrowDeep | kNarrowTall;
+__constant__ WgmmaShape wgmma_narrow_tall32_shape = shape_of<NarrowTile<32, kNarrowTallKind>>(0);
+__constant__ WgmmaShape wgmma_narrow_tall64_shape = shape_of<NarrowTile<64, kNarrowTallKind>>(0);
 
-// c = a @ b on 64 x BN tiles, k whole, a block a tile; pair: NarrowPair (the launch's clusters);
-// Kind: NarrowKind (kNarrowOne or kNarrowDeep).
+// c = a @ b on BM x BN tiles, k whole, a block a tile; pair: NarrowPair (the launch's clusters);
+// Kind: NarrowKind (kNarrowOne, kNarrowDeep or kNarrowDeep | kNarrowTall).
 template <typename T, bool BKMajor, int BN, int Kind>
 __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? NarrowTile<BN, Kind>::kThreads : 1, 1)
-    wgmma_narrow_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes 64 x 64 or 32
+    wgmma_narrow_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], 64 k x BM boxes
                         const __grid_constant__ TensorMap map_b,  // b: boxes of b's tile or half
                         T* __restrict__ c,                        // [m, n]
                         int m, int n, int k, int pair) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
   using Tl = NarrowTile<BN, Kind>;
   // The launch's threads and shared memory are those of the shape the launcher reads.
-  using Shaped = NarrowTile<BN>;
+  using Shaped = NarrowTile<BN, Kind & kNarrowTall ? kNarrowTallKind : kNarrowOne>;
   static_assert(Tl::kThreads == Shaped::kThreads && Tl::kSmemBytes == Shaped::kSmemBytes);
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];

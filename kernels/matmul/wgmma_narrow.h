@@ -19,6 +19,11 @@
 // On an H100, 2026-11-26, m = 64 / 128 x 4096 x 4096, cuBLAS over ours: k128 1.01-1.05x, one
 // 0.87-0.93x; two consumer warpgroups (0.83-0.91x), L2 eviction hints (0.85-0.92x), both
 // (0.83-0.90x) and skewed walks of k (0.84-0.91x) were no better than one, and were removed.
+// kNarrowTall (with kNarrowDeep; WB_WGMMA_NARROW_ROWS=128, read at each call, for A/B): a tile of
+// 128 rows, two consumer warpgroups of 64 rows each on one stage of b (384 threads), for the
+// shapes whose 64-row tiles make more than one wave (m = 160 .. 256 x n = 4096; m = 96, 128 x
+// n = 8192) but whose 128-row tiles make one wave at least half full. Off by default until it is
+// measured (few_rows_route's kTallRule).
 // This header is torch-free and device-safe: the kernel TU includes it for NarrowKind.
 #pragma once
 
@@ -27,7 +32,8 @@
 namespace wb::matmul {
 
 // The values are the kernels' Kind template arguments, so in their names (k128's end in Li4E).
-enum NarrowKind : int { kNarrowOne = 0, kNarrowDeep = 4 };
+// kNarrowTall is a bit: kNarrowDeep | kNarrowTall (12) is the 128-row tile's kernel.
+enum NarrowKind : int { kNarrowOne = 0, kNarrowDeep = 4, kNarrowTall = 8 };
 
 enum class FewRoute { split, narrow, narrow1 };
 
