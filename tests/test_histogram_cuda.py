@@ -298,14 +298,17 @@ def test_concurrent_streams(lib: Any, choice: str) -> None:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize(
-    ("bins", "wide"), [(256, False), (16384, False), (16385, True), (65536, True)]
+    ("bins", "wide"),
+    [(256, False), (16384, False), (16385, True), (65536, True), (100000, True), (200000, False)],
 )
 def test_the_default_takes_the_wide_kernel_above_16ki_bins(
     lib: Any, monkeypatch: pytest.MonkeyPatch, bins: int, wide: bool
 ) -> None:
     """Unset, float32 histograms of more than 16 Ki bins run histogram_wide_kernel on sm_90+
-    (in clusters of 8, loads through the ring), fewer bins the shared path; WB_HISTOGRAM_WIDE=0
-    turns it off and a named kernel runs as named. Exact counts each way."""
+    (in clusters of 8, loads through the ring, or in registers where the ring does not fit beside
+    100000 bins' counters), fewer bins the shared path, more than its counters fit (200000) the
+    path before it; WB_HISTOGRAM_WIDE=0 turns it off and a named kernel runs as named. Exact
+    counts each way."""
     for k in ENV:
         monkeypatch.delenv(k, raising=False)
     x = torch.randn(1 << 20, device="cuda")

@@ -69,8 +69,9 @@ namespace {
 // where the chunked path took 98.8 and 328.0). WB_HISTOGRAM_WIDE=1, 2, 4, 8 or 16 (float32, the
 // 16-bit counters of every bin fit one block's shared memory): histogram_wide_kernel, its blocks
 // merged alone (1) or in clusters of 2 to 16 (sm_90); 0, off; unset, the default below.
-// WB_HISTOGRAM_WIDE_LOADS=ring feeds it through a cp.async ring of kWideRing stages a thread, regs
-// holds its loads in registers; unset, ring. By default the wide kernel in clusters of
+// WB_HISTOGRAM_WIDE_LOADS=ring feeds it through a cp.async ring of kWideRing stages a thread
+// where the ring fits beside the counters (else registers), regs holds its loads in registers;
+// unset, ring. By default the wide kernel in clusters of
 // kWideCluster, its loads through the ring, takes float32 histograms of more than kWideBins bins on
 // sm_90+ (where x has at least as many elements as bins and the counters fit): on an H100,
 // 2026-11-26, at 16 Mi elements and 65536 bins it took 61.2 us (4.11x torch.histc) where the
