@@ -27,7 +27,7 @@ THREADS = 1024  # kThreads
 # The environment of each kernel choice (the launcher reads it at every call): the kernels before
 # the cluster path (a memset, then the kernel); the default (the shared path in one cooperative
 # launch that clears counts itself, its loads of the next loop step in flight while counting, the
-# chunked path beyond one block, or the wide kernel above 16 Ki bins on sm_90); the default after a
+# chunked path beyond one block, or the wide kernel above 24 Ki bins on sm_90); the default after a
 # memset; the chunked path with the half path off (the paths other than the wide kernel's with
 # WB_HISTOGRAM_WIDE=0, which turns its default off); the cluster path with clusters
 # of 8, and with 8 binning float elements one at a time (no count_deferred); the half path with
@@ -299,12 +299,12 @@ def test_concurrent_streams(lib: Any, choice: str) -> None:
 @pytest.mark.cuda
 @pytest.mark.parametrize(
     ("bins", "wide"),
-    [(256, False), (16384, False), (16385, True), (65536, True), (100000, True), (200000, False)],
+    [(256, False), (24576, False), (24577, True), (65536, True), (100000, True), (200000, False)],
 )
-def test_the_default_takes_the_wide_kernel_above_16ki_bins(
+def test_the_default_takes_the_wide_kernel_above_24ki_bins(
     lib: Any, monkeypatch: pytest.MonkeyPatch, bins: int, wide: bool
 ) -> None:
-    """Unset, float32 histograms of more than 16 Ki bins run histogram_wide_kernel on sm_90+
+    """Unset, float32 histograms of more than 24 Ki bins run histogram_wide_kernel on sm_90+
     (in clusters of 8, loads through the ring, or in registers where the ring does not fit beside
     100000 bins' counters), fewer bins the shared path, more than its counters fit (200000) the
     path before it; WB_HISTOGRAM_WIDE=0 turns it off and a named kernel runs as named. Exact

@@ -75,11 +75,13 @@ namespace {
 // kWideCluster, its loads through the ring, takes float32 histograms of more than kWideBins bins on
 // sm_90+ (where x has at least as many elements as bins and the counters fit): on an H100,
 // 2026-11-26, at 16 Mi elements and 65536 bins it took 61.2 us (4.11x torch.histc) where the
-// chunked path took 100.1 us (2.51x); clusters of 4 and 16 and register loads took 64.2-80.8 us
-// (bench/results/kernels.md, fourth pass).
+// chunked path took 100.1 us (2.51x); clusters of 4 and 16 and register loads took 64.2-80.8 us.
+// kWideBins: at 16 Mi elements the path before it was faster at 16385 and 20000 bins (47.4 and 52.0
+// us against 53.0 and 53.6), level at 24576, slower from 28672 on (bench/results/kernels.md,
+// fourth pass).
 constexpr int kHalfCluster = 0;
 constexpr int kWideCluster = 8;
-constexpr int64_t kWideBins = 16384;
+constexpr int64_t kWideBins = 24576;
 // The merge's cluster size by default: 0, off (not yet timed).
 constexpr int kMergeCluster = 0;
 
