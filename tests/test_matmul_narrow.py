@@ -56,7 +56,6 @@ KNOBS = (
 # The kernel's kinds (NarrowKind bits, wgmma_narrow.h): name -> the Kind template argument.
 KINDS = {"one": 0, "k128": 4}
 TALL = 12  # kNarrowDeep | kNarrowTall: the 128-row tile (WB_WGMMA_NARROW_ROWS=128)
-LAUNCHER = BUNDLED_KERNELS / "matmul" / "matmul_wgmma_narrow.cu"
 
 
 def _nvcc(folder: Path, *args: str, source: Path) -> subprocess.CompletedProcess[str]:
@@ -336,45 +335,32 @@ def _tiles(m: int, n: int, rows: int, sms: int) -> tuple[int, int]:
     return bn, -(-m // rows) * -(-n // bn)
 
 
-def _tall_by_default(m: int, n: int, sms: int) -> bool:
-    """The proposed rule (kTallRule, tall_wave): the 128-row tile where 64-row tiles exceed one
-    wave and 128-row tiles make one wave at least half full; in force only where the launcher's
-    kTallRule is true."""
-    tall_rule = "constexpr bool kTallRule = true;" in LAUNCHER.read_text()
-    tiles64, tiles128 = _tiles(m, n, 64, sms)[1], _tiles(m, n, 128, sms)[1]
-    return tall_rule and tiles64 > sms and sms <= 2 * tiles128 and tiles128 <= sms
-
-
-def _narrow_by_default(m: int, n: int, sms: int) -> bool:
-    """few_rows_route's rule: the narrow tile (64 x 32 where 64 x 64 tiles would fill at most
-    half the SMs, else 64 x 64) where its tiles make one wave at least half full, and a has 32
-    rows or more on the 32-column tile; or the 128-row tile by _tall_by_default."""
-    bn, tiles = _tiles(m, n, 64, sms)
-    fits = sms <= 2 * tiles and tiles <= sms and (bn == 64 or m >= 32)
-    return fits or _tall_by_default(m, n, sms)
-
-
-def test_the_proposed_128_row_rule_on_an_h100() -> None:
-    """The shapes whose 64-row tiles make two waves (split-k today, 0.56-0.80x cuBLAS) are the
-    proposed rule's: 128-row tiles make one wave (128 or 130 tiles of 128 x 64 for 132 SMs)."""
-    tall = [(160, 4096), (192, 4096), (256, 4096), (96, 8192), (128, 8192), (200, 4104)]
-    other = [(64, 4096), (128, 4096), (129, 2048), (256, 2048), (384, 4096), (160, 8192)]
-    for m, n in tall:
-        bn, tiles128 = _tiles(m, n, 128, 132)
-        assert _tiles(m, n, 64, 132)[1] > 132 and bn == 64 and 66 <= tiles128 <= 132, (m, n)
-    for m, n in other:
-        tiles64, tiles128 = _tiles(m, n, 64, 132)[1], _tiles(m, n, 128, 132)[1]
-        assert tiles64 <= 132 or not 66 <= tiles128 <= 132, (m, n)
+def _default_rows(m: int, n: int, sms: int) -> int:
+    """few_rows_route's rule (default_rows): 64 where the 64-row tiles make one wave at least half
+    full (a of 32 rows or more on the 32-column tile); 128 where they pass one wave but the 128-row
+    tiles make one, the last more than half full; 64 for more than 128 rows up to a wave and a
+    half; else 0, split-k."""
+    bn64, t64 = _tiles(m, n, 64, sms)
+    t128 = _tiles(m, n, 128, sms)[1]
+    last = m - (m - 1) // 128 * 128
+    if sms <= 2 * t64 <= 2 * sms and (bn64 == 64 or m >= 32):
+        return 64
+    if t64 > sms and sms <= 2 * t128 <= 2 * sms and last > 64:
+        return 128
+    return 64 if sms < t64 and 2 * t64 <= 3 * sms and m > 128 else 0
 
 
 def test_the_default_rule_on_an_h100() -> None:
-    """The shapes the rule was measured at (132 SMs): narrow where it won."""
-    narrow = [(32, 4096), (48, 4096), (64, 4096), (100, 4104), (128, 4096), (1, 8192),
-              (64, 8192), (128, 2048), (256, 2048)]  # fmt: skip
-    split = [(1, 4096), (16, 4096), (129, 4096), (200, 4096), (64, 1024), (48, 2048),
-             (96, 8192), (160, 8192)]  # fmt: skip
-    assert all(_narrow_by_default(m, n, 132) for m, n in narrow)
-    assert not any(_narrow_by_default(m, n, 132) for m, n in split)
+    """The shapes the rule was measured at (132 SMs): each where it ran fastest."""
+    want = {64: [(32, 4096), (48, 4096), (64, 4096), (100, 4104), (128, 4096), (1, 8192),
+                 (64, 8192), (128, 2048), (256, 2048), (160, 4096), (192, 4096)],
+            128: [(224, 4096), (256, 4096), (96, 8192), (128, 8192)],
+            0: [(1, 4096), (16, 4096), (64, 1024), (48, 2048), (160, 8192), (256, 8192),
+                (384, 4096)]}  # fmt: skip
+    for rows, shapes in want.items():
+        assert [(_default_rows(m, n, 132), m, n) for m, n in shapes] == [
+            (rows, m, n) for m, n in shapes
+        ]
 
 
 @pytest.mark.cuda
@@ -382,23 +368,23 @@ def test_the_default_rule_on_an_h100() -> None:
     ("m", "n"),
     [(1, 4096), (16, 4096), (32, 4096), (33, 4096), (64, 4096), (100, 4104), (128, 4096),
      (129, 4096), (200, 4096), (64, 1024), (1, 8192), (256, 2048), (160, 4096), (256, 4096),
-     (96, 8192)],
+     (96, 8192), (224, 4096), (160, 8192)],
 )  # fmt: skip
 def test_the_default_route_of_a_few_rows_shape(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int
 ) -> None:
     """Unset, a few-rows shape runs the narrow tile unpaired (the k128 kind) where the rule says
-    (_narrow_by_default, at this GPU's SM count), else the cluster-summed split-k kernel; c within
+    (_default_rows, at this GPU's SM count), else the cluster-summed split-k kernel; c within
     the family's bound either way."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     _use(monkeypatch, {})
     a, b = _operands(m, n, 4096, False, torch.bfloat16)
     names = _kernels_run(lambda: lib.matmul(a, b))
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if _narrow_by_default(m, n, sms):
+    rows = _default_rows(m, n, torch.cuda.get_device_properties(0).multi_processor_count)
+    if rows:
         assert "wgmma_narrow_kernel" in names and "split_kernel" not in names, names
-        kind = TALL if _tall_by_default(m, n, sms) else 4  # kNarrowDeep (k128), or its 128 rows
+        kind = TALL if rows == 128 else 4  # kNarrowDeep (k128), or its 128-row tile
         assert f"Li{kind}EEE" in names or f", {kind}>" in names, names
     else:
         assert "wgmma_cluster_split_kernel" in names and "narrow" not in names, names

@@ -15,7 +15,7 @@
 // few_rows_route (the rule, and WB_WGMMA_FEW). WB_WGMMA_NARROW_KIND=one | k128 picks the kernel's
 // kind (NarrowKind, wgmma_narrow.h; k128, 128-k stages, by default). WB_WGMMA_NARROW_ROWS=64 | 128
 // picks the tile's rows: 128 is the k128 kind's 128-row tile (two consumer warpgroups, kNarrowTall)
-// and BN counts 128-row tiles; unset, 64 (kTallRule below proposes 128 for two-wave shapes).
+// and BN counts 128-row tiles; unset, the default's (default_rows).
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_narrow.py
 #include <cstdlib>
@@ -48,12 +48,6 @@ struct NamedKind {
 };
 constexpr NamedKind kKinds[] = {{"one", kNarrowOne}, {"k128", kNarrowDeep}};
 constexpr int kTallKind = kNarrowDeep | kNarrowTall;  // the 128-row tile's kernel
-
-// The proposed default for the 128-row tile, off until measured: true sends the shapes whose
-// 64-row tiles make more than one wave but whose 128-row tiles make one wave at least half full
-// (m = 160 .. 256 x n = 4096, m = 96 / 128 x n = 8192 on 132 SMs) to the 128-row narrow tile
-// (few_rows_route and narrow_rows), where they run split-k today.
-constexpr bool kTallRule = false;
 
 template <typename T, bool BKMajor, int BN>
 const DeviceKernel& narrow_kernel_of(int kind) {
@@ -130,18 +124,22 @@ Status narrow_tiles(int64_t m, int64_t n, int rows, int* bn, int64_t* tiles) {
   return nullptr;
 }
 
-// Whether the 128-row tile fits where the 64-row one does not: 64-row tiles past one wave,
-// 128-row tiles one wave at least half full.
-Status tall_wave(int64_t m, int64_t n, bool* tall) {
-  int bn = 64;
-  int64_t tiles64 = 0, tiles128 = 0;
-  if (const Status e = narrow_tiles(m, n, 64, &bn, &tiles64)) return e;
-  if (const Status e = narrow_tiles(m, n, 128, &bn, &tiles128)) return e;
-  *tall = tiles64 > sms() && 2 * tiles128 >= sms() && tiles128 <= sms();
+// The default's tile rows for a few-rows shape: 64, 128, or 0 for split-k (few_rows_route's rule,
+// measured there). "Half full": the last 128-row tile holds more than 64 rows of a.
+Status default_rows(int64_t m, int64_t n, int* rows) {
+  int bn64 = 64, bn128 = 64;
+  int64_t t64 = 0, t128 = 0;
+  if (const Status e = narrow_tiles(m, n, 64, &bn64, &t64)) return e;
+  if (const Status e = narrow_tiles(m, n, 128, &bn128, &t128)) return e;
+  const int64_t s = sms(), last = m - (m - 1) / 128 * 128;
+  const bool one_wave64 = 2 * t64 >= s && t64 <= s && (bn64 == 64 || m >= 32);
+  const bool one_wave128 = t64 > s && 2 * t128 >= s && t128 <= s && last > 64;
+  const bool wave_and_half64 = t64 > s && 2 * t64 <= 3 * s && m > 128;
+  *rows = one_wave64 ? 64 : one_wave128 ? 128 : wave_and_half64 ? 64 : 0;
   return nullptr;
 }
 
-// The tile's rows: WB_WGMMA_NARROW_ROWS, else 128 where kTallRule and tall_wave say, else 64.
+// The tile's rows: WB_WGMMA_NARROW_ROWS, else the default's (64 where it would run split-k).
 Status narrow_rows(int64_t m, int64_t n, int* rows) {
   const std::string_view v = env("WB_WGMMA_NARROW_ROWS");
   if (v == "64" || v == "128") {
@@ -149,11 +147,8 @@ Status narrow_rows(int64_t m, int64_t n, int* rows) {
     return nullptr;
   }
   if (!v.empty()) return "matmul: WB_WGMMA_NARROW_ROWS must be 64 or 128; unset it for the default";
-  bool tall = false;
-  if (kTallRule) {
-    if (const Status e = tall_wave(m, n, &tall)) return e;
-  }
-  *rows = tall ? 128 : 64;
+  if (const Status e = default_rows(m, n, rows)) return e;
+  if (*rows == 0) *rows = 64;
   return nullptr;
 }
 
@@ -167,9 +162,13 @@ Status narrow_rows(int64_t m, int64_t n, int* rows) {
 // split's 0.91 / 0.88 / 0.99x against 0.75 / 0.77 / 0.93x (a 64-row tile for one row). n = 8192,
 // m <= 64 (64-column tiles): 0.97-1.00x against 0.84-0.88x; m >= 96 (256 tiles and more): split
 // 0.62-0.80x against 0.50-0.84x. n = 2048, m = 96 to 256: 0.75-0.94x against 0.64-0.78x; m <= 48
-// (64 tiles): split 0.93-1.03x against 0.67-0.89x. The pairs (narrow) were no faster. Proposed
-// (kTallRule, off): also narrow1, on the 128-row tile, where 64-row tiles exceed one wave and
-// 128-row tiles make one wave at least half full (tall_wave; split-k there ran at 0.56-0.80x).
+// (64 tiles): split 0.93-1.03x against 0.67-0.89x. The pairs (narrow) were no faster. Where
+// 64-row tiles pass one wave: the 128-row tile where its tiles make one wave and its last is more
+// than half full (224 / 256 x 4096: 0.82 / 0.89x against split's 0.68 / 0.68x; 96 / 128 x 8192:
+// 0.85 / 0.97x against 0.85 / 0.82x), else for more than 128 rows the 64-row tile up to one wave
+// and a half (160 / 192 x 4096: 0.61 / 0.72x against 0.57 / 0.64x; the 128-row tile, its last
+// tile a quarter or half full, 0.48 / 0.60x); past that split (160 to 256 x 8192: 0.63-0.65x,
+// the narrow tiles 0.38-0.65x).
 Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v == "split" || v == "narrow" || v == "narrow1") {
@@ -179,16 +178,9 @@ Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
   if (!v.empty()) {
     return "matmul: WB_WGMMA_FEW must be split, narrow or narrow1; unset it for the default";
   }
-  *route = FewRoute::split;
-  int bn = 64;
-  int64_t tiles = 0;
-  if (const Status e = narrow_tiles(m, n, 64, &bn, &tiles)) return e;
-  if (2 * tiles >= sms() && tiles <= sms() && (bn == 64 || m >= 32)) *route = FewRoute::narrow1;
-  bool tall = false;
-  if (kTallRule) {
-    if (const Status e = tall_wave(m, n, &tall)) return e;
-  }
-  if (tall) *route = FewRoute::narrow1;
+  int rows = 0;
+  if (const Status e = default_rows(m, n, &rows)) return e;
+  *route = rows != 0 ? FewRoute::narrow1 : FewRoute::split;
   return nullptr;
 }
 

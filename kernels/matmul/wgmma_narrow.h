@@ -8,8 +8,9 @@
 //   narrow   k whole on 64 x 32 or 64 x 64 tiles, a block a tile, in clusters of two sharing
 //            a's tile (a of at most 64 rows) or b's (more) by TMA multicast;
 //   narrow1  the same tiles, no clusters (each block reads its own a and b);
-// unset, narrow1 where the narrow tiles make one wave at least half full (and a has 32 rows or
-// more on the 32-column tile), else split (few_rows_route, matmul_wgmma_narrow.cu).
+// unset, narrow1 where the 64-row tiles make one wave at least half full (and a has 32 rows or
+// more on the 32-column tile), or the 128-row tiles do, or (more than 128 rows) the 64-row tiles
+// make at most a wave and a half; else split (few_rows_route, matmul_wgmma_narrow.cu).
 //
 // The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh; WB_WGMMA_NARROW_KIND,
 // read at each call, picks one for A/B), each its own instantiation; kNarrowDeep (k128) by default.
@@ -19,11 +20,10 @@
 // On an H100, 2026-11-26, m = 64 / 128 x 4096 x 4096, cuBLAS over ours: k128 1.01-1.05x, one
 // 0.87-0.93x; two consumer warpgroups (0.83-0.91x), L2 eviction hints (0.85-0.92x), both
 // (0.83-0.90x) and skewed walks of k (0.84-0.91x) were no better than one, and were removed.
-// kNarrowTall (with kNarrowDeep; WB_WGMMA_NARROW_ROWS=128, read at each call, for A/B): a tile of
-// 128 rows, two consumer warpgroups of 64 rows each on one stage of b (384 threads), for the
-// shapes whose 64-row tiles make more than one wave (m = 160 .. 256 x n = 4096; m = 96, 128 x
-// n = 8192) but whose 128-row tiles make one wave at least half full. Off by default until it is
-// measured (few_rows_route's kTallRule).
+// kNarrowTall (with kNarrowDeep; WB_WGMMA_NARROW_ROWS=64 | 128, read at each call, picks): a tile
+// of 128 rows, two consumer warpgroups of 64 rows each on one stage of b (384 threads), by default
+// for the shapes whose 64-row tiles make more than one wave but whose 128-row tiles make one wave,
+// the last more than half full (224, 256 x 4096; 96, 128 x 8192; few_rows_route's rule).
 // This header is torch-free and device-safe: the kernel TU includes it for NarrowKind.
 #pragma once
 
