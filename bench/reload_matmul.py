@@ -23,10 +23,12 @@ from typing import Any
 from bench.common import ROOT, Spread, environment, markdown_table, parser, write_text
 from bench.reload import ALPHA, edit_for
 
-# The tensor-core epilogues' stores (wgmma: of rows of c of an even length): every pair gets + k.
+# The tensor-core epilogues' stores of pairs of c's elements: every pair gets + k. The wgmma one is
+# in wgmma_epilogue.cuh, a header of the device-only TU matmul_wgmma.kernel.cu alone (the whole-k
+# kernel's stores; c below has enough tiles for that route).
 MATMUL_EDITS = {
-    "wgmma": ("matmul_wgmma.kernel.cu", "pack2(from_acc<T>(d[4 * j]), from_acc<T>(d[4 * j + 1]))",
-              "pack2(from_acc<T>(d[4 * j] + {k}.0f), from_acc<T>(d[4 * j + 1] + {k}.0f))"),
+    "wgmma": ("wgmma_epilogue.cuh", "return pack2(from_acc<O>(x), from_acc<O>(y));",
+              "return pack2(from_acc<O>(x + {k}.0f), from_acc<O>(y + {k}.0f));"),
     "mma": ("matmul_mma.cu", "store_pair(c, m, n, r, j, acc[mi][ni][0], acc[mi][ni][1]);",
             "store_pair(c, m, n, r, j, acc[mi][ni][0] + {k}.0f, acc[mi][ni][1] + {k}.0f);"),
 }  # fmt: skip
@@ -64,8 +66,9 @@ def main(argv: list[str] | None = None) -> None:
     lib = workbench.load(kernels, namespace="bench_mm")
     x = torch.randn(1 << 16, device="cuda")
     # Small integers: every product and sum is exact in float32 and bfloat16, so c is exact.
-    a = torch.randint(-2, 3, (256, 128), device="cuda").to(torch.bfloat16)
-    b = torch.randint(-2, 3, (128, 512), device="cuda").to(torch.bfloat16)
+    # 32 x 8 tiles of 128 x 256: more than the SMs, so the whole-k kernel (not a few-rows route)
+    a = torch.randint(-2, 3, (4096, 128), device="cuda").to(torch.bfloat16)
+    b = torch.randint(-2, 3, (128, 2048), device="cuda").to(torch.bfloat16)
     ref = (a.float() @ b.float()).to(torch.bfloat16)
     times: dict[str, list[float]] = {"elementwise": [], **{p: [] for p in paths}}
     for k in range(1, args.repeats + 1):

@@ -109,3 +109,15 @@ def test_every_result_names_the_command_that_regenerates_it(result: Path) -> Non
     assert text.splitlines()[2].startswith("Regenerate: "), result.name
     named = set(re.findall(r"python3? -m bench (\w+)", " ".join(text.split())))
     assert named <= set(MODULES), named - set(MODULES)
+
+
+def test_the_reload_benches_edit_text_the_bundled_kernels_hold() -> None:
+    """reload_matmul edits one line of each tensor-core kernel and waits for its effect: the line
+    must stand exactly once in the bundled file (a refactor that moved it broke the bench on a GPU
+    host, where nothing on this one noticed)."""
+    from bench.reload_matmul import MATMUL_EDITS
+
+    for name, (file, old, new) in MATMUL_EDITS.items():
+        text = (common.ROOT / "kernels" / "matmul" / file).read_text()
+        assert text.count(old) == 1, (name, file, old)
+        assert "{k}" in new and new.format(k=3) != old, name
