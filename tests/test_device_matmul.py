@@ -42,7 +42,7 @@ WGMMA_NAMES = sorted(
         for t in ("f16", "bf16")
         for k in ("true", "false")
         for bn in (32, 64)
-        for kind in (0, 4, 12)  # NarrowKind: one, k128, k128's 128-row tile (kNarrowTall)
+        for kind in (4, 12)  # NarrowKind: the 64-row tile, the 128-row tile (kNarrowTall)
     ]
 )
 # A point of the space other than the default (kernels/matmul/spec.py): 64 x 128 tiles.

@@ -3,15 +3,14 @@ tiles, a block a tile, in clusters of two that share a's tile (tiles side by sid
 above the other) by TMA multicast (kernels/matmul/wgmma_narrow.cuh, matmul_wgmma_narrow.cu).
 WB_WGMMA_FEW, read at each call, picks a few-rows shape's route: split (the split-k route), narrow
 (clusters of two) or narrow1 (no clusters); WB_WGMMA_NARROW_BN=32 | 64 and WB_WGMMA_NARROW_PAIR=m
-| n force the tile and the clusters' direction, WB_WGMMA_NARROW_KIND=one | k128 the kernel's kind
-(stages of 64 k, or of 128 k, the default), WB_WGMMA_NARROW_ROWS=64 | 128 the tile's rows (128:
-the k128 kind's 128-row tile, two consumer warpgroups). A bad value of any is an error naming it.
+| n force the tile and the clusters' direction, WB_WGMMA_NARROW_ROWS=64 | 128 the tile's rows
+(128: the 128-row tile, two consumer warpgroups). A bad value of any is an error naming it.
 
-Without a GPU: the narrow kernels (two dtypes, two layouts of b, BN 32 and 64, each kind) compile
-for sm_90a without spills, each its own entry with its wgmma.m64nBNk16, its multicast copies and
-its remote releases, a ring of 18 (BN 32) or 14 (BN 64) stages of 64 k (9 or 7 of 128 k), 256
-threads, no L2 cache hints; the 128-row tile 384 threads and 5 or 4 stages of 128 k; the host
-launchers compile.
+Without a GPU: the narrow kernels (two dtypes, two layouts of b, BN 32 and 64, 64 and 128 rows)
+compile for sm_90a without spills, each its own entry with its wgmma.m64nBNk16, its multicast
+copies and its remote releases, a ring of 9 (BN 32) or 7 (BN 64) stages of 128 k, 256 threads, no
+L2 cache hints; the 128-row tile 384 threads and 5 or 4 stages of 128 k; the host launchers
+compile.
 On a Hopper GPU (marked cuda): every variant matches torch.matmul and the float64 product at m, n
 and k tails, both layouts of b and both dtypes; the clustered and unclustered variants give the
 same bits; a CUDA graph replays it; the route switch runs the kernel it names.
@@ -46,15 +45,9 @@ VARIANTS = [
     {"WB_WGMMA_FEW": "narrow", "WB_WGMMA_NARROW_BN": "64", "WB_WGMMA_NARROW_PAIR": "n"},
     {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_BN": "64"},
 ]
-KNOBS = (
-    "WB_WGMMA_FEW",
-    "WB_WGMMA_NARROW_BN",
-    "WB_WGMMA_NARROW_PAIR",
-    "WB_WGMMA_NARROW_KIND",
-    "WB_WGMMA_NARROW_ROWS",
-)
-# The kernel's kinds (NarrowKind bits, wgmma_narrow.h): name -> the Kind template argument.
-KINDS = {"one": 0, "k128": 4}
+KNOBS = ("WB_WGMMA_FEW", "WB_WGMMA_NARROW_BN", "WB_WGMMA_NARROW_PAIR", "WB_WGMMA_NARROW_ROWS")
+# The kernels' Kind template arguments (NarrowKind, wgmma_narrow.h), in their names.
+DEEP = 4  # kNarrowDeep: the 64-row tile, stages of 128 k
 TALL = 12  # kNarrowDeep | kNarrowTall: the 128-row tile (WB_WGMMA_NARROW_ROWS=128)
 
 
@@ -80,7 +73,7 @@ def _narrow_instances(folder: Path) -> Path:
     for t in ("bf16", "f16"):
         for kmajor in ("true", "false"):
             for bn in (32, 64):
-                for kind in (*KINDS.values(), TALL):
+                for kind in (DEEP, TALL):
                     lines.append(
                         "template __global__ void wb::matmul::wgmma_narrow_kernel<"
                         f"wb::{t}, {kmajor}, {bn}, {kind}>({maps}, {maps}, wb::{t}*, int, int, "
@@ -97,22 +90,20 @@ def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> 
     done = _nvcc(tmp_path, "--ptx", "-o", "narrow.ptx", source=source)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "narrow.ptx").read_text())[1:]
-    assert len(entries) == 8 * (len(KINDS) + 1)
+    assert len(entries) == 8 * 2
     for entry in entries:
         assert entry.startswith("_ZN2wb6matmul19wgmma_narrow_kernel")
         bn, kind = map(int, re.findall(r"Li(\d+)E", entry.split("(")[0]))
-        deep, tall = kind & 4, kind & 8
+        assert kind in (DEEP, TALL)
+        tall = kind == TALL
         assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16" in entry
         assert f".maxntid {384 if tall else 256}, 1, 1" in entry
-        # The stages: 18 of 12 KiB (BN 32) or 14 of 16 KiB (BN 64), two mbarriers each; 128-k
-        # stages twice the bytes, 9 or 7; the 128-row tile's (128 + BN) rows of 256 bytes, 40 or
-        # 48 KiB: 5 or 4 of 227 KiB.
-        stages = (18 if bn == 32 else 14) // (2 if deep else 1)
-        if tall:
-            stages = 5 if bn == 32 else 4
+        # The stages, two mbarriers each: (64 + BN) rows of 256 bytes, 24 or 32 KiB: 9 (BN 32) or
+        # 7 (BN 64) of 227 KiB; the 128-row tile's (128 + BN) rows, 40 or 48 KiB: 5 or 4.
+        stages = (5 if bn == 32 else 4) if tall else (9 if bn == 32 else 7)
         assert re.search(rf"E4full\[{8 * stages}\];", entry)
-        # a's half, or b's, a box of 64 k each
-        assert entry.count(".multicast::cluster") == (4 if deep else 2)
+        # a's half, or b's, for each of a stage's two boxes of 64 k
+        assert entry.count(".multicast::cluster") == 4
         # the remote release, at CTA scope: `.release.cluster` costs a GPU-wide barrier an arrive
         assert "mbarrier.arrive.shared::cluster.b64" in entry
         assert "mbarrier.arrive.release.cluster" not in entry
@@ -122,7 +113,7 @@ def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> 
     done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "narrow.cubin", source=source)
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
-    assert len(spills) == 8 * (len(KINDS) + 1), done.stderr
+    assert len(spills) == 8 * 2, done.stderr
     assert all(s == ("0", "0") for s in spills), done.stderr
     # The 128-row tile's 384 threads start with 168 registers (no setmaxnreg): ptxas fits them.
     tall = [f for f in done.stderr.split("Compiling entry function")[1:] if "Li12E" in f[:120]]
@@ -202,30 +193,6 @@ def test_every_variant_is_right(
     assert torch.equal(got[3].view(torch.int16), got[4].view(torch.int16))  # BN 64
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("k", DEPTHS)
-@pytest.mark.parametrize(("n", "col"), [(4096, False), (4096, True), (4104, False), (4104, True)])
-@pytest.mark.parametrize("m", [33, 64, 100, 128])
-def test_every_kind_is_right(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, col: bool, k: int, dtype: Any
-) -> None:
-    """Each WB_WGMMA_NARROW_KIND, unpaired and paired, is within the family's bound; k128 (the
-    plain kernel's sums in its order) gives one's bits, and each kind the same bits paired and
-    unpaired."""
-    if not _hopper():
-        pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(m, n, k, col, dtype)
-    got = {}
-    for kind in KINDS:
-        for route in ("narrow1", "narrow"):
-            _use(monkeypatch, {"WB_WGMMA_FEW": route, "WB_WGMMA_NARROW_KIND": kind})
-            got[kind, route] = lib.matmul(a, b).view(torch.int16)
-            _within_tolerance(lib, got[kind, route].view(dtype), a, b)
-        assert torch.equal(got[kind, "narrow1"], got[kind, "narrow"]), kind
-    assert torch.equal(got["k128", "narrow1"], got["one", "narrow1"])
-
-
 TALL_ROWS = [65, 128, 160, 192, 200, 256]
 TALL_COLUMNS = [(n, col) for n in (4096, 4104, 8192) for col in (False, True)]
 
@@ -275,36 +242,18 @@ def test_the_128_row_tile_in_clusters_gives_the_same_bits(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize(("rows", "kind"), [("64", 4), ("128", TALL)])
+@pytest.mark.parametrize(("rows", "kind"), [("64", DEEP), ("128", TALL)])
 def test_the_rows_switch_runs_its_kernel(
     lib: Any, monkeypatch: pytest.MonkeyPatch, rows: str, kind: int
 ) -> None:
-    """WB_WGMMA_NARROW_ROWS=128 runs the 128-row tile's kernel (Kind 12); with
-    WB_WGMMA_NARROW_KIND=one (64-k stages, which it has not) it is refused by name."""
+    """WB_WGMMA_NARROW_ROWS=64 runs the 64-row tile's kernel (Kind 4), 128 the 128-row tile's
+    (Kind 12)."""
     if not _hopper():
         pytest.skip("the wgmma path runs on sm_90")
     a, b = _operands(192, 4096, 4096, False, torch.bfloat16)
     _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_ROWS": rows})
     names = _kernels_run(lambda: lib.matmul(a, b))
     assert re.search(rf"wgmma_narrow_kernel<[^>]*,\s*(?:\(int\))?{kind}>", names), names
-    monkeypatch.setenv("WB_WGMMA_NARROW_KIND", "one")
-    if rows == "128":
-        with pytest.raises(RuntimeError, match="WB_WGMMA_NARROW_ROWS"):
-            lib.matmul(a, b)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("kind", KINDS)
-def test_the_kind_switch_runs_its_kernel(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, kind: str
-) -> None:
-    """WB_WGMMA_NARROW_KIND runs wgmma_narrow_kernel with its Kind argument."""
-    if not _hopper():
-        pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(64, 4096, 4096, False, torch.bfloat16)
-    _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_KIND": kind})
-    names = _kernels_run(lambda: lib.matmul(a, b))
-    assert re.search(rf"wgmma_narrow_kernel<[^>]*,\s*(?:\(int\))?{KINDS[kind]}>", names), names
 
 
 @pytest.mark.cuda
@@ -373,7 +322,7 @@ def test_the_default_rule_on_an_h100() -> None:
 def test_the_default_route_of_a_few_rows_shape(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int
 ) -> None:
-    """Unset, a few-rows shape runs the narrow tile unpaired (the k128 kind) where the rule says
+    """Unset, a few-rows shape runs the narrow tile unpaired where the rule says
     (_default_rows, at this GPU's SM count), else the split-k route's kernel; c within
     the family's bound either way."""
     if not _hopper():
@@ -384,7 +333,7 @@ def test_the_default_route_of_a_few_rows_shape(
     rows = _default_rows(m, n, torch.cuda.get_device_properties(0).multi_processor_count)
     if rows:
         assert "wgmma_narrow_kernel" in names and "split_kernel" not in names, names
-        kind = TALL if rows == 128 else 4  # kNarrowDeep (k128), or its 128-row tile
+        kind = TALL if rows == 128 else DEEP
         assert f"Li{kind}EEE" in names or f", {kind}>" in names, names
     else:  # the split-k route, or the built tile where it finds no split worth it
         assert "narrow" not in names and "wgmma_" in names, names

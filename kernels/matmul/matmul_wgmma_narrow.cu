@@ -12,10 +12,9 @@
 // (WB_WGMMA_FEW=narrow), the blocks run in clusters of two that share one operand's tile by TMA
 // multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
 // other); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
-// few_rows_route (the rule, and WB_WGMMA_FEW). WB_WGMMA_NARROW_KIND=one | k128 picks the kernel's
-// kind (NarrowKind, wgmma_narrow.h; k128, 128-k stages, by default). WB_WGMMA_NARROW_ROWS=64 | 128
-// picks the tile's rows: 128 is the k128 kind's 128-row tile (two consumer warpgroups, kNarrowTall)
-// and BN counts 128-row tiles; unset, the default's (default_rows).
+// few_rows_route (the rule, and WB_WGMMA_FEW). Stages of 128 k (NarrowKind, wgmma_narrow.h).
+// WB_WGMMA_NARROW_ROWS=64 | 128 picks the tile's rows: 128 is the 128-row tile (two consumer
+// warpgroups, kNarrowTall) and BN counts 128-row tiles; unset, the default's (default_rows).
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_narrow.py
 #include <cstdlib>
@@ -41,26 +40,18 @@ WB_DEVICE_TEMPLATE(kNarrowTall64Shape, "matmul_wgmma.kernel.cu",
 
 namespace {
 
-// The kinds WB_WGMMA_NARROW_KIND names (NarrowKind, wgmma_narrow.h), each its own kernel.
-struct NamedKind {
-  std::string_view name;
-  int kind;
-};
-constexpr NamedKind kKinds[] = {{"one", kNarrowOne}, {"k128", kNarrowDeep}};
-constexpr int kTallKind = kNarrowDeep | kNarrowTall;  // the 128-row tile's kernel
-
+// The kernel of the 64-row tile (kNarrowDeep) or the 128-row one (tall: kNarrowTallKind).
 template <typename T, bool BKMajor, int BN>
-const DeviceKernel& narrow_kernel_of(int kind) {
-  if (kind == kTallKind) return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<kTallKind>>;
-  if (kind == kNarrowDeep) return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowDeep}>>;
-  return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowOne}>>;
+const DeviceKernel& narrow_kernel_of(bool tall) {
+  if (tall) return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<kNarrowTallKind>>;
+  return kernel<&kNarrow, T, Val<BKMajor>, Val<BN>, Val<int{kNarrowDeep}>>;
 }
 template <typename T>
-const DeviceKernel& narrow_kernel(bool b_kmajor, int bn, int kind) {
+const DeviceKernel& narrow_kernel(bool b_kmajor, int bn, bool tall) {
   if (b_kmajor) {
-    return bn == 32 ? narrow_kernel_of<T, true, 32>(kind) : narrow_kernel_of<T, true, 64>(kind);
+    return bn == 32 ? narrow_kernel_of<T, true, 32>(tall) : narrow_kernel_of<T, true, 64>(tall);
   }
-  return bn == 32 ? narrow_kernel_of<T, false, 32>(kind) : narrow_kernel_of<T, false, 64>(kind);
+  return bn == 32 ? narrow_kernel_of<T, false, 32>(tall) : narrow_kernel_of<T, false, 64>(tall);
 }
 
 // An environment switch's value ("" where unset).
@@ -102,21 +93,6 @@ Status narrow_pair(int64_t m, int rows, int* pair) {
   return nullptr;
 }
 
-// The kernel's kind: WB_WGMMA_NARROW_KIND (one of kKinds' names), else k128 (kNarrowDeep: on an
-// H100 at m = 64 and 128 x 4096 x 4096, 1.03x cuBLAS against the plain kernel's 0.89 / 0.86x).
-Status narrow_kind(int* kind) {
-  const std::string_view v = env("WB_WGMMA_NARROW_KIND");
-  *kind = kNarrowDeep;
-  if (v.empty()) return nullptr;
-  for (const NamedKind& named : kKinds) {
-    if (v == named.name) {
-      *kind = named.kind;
-      return nullptr;
-    }
-  }
-  return "matmul: WB_WGMMA_NARROW_KIND must be one or k128; unset it for the default (k128)";
-}
-
 // The narrow tiles of rows x BN (BN by narrow_bn) on c of m x n.
 Status narrow_tiles(int64_t m, int64_t n, int rows, int* bn, int64_t* tiles) {
   if (const Status e = narrow_bn(m, n, rows, bn)) return e;
@@ -154,7 +130,7 @@ Status narrow_rows(int64_t m, int64_t n, int* rows) {
 
 }  // namespace
 
-// The default: narrow1 (k whole on the narrow tile, no clusters, the k128 kind) where its tiles
+// The default: narrow1 (k whole on the narrow tile, no clusters) where its tiles
 // make one wave at least half full (SMs / 2 <= tiles <= SMs) and, on the 32-column tile, a has
 // at least 32 rows; else split. Measured on an H100, 2026-11-26, bfloat16, k = 4096, cuBLAS over
 // ours (bench/results/kernels.md, fourth pass): n = 4096, m = 32 / 48 / 64 / 96 / 128: 0.91 /
@@ -187,21 +163,13 @@ Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
 template <typename T>
 Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
                            bool b_kmajor, bool paired, Stream stream) {
-  int rows = 64, bn = 64, pair = kNarrowAlone, kind = kNarrowOne;
+  int rows = 64, bn = 64, pair = kNarrowAlone;
   if (const Status e = narrow_rows(m, n, &rows)) return e;
   if (const Status e = narrow_bn(m, n, rows, &bn)) return e;
   if (paired) {
     if (const Status e = narrow_pair(m, rows, &pair)) return e;
   }
-  if (const Status e = narrow_kind(&kind)) return e;
-  if (rows == 128) {
-    if (kind != kNarrowDeep) {
-      return "matmul: WB_WGMMA_NARROW_ROWS=128 runs the k128 kind only; unset "
-             "WB_WGMMA_NARROW_KIND or set it to k128";
-    }
-    kind = kTallKind;
-  }
-  // The block's threads and shared memory: the tile's (the 64-row kinds have the same).
+  // The block's threads and shared memory: the tile's.
   const DeviceGlobal& shape =
       rows == 128 ? (bn == 32 ? global<&kNarrowTall32Shape> : global<&kNarrowTall64Shape>)
                   : (bn == 32 ? global<&kNarrow32Shape> : global<&kNarrow64Shape>);
@@ -230,7 +198,7 @@ Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int
   LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads),
                       static_cast<unsigned>(tile.smem)};
   if (pair != kNarrowAlone) config.cluster = Dim3{2, 1, 1};
-  return narrow_kernel<T>(b_kmajor, bn, kind)
+  return narrow_kernel<T>(b_kmajor, bn, rows == 128)
       .launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), pair);
 }

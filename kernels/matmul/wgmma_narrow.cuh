@@ -7,9 +7,11 @@
 // One block a 64 x BN tile of c (BN = 32 or 64; not persistent: the launcher picks BN so that
 // the tiles about fill the SMs once, as 64 x 32 does for m = 64 x n = 4096: 128 tiles), 256
 // threads: warpgroup 0's thread 0 issues the TMA copies, warpgroup 1 runs wgmma.m64nBNk16 on
-// them. A ring of as many stages as fit 227 KiB (a stage: 64 + BN rows of 128 bytes; 18 stages
-// for BN = 32, 14 for BN = 64): such a shape waits on memory, and the deep ring keeps the most of
-// it in flight. Its own kernel (wgmma_narrow_kernel): nothing of it runs in the other kernels.
+// them. A stage holds 128 k: two 64-k boxes of each operand, the second box's tiles right after
+// the first's (8 wgmma a stage). A ring of as many stages as fit 227 KiB (a stage: 64 + BN rows of
+// 256 bytes; 9 stages for BN = 32, 7 for BN = 64): such a shape waits on memory, and the deep ring
+// keeps the most of it in flight. Its own kernel (wgmma_narrow_kernel): nothing of it runs in the
+// other kernels.
 //
 // `pair` (NarrowPair; the launch's cluster of two where not kNarrowAlone): the two blocks of a
 // cluster take neighbouring tiles that share one operand's tile, and each copies half of that
@@ -31,10 +33,8 @@
 // swizzle (descriptor layout type 2; an 8-row atom is 512 bytes, SBO = 512); every other tile
 // here is the kernel's 128-byte one (see matmul_wgmma.kernel.cu's header for the layouts).
 //
-// Kind (NarrowKind, wgmma_narrow.h; the launcher's WB_WGMMA_NARROW_KIND): kNarrowOne, stages of
-// 64 k; kNarrowDeep, stages of 128 k: two 64-k boxes of each operand, the second box's tiles right
-// after the first's (8 wgmma a stage; half the stages of twice the bytes, the same ring).
-// kNarrowDeep | kNarrowTall: the 128-row tile (BM = 128), 384 threads: the producer as above and
+// Kind (NarrowKind, wgmma_narrow.h): kNarrowDeep, the 64-row tile above; kNarrowTallKind
+// (kNarrowDeep | kNarrowTall): the 128-row tile (BM = 128), 384 threads: the producer as above and
 // two consumer warpgroups, warpgroup 1 + w running its own wgmma.m64nBNk16 on rows 64w .. 64w + 63
 // of a's stage (a's box: 128 rows) and the whole of b's, which they share; a stage is released
 // once both consumers arrived. Stages of (128 + BN) rows of 256 bytes (40 KiB for BN 32, 48 KiB
@@ -46,14 +46,14 @@
 
 namespace wb::matmul {
 
-template <int BN_, int Kind_ = kNarrowOne>
+template <int BN_, int Kind_ = kNarrowDeep>
 struct NarrowTile {
   static constexpr int BN = BN_, Kind = Kind_;
   static constexpr int kConsumers = Kind & kNarrowTall ? 2 : 1;  // warpgroups of 64 rows each
   static constexpr int BM = 64 * kConsumers;
-  static constexpr int kThreads = 128 * (1 + kConsumers);    // the producer warpgroup, consumers
-  static constexpr int kBoxes = Kind & kNarrowDeep ? 2 : 1;  // 64-k boxes of each operand a stage
-  static constexpr int KB = kBoxes * kBK;                    // k a stage
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // the producer warpgroup, consumers
+  static constexpr int kBoxes = 2;                         // 64-k boxes of each operand a stage
+  static constexpr int KB = kBoxes * kBK;                  // k a stage
   static constexpr int kBoxA = BM * kRowBytes, kBoxB = BN * kRowBytes;      // a box's bytes
   static constexpr int kBytesA = kBoxes * kBoxA, kBytesB = kBoxes * kBoxB;  // per stage
   static constexpr int kAtomBytes = 8 * kRowBytes;  // the stages' alignment: a 128-byte atom
@@ -75,7 +75,7 @@ struct NarrowTile {
   static_assert(BN == 32 || BN == 64, "the narrow tile: BN 32 or 64");
   static_assert(kSmemBytes + 16 * STAGES <= kSmemPerBlock, "the ring exceeds 227 KiB");
   static_assert(STAGES >= 4, "a ring of at least 4 stages");
-  static_assert(!(Kind & kNarrowTall) || (Kind & kNarrowDeep), "the 128-row tile: 128-k stages");
+  static_assert(Kind == kNarrowDeep || Kind == kNarrowTallKind, "a NarrowKind: 64 or 128 rows");
   static_assert(kRegsPerSm / kThreads >= BN / 2 + 32, "the accumulators fit without setmaxnreg");
 };
 
@@ -214,16 +214,15 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
   store_tile<T, Tl::BN>(c, m, n, row, col, d);
 }
 
-// The tiles for the host launcher (it reads the block's threads and shared memory here; the
-// 64-row kinds have the same; the 128-row tile its own).
+// The tiles for the host launcher (it reads the block's threads and shared memory here): the
+// 64-row tile's and the 128-row tile's.
 __constant__ WgmmaShape wgmma_narrow32_shape = shape_of<NarrowTile<32>>(0);
 __constant__ WgmmaShape wgmma_narrow64_shape = shape_of<NarrowTile<64>>(0);
-constexpr int kNarrowTallKind = kNarrowDeep | kNarrowTall;
 __constant__ WgmmaShape wgmma_narrow_tall32_shape = shape_of<NarrowTile<32, kNarrowTallKind>>(0);
 __constant__ WgmmaShape wgmma_narrow_tall64_shape = shape_of<NarrowTile<64, kNarrowTallKind>>(0);
 
 // c = a @ b on BM x BN tiles, k whole, a block a tile; pair: NarrowPair (the launch's clusters);
-// Kind: NarrowKind (kNarrowOne, kNarrowDeep or kNarrowDeep | kNarrowTall).
+// Kind: NarrowKind (kNarrowDeep, or kNarrowTallKind for the 128-row tile).
 template <typename T, bool BKMajor, int BN, int Kind>
 __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? NarrowTile<BN, Kind>::kThreads : 1, 1)
     wgmma_narrow_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], 64 k x BM boxes
@@ -231,10 +230,8 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? NarrowTile<BN, Kind>::kThread
                         T* __restrict__ c,                        // [m, n]
                         int m, int n, int k, int pair) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
+  // The tile whose shape the launcher reads (wgmma_narrow*_shape) for the launch.
   using Tl = NarrowTile<BN, Kind>;
-  // The launch's threads and shared memory are those of the shape the launcher reads.
-  using Shaped = NarrowTile<BN, Kind & kNarrowTall ? kNarrowTallKind : kNarrowOne>;
-  static_assert(Tl::kThreads == Shaped::kThreads && Tl::kSmemBytes == Shaped::kSmemBytes);
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   narrow_tile<Tl, T, BKMajor>(map_a, map_b, c, m, n, k, pair, smem_raw, full, empty);

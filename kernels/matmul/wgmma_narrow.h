@@ -12,18 +12,15 @@
 // more on the 32-column tile), or the 128-row tiles do, or (more than 128 rows) the 64-row tiles
 // make at most a wave and a half; else split (few_rows_route, matmul_wgmma_narrow.cu).
 //
-// The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh; WB_WGMMA_NARROW_KIND,
-// read at each call, picks one for A/B), each its own instantiation; kNarrowDeep (k128) by default.
-//   kNarrowOne   the plain kernel: stages of 64 k (one box of each operand);
-//   kNarrowDeep  a stage holds 128 k (two 64-k boxes of each operand): half the stages, half
-//                the mbarrier round trips a k.
-// On an H100, 2026-11-26, m = 64 / 128 x 4096 x 4096, cuBLAS over ours: k128 1.01-1.05x, one
-// 0.87-0.93x; two consumer warpgroups (0.83-0.91x), L2 eviction hints (0.85-0.92x), both
-// (0.83-0.90x) and skewed walks of k (0.84-0.91x) were no better than one, and were removed.
-// kNarrowTall (with kNarrowDeep; WB_WGMMA_NARROW_ROWS=64 | 128, read at each call, picks): a tile
-// of 128 rows, two consumer warpgroups of 64 rows each on one stage of b (384 threads), by default
-// for the shapes whose 64-row tiles make more than one wave but whose 128-row tiles make one wave,
-// the last more than half full (224, 256 x 4096; 96, 128 x 8192; few_rows_route's rule).
+// The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh), each its own
+// instantiation: stages of 128 k (two 64-k boxes of each operand), on the 64-row tile (kNarrowDeep)
+// or, with kNarrowTall (WB_WGMMA_NARROW_ROWS=64 | 128, read at each call, picks), the 128-row tile:
+// two consumer warpgroups of 64 rows each on one stage of b (384 threads), by default for the
+// shapes whose 64-row tiles make more than one wave but whose 128-row tiles make one wave, the
+// last more than half full (224, 256 x 4096; 96, 128 x 8192; few_rows_route's rule).
+// Removed: 64-k stages, 0.87-0.93x cuBLAS against 128-k stages' 1.01-1.05x, H100, 2026-11-26
+// (m = 64 / 128 x 4096 x 4096); on 64-k stages, two consumer warpgroups (0.83-0.91x), L2 eviction
+// hints (0.85-0.92x), both (0.83-0.90x) and skewed walks of k (0.84-0.91x) were no better.
 // This header is torch-free and device-safe: the kernel TU includes it for NarrowKind.
 #pragma once
 
@@ -31,9 +28,10 @@
 
 namespace wb::matmul {
 
-// The values are the kernels' Kind template arguments, so in their names (k128's end in Li4E).
-// kNarrowTall is a bit: kNarrowDeep | kNarrowTall (12) is the 128-row tile's kernel.
-enum NarrowKind : int { kNarrowOne = 0, kNarrowDeep = 4, kNarrowTall = 8 };
+// The values are the kernels' Kind template arguments, so in their names (the 64-row tile's end
+// in Li4E, the 128-row tile's in Li12E): kNarrowTall is a bit on kNarrowDeep.
+enum NarrowKind : int { kNarrowDeep = 4, kNarrowTall = 8 };
+constexpr int kNarrowTallKind = kNarrowDeep | kNarrowTall;  // the 128-row tile's kernel
 
 enum class FewRoute { split, narrow, narrow1 };
 
