@@ -23,12 +23,16 @@ from typing import Any
 from bench.common import ROOT, Spread, environment, markdown_table, parser, write_text
 from bench.reload import ALPHA, edit_for
 
-# The tensor-core epilogues' stores of pairs of c's elements: every pair gets + k. The wgmma one is
-# in wgmma_epilogue.cuh, a header of the device-only TU matmul_wgmma.kernel.cu alone (the whole-k
-# kernel's stores; c below has enough tiles for that route).
+# One line of each tensor-core kernel, edited so that c[0, 0] gets + k. wgmma: the device-only TU
+# matmul_wgmma.kernel.cu itself (its module holds the whole-k and split-k kernels; the narrow
+# route's is matmul_wgmma_narrow.kernel.cu's), in wgmma_units between the main loop and the
+# epilogue: d[0] of each consumer thread gets + k, and thread 0 of consumer 0 holds c[row0, col0]
+# there, which the whole-k kernel stores at c[0, 0] for its first tile (c below has enough tiles
+# for that route). mma: the epilogue's stores of pairs, every pair + k.
 MATMUL_EDITS = {
-    "wgmma": ("wgmma_epilogue.cuh", "return pack2(from_acc<O>(x), from_acc<O>(y));",
-              "return pack2(from_acc<O>(x + {k}.0f), from_acc<O>(y + {k}.0f));"),
+    "wgmma": ("matmul_wgmma.kernel.cu",
+              "const int64_t row0 = int64_t{tile_m} * Tl::BM + consumer * 64;",
+              "d[0] += {k}.0f; const int64_t row0 = int64_t{{tile_m}} * Tl::BM + consumer * 64;"),
     "mma": ("matmul_mma.cu", "store_pair(c, m, n, r, j, acc[mi][ni][0], acc[mi][ni][1]);",
             "store_pair(c, m, n, r, j, acc[mi][ni][0] + {k}.0f, acc[mi][ni][1] + {k}.0f);"),
 }  # fmt: skip

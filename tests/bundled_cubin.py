@@ -15,6 +15,8 @@ from workbench.config import CUDA_FLAGS, cuda_flags
 from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
 
 WGMMA = BUNDLED_KERNELS / "matmul" / "matmul_wgmma.kernel.cu"
+# The narrow route's device-only TU (wgmma_narrow_kernel), a module of its own.
+WGMMA_NARROW = BUNDLED_KERNELS / "matmul" / "matmul_wgmma_narrow.kernel.cu"
 
 
 def compile_cubin(tmp: Path, source: Path, arch: str) -> dict[str, cubin.Kernel]:

@@ -7,6 +7,7 @@ launched (tests/test_matmul.py and `wb check matmul --device cuda` run it on a G
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -35,7 +36,12 @@ WGMMA_NAMES = sorted(
         for k in ("true", "false")
         for wide in ("true", "false")
     ]
-    + [f"&wb::matmul::wgmma_narrow{bn}_shape" for bn in (32, 64)]
+)
+# The narrow route's device-only TU, a module of its own: an edit of either TU compiles its own
+# names alone.
+NARROW_FILE = "matmul_wgmma_narrow.kernel.cu"
+NARROW_NAMES = sorted(
+    [f"&wb::matmul::wgmma_narrow{bn}_shape" for bn in (32, 64)]
     + [f"&wb::matmul::wgmma_narrow_tall{bn}_shape" for bn in (32, 64)]
     + [
         f"wb::matmul::wgmma_narrow_kernel<wb::{t},{k},{bn},{kind}>"
@@ -59,6 +65,7 @@ def test_a_tile_variant_compiles_only_the_device_only_tu_and_is_a_build_of_its_o
     # The launcher names its kernels and tile variables, read from its compiled object.
     kernels = lister.listed_kernels(project, plain_family, config, plain)
     assert sorted(e for f, e in kernels if f == FILE) == WGMMA_NAMES
+    assert sorted(e for f, e in kernels if f == NARROW_FILE) == NARROW_NAMES
 
     tile = variant(plain_family, POINT)
     assert device.device_defines(project, tile, config) == tile.defines
@@ -67,14 +74,30 @@ def test_a_tile_variant_compiles_only_the_device_only_tu_and_is_a_build_of_its_o
     assert built.compiled == []  # every host object is the plain build's
     assert built.key != plain.key  # ... but its modules differ: a build of its own
 
-    (plain_module,) = device.ensure(project, plain_family, config, kernels)
-    (tile_module,) = device.ensure(project, tile, config, kernels)
+    plain_modules = {m.file: m for m in device.ensure(project, plain_family, config, kernels)}
+    tile_modules = {m.file: m for m in device.ensure(project, tile, config, kernels)}
+    assert set(plain_modules) == set(tile_modules) == {FILE, NARROW_FILE}  # a module a TU
+    for file, names in ((FILE, WGMMA_NAMES), (NARROW_FILE, NARROW_NAMES)):
+        assert {n for i in plain_modules[file].images for n in i.lowered} == set(names)
+    plain_module, tile_module = plain_modules[FILE], tile_modules[FILE]
     assert plain_module.key != tile_module.key
     lowered = {n: m for image in tile_module.images for n, m in image.lowered.items()}
     assert lowered["&wb::matmul::wgmma_shape"] == "_ZN2wb6matmul11wgmma_shapeE"
     # The point's options reached NVRTC (the next test shows them in the kernel itself).
     meta = [image.path.with_suffix(".json").read_text() for image in tile_module.images]
     assert any("-DWB_TUNE_BN=128" in m for m in meta)
+
+
+def test_the_whole_k_and_narrow_kernels_are_device_only_tus_that_include_neither_other() -> None:
+    """An edit of one kernel's source compiles that TU's names alone (a module's key reads the
+    TU and the headers it includes): the two share only wgmma_module.cuh and what it includes."""
+    project = discover()
+    folder = project.family("matmul").dir
+    wgmma = {Path(h).name for h in device.includes(folder / FILE, project.include_dirs)}
+    narrow = {Path(h).name for h in device.includes(folder / NARROW_FILE, project.include_dirs)}
+    assert "wgmma_module.cuh" in wgmma & narrow
+    assert "wgmma_narrow.cuh" in narrow and "wgmma_narrow.cuh" not in wgmma
+    assert FILE not in narrow and NARROW_FILE not in wgmma
 
 
 @needs_nvrtc

@@ -1,6 +1,7 @@
 """The wgmma matmul's narrow route for an a of few rows (issue 37): k whole on 64 x 32 or 64 x 64
 tiles, a block a tile, in clusters of two that share a's tile (tiles side by side) or b's (one
-above the other) by TMA multicast (kernels/matmul/wgmma_narrow.cuh, matmul_wgmma_narrow.cu).
+above the other) by TMA multicast (kernels/matmul/wgmma_narrow.cuh in the device-only TU
+matmul_wgmma_narrow.kernel.cu; its launcher matmul_wgmma_narrow.cu).
 WB_WGMMA_FEW, read at each call, picks a few-rows shape's route: split (the split-k route), narrow
 (clusters of two) or narrow1 (no clusters); WB_WGMMA_NARROW_BN=32 | 64 and WB_WGMMA_NARROW_PAIR=m
 | n force the tile and the clusters' direction, WB_WGMMA_NARROW_ROWS=64 | 128 the tile's rows
@@ -26,7 +27,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.bundled_cubin import WGMMA, assert_matmul_graph_replays
+from tests.bundled_cubin import WGMMA_NARROW, assert_matmul_graph_replays
 from workbench import toolchain
 from workbench.config import cuda_flags
 from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
@@ -69,7 +70,7 @@ def _nvcc(folder: Path, *args: str, source: Path) -> subprocess.CompletedProcess
 
 def _narrow_instances(folder: Path) -> Path:
     maps = "const __grid_constant__ wb::matmul::TensorMap"
-    lines = [f'#include "{WGMMA}"']
+    lines = [f'#include "{WGMMA_NARROW}"']
     for t in ("bf16", "f16"):
         for kmajor in ("true", "false"):
             for bn in (32, 64):

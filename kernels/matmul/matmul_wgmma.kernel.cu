@@ -37,9 +37,14 @@
 // order (deterministic: no atomics). The launcher picks one per call (matmul_wgmma.cu,
 // plan_split).
 //
-// A fourth, wgmma_narrow_kernel (wgmma_narrow.cuh, included at the end), runs the few-rows shapes
-// k whole on 64 x 32 or 64 x 64 tiles, a block a tile, in clusters of two sharing a's or b's tile
-// by TMA multicast (the launcher's WB_WGMMA_FEW=narrow; matmul_wgmma_narrow.cu).
+// The module holds these three kernels (each for f16 and bf16 and both layouts of b; the cluster
+// sum on both tiles) and wgmma_shape, wgmma_split_shape and wgmma_wide_split_shape. A fourth,
+// wgmma_narrow_kernel, runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64
+// columns, a block a tile, in clusters of two sharing a's or b's tile by TMA multicast (the
+// launcher's WB_WGMMA_FEW=narrow; matmul_wgmma_narrow.cu): it is a device-only TU and module of
+// its own, matmul_wgmma_narrow.kernel.cu, so that an edit of either compiles its own kernels
+// alone. What both use (TensorMap, the sm_90 limits, WB_WGMMA_IMAGE, shape_of) is
+// wgmma_module.cuh.
 //
 // The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
 // WB_TUNE_CONSUMERS, WB_TUNE_STAGES and WB_TUNE_BLOCKS (blocks an SM) below; the plain build is
@@ -62,43 +67,13 @@
 //     d[4j], d[4j+1] at row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 * (t % 4) + {0, 1},
 //     and d[4j+2], d[4j+3] eight rows below.
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
-#include "matmul/tensor_core_device.cuh"
-#include "matmul/wgmma.cuh"
-#include "matmul/wgmma_epilogue.cuh"
-#include "matmul/wgmma_shape.h"
-#include "wb/types.h"
-
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WB_WGMMA_IMAGE 0  // wgmma and setmaxnreg exist only on sm_90a: this arch gets a stub
-#else
-#define WB_WGMMA_IMAGE 1
-#endif
+#include "matmul/wgmma_module.cuh"  // TensorMap, the limits, WB_WGMMA_*, shape_of
 
 namespace wb::matmul {
 
-// A TMA tensor map (the driver's CUtensorMap: 128 opaque bytes, 64-byte aligned), made by the
-// host launcher and passed by value as a __grid_constant__ parameter.
-struct alignas(64) TensorMap {
-  unsigned long long opaque[16];
-};
-
-// sm_90 limits the tile must fit (CUDA C++ Programming Guide, compute capability 9.0).
-constexpr int kSmemPerBlock = 227 * 1024;  // a block's shared memory, with the opt-in attribute
-constexpr int kSmemPerSm = 228 * 1024;     // an SM's, of which each resident block reserves:
-constexpr int kSmemReserved = 1024;
-constexpr int kRegsPerSm = 65536;
-
 // The point of the tuning space this TU is built at (kernels/matmul/spec.py declares the space
 // and repeats kSmemBytes and the register split below in its `where`; tests/test_tune_matmul.py
-// checks that the defaults here are the space's default).
-// Built at a point of the space (wb tune sets every parameter), not as the plain build: the
-// launcher then runs this tile for every shape, and routes none to the split-k kernel.
-#if defined(WB_TUNE_BN) || defined(WB_TUNE_CONSUMERS) || defined(WB_TUNE_STAGES) || \
-    defined(WB_TUNE_BLOCKS)
-#define WB_WGMMA_TUNED 1
-#else
-#define WB_WGMMA_TUNED 0
-#endif
+// checks that the defaults here are the space's default; WB_WGMMA_TUNED: wgmma_module.cuh).
 #ifndef WB_TUNE_BN
 #define WB_TUNE_BN 256  // columns of c a tile: the N of wgmma.m64nNk16
 #endif
@@ -194,14 +169,8 @@ struct ClusterSplitTileOf<BKMajor, true> {
 template <bool BKMajor, bool Wide>
 using ClusterSplitTile = typename ClusterSplitTileOf<BKMajor, Wide>::type;
 
-// The tiles, for the host launcher (wb/module.h's wb::global): the same for both layouts of b.
+// The tiles, for the host launcher (wb/module.h's wb::global; shape_of: wgmma_module.cuh).
 // wgmma_shape.tuned: built at a point of the tuning space, which the launcher runs as it is.
-template <typename Tl>
-constexpr WgmmaShape shape_of(int tuned) {
-  return {Tl::BM,         Tl::BN,         kBK,
-          Tl::kThreads,   Tl::kSmemBytes, Tl::BLOCKS,
-          Tl::kEntryRegs, tuned,          Tl::kStaged ? Tl::kStageBytes : 0};
-}
 __constant__ WgmmaShape wgmma_shape = shape_of<DefaultTile<false>>(WB_WGMMA_TUNED);
 __constant__ WgmmaShape wgmma_split_shape = shape_of<SplitTile<false>>(0);
 __constant__ WgmmaShape wgmma_wide_split_shape = shape_of<WideSplitTile<false>>(0);
@@ -460,6 +429,3 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wid
 }
 
 }  // namespace wb::matmul
-
-// The narrow whole-k route for an a of few rows (its own kernel, wgmma_narrow_kernel).
-#include "matmul/wgmma_narrow.cuh"  // IWYU pragma: keep

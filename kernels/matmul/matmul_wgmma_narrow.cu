@@ -1,5 +1,6 @@
 // matmul_wgmma_narrow.cu: the host launcher of the wgmma matmul's narrow route for an a of few
-// rows (the kernel is wgmma_narrow_kernel, wgmma_narrow.cuh in matmul_wgmma.kernel.cu's module).
+// rows (the kernel is wgmma_narrow_kernel, wgmma_narrow.cuh, in the device-only TU
+// matmul_wgmma_narrow.kernel.cu, a module of its own).
 //
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j]
 //   a: [m, k] row-major; b: [k, n] row-major (n-major) or column-major (k-major); rows 16-byte
@@ -30,12 +31,14 @@
 
 namespace wb::matmul {
 
-WB_DEVICE_TEMPLATE(kNarrow, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow_kernel");
-WB_DEVICE_TEMPLATE(kNarrow32Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow32_shape");
-WB_DEVICE_TEMPLATE(kNarrow64Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_narrow64_shape");
-WB_DEVICE_TEMPLATE(kNarrowTall32Shape, "matmul_wgmma.kernel.cu",
+WB_DEVICE_TEMPLATE(kNarrow, "matmul_wgmma_narrow.kernel.cu", "wb::matmul::wgmma_narrow_kernel");
+WB_DEVICE_TEMPLATE(kNarrow32Shape, "matmul_wgmma_narrow.kernel.cu",
+                   "wb::matmul::wgmma_narrow32_shape");
+WB_DEVICE_TEMPLATE(kNarrow64Shape, "matmul_wgmma_narrow.kernel.cu",
+                   "wb::matmul::wgmma_narrow64_shape");
+WB_DEVICE_TEMPLATE(kNarrowTall32Shape, "matmul_wgmma_narrow.kernel.cu",
                    "wb::matmul::wgmma_narrow_tall32_shape");
-WB_DEVICE_TEMPLATE(kNarrowTall64Shape, "matmul_wgmma.kernel.cu",
+WB_DEVICE_TEMPLATE(kNarrowTall64Shape, "matmul_wgmma_narrow.kernel.cu",
                    "wb::matmul::wgmma_narrow_tall64_shape");
 
 namespace {

@@ -1,5 +1,5 @@
-// matmul/wgmma_narrow.cuh: the narrow whole-k route for an a of few rows (issue 37), the rest of
-// matmul_wgmma.kernel.cu (included at its end: it uses that TU's TensorMap, limits and shape_of).
+// matmul/wgmma_narrow.cuh: the narrow whole-k route for an a of few rows (issue 37), the device
+// code of matmul_wgmma_narrow.kernel.cu (it uses wgmma_module.cuh's TensorMap, limits, shape_of).
 //
 //   c[i, j] = sum_p a[i, p] * b[p, j]; c of few rows (m = 16 .. 200 against n = 4096): k whole,
 //   c stored once from registers, no float32 partials and no sum across blocks.
@@ -42,7 +42,8 @@
 // consumer holds BN / 2 <= 32 accumulators.
 #pragma once
 
-#include "matmul/wgmma_narrow.h"  // NarrowKind
+#include "matmul/wgmma_module.cuh"  // TensorMap, the limits, shape_of
+#include "matmul/wgmma_narrow.h"    // NarrowKind
 
 namespace wb::matmul {
 

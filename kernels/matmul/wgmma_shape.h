@@ -4,10 +4,11 @@
 // space), not in the launcher: the device-only TU defines a WgmmaShape for the tile it was built
 // with, and the launcher reads it from the loaded module (wb::global). So a variant of the tile,
 // or an edit of it, compiles the device-only TU alone and the host launcher stays as it is.
-// The module holds wgmma_shape (the tile of wgmma_kernel, the tuning space's), wgmma_split_shape
-// and wgmma_wide_split_shape (the split-k route's fixed tiles), and wgmma_narrow32_shape,
-// wgmma_narrow64_shape, wgmma_narrow_tall32_shape and wgmma_narrow_tall64_shape (the narrow
-// route's 64- and 128-row tiles, wgmma_narrow.cuh).
+// matmul_wgmma.kernel.cu's module holds wgmma_shape (the tile of wgmma_kernel, the tuning
+// space's), wgmma_split_shape and wgmma_wide_split_shape (the split-k route's fixed tiles);
+// matmul_wgmma_narrow.kernel.cu's holds wgmma_narrow32_shape, wgmma_narrow64_shape,
+// wgmma_narrow_tall32_shape and wgmma_narrow_tall64_shape (the narrow route's 64- and 128-row
+// tiles, wgmma_narrow.cuh).
 // No CUDA or torch header: both sides include it.
 #pragma once
 
