@@ -53,8 +53,10 @@ def _ifndef_defaults(text: str) -> dict[str, int]:
 
 
 def _kernel_constant(name: str) -> int:
-    """A `constexpr int name = a * b;` of matmul_wgmma.kernel.cu, evaluated."""
-    (expr,) = re.findall(rf"constexpr int {name} = ([0-9 *]+);", WGMMA.read_text())
+    """A `constexpr int name = a * b;` of wgmma_module.cuh (the limits both wgmma modules' kernels
+    are built within), evaluated."""
+    text = (WGMMA.parent / "wgmma_module.cuh").read_text()
+    (expr,) = re.findall(rf"constexpr int {name} = ([0-9 *]+);", text)
     value = 1
     for factor in expr.split("*"):
         value *= int(factor)
