@@ -57,10 +57,8 @@ def wgmma_instances(folder: Path, dtypes: tuple[str, ...], cluster: bool) -> Pat
     return path
 
 
-def nvcc_wgmma(
-    folder: Path, *args: str, dtypes: tuple[str, ...] = ("bf16",), cluster: bool = False
-) -> subprocess.CompletedProcess[str]:
-    """nvcc with the build's flags for sm_90a on :func:`wgmma_instances`, and ``args``."""
+def nvcc_sm90a(folder: Path, *args: str, source: Path) -> subprocess.CompletedProcess[str]:
+    """nvcc with the build's flags for sm_90a on ``source`` (in ``folder``), and ``args``."""
     home = toolchain.find_cuda_home()
     assert home is not None
     nvcc = home / "bin" / "nvcc"
@@ -71,9 +69,47 @@ def nvcc_wgmma(
         f"-I{WB_KERNEL_INCLUDE}",
         f"-I{BUNDLED_KERNELS}",
         *args,
-        str(wgmma_instances(folder, dtypes, cluster)),
+        str(source),
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=folder)
+
+
+def nvcc_wgmma(
+    folder: Path, *args: str, dtypes: tuple[str, ...] = ("bf16",), cluster: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """nvcc with the build's flags for sm_90a on :func:`wgmma_instances`, and ``args``."""
+    return nvcc_sm90a(folder, *args, source=wgmma_instances(folder, dtypes, cluster))
+
+
+def hopper() -> bool:
+    """Whether a CUDA GPU of compute capability 9.0 (the wgmma kernels' sm_90a) is here."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def matmul_operands(m: int, n: int, k: int, col: bool, dtype: Any = None) -> tuple[Any, Any]:
+    """a [m, k] and b [k, n] on the GPU (bfloat16 by default), seeded by the shape; b column-major
+    (a transposed [n, k]) where ``col``."""
+    import torch
+
+    dtype = dtype or torch.bfloat16
+    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
+    a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+    if col:
+        return a, torch.randn(n, k, device="cuda", dtype=dtype, generator=gen).t()
+    return a, torch.randn(k, n, device="cuda", dtype=dtype, generator=gen)
+
+
+def cuda_kernels_run(fn: Any) -> str:
+    """The names of the CUDA events (kernels and runtime calls) one call of ``fn`` made."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return " ".join(e.name for e in prof.events())
 
 
 def host_program(folder: Path, source: str) -> Path:

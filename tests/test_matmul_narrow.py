@@ -20,17 +20,21 @@ same bits; a CUDA graph replays it; the route switch runs the kernel it names.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.bundled_cubin import WGMMA_NARROW, assert_matmul_graph_replays
-from workbench import toolchain
-from workbench.config import cuda_flags
-from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
+from tests.bundled_cubin import (
+    WGMMA_NARROW,
+    assert_matmul_graph_replays,
+    cuda_kernels_run,
+    hopper,
+    matmul_operands,
+    nvcc_sm90a,
+)
+from workbench.project import BUNDLED_KERNELS
 
 DTYPES = [torch.bfloat16, torch.float16]
 ROWS = [1, 16, 63, 64, 65, 128, 200]
@@ -50,22 +54,6 @@ KNOBS = ("WB_WGMMA_FEW", "WB_WGMMA_NARROW_BN", "WB_WGMMA_NARROW_PAIR", "WB_WGMMA
 # The kernels' Kind template arguments (NarrowKind, wgmma_narrow.h), in their names.
 DEEP = 4  # kNarrowDeep: the 64-row tile, stages of 128 k
 TALL = 12  # kNarrowDeep | kNarrowTall: the 128-row tile (WB_WGMMA_NARROW_ROWS=128)
-
-
-def _nvcc(folder: Path, *args: str, source: Path) -> subprocess.CompletedProcess[str]:
-    home = toolchain.find_cuda_home()
-    assert home is not None
-    nvcc = home / "bin" / "nvcc"
-    cmd = [
-        str(nvcc),
-        *cuda_flags(toolchain.compiler_version(nvcc)),
-        "-gencode=arch=compute_90a,code=sm_90a",
-        f"-I{WB_KERNEL_INCLUDE}",
-        f"-I{BUNDLED_KERNELS}",
-        *args,
-        str(source),
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=folder)
 
 
 def _narrow_instances(folder: Path) -> Path:
@@ -88,7 +76,7 @@ def _narrow_instances(folder: Path) -> Path:
 @pytest.mark.nvcc
 def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> None:
     source = _narrow_instances(tmp_path)
-    done = _nvcc(tmp_path, "--ptx", "-o", "narrow.ptx", source=source)
+    done = nvcc_sm90a(tmp_path, "--ptx", "-o", "narrow.ptx", source=source)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "narrow.ptx").read_text())[1:]
     assert len(entries) == 8 * 2
@@ -111,7 +99,7 @@ def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> 
         assert "setmaxnreg" not in entry  # no register split: the accumulators fit the cap
         assert entry.count("bar.sync") == 1  # __syncthreads only
         assert ".L2::cache_hint" not in entry and "createpolicy" not in entry
-    done = _nvcc(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "narrow.cubin", source=source)
+    done = nvcc_sm90a(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "narrow.cubin", source=source)
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
     assert len(spills) == 8 * 2, done.stderr
@@ -127,23 +115,11 @@ def test_the_launchers_compile(tmp_path: Path) -> None:
     """The narrow launcher and the wgmma launcher that routes to it (host TUs, sm_90a)."""
     for name in ("matmul_wgmma_narrow.cu", "matmul_wgmma.cu"):
         source = BUNDLED_KERNELS / "matmul" / name
-        done = _nvcc(tmp_path, "-c", "-o", f"{name}.o", source=source)
+        done = nvcc_sm90a(tmp_path, "-c", "-o", f"{name}.o", source=source)
         assert done.returncode == 0, done.stderr
 
 
 # --- on a Hopper GPU ------------------------------------------------------------------------
-
-
-def _hopper() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
-def _operands(m: int, n: int, k: int, col: bool, dtype: torch.dtype) -> Any:
-    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-    a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
-    if col:
-        return a, torch.randn(n, k, device="cuda", dtype=dtype, generator=gen).t()
-    return a, torch.randn(k, n, device="cuda", dtype=dtype, generator=gen)
 
 
 def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -163,15 +139,6 @@ def _use(monkeypatch: pytest.MonkeyPatch, variant: dict[str, str]) -> None:
         monkeypatch.setenv(name, value)
 
 
-def _kernels_run(fn: Any) -> str:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return " ".join(e.name for e in prof.events())
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", DEPTHS)
@@ -182,9 +149,9 @@ def test_every_variant_is_right(
 ) -> None:
     """Each variant's c is within the family's bound; the clustered and unclustered runs of one
     tile (the same sums in the same order) give the same bits."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(m, n, k, col, dtype)
+    a, b = matmul_operands(m, n, k, col, dtype)
     got = {}
     for i, variant in enumerate(VARIANTS):
         _use(monkeypatch, variant)
@@ -208,9 +175,9 @@ def test_the_128_row_tile_is_right(
 ) -> None:
     """WB_WGMMA_NARROW_ROWS=128 (its own BN) is within the family's bound; on one BN its two
     consumer warpgroups give the 64-row tile's bits (each row's sums in the same order)."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(m, n, k, col, dtype)
+    a, b = matmul_operands(m, n, k, col, dtype)
     _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_ROWS": "128"})
     _within_tolerance(lib, lib.matmul(a, b), a, b)
     got = {}
@@ -230,9 +197,9 @@ def test_the_128_row_tile_in_clusters_gives_the_same_bits(
 ) -> None:
     """Paired (WB_WGMMA_FEW=narrow), the 128-row tile shares half of a's 128 rows or of b's tile
     by multicast, and gives the unpaired tile's bits."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(m, n, 4100, col, torch.bfloat16)
+    a, b = matmul_operands(m, n, 4100, col, torch.bfloat16)
     got = {}
     for route in ("narrow1", "narrow"):
         variant = {"WB_WGMMA_FEW": route, "WB_WGMMA_NARROW_ROWS": "128"}
@@ -249,11 +216,11 @@ def test_the_rows_switch_runs_its_kernel(
 ) -> None:
     """WB_WGMMA_NARROW_ROWS=64 runs the 64-row tile's kernel (Kind 4), 128 the 128-row tile's
     (Kind 12)."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(192, 4096, 4096, False, torch.bfloat16)
+    a, b = matmul_operands(192, 4096, 4096, False, torch.bfloat16)
     _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_ROWS": rows})
-    names = _kernels_run(lambda: lib.matmul(a, b))
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
     assert re.search(rf"wgmma_narrow_kernel<[^>]*,\s*(?:\(int\))?{kind}>", names), names
 
 
@@ -264,17 +231,17 @@ def test_the_switch_runs_the_kernel_it_names(
 ) -> None:
     """WB_WGMMA_FEW=narrow and narrow1 run wgmma_narrow_kernel alone; split the cluster-summed
     split-k kernel; a c of many tiles keeps the built tile whatever it says."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(m, 4096, 4096, False, torch.bfloat16)
+    a, b = matmul_operands(m, 4096, 4096, False, torch.bfloat16)
     for route, kernel in [("narrow", "wgmma_narrow_kernel"), ("narrow1", "wgmma_narrow_kernel"),
                           ("split", "wgmma_cluster_split_kernel")]:  # fmt: skip
         _use(monkeypatch, {"WB_WGMMA_FEW": route})
-        names = _kernels_run(lambda: lib.matmul(a, b))
+        names = cuda_kernels_run(lambda: lib.matmul(a, b))
         assert kernel in names and "sum_slices_kernel" not in names, (route, names)
     _use(monkeypatch, {"WB_WGMMA_FEW": "narrow"})
-    big, _ = _operands(4096, 4096, 4096, False, torch.bfloat16)
-    names = _kernels_run(lambda: lib.matmul(big, b))
+    big, _ = matmul_operands(4096, 4096, 4096, False, torch.bfloat16)
+    names = cuda_kernels_run(lambda: lib.matmul(big, b))
     assert "wgmma_kernel" in names and "narrow" not in names, names
 
 
@@ -326,11 +293,11 @@ def test_the_default_route_of_a_few_rows_shape(
     """Unset, a few-rows shape runs the narrow tile unpaired where the rule says
     (_default_rows, at this GPU's SM count), else the split-k route's kernel; c within
     the family's bound either way."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     _use(monkeypatch, {})
-    a, b = _operands(m, n, 4096, False, torch.bfloat16)
-    names = _kernels_run(lambda: lib.matmul(a, b))
+    a, b = matmul_operands(m, n, 4096, False, torch.bfloat16)
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
     rows = _default_rows(m, n, torch.cuda.get_device_properties(0).multi_processor_count)
     if rows:
         assert "wgmma_narrow_kernel" in names and "split_kernel" not in names, names
@@ -348,10 +315,10 @@ def test_the_default_route_of_a_few_rows_shape(
 def test_a_cuda_graph_replays_the_narrow_route(
     lib: Any, monkeypatch: pytest.MonkeyPatch, route: str, m: int, col: bool, rows: str
 ) -> None:
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     _use(monkeypatch, {"WB_WGMMA_FEW": route, "WB_WGMMA_NARROW_ROWS": rows})
-    assert_matmul_graph_replays(lib, *_operands(m, 4096, 4096, col, torch.bfloat16))
+    assert_matmul_graph_replays(lib, *matmul_operands(m, 4096, 4096, col, torch.bfloat16))
 
 
 @pytest.mark.cuda
@@ -359,10 +326,10 @@ def test_a_cuda_graph_replays_the_narrow_route(
 def test_a_bad_value_is_refused_by_name(
     lib: Any, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     _use(monkeypatch, {"WB_WGMMA_FEW": "narrow"})
     monkeypatch.setenv(name, "fast")
-    a, b = _operands(64, 4096, 4096, False, torch.bfloat16)
+    a, b = matmul_operands(64, 4096, 4096, False, torch.bfloat16)
     with pytest.raises(RuntimeError, match=name):
         lib.matmul(a, b)

@@ -21,7 +21,13 @@ from typing import Any
 import pytest
 import torch
 
-from tests.bundled_cubin import assert_matmul_graph_replays, nvcc_wgmma
+from tests.bundled_cubin import (
+    assert_matmul_graph_replays,
+    cuda_kernels_run,
+    hopper,
+    matmul_operands,
+    nvcc_wgmma,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -79,10 +85,6 @@ def test_the_split_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -> N
 # --- on a Hopper GPU ------------------------------------------------------------------------
 
 
-def _hopper() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
 def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """The family's bound (workbench.verify.oracle): atol * max(1, max|ref|) + rtol * |ref|,
     against the float64 product."""
@@ -94,22 +96,13 @@ def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Ten
     assert worst <= 1.0, f"{tuple(a.shape)} @ {tuple(b.shape)} {got.dtype}: err/tol {worst:.2f}"
 
 
-def _kernels_run(fn: Any) -> str:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return " ".join(e.name for e in prof.events())
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "k"), SIZES)
 @pytest.mark.parametrize("m", ROWS)
 def test_a_short_a_is_right(lib: Any, m: int, n: int, k: int, dtype: torch.dtype) -> None:
     """b row-major and column-major (x @ w.t()), through the default route."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     gen = torch.Generator(device="cuda").manual_seed(m * 7 + n + k)
     a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
@@ -124,15 +117,15 @@ def test_a_short_a_is_right(lib: Any, m: int, n: int, k: int, dtype: torch.dtype
 def test_an_odd_n_is_right(lib: Any, dtype: torch.dtype) -> None:
     """15 x 1001 (b column-major, as x @ w.t()): partial sums stored one float at a time (n odd),
     and a c whose size is not a multiple of 4 summed element by element."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     a = torch.randn(15, 4096, device="cuda", dtype=dtype)
     w = torch.randn(1001, 4096, device="cuda", dtype=dtype)
-    assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul(a, w.t()))
+    assert "wgmma_cluster_split_kernel" in cuda_kernels_run(lambda: lib.matmul(a, w.t()))
     _within_tolerance(lib, lib.matmul(a, w.t()), a, w.t())
     with pytest.MonkeyPatch.context() as env:
         env.setenv("WB_WGMMA_SPLIT_SUM", "launch")
-        assert "wgmma_split_kernel" in _kernels_run(lambda: lib.matmul(a, w.t()))
+        assert "wgmma_split_kernel" in cuda_kernels_run(lambda: lib.matmul(a, w.t()))
         _within_tolerance(lib, lib.matmul(a, w.t()), a, w.t())
 
 
@@ -144,20 +137,20 @@ def test_the_default_route_splits_a_short_a(
     """m x 4096 x 4096 is at most 32 tiles of 64 x 256: the cluster sum runs alone (one launch),
     and forcing the wgmma path (matmul_path 3) takes the same route; WB_WGMMA_SPLIT_SUM=launch runs
     the split kernel and the sum."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     a = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    names = _kernels_run(lambda: lib.matmul(a, b))
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
     assert "wgmma_cluster_split_kernel" in names and "sum_slices_kernel" not in names, names
-    assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul_path(a, b, 3))
+    assert "wgmma_cluster_split_kernel" in cuda_kernels_run(lambda: lib.matmul_path(a, b, 3))
     monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", "launch")
-    names = _kernels_run(lambda: lib.matmul(a, b))
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
     assert "wgmma_split_kernel" in names and "sum_slices_kernel" in names, names
     monkeypatch.delenv("WB_WGMMA_SPLIT_SUM")
     # A c of many tiles keeps the built tile whole.
     big = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    names = _kernels_run(lambda: lib.matmul(big, b))
+    names = cuda_kernels_run(lambda: lib.matmul(big, b))
     assert "wgmma_kernel" in names and "wgmma_split_kernel" not in names, names
 
 
@@ -165,7 +158,7 @@ def test_the_default_route_splits_a_short_a(
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_split_route_gives_the_same_bits_every_call(lib: Any, dtype: torch.dtype) -> None:
     """The slices are summed in slice order, not by atomics: two calls agree bit for bit."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     for m, (n, k) in [(16, (4096, 4096)), (200, (4096, 4136)), (1, (4104, 8192))]:
         a = torch.randn(m, k, device="cuda", dtype=dtype)
@@ -187,14 +180,6 @@ CLUSTER_SHAPES = [
 ]
 
 
-def _operands(m: int, n: int, k: int, col: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
-    if col:
-        return a, torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen).t()
-    return a, torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen)
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("rows", ["64", "128"])
 @pytest.mark.parametrize("splits", ["2", "3", "4", "8"])
@@ -205,13 +190,13 @@ def test_the_cluster_sum_gives_the_two_launch_bits(
     (WB_WGMMA_SPLIT_TILE): the cluster sum adds the same slices (each row's the same float32 sums,
     whichever tile holds it) in the same order as sum_slices_kernel, so c is the same bit for bit,
     and right."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     monkeypatch.setenv("WB_WGMMA_SPLITS", splits)
     monkeypatch.setenv("WB_WGMMA_SPLIT_TILE", rows)
     for m, n, k, col in CLUSTER_SHAPES:
-        a, b = _operands(m, n, k, col)
-        assert "wgmma_cluster_split_kernel" in _kernels_run(lambda: lib.matmul(a, b))  # noqa: B023
+        a, b = matmul_operands(m, n, k, col)
+        assert "wgmma_cluster_split_kernel" in cuda_kernels_run(lambda: lib.matmul(a, b))  # noqa: B023
         ours = lib.matmul(a, b)
         _within_tolerance(lib, ours, a, b)
         monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", "launch")
@@ -227,7 +212,7 @@ def test_a_cuda_graph_replays_the_split_route(
 ) -> None:
     """Captured once (the two-launch sum's workspace from the graph's pool), replayed on new values
     of a: the replay's c is the eager call's, bit for bit."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     monkeypatch.setenv("WB_WGMMA_SPLIT_SUM", sum_by)
     a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
@@ -238,9 +223,9 @@ def test_a_cuda_graph_replays_the_split_route(
 @pytest.mark.cuda
 def test_cluster_sums_on_two_streams_at_once(lib: Any) -> None:
     """Two split shapes on two streams, overlapping, each summed in its clusters: each its own c."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    ops = [_operands(1, 4096, 4096, False), _operands(128, 4104, 2056, True)]
+    ops = [matmul_operands(1, 4096, 4096, False), matmul_operands(128, 4104, 2056, True)]
     expected = [lib.matmul(*o) for o in ops]
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     for s in streams:

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.bundled_cubin import assert_matmul_graph_replays, nvcc_wgmma
+from tests.bundled_cubin import assert_matmul_graph_replays, hopper, matmul_operands, nvcc_wgmma
 
 # (m, n, k, b column-major): the built tile whole (many tiles) and the split-k route (few).
 SHAPES = [
@@ -69,18 +69,6 @@ def test_both_kernels_stage_c_and_compile_for_sm90a_without_spills(tmp_path: Pat
 # --- on a Hopper GPU ------------------------------------------------------------------------
 
 
-def _hopper() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
-def _operands(m: int, n: int, k: int, col: bool, dtype: torch.dtype = torch.bfloat16) -> Any:
-    gen = torch.Generator(device="cuda").manual_seed(m * 31 + n * 7 + k)
-    a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
-    if col:
-        return a, torch.randn(n, k, device="cuda", dtype=dtype, generator=gen).t()
-    return a, torch.randn(k, n, device="cuda", dtype=dtype, generator=gen)
-
-
 def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     ref = a.double() @ b.double()
     rtol, atol = lib.specs["matmul"].tolerances[got.dtype]
@@ -95,9 +83,9 @@ def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Ten
 def test_the_default_route_is_right(
     lib: Any, m: int, n: int, k: int, col: bool, dtype: Any
 ) -> None:
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    a, b = _operands(m, n, k, col, dtype)
+    a, b = matmul_operands(m, n, k, col, dtype)
     got = lib.matmul(a, b)
     _within_tolerance(lib, got, a, b)
     torch.testing.assert_close(got.float(), torch.mm(a, b).float(), rtol=2e-2, atol=0.5)
@@ -118,13 +106,13 @@ def test_the_default_gives_the_variants_bits(
 ) -> None:
     """The other epilogues, and clusters of two sharing b: every shape's c, bit for bit (the same
     sums in the same order)."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    default = [lib.matmul(*_operands(*shape)) for shape in SHAPES]
+    default = [lib.matmul(*matmul_operands(*shape)) for shape in SHAPES]
     for name, value in variant.items():
         monkeypatch.setenv(name, value)
     for shape, ours in zip(SHAPES, default, strict=True):
-        theirs = lib.matmul(*_operands(*shape))
+        theirs = lib.matmul(*matmul_operands(*shape))
         assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), (shape, variant)
 
 
@@ -134,12 +122,12 @@ def test_a_forced_split_count_is_right(
     lib: Any, monkeypatch: pytest.MonkeyPatch, splits: str
 ) -> None:
     """WB_WGMMA_SPLITS=S: S slices (more units than SMs included), right on the split shapes."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     monkeypatch.setenv("WB_WGMMA_SPLITS", splits)
     monkeypatch.setenv("WB_WGMMA_FEW", "split")  # the route that reads it
     for m, n, k, col in [(1, 4096, 4096, False), (16, 4104, 4096, True), (128, 4096, 4136, False)]:
-        a, b = _operands(m, n, k, col)
+        a, b = matmul_operands(m, n, k, col)
         _within_tolerance(lib, lib.matmul(a, b), a, b)
 
 
@@ -158,15 +146,15 @@ def test_a_forced_split_count_is_right(
 def test_a_bad_variant_is_refused_by_name(
     lib: Any, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     if name != "WB_WGMMA_FEW":
         monkeypatch.setenv("WB_WGMMA_FEW", "split")  # the route that reads the split switches
     monkeypatch.setenv(name, "fast")
     a, b = (
-        _operands(16, 4096, 4096, False)
+        matmul_operands(16, 4096, 4096, False)
         if name.startswith("WB_WGMMA_SPLIT")
-        else _operands(256, 256, 256, False)
+        else matmul_operands(256, 256, 256, False)
     )
     with pytest.raises(RuntimeError, match=name):
         lib.matmul(a, b)
@@ -174,18 +162,18 @@ def test_a_bad_variant_is_refused_by_name(
 
 @pytest.mark.cuda
 def test_a_cuda_graph_replays_the_whole_tile_route(lib: Any) -> None:
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    assert_matmul_graph_replays(lib, *_operands(1000, 1032, 520, False))
+    assert_matmul_graph_replays(lib, *matmul_operands(1000, 1032, 520, False))
 
 
 @pytest.mark.cuda
 def test_two_streams_at_once(lib: Any) -> None:
     """The whole-tile and split routes on two streams, overlapping: each its own c."""
-    if not _hopper():
+    if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    big = _operands(2048, 2048, 1024, True)
-    small = _operands(16, 4096, 4096, False)
+    big = matmul_operands(2048, 2048, 1024, True)
+    small = matmul_operands(16, 4096, 4096, False)
     expected = [lib.matmul(*big), lib.matmul(*small)]
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     for s in streams:
