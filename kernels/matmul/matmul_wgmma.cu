@@ -102,13 +102,6 @@ int64_t tiles_of(int64_t m, int64_t n, const WgmmaShape& tile) {
   return ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
 }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return sms > 0 ? sms : 1;
-}
-
 // The default route's split of k for an m x n x k call: 0 runs the built tile with k whole;
 // S >= 2 runs S slices of k, summed in clusters of S (cluster) or by sum_slices_kernel.
 //
@@ -407,6 +400,13 @@ Status run_split(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_
 }
 
 }  // namespace
+
+int sm_count() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms > 0 ? sms : 1;
+}
 
 // Whether this device runs the real kernel: the module's image for it was built for sm_90a (on
 // another arch the kernel is a stub of launch bounds 1), asked once per device.

@@ -63,13 +63,6 @@ std::string_view env(const char* name) {
   return v != nullptr ? v : "";
 }
 
-int sms() {
-  int device = 0, count = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-  return count > 0 ? count : 1;
-}
-
 // The tile's columns: WB_WGMMA_NARROW_BN, else 32 where rows x 64 tiles fill at most half the SMs.
 Status narrow_bn(int64_t m, int64_t n, int rows, int* bn) {
   const std::string_view v = env("WB_WGMMA_NARROW_BN");
@@ -79,7 +72,7 @@ Status narrow_bn(int64_t m, int64_t n, int rows, int* bn) {
   }
   if (!v.empty()) return "matmul: WB_WGMMA_NARROW_BN must be 32 or 64; unset it for the default";
   const int64_t tiles64 = (m + rows - 1) / rows * ((n + 63) / 64);
-  *bn = 2 * tiles64 <= sms() ? 32 : 64;
+  *bn = 2 * tiles64 <= sm_count() ? 32 : 64;
   return nullptr;
 }
 
@@ -110,7 +103,7 @@ Status default_rows(int64_t m, int64_t n, int* rows) {
   int64_t t64 = 0, t128 = 0;
   if (const Status e = narrow_tiles(m, n, 64, &bn64, &t64)) return e;
   if (const Status e = narrow_tiles(m, n, 128, &bn128, &t128)) return e;
-  const int64_t s = sms(), last = m - (m - 1) / 128 * 128;
+  const int64_t s = sm_count(), last = m - (m - 1) / 128 * 128;
   const bool one_wave64 = 2 * t64 >= s && t64 <= s && (bn64 == 64 || m >= 32);
   const bool one_wave128 = t64 > s && 2 * t128 >= s && t128 <= s && last > 64;
   const bool wave_and_half64 = t64 > s && 2 * t64 <= 3 * s && m > 128;

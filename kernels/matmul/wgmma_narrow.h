@@ -35,6 +35,9 @@ constexpr int kNarrowTallKind = kNarrowDeep | kNarrowTall;  // the 128-row tile'
 
 enum class FewRoute { split, narrow, narrow1 };
 
+// The current device's SM count (matmul_wgmma.cu; its split-k plan and this route both read it).
+int sm_count();
+
 // The route for a few-rows shape of m x n: WB_WGMMA_FEW, else the default rule.
 Status few_rows_route(int64_t m, int64_t n, FewRoute* route);
 
