@@ -368,6 +368,31 @@ def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
             assert torch.equal(g, want)
 
 
+def exp_mode_rows(rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """A 2-byte x on the GPU for the exponential modes: special_rows, a row of values near 60000
+    in row 3's second half (where rounding m * log2(e) would cost float16's output 8 ulps) and,
+    in bfloat16, +-3e38 in row 4 (a max past the largest float / log2(e))."""
+    gen = torch.Generator().manual_seed(seed)
+    x = special_rows(torch.randn(rows, cols, generator=gen) * 4)
+    x[3, cols // 2 :] = 60000 + 16 * torch.randn(cols - cols // 2, generator=gen).clamp(-4, 4)
+    if dtype == torch.bfloat16:
+        x[4, 7] = 3e38
+        x[4, 9] = -3e38
+    return x.to(dtype).cuda()
+
+
+def assert_exp_mode_softmax(x: torch.Tensor, got: torch.Tensor) -> None:
+    """got, softmax(x) of a 2-byte x, within torch's softmax by half an ulp of the output's
+    rounding and the exponent's error (softmax_exp.cuh) besides (float16's subnormals, below
+    6.1e-5, are 6e-8 apart); -Inf elements give 0 exactly."""
+    want = torch.softmax(x.float(), -1)
+    bf16 = x.dtype == torch.bfloat16
+    tol = {"rtol": 1.6e-2, "atol": 1e-9} if bf16 else {"rtol": 2e-3, "atol": 6e-8}
+    torch.testing.assert_close(got.float(), want, equal_nan=True, **tol)
+    masked = (x.float() == float("-inf")) & ~want.isnan()
+    assert (got.float()[masked] == 0).all()
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["fma", "poly", "twice", ""])
 @pytest.mark.parametrize("path", ["wide", "deep", "bulk", "split"])
@@ -389,22 +414,8 @@ def test_the_exp_modes_match_torch(
     8 ulps: both take twice's formula); the backward does not use it."""
     monkeypatch.setenv("WB_SOFTMAX_PATH", path)
     monkeypatch.setenv("WB_SOFTMAX_EXP", mode)
-    gen = torch.Generator().manual_seed(rows + cols)
-    x = special_rows(torch.randn(rows, cols, generator=gen) * 4)
-    x[3, cols // 2 :] = 60000 + 16 * torch.randn(cols - cols // 2, generator=gen).clamp(-4, 4)
-    if dtype == torch.bfloat16:
-        x[4, 7] = 3e38
-        x[4, 9] = -3e38
-    x = x.to(dtype).cuda()
-    got = lib.softmax(x, -1).float()
-    want = torch.softmax(x.float(), -1)
-    # Half an ulp of the output's rounding, and the exponent's error (softmax_exp.cuh) besides;
-    # float16's subnormals (below 6.1e-5) are 6e-8 apart.
-    bf16 = dtype == torch.bfloat16
-    tol = {"rtol": 1.6e-2, "atol": 1e-9} if bf16 else {"rtol": 2e-3, "atol": 6e-8}
-    torch.testing.assert_close(got, want, equal_nan=True, **tol)
-    masked = (x.float() == float("-inf")) & ~want.isnan()
-    assert (got[masked] == 0).all()  # -Inf elements give 0 exactly
+    x = exp_mode_rows(rows, cols, dtype, seed=rows + cols)
+    assert_exp_mode_softmax(x, lib.softmax(x, -1))
 
 
 @pytest.mark.cuda

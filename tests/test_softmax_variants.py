@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 import torch
 
-from tests.test_softmax_paths import kernels_run, special_rows
+from tests.test_softmax_paths import (
+    assert_exp_mode_softmax,
+    exp_mode_rows,
+    kernels_run,
+    special_rows,
+)
 
 
 def _check_both(lib: Any, x: torch.Tensor, grad: torch.Tensor) -> None:
@@ -111,23 +116,10 @@ def test_the_held_variants_take_the_exp_modes(
     ulps: it takes twice's) and, in bfloat16, a row holding +-3e38 among them; -Inf gives 0."""
     monkeypatch.setenv("WB_SOFTMAX_BLOCK", held)
     monkeypatch.setenv("WB_SOFTMAX_EXP", mode)
-    rows, cols = 6, 16384
-    gen = torch.Generator().manual_seed(cols)
-    x = special_rows(torch.randn(rows, cols, generator=gen) * 4)
-    x[3, cols // 2 :] = 60000 + 16 * torch.randn(cols - cols // 2, generator=gen).clamp(-4, 4)
-    if dtype == torch.bfloat16:
-        x[4, 7] = 3e38
-        x[4, 9] = -3e38
-    x = x.to(dtype).cuda()
+    x = exp_mode_rows(6, 16384, dtype, seed=16384)
     names = kernels_run(lambda: lib.softmax(x, -1))
     assert any("held_kernel" in n for n in names), names
-    got = lib.softmax(x, -1).float()
-    want = torch.softmax(x.float(), -1)
-    bf16 = dtype == torch.bfloat16
-    tol = {"rtol": 1.6e-2, "atol": 1e-9} if bf16 else {"rtol": 2e-3, "atol": 6e-8}
-    torch.testing.assert_close(got, want, equal_nan=True, **tol)
-    masked = (x.float() == float("-inf")) & ~want.isnan()
-    assert (got[masked] == 0).all()
+    assert_exp_mode_softmax(x, lib.softmax(x, -1))
 
 
 def _sm90() -> None:
