@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "histogram/histogram.h"
+#include "wb/cp_async.cuh"
 #include "wb/cuda.cuh"
 #include "wb/device.cuh"
 
@@ -159,22 +160,6 @@ __device__ __forceinline__ void for_each_prefetch(const float* __restrict__ x,  
     if (i + u * stride < nvec) v[u] = load_vec<NoL1>(xv + i + u * stride);
   }
   each_within(v, i, stride, nvec, f);
-}
-
-// 16 bytes from global src to shared dst, asynchronously (cp.async, L2 only; sm_80 and
-// later): the wide kernel's ring.
-__device__ __forceinline__ void copy16_async(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void commit_async() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int Pending>
-__device__ __forceinline__ void wait_async() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
 }
 
 // Element k of v (k < U * 4), picked with constant indices (v stays in registers).

@@ -79,8 +79,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t per = tid < nvec ? (nvec - 1 - tid) / stride + 1 : 0;  // this thread's vectors
     const int64_t total = (nvec + stride - 1) / stride;  // steps: the same in every thread
     auto issue = [&](int64_t g) {  // step g's copy (none past the end), then a group either way
-      if (g < per) copy16_async(ring + g % Ring * kThreads + threadIdx.x, xv + tid + g * stride);
-      commit_async();
+      if (g < per) copy_async16(ring + g % Ring * kThreads + threadIdx.x, xv + tid + g * stride);
+      copy_async_commit();
     };
 #pragma unroll
     for (int g = 0; g < Ring - 1; ++g) issue(g);
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int64_t end = step + round < total ? step + round : total;
       for (; step < end; ++step) {
         issue(step + Ring - 1);
-        wait_async<Ring - 1>();  // step's group (and every earlier one) has landed
+        copy_async_wait<Ring - 1>();  // step's group (and every earlier one) has landed
         if (step < per) {
           const V v[1] = {ring[step % Ring * kThreads + threadIdx.x]};
           count_tight(v, r, t, add);
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       __syncthreads();  // every take-back of the round is done
     }
-    wait_async<0>();
+    copy_async_wait<0>();
   } else {
     const int64_t total = (nvec + U * stride - 1) / (U * stride);  // steps: the same in every block
     V v[U];

@@ -30,6 +30,7 @@
 
 #include "softmax/softmax_rows.cuh"
 #include "softmax/softmax_split.cuh"
+#include "wb/cp_async.cuh"
 
 namespace wb::softmax {
 
@@ -247,35 +248,20 @@ constexpr int deep_slots() {
 }
 
 #if WB_SOFTMAX_CLUSTERS
-// 16 bytes from global src to this block's shared dst, not through L1 (sm_80+).
-__device__ __forceinline__ void copy_async16(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__)
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src)
-               : "memory");
-#endif
-}
-// Closes the thread's group of cp.async issued since the last one.
-__device__ __forceinline__ void copy_async_commit() {
-#if defined(__CUDA_ARCH__)
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Until at most n of the thread's latest groups are in flight (n <= Max; the earlier ones have
-// landed and are seen by it). n is a constant where the caller's loop unrolls, and so is the
-// branch taken.
+// Until at most n of the thread's latest groups of copies (wb/cp_async.cuh) are in flight (n <=
+// Max; the earlier ones have landed and are seen by it). n is a constant where the caller's loop
+// unrolls, and so is the branch taken.
 template <int Max>
-__device__ __forceinline__ void copy_async_wait(int n) {
-#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ void copy_async_wait_n(int n) {
   if constexpr (Max > 0) {
     if (n >= Max) {
-      asm volatile("cp.async.wait_group %0;" ::"n"(Max) : "memory");
+      copy_async_wait<Max>();
       return;
     }
-    copy_async_wait<Max - 1>(n);
+    copy_async_wait_n<Max - 1>(n);
   } else {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    copy_async_wait<0>();
   }
-#endif
 }
 #endif
 
@@ -321,7 +307,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
     P p = op.template partial<N, K>(s, a);
 #pragma unroll
     for (int j = 0; j < S; ++j) {
-      copy_async_wait<S - 1>(S - 1 - j);  // slot j has landed
+      copy_async_wait_n<S - 1>(S - 1 - j);  // slot j has landed
       if (s.has(K + j)) {
         V x[kT];
 #pragma unroll
