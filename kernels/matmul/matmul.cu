@@ -3,10 +3,14 @@
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j];  a: [m, k], b: [k, n] strided, c: [m, n] contiguous
 //   float32 / float64: simt. float16 / bfloat16: wgmma on an sm_90a image, else mma on sm_80+,
 //   when the tensor-core layout holds (a's rows contiguous, b's rows or columns contiguous, each
-//   16-byte aligned); otherwise simt. k == 0 writes zeros. The wgmma path may need a float32
-//   workspace (matmul_cuda_workspace: a c of few tiles splits k), which the caller allocates.
+//   16-byte aligned); otherwise simt. Path::automatic takes an a of at most 8 rows in that layout
+//   to the GEMV route instead (matmul_gemv.cu: gemv_chosen holds the rule and its switches,
+//   WB_MATMUL_GEMV=0 turns it off); a forced path (matmul_path) never does. k == 0 writes
+//   zeros. The wgmma path and the GEMV route may need a float32 workspace
+//   (matmul_cuda_workspace: k split across blocks), which the caller allocates.
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul matmul_path --dtype bfloat16
 #include "matmul/matmul.h"
+#include "matmul/matmul_gemv.h"
 #include "wb/cuda.cuh"
 #include "wb/dtypes.h"
 
@@ -53,12 +57,25 @@ Path route(Path path, View<T> a, View<T> b) {
   return path;
 }
 
+// Whether the call runs on the GEMV route: Path::automatic, float16 / bfloat16, and gemv_chosen.
+template <typename T>
+Status takes_gemv(Path path, View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, bool* gemv) {
+  *gemv = false;
+  if constexpr (kHalf<T>) {
+    if (path == Path::automatic) return gemv_chosen(a, b, m, n, k, gemv);
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 template <typename T>
 int64_t matmul_cuda_workspace(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, Path path) {
-  if (m == 0 || n == 0 || k == 0 || !kHalf<T> || route(path, a, b) != Path::wgmma) return 0;
-  return wgmma_workspace(m, n, k);
+  if (m == 0 || n == 0 || k == 0 || !kHalf<T>) return 0;
+  bool gemv = false;
+  if (takes_gemv(path, a, b, m, n, k, &gemv) != nullptr) return 0;  // matmul_cuda says why
+  if (gemv) return gemv_workspace(m, n, k, !rows16(b));
+  return route(path, a, b) == Path::wgmma ? wgmma_workspace(m, n, k) : 0;
 }
 
 template <typename T>
@@ -69,8 +86,11 @@ Status matmul_cuda(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
     cudaMemsetAsync(c, 0, m * n * sizeof(T), static_cast<cudaStream_t>(stream));
     return launch_status();
   }
+  bool gemv = false;
+  if (const Status e = takes_gemv(path, a, b, m, n, k, &gemv)) return e;
   path = route(path, a, b);
   if constexpr (kHalf<T>) {
+    if (gemv) return matmul_gemv(a, b, c, workspace, m, n, k, stream);
     if (path == Path::wgmma) return matmul_wgmma(a, b, c, workspace, m, n, k, stream);
     if (path == Path::mma) return matmul_mma(a, b, c, m, n, k, stream);
   }

@@ -1,0 +1,207 @@
+// matmul_gemv.cu: the host launcher of the matmul's GEMV route for an a of few rows (the kernels
+// are gemv_kernel and gemv_sum_kernel, in the device-only TU matmul_gemv.kernel.cu).
+//
+//   matmul: c[i, j] = sum_p a[i, p] * b[p, j], 1 <= m <= 8
+//   a: [m, k] row-major; b: [k, n] row-major (n-major) or column-major (k-major); rows 16-byte
+//   aligned (as the wgmma path takes them); c: [m, n] contiguous. float16 / bfloat16, float32
+//   sums, rounded once; any n, k below 2^31.
+//
+// A grid of column tiles x slices of k (plan_gemv): the slices are doubled, up to 8, while the
+// blocks still fit the SMs at once (gemv_blocks_per_sm each: one wave) and each slice keeps
+// kMinSliceRows (b n-major) or kMinSliceSteps (k-major) of k. On an H100 (132 SMs), 4096 x 4096:
+// 32 tiles x 8 slices of 512 rows (n-major), 128 tiles x 2 slices of 2048 k (k-major); 8192 x
+// 8192: 64 x 4 (n-major), 256 x 1 (k-major). The slices of a tile are summed in slice order, by a
+// cluster of the tile's blocks through distributed shared memory (sm_90: one launch, no
+// workspace), else by gemv_sum_kernel over a float32 workspace [slices, m, n] the caller
+// allocates (matmul_cuda_workspace); the same bits either way, every call; no state kept between
+// calls, so a CUDA graph replays it.
+//
+// Switches, read from the environment at each call (for A/B on a GPU; a bad value is an error
+// naming it):
+//   WB_MATMUL_GEMV=0 | 1         the route off (the automatic route picks as before) or on
+//   WB_MATMUL_GEMV_ROWS=1..8     the most rows of a it takes (G; unset: 8)
+//   WB_MATMUL_GEMV_SPLITS=1..8   the slices of k (unset: plan_gemv's)
+//   WB_MATMUL_GEMV_SUM=cluster | launch   how the slices are summed (unset: cluster on sm_90)
+//   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
+//   tests/test_matmul_gemv.py
+#include <cstdlib>
+#include <string_view>
+
+#include "matmul/matmul.h"
+#include "matmul/matmul_gemv.h"
+#include "wb/cuda.cuh"
+#include "wb/dtypes.h"
+#include "wb/module.h"
+
+namespace wb::matmul {
+
+WB_DEVICE_TEMPLATE(kGemv, "matmul_gemv.kernel.cu", "wb::matmul::gemv_kernel");
+WB_DEVICE_TEMPLATE(kGemvSum, "matmul_gemv.kernel.cu", "wb::matmul::gemv_sum_kernel");
+
+namespace {
+
+// The least k a slice keeps: 16 half-warps x 16 rows (b n-major); two turns of a warp's loop,
+// 2 x 256 k each (k-major). Fewer would leave a block too little to read to hide its start and its
+// sum.
+constexpr int64_t kMinSliceRows = 256;
+constexpr int64_t kMinSliceSteps = 1024;
+
+// An environment switch's value ("" where unset).
+std::string_view env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+// A switch of one digit in [lo, hi] (`fallback` where unset).
+Status digit_switch(const char* name, int lo, int hi, int fallback, const char* error, int* value) {
+  const std::string_view v = env(name);
+  *value = fallback;
+  if (v.empty()) return nullptr;
+  if (v.size() != 1 || v[0] < '0' + lo || v[0] > '0' + hi) return error;
+  *value = v[0] - '0';
+  return nullptr;
+}
+
+// The current device's SMs, and whether it launches clusters (sm_90+), asked once per device.
+struct DeviceFacts {
+  int sms = 0;
+  bool clusters = false;
+};
+DeviceFacts device_facts() {
+  static DeviceFacts known[64];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return {1, false};
+  DeviceFacts& f = known[device];
+  if (f.sms == 0) {
+    int sms = 0, major = 0, cluster = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device);
+    f.clusters = major >= 9 && cluster != 0;
+    f.sms = sms > 0 ? sms : 1;
+  }
+  return f;
+}
+
+struct GemvPlan {
+  int64_t tiles = 0;    // column tiles (gridDim.x)
+  int slices = 1;       // slices of k (gridDim.y)
+  int64_t slice_k = 0;  // k a slice (a multiple of 8)
+  int sum = kGemvDirect;
+};
+
+Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, GemvPlan* plan) {
+  int forced = 0;
+  if (const Status e = digit_switch("WB_MATMUL_GEMV_SPLITS", 1, kGemvMaxSlices, 0,
+                                    "matmul: WB_MATMUL_GEMV_SPLITS must be 1 to 8; unset it for "
+                                    "the default",
+                                    &forced)) {
+    return e;
+  }
+  const std::string_view sum = env("WB_MATMUL_GEMV_SUM");
+  if (!sum.empty() && sum != "cluster" && sum != "launch") {
+    return "matmul: WB_MATMUL_GEMV_SUM must be cluster or launch; unset it for the default";
+  }
+  const DeviceFacts device = device_facts();
+  const int64_t tile = b_kmajor ? kGemvTileK : kGemvTileN;
+  const int64_t least = b_kmajor ? kMinSliceSteps : kMinSliceRows;
+  plan->tiles = (n + tile - 1) / tile;
+  int slices = forced;
+  if (slices == 0) {
+    slices = 1;
+    const int64_t slots = gemv_blocks_per_sm(static_cast<int>(m), b_kmajor) * int64_t{device.sms};
+    while (slices < kGemvMaxSlices && plan->tiles * 2 * slices <= slots &&
+           k / (2 * slices) >= least) {
+      slices *= 2;
+    }
+  }
+  // Slices of a multiple of 8 k (16-byte loads of a, and of b k-major), none of them empty.
+  plan->slice_k = ((k + slices - 1) / slices + 7) / 8 * 8;
+  plan->slices = static_cast<int>((k + plan->slice_k - 1) / plan->slice_k);
+  const bool cluster = device.clusters && sum != "launch";
+  plan->sum = plan->slices == 1 ? kGemvDirect : cluster ? kGemvCluster : kGemvWorkspace;
+  return nullptr;
+}
+
+// The kernel for m rows of a: the tier of M (1, 2, 4, 8) that holds them.
+template <typename T, bool BKMajor>
+const DeviceKernel& gemv_kernel_of(int64_t m) {
+  if (m <= 1) return kernel<&kGemv, T, Val<1>, Val<BKMajor>>;
+  if (m <= 2) return kernel<&kGemv, T, Val<2>, Val<BKMajor>>;
+  if (m <= 4) return kernel<&kGemv, T, Val<4>, Val<BKMajor>>;
+  return kernel<&kGemv, T, Val<8>, Val<BKMajor>>;
+}
+static_assert(kGemvMaxRows == 8, "gemv_kernel_of's tiers end at kGemvMaxRows");
+
+}  // namespace
+
+// The default: on, for m <= 8, wherever the operands' layout allows (every GPU: the kernels need
+// nothing newer than sm_80's loads, and an sm_90's cluster only for the sum). At m <= 8 the
+// matmul reads b once and does at most 16 flops a 2-byte element: the time is b's read, which this
+// route does at the memory's rate, and which the tensor-core routes do on tiles of 64 rows or more
+// (m = 1 x 4096 x 4096 on an H100: the wgmma split-k route 0.93x (bfloat16) and 0.88x (float16)
+// cuBLAS).
+template <typename T>
+Status gemv_chosen(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, bool* chosen) {
+  *chosen = false;
+  int on = 1, rows = kGemvMaxRows;
+  if (const Status e = digit_switch("WB_MATMUL_GEMV", 0, 1, 1,
+                                    "matmul: WB_MATMUL_GEMV must be 0 or 1; unset it for the "
+                                    "default (1)",
+                                    &on)) {
+    return e;
+  }
+  if (const Status e = digit_switch("WB_MATMUL_GEMV_ROWS", 1, kGemvMaxRows, kGemvMaxRows,
+                                    "matmul: WB_MATMUL_GEMV_ROWS must be 1 to 8; unset it for the "
+                                    "default (8)",
+                                    &rows)) {
+    return e;
+  }
+  *chosen = on == 1 && m >= 1 && m <= rows && n <= INT32_MAX && k <= INT32_MAX && rows16(a) &&
+            (rows16(b) || cols16(b));
+  return nullptr;
+}
+
+int64_t gemv_workspace(int64_t m, int64_t n, int64_t k, bool b_kmajor) {
+  GemvPlan plan;
+  if (plan_gemv(m, n, k, b_kmajor, &plan) != nullptr || plan.sum != kGemvWorkspace) return 0;
+  return plan.slices * m * n;
+}
+
+template <typename T>
+Status matmul_gemv(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
+                   Stream stream) {
+  if (m < 1 || m > kGemvMaxRows || n > INT32_MAX || k > INT32_MAX) {
+    return "matmul: the GEMV route takes 1 to 8 rows of a and n, k below 2^31";
+  }
+  const bool b_kmajor = !rows16(b);  // as the wgmma path: n-major where both hold
+  GemvPlan plan;
+  if (const Status e = plan_gemv(m, n, k, b_kmajor, &plan)) return e;
+  if (plan.tiles > INT32_MAX) return "matmul: too many column tiles for the GEMV route's grid";
+  if (plan.sum == kGemvWorkspace && workspace == nullptr) {
+    return "matmul: the GEMV route's split of k needs its workspace (matmul_cuda_workspace)";
+  }
+  LaunchConfig config{Dim3(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.slices)),
+                      Dim3(kGemvThreads)};
+  if (plan.sum == kGemvCluster) config.cluster = Dim3{1, static_cast<unsigned>(plan.slices), 1};
+  const int64_t ldb = b_kmajor ? b.col : b.row;
+  const DeviceKernel& gemv = b_kmajor ? gemv_kernel_of<T, true>(m) : gemv_kernel_of<T, false>(m);
+  const Status launched = gemv.launch(config, stream, a.data, a.row, b.data, ldb, c, workspace,
+                                      static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                                      static_cast<int>(plan.slice_k), plan.sum);
+  if (launched != nullptr || plan.sum != kGemvWorkspace) return launched;
+  // The slices' sums, added in slice order: enough blocks for a few a SM, each a strided walk.
+  const int64_t size = m * n;
+  const int64_t blocks =
+      min_of<int64_t>((size + kGemvThreads - 1) / kGemvThreads, 4 * int64_t{device_facts().sms});
+  LaunchConfig sum{Dim3(static_cast<unsigned>(blocks)), Dim3(kGemvThreads)};
+  return kernel<&kGemvSum, T>.launch(sum, stream, static_cast<const float*>(workspace), c, size,
+                                     plan.slices);
+}
+
+#define WB_GEMV_ENTRY_(T, _)                                                          \
+  template Status gemv_chosen<T>(View<T>, View<T>, int64_t, int64_t, int64_t, bool*); \
+  template Status matmul_gemv<T>(View<T>, View<T>, T*, float*, int64_t, int64_t, int64_t, Stream);
+WB_REDUCED(WB_GEMV_ENTRY_, )
+
+}  // namespace wb::matmul

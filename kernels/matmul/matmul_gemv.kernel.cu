@@ -1,0 +1,322 @@
+// matmul_gemv.kernel.cu: the matmul's GEMV route for an a of few rows, a device-only TU (NVRTC
+// compiles it into a module of its own; the host launcher is matmul_gemv.cu).
+//
+//   matmul: c[i, j] = sum_p a[i, p] * b[p, j], m <= kGemvMaxRows (8)
+//   a: [m, k] row-major, rows 16-byte aligned; b: [k, n] row-major (n-major) or column-major
+//   (k-major), rows (columns) 16-byte aligned; c: [m, n] contiguous. float16 / bfloat16 in,
+//   float32 sums, rounded once. Any m <= 8, n, k below 2^31 (tails included). Every arch (no
+//   sm_90 feature but the cluster sum, compiled for sm_90 and launched only there).
+//
+// The time is that of reading b once (32 MiB at 4096 x 4096): every element of b is read by one
+// 16-byte load that skips L1, and used for the m rows of a. k is cut into `slices` (gridDim.y)
+// of slice_k rows (a multiple of 8); each block sums one slice of one tile of columns in float32:
+//   gemv_kernel<T, M, false>  b n-major: a thread owns 8 consecutive columns of a 128-column tile
+//                             (16 threads read 256 contiguous bytes of a row of b); the block's
+//                             16 half-warps take groups of 8 or 16 rows in turn (a stream each),
+//                             and their sums meet in a fixed tree (half-warps, then warps).
+//   gemv_kernel<T, M, true>   b k-major: a warp owns 4 columns of a 32-column tile and walks k
+//                             256 at a time (a lane 8 k), then sums its lanes (warp_sum).
+// M is the tier of m the kernel holds sums for (1, 2, 4, 8; m itself may be less). The block's
+// sums of its slice then reach c (GemvSum, `sum`): rounded straight into c (one slice); summed
+// across the tile's slices in distributed shared memory (the launch's cluster is the tile's
+// slices, sm_90); or written to a float32 workspace [slices, m, n] that gemv_sum_kernel adds into
+// c. Both sums add the slices in slice order from the first: the same bits every call, and the
+// same bits as each other.
+//   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
+//   tests/test_matmul_gemv.py
+#include "matmul/matmul_gemv.h"
+#include "wb/device.cuh"
+#include "wb/types.h"
+
+namespace wb::matmul {
+namespace gemv {
+
+template <typename T>
+using Vec8 = Vec<T, 8>;  // 8 elements: one 16-byte load
+
+// Rows of b a half-warp loads before it uses them: 16 for one row of a, whose sums leave the
+// registers for it; else 8 (16 rows spill at m = 2 within 128 registers).
+template <int M>
+constexpr int kGroupRows = M == 1 ? 16 : 8;
+constexpr int kStreams = kGemvThreads / 16;  // half-warps of a block (b n-major)
+constexpr int kStep = 32 * 8;                // k a warp reads of a column at a time (b k-major)
+constexpr int kUnroll = 2;                   // such steps loaded before they are used
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The float at this block's shared address `local` in the shared memory of the cluster's block
+// `rank` (distributed shared memory, sm_90).
+__device__ __forceinline__ float load_cluster(uint32_t local, uint32_t rank) {
+  float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+#endif
+  return v;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+#endif
+}
+
+// The block's float32 sums of its slice, part[i][j] for row i of c and column col0 + j, into c:
+// see the top of this file. A cluster's block of rank r (the slice blockIdx.y: the cluster is
+// the grid's column of slices) sums the r-th share of the tile for every rank.
+template <typename T, int M, int BN>
+__device__ __forceinline__ void finish(float (*part)[BN], T* __restrict__ c,
+                                       float* __restrict__ partial, int m, int n, int64_t col0,
+                                       int sum) {
+  const int slice = static_cast<int>(blockIdx.y), slices = static_cast<int>(gridDim.y);
+  int begin = 0, end = M * BN;
+  if (sum == kGemvCluster) {
+    cluster_sync();  // every block's sums are in its shared memory
+    const int share = (M * BN + slices - 1) / slices;
+    begin = min_of(slice * share, M * BN);
+    end = min_of(begin + share, M * BN);
+  }
+  for (int e = begin + static_cast<int>(threadIdx.x); e < end; e += kGemvThreads) {
+    const int i = e / BN, j = e % BN;
+    if (i >= m || col0 + j >= n) continue;
+    float v = part[i][j];
+    if (sum == kGemvCluster) {
+      const uint32_t local = shared_address(&part[i][j]);
+      v = load_cluster(local, 0);
+      for (int s = 1; s < slices; ++s) v += load_cluster(local, static_cast<uint32_t>(s));
+    }
+    if (sum == kGemvWorkspace) {
+      partial[(static_cast<int64_t>(slice) * m + i) * n + col0 + j] = v;
+    } else {
+      c[static_cast<int64_t>(i) * n + col0 + j] = from_acc<T>(v);
+    }
+  }
+  if (sum == kGemvCluster) cluster_sync();  // no block leaves while another reads its sums
+}
+
+// b n-major: rows [p, p + R) of b at columns col .. col + 7 (all inside b) into the sums of a's
+// rows, by 16-byte loads of b and of a.
+template <typename T, int M>
+__device__ __forceinline__ void nmajor_group(const T* __restrict__ a, int64_t lda,
+                                             const T* __restrict__ b, int64_t ldb, int m,
+                                             int64_t col, int64_t p, float (&acc)[M][8]) {
+  constexpr int R = kGroupRows<M>;
+  Vec8<T> bv[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    bv[r] = load_vec<true>(reinterpret_cast<const Vec8<T>*>(b + (p + r) * ldb + col));
+  }
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    if (i >= m) break;
+    float av[R];
+#pragma unroll
+    for (int r = 0; r < R; r += 8) {
+      const Vec8<T> v = *reinterpret_cast<const Vec8<T>*>(a + i * lda + p + r);
+#pragma unroll
+      for (int t = 0; t < 8; ++t) av[r + t] = to_acc(v.v[t]);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[r], to_acc(bv[r].v[j]), acc[i][j]);
+    }
+  }
+}
+
+// The same where the group passes the end of k or of n: a row at a time, element by element,
+// zero outside b (the sums of columns past n are never stored).
+template <typename T, int M>
+__device__ __forceinline__ void nmajor_edge(const T* __restrict__ a, int64_t lda,
+                                            const T* __restrict__ b, int64_t ldb, int m, int n,
+                                            int64_t col, int64_t p, int64_t end,
+                                            float (&acc)[M][8]) {
+  const int64_t rows = min_of<int64_t>(kGroupRows<M>, end - p);
+  for (int64_t r = 0; r < rows; ++r) {
+    float bf[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) bf[j] = col + j < n ? to_acc(b[(p + r) * ldb + col + j]) : 0.f;
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      if (i >= m) break;
+      const float av = to_acc(a[i * lda + p + r]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av, bf[j], acc[i][j]);
+    }
+  }
+}
+
+template <typename T, int M>
+__device__ __forceinline__ void nmajor(const T* __restrict__ a, int64_t lda,
+                                       const T* __restrict__ b, int64_t ldb, T* __restrict__ c,
+                                       float* __restrict__ partial, int m, int n, int64_t begin,
+                                       int64_t end, int sum) {
+  constexpr int R = kGroupRows<M>;
+  __shared__ float buf[kGemvThreads / 64][M][kGemvTileN];  // the tree's upper halves
+  const int lane = static_cast<int>(threadIdx.x % 16), stream = static_cast<int>(threadIdx.x / 16);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGemvTileN;
+  const int64_t col = col0 + lane * 8;
+  float acc[M][8] = {};
+  if (col < n) {
+    for (int64_t p = begin + stream * R; p < end; p += kStreams * R) {
+      if (col + 8 <= n && p + R <= end) {
+        nmajor_group<T, M>(a, lda, b, ldb, m, col, p, acc);
+      } else {
+        nmajor_edge<T, M>(a, lda, b, ldb, m, n, col, p, end, acc);
+      }
+    }
+  }
+  // The two half-warps of a warp hold the same columns (x + y == y + x: both get the same bits).
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], 16);
+  }
+  // Then the warps, in a tree: the upper half's sums onto the lower half's, until warp 0.
+  for (int half = kGemvThreads / 64; half >= 1; half /= 2) {
+    if (warp >= half && warp < 2 * half && threadIdx.x % 32 < 16) {
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) buf[warp - half][i][lane * 8 + j] = acc[i][j];
+      }
+    }
+    __syncthreads();
+    if (warp < half) {
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] += buf[warp][i][lane * 8 + j];
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x < 16) {
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) buf[0][i][lane * 8 + j] = acc[i][j];
+    }
+  }
+  __syncthreads();
+  finish<T, M, kGemvTileN>(buf[0], c, partial, m, n, col0, sum);
+}
+
+// b k-major: a warp's columns (column pointers in cols) over k [p, p + 8) of its lane, for
+// kUnroll steps of kStep; a step whose 8 k are not all before `end` reads element by element.
+template <typename T, int M>
+__device__ __forceinline__ void kmajor_steps(const T* __restrict__ a, int64_t lda,
+                                             const T* const (&cols)[kGemvColumnsPerWarp], int m,
+                                             int64_t p, int64_t end,
+                                             float (&acc)[M][kGemvColumnsPerWarp]) {
+  constexpr int C = kGemvColumnsPerWarp;
+  Vec8<T> bv[kUnroll][C];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t q = p + u * kStep;
+#pragma unroll
+    for (int cc = 0; cc < C; ++cc) {
+      if (q + 8 <= end) {
+        bv[u][cc] = load_vec<true>(reinterpret_cast<const Vec8<T>*>(cols[cc] + q));
+      } else {
+#pragma unroll
+        for (int t = 0; t < 8; ++t) bv[u][cc].v[t] = q + t < end ? cols[cc][q + t] : T{0};
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t q = p + u * kStep;
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      if (i >= m) break;
+      float av[8];
+      if (q + 8 <= end) {
+        const Vec8<T> v = *reinterpret_cast<const Vec8<T>*>(a + i * lda + q);
+#pragma unroll
+        for (int t = 0; t < 8; ++t) av[t] = to_acc(v.v[t]);
+      } else {
+#pragma unroll
+        for (int t = 0; t < 8; ++t) av[t] = q + t < end ? to_acc(a[i * lda + q + t]) : 0.f;
+      }
+#pragma unroll
+      for (int cc = 0; cc < C; ++cc) {
+#pragma unroll
+        for (int t = 0; t < 8; ++t) acc[i][cc] = fmaf(av[t], to_acc(bv[u][cc].v[t]), acc[i][cc]);
+      }
+    }
+  }
+}
+
+template <typename T, int M>
+__device__ __forceinline__ void kmajor(const T* __restrict__ a, int64_t lda,
+                                       const T* __restrict__ b, int64_t ldb, T* __restrict__ c,
+                                       float* __restrict__ partial, int m, int n, int64_t begin,
+                                       int64_t end, int sum) {
+  constexpr int C = kGemvColumnsPerWarp;
+  __shared__ float part[M][kGemvTileK];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGemvTileK;
+  // A column past n reads the last one (its sums are never stored): no branch in the loop.
+  const T* cols[C];
+#pragma unroll
+  for (int cc = 0; cc < C; ++cc) cols[cc] = b + min_of<int64_t>(col0 + warp * C + cc, n - 1) * ldb;
+  float acc[M][C] = {};
+  for (int64_t p = begin + lane * 8; p < end; p += kUnroll * kStep) {
+    kmajor_steps<T, M>(a, lda, cols, m, p, end, acc);
+  }
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+#pragma unroll
+    for (int cc = 0; cc < C; ++cc) {
+      const float v = warp_sum(acc[i][cc]);  // lane 0's: the same order every call
+      if (lane == 0) part[i][warp * C + cc] = v;
+    }
+  }
+  __syncthreads();
+  finish<T, M, kGemvTileK>(part, c, partial, m, n, col0, sum);
+}
+
+}  // namespace gemv
+
+// c = a @ b over the slice blockIdx.y of k (rows [slice * slice_k, + slice_k) of b) and the
+// tile blockIdx.x of columns; sum: GemvSum. m <= M.
+template <typename T, int M, bool BKMajor>
+__global__ void __launch_bounds__(kGemvThreads, gemv_blocks_per_sm(M, BKMajor))
+    gemv_kernel(const T* __restrict__ a,  // [m, k], rows lda apart
+                int64_t lda,
+                const T* __restrict__ b,  // [k, n]: rows ldb apart (n-major), or columns (k-major)
+                int64_t ldb,
+                T* __restrict__ c,            // [m, n] contiguous
+                float* __restrict__ partial,  // [slices, m, n] for kGemvWorkspace, else unused
+                int m, int n, int k, int slice_k, int sum) {
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * slice_k;
+  const int64_t end = min_of<int64_t>(k, begin + slice_k);
+  if constexpr (BKMajor) {
+    gemv::kmajor<T, M>(a, lda, b, ldb, c, partial, m, n, begin, end, sum);
+  } else {
+    gemv::nmajor<T, M>(a, lda, b, ldb, c, partial, m, n, begin, end, sum);
+  }
+}
+
+// c[e] = partial[0][e] + partial[1][e] + ... in slice order, rounded once.
+template <typename T>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_sum_kernel(const float* __restrict__ partial,  // [slices, size]
+                    T* __restrict__ c,                  // [size]
+                    int64_t size, int slices) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kGemvThreads;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(kGemvThreads) + threadIdx.x; e < size;
+       e += stride) {
+    float v = partial[e];
+    for (int s = 1; s < slices; ++s) v += partial[s * size + e];
+    c[e] = from_acc<T>(v);
+  }
+}
+
+}  // namespace wb::matmul
