@@ -328,6 +328,8 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   const bool bulk = smem_given == static_cast<uint32_t>(Tl::kSmemBytes);
   unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<O>;
   int it = 0;
+  // kStreamK: this block's later piece is in its slot, its flag not yet raised (raise_flag).
+  [[maybe_unused]] bool announce = false;
   // A stage's release: to this block's producer, and paired, to the other block's.
   const auto release = [&](int s) {
     sm90::bar_arrive(&empty[s]);
@@ -357,6 +359,9 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
         sm90::Wgmma<Tl::BN, T, Tl::B_KMAJOR ? 0 : 1>::run(d, da, db);
       }
       sm90::commit();
+      if constexpr (kStreamK) {  // while this batch runs: the slot's stores have drained by now
+        if (announce) raise_flag<Tl::CONSUMERS>(walk, workspace, consumer, t), announce = false;
+      }
       sm90::wait<1>();  // the previous step's batch is done: hand its stage back
       sm90::pin(d);
       if (step > first && leader) release((it - 1) % Tl::STAGES);
@@ -368,6 +373,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     if constexpr (kStreamK) {  // a tile's later piece: to the block's slot; its first: add them
       if (first > 0) {
         store_partials<Tl::BN, Tl::CONSUMERS>(walk, workspace, d, consumer, t);
+        announce = true;  // at the next piece's first batch, or below
         continue;
       }
       if (last < steps) {
@@ -394,6 +400,9 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     const int64_t row = row0 + 16 * (t / 32) + (t % 32) / 4;
     const int64_t col = at.n * Tl::BN + 2 * (t % 4);
     store_tile<O, Tl::BN>(slice_out, m, n, row, col, d);
+  }
+  if constexpr (kStreamK) {
+    if (announce) raise_flag<Tl::CONSUMERS>(walk, workspace, consumer, t);
   }
   // Shared memory stays the block's until its copies out have read it.
   if (staged && bulk && t < 64) sm90::bulk_wait<0>();

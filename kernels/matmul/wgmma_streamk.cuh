@@ -3,6 +3,7 @@
 //
 //   StreamK         which pieces (a tile, a run of its k steps) a block computes, in order
 //   store_partials  a consumer's float32 sums of a tile's later piece into its block's slot
+//   raise_flag      ... and its flag raised, once the next piece's first MMAs are issued
 //   add_partials    the first piece's consumer adds the later pieces' sums, in k order
 //
 // The whole-k kernel walks whole tiles, a block an SM: 512 tiles of 128 x 256 (4096^2) on 132
@@ -17,20 +18,21 @@
 // run is at least a tile long: never in three). The piece at the tile's k = 0 (its first
 // piece) is the end of one block's run; the piece after it, the start of the next block's. The
 // later piece's consumers store their float32 sums into their block's slot of the workspace
-// (store_partials) and then raise their block's flag; the first piece's consumers, which reach it
-// at the end of their run, wait for the flag, add the slot (add_partials) and store c. The sums
-// are added in k order (the first piece's, then each later one's): the same bits every call.
+// (store_partials) and then raise their block's flag (raise_flag); the first piece's consumers,
+// which reach it at the end of their run, wait for the flag, add the slot (add_partials) and store
+// c. The sums are added in k order (the first piece's, then each later one's): the same bits every
+// call.
 //
 // No deadlock: a block waits only on the blocks after it in the run order, for a piece at the
 // start of their runs, which they compute before anything they might wait for. Run order is the
 // reverse of blockIdx, so a block waits only on blocks of lower blockIdx, which the GPU starts
-// first; and the launcher runs at most one block an SM (the tile's BLOCKS), so all are resident.
+// first; and the launcher runs no more blocks than the SMs hold at once (the tile's BLOCKS an SM).
 //
-// The workspace ([flags][slots], the caller's, any contents on entry; streamk_floats) holds
-// one 64-bit flag and one slot of BM x BN floats per block and consumer. A flag is raised to this
-// launch's token (%gridid, a number of the launch, mixed with a constant) and lowered to zero by
-// the consumer that waited on it: what a launch leaves is zero, and what another kernel left would
-// have to be this launch's 64-bit token at that place to pass for a raised flag. Nothing else
+// The workspace ([flags][slots], the caller's, any contents on entry; streamk_floats) holds one
+// 64-bit flag and one slot of 64 x BN floats per block and consumer warpgroup. A flag is raised to
+// this launch's token (%gridid, a number of the launch, mixed with a constant) and lowered to zero
+// by the consumer that waited on it: what a launch leaves is zero, and what another kernel left
+// would have to be this launch's 64-bit token at that place to pass for a raised flag. Nothing else
 // persists between calls, so a CUDA graph replays the kernel.
 #pragma once
 
@@ -101,8 +103,8 @@ struct Slot {
 };
 
 // A later piece: the consumer's BN / 2 sums a thread into this block's slot (a warp's stores
-// 512 contiguous bytes), then its flag raised once all 128 threads' stores are done (their named
-// barrier, then a release at GPU scope).
+// 512 contiguous bytes). Its flag is raised later (raise_flag), once the next piece's first MMAs
+// are issued: the release waits for the stores to reach L2, and meanwhile the tensor cores work.
 template <int BN, int CONSUMERS>
 __device__ __forceinline__ void store_partials(const StreamK& walk, float* workspace,
                                                const float (&d)[BN / 2], int consumer, int t) {
@@ -112,9 +114,18 @@ __device__ __forceinline__ void store_partials(const StreamK& walk, float* works
   for (int j = 0; j < BN / 8; ++j) {
     to[j * 128 + t] = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
   }
+}
+
+// This block's flag for consumer `consumer`, raised once all 128 threads' stores into its slot
+// are done: their named barrier, then thread 0's release at GPU scope.
+template <int CONSUMERS>
+__device__ __forceinline__ void raise_flag(const StreamK& walk, float* workspace, int consumer,
+                                           int t) {
   sm90::named_sync(1 + consumer, 128);
   if (t == 0) {
-    asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(slot.flag), "l"(launch_token())
+    uint64_t* const flag =
+        reinterpret_cast<uint64_t*>(workspace) + walk.order * CONSUMERS + consumer;
+    asm volatile("st.release.gpu.global.u64 [%0], %1;\n" ::"l"(flag), "l"(launch_token())
                  : "memory");
   }
 }
