@@ -42,6 +42,13 @@ constexpr int kStreams = kGemvThreads / 16;  // half-warps of a block (b n-major
 constexpr int kStep = 32 * 8;                // k a warp reads of a column at a time (b k-major)
 constexpr int kUnroll = 2;                   // such steps loaded before they are used
 
+// The smaller of two values on the device (wb::min_of is a host constexpr function, which nvcc
+// does not call from device code).
+template <typename U>
+__device__ __forceinline__ U smaller(U x, U y) {
+  return y < x ? y : x;
+}
+
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -73,16 +80,17 @@ __device__ __forceinline__ void finish(float (*part)[BN], T* __restrict__ c,
                                        float* __restrict__ partial, int m, int n, int64_t col0,
                                        int sum) {
   const int slice = static_cast<int>(blockIdx.y), slices = static_cast<int>(gridDim.y);
-  int begin = 0, end = M * BN;
+  const int live = smaller(m, M) * BN;  // part's rows of a
+  int begin = 0, end = live;
   if (sum == kGemvCluster) {
     cluster_sync();  // every block's sums are in its shared memory
-    const int share = (M * BN + slices - 1) / slices;
-    begin = min_of(slice * share, M * BN);
-    end = min_of(begin + share, M * BN);
+    const int share = (live + slices - 1) / slices;
+    begin = smaller(slice * share, live);
+    end = smaller(begin + share, live);
   }
   for (int e = begin + static_cast<int>(threadIdx.x); e < end; e += kGemvThreads) {
     const int i = e / BN, j = e % BN;
-    if (i >= m || col0 + j >= n) continue;
+    if (col0 + j >= n) continue;
     float v = part[i][j];
     if (sum == kGemvCluster) {
       const uint32_t local = shared_address(&part[i][j]);
@@ -128,15 +136,17 @@ __device__ __forceinline__ void nmajor_group(const T* __restrict__ a, int64_t ld
   }
 }
 
-// The same where the group passes the end of k or of n: a row at a time, element by element,
-// zero outside b (the sums of columns past n are never stored).
+// The same where the group passes the end of k or of n: element by element, zero outside b (the
+// sums of columns past n are never stored); 4 rows unrolled, so that the lane holding n's last
+// columns keeps loads in flight over its whole slice.
 template <typename T, int M>
 __device__ __forceinline__ void nmajor_edge(const T* __restrict__ a, int64_t lda,
                                             const T* __restrict__ b, int64_t ldb, int m, int n,
                                             int64_t col, int64_t p, int64_t end,
                                             float (&acc)[M][8]) {
-  const int64_t rows = min_of<int64_t>(kGroupRows<M>, end - p);
-  for (int64_t r = 0; r < rows; ++r) {
+  const int rows = static_cast<int>(smaller<int64_t>(kGroupRows<M>, end - p));
+#pragma unroll 4
+  for (int r = 0; r < rows; ++r) {
     float bf[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) bf[j] = col + j < n ? to_acc(b[(p + r) * ldb + col + j]) : 0.f;
@@ -265,7 +275,7 @@ __device__ __forceinline__ void kmajor(const T* __restrict__ a, int64_t lda,
   // A column past n reads the last one (its sums are never stored): no branch in the loop.
   const T* cols[C];
 #pragma unroll
-  for (int cc = 0; cc < C; ++cc) cols[cc] = b + min_of<int64_t>(col0 + warp * C + cc, n - 1) * ldb;
+  for (int cc = 0; cc < C; ++cc) cols[cc] = b + smaller<int64_t>(col0 + warp * C + cc, n - 1) * ldb;
   float acc[M][C] = {};
   for (int64_t p = begin + lane * 8; p < end; p += kUnroll * kStep) {
     kmajor_steps<T, M>(a, lda, cols, m, p, end, acc);
@@ -296,7 +306,7 @@ __global__ void __launch_bounds__(kGemvThreads, gemv_blocks_per_sm(M, BKMajor))
                 float* __restrict__ partial,  // [slices, m, n] for kGemvWorkspace, else unused
                 int m, int n, int k, int slice_k, int sum) {
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * slice_k;
-  const int64_t end = min_of<int64_t>(k, begin + slice_k);
+  const int64_t end = gemv::smaller<int64_t>(k, begin + slice_k);
   if constexpr (BKMajor) {
     gemv::kmajor<T, M>(a, lda, b, ldb, c, partial, m, n, begin, end, sum);
   } else {
