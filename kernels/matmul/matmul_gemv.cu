@@ -8,20 +8,22 @@
 //
 // A grid of column tiles x slices of k (plan_gemv): the slices are doubled, up to 8, while the
 // blocks still fit the SMs at once (gemv_blocks_per_sm each: one wave) and each slice keeps
-// kMinSliceRows (b n-major) or kMinSliceSteps (k-major) of k. On an H100 (132 SMs), 4096 x 4096:
-// 32 tiles x 8 slices of 512 rows (n-major), 128 tiles x 2 slices of 2048 k (k-major); 8192 x
-// 8192: 64 x 4 (n-major), 256 x 1 (k-major). The slices of a tile are summed in slice order, by a
-// cluster of the tile's blocks through distributed shared memory (sm_90: one launch, no
-// workspace), else by gemv_sum_kernel over a float32 workspace [slices, m, n] the caller
-// allocates (matmul_cuda_workspace); the same bits either way, every call; no state kept between
-// calls, so a CUDA graph replays it.
+// kMinSliceRows (b n-major) or kMinSliceSteps (k-major) of k. On an H100 (132 SMs), m <= 4:
+// 4096 x 4096 is 32 tiles x 8 slices of 512 rows (n-major), 128 tiles x 2 slices of 2048 k
+// (k-major); 8192 x 8192 64 x 4 (n-major), 256 x 1 (k-major). The slices of a tile are summed in
+// slice order, by a cluster of the tile's blocks through distributed shared memory (sm_90: one
+// launch, no workspace; the slices halved, down to 2, until every tile's cluster is resident at
+// once), else by gemv_sum_kernel over a float32 workspace [slices, m, n] the caller allocates
+// (matmul_cuda_workspace); the same bits either way, every call; no state kept between calls, so
+// a CUDA graph replays it.
 //
 // Switches, read from the environment at each call (for A/B on a GPU; a bad value is an error
 // naming it):
 //   WB_MATMUL_GEMV=0 | 1         the route off (the automatic route picks as before) or on
 //   WB_MATMUL_GEMV_ROWS=1..8     the most rows of a it takes (G; unset: 8)
 //   WB_MATMUL_GEMV_SPLITS=1..8   the slices of k (unset: plan_gemv's)
-//   WB_MATMUL_GEMV_SUM=cluster | launch   how the slices are summed (unset: cluster on sm_90)
+//   WB_MATMUL_GEMV_SUM=cluster | launch   how the slices are summed (unset: cluster on sm_90
+//                                where resident; cluster forces it, resident or not)
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_gemv.py
 #include <cstdlib>
@@ -83,6 +85,51 @@ DeviceFacts device_facts() {
   return f;
 }
 
+// Stands in for gemv_kernel in the occupancy query below: the same threads, and dynamic shared
+// memory that holds an SM to the kernel's blocks an SM (its launch bounds hold the kernel there).
+__global__ void __launch_bounds__(kGemvThreads) gemv_cluster_probe_kernel() {}
+
+// Clusters of `size` blocks, `per_sm` blocks an SM at most, that the current device holds at once
+// (0 where the query fails): a cluster's blocks share a GPC, and the GPCs' SM counts decide.
+// Remembered per device, size and per_sm, so that a call under CUDA graph capture queries nothing.
+int resident_clusters(int size, int per_sm) {
+  static int seen[64][kGemvMaxSlices + 1][3];  // the count + 1; 0: not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  int& known = seen[device][size][per_sm];
+  if (known != 0) return known - 1;
+  int per_block = 0, reserved = 0, clusters = 0;
+  cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
+  int per_sm_smem = 0;
+  cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  const int smem = min_of(per_block, per_sm_smem / per_sm - reserved);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(size));
+  config.blockDim = dim3(kGemvThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  cudaLaunchAttribute dims{};
+  dims.id = cudaLaunchAttributeClusterDimension;
+  dims.val.clusterDim.x = static_cast<unsigned>(size);
+  dims.val.clusterDim.y = dims.val.clusterDim.z = 1;
+  config.attrs = &dims;
+  config.numAttrs = 1;
+  // A query under a global-mode CUDA graph capture (of another stream, even) is allowed in this
+  // thread: it enqueues nothing.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (cudaFuncSetAttribute(gemv_cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           smem) != cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&clusters, gemv_cluster_probe_kernel, &config) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();  // not the op's error: the two-launch sum runs instead
+    clusters = 0;
+  }
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  known = clusters + 1;
+  return clusters;
+}
+
 struct GemvPlan {
   int64_t tiles = 0;    // column tiles (gridDim.x)
   int slices = 1;       // slices of k (gridDim.y)
@@ -105,20 +152,35 @@ Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, GemvPlan* plan)
   const DeviceFacts device = device_facts();
   const int64_t tile = b_kmajor ? kGemvTileK : kGemvTileN;
   const int64_t least = b_kmajor ? kMinSliceSteps : kMinSliceRows;
+  const int per_sm = gemv_blocks_per_sm(static_cast<int>(m), b_kmajor);
   plan->tiles = (n + tile - 1) / tile;
   int slices = forced;
   if (slices == 0) {
     slices = 1;
-    const int64_t slots = gemv_blocks_per_sm(static_cast<int>(m), b_kmajor) * int64_t{device.sms};
-    while (slices < kGemvMaxSlices && plan->tiles * 2 * slices <= slots &&
+    while (slices < kGemvMaxSlices && plan->tiles * 2 * slices <= per_sm * int64_t{device.sms} &&
            k / (2 * slices) >= least) {
       slices *= 2;
     }
   }
   // Slices of a multiple of 8 k (16-byte loads of a, and of b k-major), none of them empty.
-  plan->slice_k = ((k + slices - 1) / slices + 7) / 8 * 8;
-  plan->slices = static_cast<int>((k + plan->slice_k - 1) / plan->slice_k);
-  const bool cluster = device.clusters && sum != "launch";
+  const auto cut = [&](int s) {
+    plan->slice_k = ((k + s - 1) / s + 7) / 8 * 8;
+    plan->slices = static_cast<int>((k + plan->slice_k - 1) / plan->slice_k);
+  };
+  cut(slices);
+  // The cluster sum where every tile's cluster is resident at once: a cluster's blocks share a
+  // GPC, so where the GPCs cannot hold them all, the default halves the slices (down to 2) until
+  // they can; failing that, the two-launch sum's blocks (placed on any SM) run in one wave.
+  bool cluster = device.clusters && sum != "launch" && plan->slices > 1;
+  if (cluster && sum != "cluster") {
+    const GemvPlan first = *plan;
+    while (forced == 0 && plan->slices > 2 &&
+           resident_clusters(plan->slices, per_sm) < plan->tiles) {
+      cut(plan->slices / 2);
+    }
+    cluster = resident_clusters(plan->slices, per_sm) >= plan->tiles;
+    if (!cluster) *plan = first;
+  }
   plan->sum = plan->slices == 1 ? kGemvDirect : cluster ? kGemvCluster : kGemvWorkspace;
   return nullptr;
 }
