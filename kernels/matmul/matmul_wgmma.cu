@@ -353,8 +353,9 @@ Status schedule_choice(bool* streamk) {
 }
 
 // The blocks of the stream-K kernel for an m x n call on `tile` (one a resident slot, as the
-// whole-k kernel's), or 0 where it does not apply: fewer than two waves of tiles (the run would
-// be shorter than a tile), or a whole number of them (no wave to share out).
+// whole-k kernel's), or 0 where it does not apply: a whole number of waves of tiles (no partial
+// wave to share out), or fewer than two (the kernel needs one; below two its runs would be most
+// of the work, and their extra sums weigh most: not timed yet).
 int64_t streamk_blocks(int64_t m, int64_t n, const WgmmaShape& tile) {
   const int64_t slots = sm_count() * int64_t{tile.blocks}, tiles = tiles_of(m, n, tile);
   return tiles >= 2 * slots && tiles % slots != 0 ? slots : 0;
