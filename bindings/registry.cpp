@@ -8,7 +8,8 @@
 //
 // wb_kernel_count / wb_kernel_name list the kernels that host launchers name in device-only TUs
 // (wb/module.h), wb_kernel_used says which of them this process has launched; wb_module_load
-// hands over their cubins (wb/registry_modules.h).
+// hands over their cubins and wb_module_hook the driver's wait for a module's second step
+// (wb/registry_modules.h).
 //
 // WB_AUTOGRAD kernels (wb/autograd.h) are registered by wb_register under dispatch key Autograd,
 // after the other kernels; wb_describe lists their ops, so the driver registers no Python
@@ -320,6 +321,12 @@ WB_EXPORT int wb_kernel_count() { return wb::detail::kernel_count(); }
 WB_EXPORT const char* wb_kernel_name(int i) { return wb::detail::kernel_name(i); }
 // 1 when kernel i has been looked up for a launch on some device in this process, else 0.
 WB_EXPORT int wb_kernel_used(int i) { return wb::detail::kernel_used(i) ? 1 : 0; }
+
+// Sets the hook a launch calls when the live module of its device-only TU lacks its kernel (the
+// first step of a two-step load: wb/registry_modules.h's CompleteHook); nullptr removes it.
+WB_EXPORT void wb_module_hook(wb::detail::CompleteHook hook) {
+  wb::detail::modules().complete.store(hook, std::memory_order_release);
+}
 
 // Makes `count` cubins the live module of device-only TU `file`: cubin i is for compute
 // capability majors[i].minors[i] (arch-specific when specific[i]), is the file paths[i] (read at

@@ -18,7 +18,7 @@ import torch
 
 import workbench
 from tests.reliability_helpers import edit
-from workbench import knobs, loader, scaffold, ship
+from workbench import cache, device, knobs, loader, scaffold, ship
 from workbench.api import BuildWarning
 
 pytestmark = pytest.mark.cuda
@@ -77,6 +77,52 @@ def test_a_kernel_edit_swaps_the_module_and_keeps_the_library(
     assert live_library("op00") == library  # the same library: no dlopen
     assert torch.equal(op(x, 2.0), 2 * x + 3)
     assert torch.equal(lib.op00(x.cpu(), 2.0), 2 * x.cpu())  # the CPU kernel is untouched
+
+
+def module_names(family: str, file: str) -> set[str]:
+    """The kernels in the live module of ``file`` (from its cubins' records)."""
+    keys = loader.live_handles(NS)[family].modules[file]
+    return {
+        n
+        for key in keys
+        for n in cache.read_json(device.cubin_path(key).with_suffix(".json"))["lowered"]
+    }
+
+
+def test_a_reload_loads_the_kernels_run_so_far_first_and_another_waits_for_the_rest(
+    lib: workbench.Library, registry: Path
+) -> None:
+    x = torch.arange(8.0, device="cuda")
+    assert torch.equal(lib.op00(x, 2.0), 2 * x)  # float runs; op00's double kernels never did
+    edit(registry / "op00" / "op00.kernel.cu", "apply(x, alpha);", "apply(x, alpha) + A(7);")
+    assert lib.reload().device_only == ["op00"]
+    first = module_names("op00", "op00.kernel.cu")
+    assert first and not any("double" in n for n in first), first
+    assert torch.equal(lib.op00(x, 2.0), 2 * x + 7)
+    xd = x.double()  # a kernel the first step lacks: its launch waits for the rest
+    assert torch.equal(lib.op00(xd, 2.0), 2 * xd + 7)
+    assert device.settle(300)
+    whole = module_names("op00", "op00.kernel.cu")
+    assert first < whole and any("double" in n for n in whole)
+    assert lib.reload().swapped == []  # nothing changed: the whole module is found, not compiled
+
+
+def test_a_kernel_of_the_rest_that_does_not_compile_fails_at_its_launch_and_next_reload(
+    lib: workbench.Library, registry: Path
+) -> None:
+    x = torch.arange(8.0, device="cuda")
+    assert torch.equal(lib.op00(x, 2.0), 2 * x)
+    body = "  wb::detail::elementwise_body<N, NoL1>"
+    edit(registry / "op00" / "op00.kernel.cu", body,
+         '  static_assert(sizeof(T) != 8, "no doubles here");\n' + body)  # fmt: skip
+    lib.reload()
+    assert torch.equal(lib.op00(x, 2.0), 2 * x)  # the float kernel compiled first
+    with pytest.raises(RuntimeError, match=r"(?s)other kernels failed.*no doubles here"):
+        lib.op00(x.double(), 2.0)
+    assert device.settle(300)
+    with pytest.warns(BuildWarning):
+        report = lib.reload(on_error="warn")
+    assert "no doubles here" in str(report.failed["op00"])
 
 
 def test_a_device_compile_error_names_the_line_and_keeps_the_old_kernel(

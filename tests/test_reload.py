@@ -26,7 +26,7 @@ NS = f"wbreload{os.getpid()}"
 ENTRY_POINTS = {
     *("wb_abi_version", "wb_describe"),
     *("wb_register", "wb_unregister", "wb_route"),
-    *("wb_kernel_count", "wb_kernel_name", "wb_kernel_used", "wb_module_load"),
+    *("wb_kernel_count", "wb_kernel_name", "wb_kernel_used", "wb_module_load", "wb_module_hook"),
     *("wb_register_autograd", "wb_autograd_recorded"),
 }
 

@@ -17,21 +17,32 @@ library's key unchanged: the reload compiles that file alone and swaps its modul
 library, with no host compile, no link and no ``dlopen``. Every other file of the family builds
 as before (nvcc for ``.cu``, the host compiler for ``.cpp``): a ``.cu`` is the fallback for
 device code that needs its host side in the same TU.
+
+A reload in a live process whose calls have launched some of a TU's kernels compiles those first
+(one NVRTC program each), loads them and returns; the TU's other kernels compile behind them and
+are swapped in when done (:class:`Rest`). A launch of one of those before then waits for them in
+the library's completion hook. So an edit of a TU of many heavy kernels (the Hopper matmul's)
+reloads in the time of the kernels the user runs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
+import functools
 import json
 import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench import cache, events
+from workbench.device_record import Image
+from workbench.device_record import cached as _cached
+from workbench.device_record import cubin_path as cubin_path
+from workbench.device_record import warm as _warm
 from workbench.errors import BuildError, LoadError
 from workbench.hashing import digest, file_digest
 from workbench.project import DEVICE_SUFFIX, Family, Project, mentions_tune
@@ -71,35 +82,17 @@ class Handle(Protocol):
     modules: dict[str, tuple[str, ...]]  # the module key loaded per device-only TU
 
 
-class Image:
-    """One cubin of a device-only TU: its architecture, cache key, file and lowered names."""
-
-    __slots__ = ("arch", "file", "key", "lowered", "seconds")
-
-    def __init__(self, arch: str, key: str, path: str | Path, lowered: dict[str, str]) -> None:
-        self.arch = arch
-        self.key = key
-        self.file = os.fspath(path)  # a string: a warm start hands it on without a Path
-        self.lowered = lowered
-        self.seconds = 0.0  # compile time; 0 for a cache hit
-
-    @property
-    def path(self) -> Path:
-        return Path(self.file)
-
-    def record(self) -> dict[str, Any]:
-        """What its compile recorded: seconds, NVRTC's log, options, headers ({} if unknown)."""
-        meta = cache.read_json(self.path.with_suffix(".json"))
-        return meta if isinstance(meta, dict) else {}
-
-
 class Module:
-    """The cubins of one device-only TU for the current sources, one per architecture."""
+    """The cubins of one device-only TU for the current sources, one per architecture; or, where
+    ``rest`` is set, those of the kernels a live process has launched, with the rest to come."""
 
-    def __init__(self, file: str, source: Path, images: list[Image]) -> None:
+    def __init__(
+        self, file: str, source: Path, images: list[Image], rest: Rest | None = None
+    ) -> None:
         self.file = file  # relative to the family's folder, as the launchers name it
         self.source = source
         self.images = images
+        self.rest = rest
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -156,12 +149,6 @@ def includes(source: Path, include_dirs: tuple[Path, ...]) -> list[str]:
                         todo.append(Path(key))
                     break
     return sorted(seen)
-
-
-def cubin_path(key: str) -> Path:
-    """Where the cubin of ``key`` is kept; its record (arch, names, NVRTC's log) is beside it,
-    with the suffix .json."""
-    return cache.root() / "cubin" / key[:2] / f"{key}.cubin"
 
 
 def _base_options(project: Project, family: Family, config: Config) -> list[str]:
@@ -239,17 +226,22 @@ def ensure(
     seen: dict[str, list[int] | None] | None = None,
     pool: Executor | None = None,
     workers: Workers | None = None,
+    first: Callable[[], set[tuple[str, str]]] | None = None,
 ) -> list[Module]:
     """The cubins of every device-only TU the launchers name: from the cache, or compiled now.
 
     A TU whose inputs (its text, its headers, its cubins) have the ``stat`` stamps recorded by
     an earlier call, for the same names, architectures, options and NVRTC, reuses that call's
-    cubins without reading a header or loading NVRTC (see :class:`_Warm`). ``seen``: the stamps
-    this load has read already (one load of many families reads a shared header once).
+    cubins without reading a header or loading NVRTC (:class:`workbench.device_record.Warm`).
+    ``seen``: the stamps this load has read already (one load of many families reads a shared
+    header once).
     ``pool``: where the NVRTC programs run (``wb tune`` shares one among its variants: one
     pool per call would put more programs on the cores than they have); default: threads of
     this call, one per program up to the cores. ``workers``: compile in those processes
     (:mod:`workbench.nvrtc_worker`), each pool thread driving one, instead of in this process.
+    ``first``: the kernels a live process has launched (read only where a TU compiles): a TU
+    that names others too compiles these first and returns their module, whose ``rest``
+    compiles the others in the background (:class:`Rest`).
     """
     from workbench import nvrtc
 
@@ -258,6 +250,7 @@ def ensure(
     modules = []
     warm = _warm()
     seen = {} if seen is None else seen
+    used: set[tuple[str, str]] | None = None
     for file, source, names in plan(family, kernels):
         identity = [nvrtc.identity(), archs, base, names]
         found = warm.lookup(str(source), identity, seen)
@@ -269,14 +262,28 @@ def ensure(
         headers = includes(source, project.include_dirs)
         options = _options(project, family, config, headers, source)
         inputs = [(p, file_digest(p)) for p in [str(source), *headers]]
-        jobs = [
-            (arch, digest("cubin", release, arch, options, part, inputs), part)
-            for arch in archs
-            for part in chunks(names)
-        ]
-        images = _images(source, jobs, options, headers, pool, workers)
-        if any(image.seconds for image in images):  # once per TU, as build.ensure reports
+        jobs = functools.partial(_jobs, archs, release, options, inputs)
+        content = digest("module", release, archs, options, names, inputs)
+        images = _listed(content)
+        if images is None:  # compiled whole before, or by an earlier version of this layer
+            cached = [_cached(arch, key) for arch, key, _ in jobs(names)]
+            images = [i for i in cached if i is not None] if None not in cached else None
+        early: list[str] = []
+        if images is None and first is not None:
+            used = first() if used is None else used
+            early = [n for n in names if (file, n) in used]
+        if early and len(early) < len(names) and content not in _failed:  # its kernels first
+            rest = jobs([n for n in names if n not in early])
+            part = Module(file, source, _images(source, jobs(early), options, headers))
+            part.rest = Rest(content, file, source, part.images)
+            part.rest.start(functools.partial(_images, source, rest, options, headers))
             events.compiled(family.name, source)
+            modules.append(part)  # not recorded: a warm start finds the whole module's list
+            continue
+        if images is None:
+            images = _images(source, jobs(names), options, headers, pool, workers)
+            if any(image.seconds for image in images):  # once per TU, as build.ensure reports
+                events.compiled(family.name, source)
         warm.record(str(source), identity, [str(source), *headers], images)
         modules.append(Module(file, source, images))
     warm.save()
@@ -289,6 +296,17 @@ def ensure(
 # on 2 cores took 0.18-0.20 s where one program took 0.28 s. Fixed by the count of names alone,
 # so that every machine splits the same way and the cubins' keys agree.
 MAX_PROGRAMS = 8
+
+
+def _jobs(
+    archs: list[str], release: str, options: list[str], inputs: list[Any], names: list[str]
+) -> list[tuple[str, str, list[str]]]:
+    """(arch, cubin key, names) of each NVRTC program that compiles ``names``."""
+    return [
+        (arch, digest("cubin", release, arch, options, part, inputs), part)
+        for arch in archs
+        for part in chunks(names)
+    ]
 
 
 def chunks(names: list[str]) -> list[list[str]]:
@@ -327,121 +345,6 @@ def _images(
             if own is not None:
                 own.shutdown()
     return [image for image in found if image is not None]
-
-
-class _Warm:
-    """What :func:`ensure` found for each device-only TU, by the stamps of its inputs.
-
-    Kept in one file of the cache (``warm/device.json``), read once per process; the same
-    racy-timestamp rule as the library index (:mod:`workbench.warm`): a file changed in the last
-    two seconds is never recorded, so an edit that keeps size and mtime is not missed.
-    """
-
-    def __init__(self) -> None:
-        self.path = cache.root() / "warm" / "device.json"
-        loaded = cache.read_json(self.path)
-        if not isinstance(loaded, dict) or loaded.get("version") != 2:
-            loaded = {}
-        self.entries: dict[str, Any] = loaded.get("tus", {})
-        # The kernels each library's launchers name, by the library's path: a library of the
-        # cache is never rewritten under its name (the key is in it), so the list stays true.
-        self.kernels: dict[str, list[list[str]]] = loaded.get("kernels", {})
-        self.dirty = False
-        self.lock = threading.Lock()  # wb tune compiles the modules of its variants in threads
-
-    def kernels_of(self, handle: Handle) -> list[tuple[str, str]]:
-        """:func:`kernel_names` of the handle's library, as recorded when first read."""
-        library = handle.built.library
-        key = os.fspath(library) if library is not None else None
-        found = self.kernels.get(key) if key is not None else None
-        if isinstance(found, list):
-            return [(str(f), str(e)) for f, e in found]
-        names = kernel_names(handle)
-        if key is not None:
-            with self.lock:
-                self.kernels[key] = [[f, e] for f, e in names]
-                self.dirty = True
-        return names
-
-    def lookup(
-        self, source: str, identity: list[Any], seen: dict[str, list[int] | None]
-    ) -> list[Image] | None:
-        """The images recorded for ``source``, if its inputs are as recorded; ``seen`` holds the
-        stamps read by this call's caller (families share the workbench's headers)."""
-        from workbench import warm
-
-        entry = self.entries.get(source)
-        if not isinstance(entry, dict) or entry.get("identity") != identity:
-            return None
-        for path, stamp in entry.get("stamps", {}).items():
-            if path not in seen:
-                seen[path] = warm.read_stamp(path)
-            if seen[path] != stamp:
-                return None
-        images = entry["images"]
-        # A cubin removed since (wb gc, wb clean --all) is compiled again, not handed to a
-        # library that would fail at the kernel's first launch (one stat per cubin).
-        if not all(os.path.exists(i["path"]) for i in images):
-            return None
-        return [Image(i["arch"], i["key"], i["path"], i["lowered"]) for i in images]
-
-    def record(
-        self, source: str, identity: list[Any], inputs: list[str], images: list[Image]
-    ) -> None:
-        from workbench import warm
-
-        now = time.time()
-        stamps = {}
-        for path in inputs:  # the cubins are files of the cache, named by their keys
-            stamp = warm.stamp_of(path, now)
-            if stamp is None:
-                with self.lock:
-                    if self.entries.pop(source, None) is not None:
-                        self.dirty = True
-                return
-            stamps[path] = list(stamp)
-        entry = {
-            "identity": identity,
-            "stamps": stamps,
-            "images": [
-                {"arch": i.arch, "key": i.key, "path": i.file, "lowered": i.lowered} for i in images
-            ],
-        }
-        with self.lock:
-            self.entries[source] = entry
-            self.dirty = True
-
-    def save(self) -> None:
-        with self.lock:
-            if not self.dirty:
-                return
-            # Only saved after a build or a first load: the names of libraries gone since (an
-            # edit's older builds, removed by wb gc or clean) are dropped then.
-            self.kernels = {k: v for k, v in self.kernels.items() if os.path.exists(k)}
-            kept = {"version": 2, "tus": self.entries, "kernels": self.kernels}
-            text = json.dumps(kept, sort_keys=True)
-            self.dirty = False
-        with contextlib.suppress(OSError):  # only saves time
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_atomic(self.path, text)
-
-
-_warm_state: dict[tuple[str | None, ...], _Warm] = {}
-
-
-def _warm() -> _Warm:
-    """The warm record of the current cache (one per cache folder and process)."""
-    return cache.per_cache(_warm_state, _Warm)
-
-
-def _cached(arch: str, key: str) -> Image | None:
-    path = cubin_path(key)
-    meta = cache.read_json(path.with_suffix(".json"))
-    if not isinstance(meta, dict) or not path.is_file():
-        return None
-    if file_digest(str(path)) != meta.get("sha256"):
-        return None  # damaged: compiled again, and replaced
-    return Image(arch, key, path, dict(meta.get("lowered", {})))
 
 
 def _compile(
@@ -488,6 +391,137 @@ def _compile(
     return image
 
 
+# A reload's modules in two steps. A kernel edit in a live process compiles first the kernels its
+# calls have launched (one program each), loads them, and returns; the module's other kernels
+# compile behind it (Rest) and are swapped in when done. A launch of one of those before then
+# waits for them in the library's completion hook (wb_module_hook). The whole module's cubins are
+# listed by its inputs' content (cubin/modules/KEY.json), so a warm start or the next reload
+# finds them, and a second ensure of the same content waits for the compile under way.
+_rest_lock = threading.Lock()
+_in_flight: dict[str, Rest] = {}  # by the module's content key
+_failed: set[str] = set()  # content keys whose rest failed to compile
+_waiting: dict[int, dict[str, Rest]] = {}  # by id(library): each file's rest to come
+_hooks: dict[int, tuple[Any, Any]] = {}  # by id(library): (the library, its hook), kept alive
+_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char), ctypes.c_int)
+
+
+class Rest:
+    """The kernels of a device-only TU compiled after those a live process has launched."""
+
+    def __init__(self, content: str, file: str, source: Path, first: list[Image]) -> None:
+        self.content, self.file, self.source, self.first = content, file, source, first
+        self.images: list[Image] | None = None  # the whole module's, once compiled
+        self.error = ""
+        self.finished = False  # compiled (or failed); done: and swapped into its holders
+        self.done = threading.Event()
+        self.holders: dict[int, tuple[Handle, tuple[str, ...]]] = {}
+
+    def start(self, compile_rest: Callable[[], list[Image]]) -> None:
+        with _rest_lock:
+            _in_flight[self.content] = self
+        # Not a daemon: a process that ends meanwhile waits for it, so the cache keeps the work.
+        threading.Thread(target=self._run, args=(compile_rest,), name="wb-module-rest").start()
+
+    def _run(self, compile_rest: Callable[[], list[Image]]) -> None:
+        try:
+            images = [*self.first, *compile_rest()]
+            path = _listing(self.content)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_atomic(path, json.dumps([[i.arch, i.key] for i in images]))
+            self.images = images
+        except Exception as e:  # shown at the launch that needs them, and at the next reload
+            self.error = str(e)
+            with _rest_lock:
+                _failed.add(self.content)  # its next ensure compiles it whole: the error raised
+        with _rest_lock:
+            self.finished = True
+            holders = [handle for handle, _ in self.holders.values()]
+        for handle in holders:
+            self.swap_into(handle)
+        with _rest_lock:
+            if _in_flight.get(self.content) is self:
+                del _in_flight[self.content]
+            self.done.set()
+
+    def hold(self, handle: Handle, key: tuple[str, ...]) -> None:
+        """``handle`` loaded the first kernels as ``key``: swap the whole module in when done."""
+        with _rest_lock:
+            self.holders[id(handle)] = (handle, key)
+            _waiting.setdefault(id(handle.cdll), {})[self.file] = self
+            finished = self.finished
+        if finished:
+            self.swap_into(handle)
+
+    def swap_into(self, handle: Handle) -> bool:
+        """Load the whole module into ``handle`` if its live module is still the first step's;
+        whether the whole module compiled (and is live, unless a later load replaced it)."""
+        with _rest_lock:
+            held = self.holders.pop(id(handle), None)
+            if self.images is not None and held and handle.modules.get(self.file) == held[1]:
+                try:
+                    load(handle, Module(self.file, self.source, self.images))
+                except LoadError as e:
+                    self.error, self.images = str(e), None
+            return self.images is not None
+
+
+def settle(timeout: float | None = None) -> bool:
+    """Wait for the second step of the modules that reloads are compiling; whether all are done
+    (compiled and swapped in, or failed) within ``timeout`` seconds."""
+    with _rest_lock:
+        rests = list(_in_flight.values())
+    return all(rest.done.wait(timeout) for rest in rests)
+
+
+def _listing(content: str) -> Path:
+    return cache.root() / "cubin" / "modules" / f"{content}.json"
+
+
+def _listed(content: str) -> list[Image] | None:
+    """The images of the module of ``content``: when a rest compiles it now, once it is done."""
+    with _rest_lock:
+        rest = _in_flight.get(content)
+    if rest is not None:
+        rest.done.wait()
+        if rest.images is None:
+            return None  # it failed: compiled again, and the error raised
+        return [Image(i.arch, i.key, i.file, i.lowered) for i in rest.images]  # compiled there
+    listed = cache.read_json(_listing(content))
+    if not isinstance(listed, list):
+        return None
+    images = [_cached(str(arch), str(key)) for arch, key in listed]
+    return None if any(i is None for i in images) else [i for i in images if i is not None]
+
+
+def _hooked(handle: Handle) -> bool:
+    """Whether the library of ``handle`` calls the completion hook (libraries built before it do
+    not: a reload then compiles every kernel at once)."""
+    key = id(handle.cdll)
+    if key in _hooks:
+        return True
+    setter = getattr(handle.cdll, "wb_module_hook", None)
+    if setter is None:
+        return False
+
+    def complete(file: bytes, message: Any, capacity: int) -> int:
+        with _rest_lock:
+            rest = _waiting.get(key, {}).get(file.decode())
+        if rest is None:
+            return 0
+        rest.done.wait()  # without the GIL: the compile's threads run
+        if rest.swap_into(handle):
+            return 1
+        text = f"{rest.source}: compiling its other kernels failed: {rest.error}".encode()
+        ctypes.memmove(message, text, min(len(text), capacity - 1))
+        return -1
+
+    hook = _HOOK(complete)
+    setter.argtypes, setter.restype = [_HOOK], None
+    setter(hook)
+    _hooks[key] = (handle.cdll, hook)
+    return True
+
+
 def load(handle: Handle, module: Module) -> None:
     """Make ``module`` the live module of its file in the library of ``handle``."""
     from workbench import runtime
@@ -516,17 +550,26 @@ def sync(
     a ``sync`` without ``only`` completes the modules. ``ready``: the modules :func:`prepare`
     found for this library (a deferred family's), loaded as they are."""
     if handle.kernels is None:
-        handle.kernels = _warm().kernels_of(handle)
+        handle.kernels = _warm().kernels_of(handle.built.library, lambda: kernel_names(handle))
     kernels = handle.kernels if only is None else [k for k in handle.kernels if k in only]
     if not kernels:
         _warm().save()
         return []
     swapped = []
-    modules = ready if ready is not None else ensure(project, family, config, kernels, seen)
-    for module in modules:
-        if handle.modules.get(module.file) != module.key:
-            load(handle, module)
-            swapped.append(module)
+    # A reload of a library whose kernels ran: those first (ensure's ``first``).
+    early = only is None and bool(handle.modules) and _hooked(handle)
+    first = (lambda: used_kernels(handle)) if early else None
+    if ready is None:
+        ready = ensure(project, family, config, kernels, seen, first=first)
+    for module in ready:
+        with _rest_lock:
+            if handle.modules.get(module.file) != module.key:
+                load(handle, module)
+                swapped.append(module)
+            waiting = _waiting.get(id(handle.cdll), {})
+            waiting.pop(module.file, None)
+        if module.rest is not None:
+            module.rest.hold(handle, module.key)
     return swapped
 
 

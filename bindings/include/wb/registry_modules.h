@@ -9,6 +9,11 @@
 // with context-independent loading (cuLibraryLoadData): one load serves every device of the
 // process; each device launches from the cubin built for its architecture.
 //
+// A reload in a live process may load a module in two steps (workbench/device.py): first the
+// kernels the process has launched so far, then, compiled behind them, all of them. A launch of a
+// kernel the first module lacks asks the driver's completion hook (wb_module_hook), which waits
+// for the whole module, swaps it in and lets the launch look its kernel up again.
+//
 // Old modules are never unloaded: a CUDA graph captured before a swap keeps replaying the
 // kernels it captured, and a launch queued on a stream may still be waiting for them. A module
 // is a few hundred KiB of device memory at most; a process that reloads a kernel 200 times
@@ -87,8 +92,14 @@ struct KernelSlot {
   PerDevice devices[kMaxDevices];
 };
 
+// The driver's completion hook: for `file`, whose live module lacks a kernel, waits for the
+// module with all of its kernels and loads it. Returns 1 once it is loaded, 0 when none is coming,
+// -1 when its compile failed (the error in message, at most capacity bytes with its NUL).
+using CompleteHook = int (*)(const char* file, char* message, int capacity);
+
 struct ModuleTable {
   std::mutex mutex;  // taken to register, load, and look a kernel up: never on a launch's fast path
+  std::atomic<CompleteHook> complete{nullptr};
   std::map<std::string, std::unique_ptr<ModuleFile>> files;
   std::deque<KernelSlot> slots;  // stable addresses: launchers keep pointers
   uint64_t next_generation = 1;
@@ -277,7 +288,8 @@ inline Status resolve_global(KernelSlot* slot, int device, Image& img, const std
 }
 
 // Looks slot's kernel up in the live module for `device`; called under the table's mutex.
-inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int count) {
+// *missing: set when the live module has an image for the device that lacks the kernel.
+inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int count, bool* missing) {
   const Driver& d = driver();
   if (!d.error.empty()) return fail(d.error + " (a CUDA 12 driver is needed for device-only TUs)");
   ModuleFile& f = *slot->file;
@@ -290,6 +302,7 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
   Image* img = image_for(f.modules.back(), major, minor, slot->expression);
   if (img == nullptr && image_for(f.modules.back(), major, minor, "") != nullptr) {
+    if (missing != nullptr) *missing = true;
     return fail(f.file + " was compiled without " + slot->expression +
                 "; reload the library (the launcher names it, the module was built before)");
   }
@@ -380,8 +393,24 @@ inline Status ready(KernelSlot* slot, int* device, const size_t* sizes, int coun
   PerDevice& pd = slot->devices[*device];
   const uint64_t live = slot->file->generation.load(std::memory_order_acquire);
   if (live == 0 || pd.generation.load(std::memory_order_acquire) != live) {
+    std::string lacking;
+    {
+      std::lock_guard<std::mutex> lock(modules().mutex);
+      bool missing = false;
+      const Status err = resolve(slot, *device, sizes, count, &missing);
+      if (!missing) return err;
+      lacking = err;
+    }
+    // The live module lacks the kernel: the first step of a two-step load. The hook runs without
+    // the mutex (it loads the whole module through load_module, and other threads may launch).
+    const CompleteHook hook = modules().complete.load(std::memory_order_acquire);
+    char message[2048] = {};
+    const int loaded =
+        hook != nullptr ? hook(slot->file->file.c_str(), message, sizeof message) : 0;
+    if (loaded < 0) return fail(message);
+    if (loaded == 0) return fail(lacking);
     std::lock_guard<std::mutex> lock(modules().mutex);
-    if (const Status err = resolve(slot, *device, sizes, count)) return err;
+    if (const Status err = resolve(slot, *device, sizes, count, nullptr)) return err;
   }
   return nullptr;
 }
@@ -534,6 +563,15 @@ inline std::string load_module(const std::string& file, const std::vector<ImageI
   if (!entry) {
     entry = std::make_unique<ModuleFile>();
     entry->file = file;
+  }
+  if (!entry->modules.empty()) {
+    // A cubin the live module has loaded already (the second step of a two-step load holds the
+    // first step's cubins) keeps its driver library: loaded once, not once per module.
+    for (auto& img : m.images) {
+      for (auto& old : entry->modules.back().images) {
+        if (old->library != nullptr && old->path == img->path) img->library = old->library;
+      }
+    }
   }
   entry->modules.push_back(std::move(m));
   entry->generation.store(t.next_generation++, std::memory_order_release);
