@@ -175,8 +175,8 @@ SPLIT_SHAPES = [(1, 4096, 4096, False), (3, 1000, 4100, True), (8, 8192, 2056, F
 def test_the_same_bits_every_call_and_by_either_sum(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool, dtype: Any
 ) -> None:
-    """Each split of k (forced, 1 to 8 slices) is right; two calls give the same bits, and the
-    cluster sum (where the GPU has clusters) the second launch's."""
+    """Each split of k (forced, 1 to 64 slices) is right; two calls give the same bits, and the
+    cluster sum (where the GPU has clusters, at most 8 slices) the second launch's."""
     a, b = _operands(m, n, k, col, dtype)
     for splits in ("", "1", "2", "3", "8"):
         got = {}
@@ -187,6 +187,11 @@ def test_the_same_bits_every_call_and_by_either_sum(
             assert torch.equal(got[sum_by], lib.matmul(a, b).view(torch.int16)), (splits, sum_by)
         assert torch.equal(got["cluster"], got["launch"]), splits
         _check(lib, got["launch"].view(dtype), a, b)
+    for splits in ("16", "64"):  # more than a cluster holds: the second launch sums them
+        _use(monkeypatch, {"WB_MATMUL_GEMV_SPLITS": splits})
+        first = lib.matmul(a, b)
+        assert torch.equal(first.view(torch.int16), lib.matmul(a, b).view(torch.int16)), splits
+        _check(lib, first, a, b)
 
 
 @pytest.mark.cuda
@@ -214,7 +219,8 @@ def test_a_cuda_graph_replays_the_route(
 @pytest.mark.parametrize(
     ("name", "value"),
     [("WB_MATMUL_GEMV", "2"), ("WB_MATMUL_GEMV", "on"), ("WB_MATMUL_GEMV_ROWS", "9"),
-     ("WB_MATMUL_GEMV_ROWS", "0"), ("WB_MATMUL_GEMV_SPLITS", "16"), ("WB_MATMUL_GEMV_SUM", "x")],
+     ("WB_MATMUL_GEMV_ROWS", "0"), ("WB_MATMUL_GEMV_SPLITS", "65"), ("WB_MATMUL_GEMV_SPLITS", "0"),
+     ("WB_MATMUL_GEMV_SUM", "x")],
 )  # fmt: skip
 def test_a_bad_switch_is_an_error_naming_it(
     lib: Any, monkeypatch: pytest.MonkeyPatch, name: str, value: str
@@ -222,4 +228,14 @@ def test_a_bad_switch_is_an_error_naming_it(
     _use(monkeypatch, {name: value})
     a, b = _operands(1, 256, 256, False, torch.bfloat16)
     with pytest.raises(RuntimeError, match=name):
+        lib.matmul(a, b)
+
+
+@pytest.mark.cuda
+def test_the_cluster_sum_of_more_than_8_slices_is_refused(
+    lib: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _use(monkeypatch, {"WB_MATMUL_GEMV_SUM": "cluster", "WB_MATMUL_GEMV_SPLITS": "16"})
+    a, b = _operands(1, 256, 4096, False, torch.bfloat16)
+    with pytest.raises(RuntimeError, match="WB_MATMUL_GEMV_SUM=cluster sums at most 8 slices"):
         lib.matmul(a, b)

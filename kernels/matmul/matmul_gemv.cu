@@ -21,7 +21,7 @@
 // naming it):
 //   WB_MATMUL_GEMV=0 | 1         the route off (the automatic route picks as before) or on
 //   WB_MATMUL_GEMV_ROWS=1..8     the most rows of a it takes (G; unset: 8)
-//   WB_MATMUL_GEMV_SPLITS=1..8   the slices of k (unset: plan_gemv's)
+//   WB_MATMUL_GEMV_SPLITS=1..64  the slices of k (unset: plan_gemv's)
 //   WB_MATMUL_GEMV_SUM=cluster | launch   how the slices are summed (unset: cluster on sm_90
 //                                where resident; cluster forces it, resident or not)
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
@@ -54,13 +54,19 @@ std::string_view env(const char* name) {
   return v != nullptr ? v : "";
 }
 
-// A switch of one digit in [lo, hi] (`fallback` where unset).
-Status digit_switch(const char* name, int lo, int hi, int fallback, const char* error, int* value) {
+// A switch of a whole number in [lo, hi], at most two digits (`fallback` where unset).
+Status number_switch(const char* name, int lo, int hi, int fallback, const char* error,
+                     int* value) {
   const std::string_view v = env(name);
   *value = fallback;
   if (v.empty()) return nullptr;
-  if (v.size() != 1 || v[0] < '0' + lo || v[0] > '0' + hi) return error;
-  *value = v[0] - '0';
+  int number = 0;
+  for (const char ch : v) {
+    if (ch < '0' || ch > '9' || v.size() > 2) return error;
+    number = 10 * number + (ch - '0');
+  }
+  if (number < lo || number > hi) return error;
+  *value = number;
   return nullptr;
 }
 
@@ -139,27 +145,38 @@ struct GemvPlan {
 
 Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, GemvPlan* plan) {
   int forced = 0;
-  if (const Status e = digit_switch("WB_MATMUL_GEMV_SPLITS", 1, kGemvMaxSlices, 0,
-                                    "matmul: WB_MATMUL_GEMV_SPLITS must be 1 to 8; unset it for "
-                                    "the default",
-                                    &forced)) {
+  if (const Status e = number_switch("WB_MATMUL_GEMV_SPLITS", 1, kGemvMaxLaunchSlices, 0,
+                                     "matmul: WB_MATMUL_GEMV_SPLITS must be 1 to 64; unset it for "
+                                     "the default",
+                                     &forced)) {
     return e;
   }
   const std::string_view sum = env("WB_MATMUL_GEMV_SUM");
   if (!sum.empty() && sum != "cluster" && sum != "launch") {
     return "matmul: WB_MATMUL_GEMV_SUM must be cluster or launch; unset it for the default";
   }
+  if (sum == "cluster" && forced > kGemvMaxSlices) {
+    return "matmul: WB_MATMUL_GEMV_SUM=cluster sums at most 8 slices (WB_MATMUL_GEMV_SPLITS)";
+  }
   const DeviceFacts device = device_facts();
   const int64_t tile = b_kmajor ? kGemvTileK : kGemvTileN;
   const int64_t least = b_kmajor ? kMinSliceSteps : kMinSliceRows;
   const int per_sm = gemv_blocks_per_sm(static_cast<int>(m), b_kmajor);
+  const bool clusters = device.clusters && sum != "launch";
   plan->tiles = (n + tile - 1) / tile;
   int slices = forced;
   if (slices == 0) {
     slices = 1;
-    while (slices < kGemvMaxSlices && plan->tiles * 2 * slices <= per_sm * int64_t{device.sms} &&
-           k / (2 * slices) >= least) {
+    while (slices < kGemvMaxLaunchSlices &&
+           plan->tiles * 2 * slices <= per_sm * int64_t{device.sms} && k / (2 * slices) >= least) {
       slices *= 2;
+    }
+    // More than a cluster's 8 slices (a c of few tiles: n <= 2048 n-major, 512 k-major): 8 in
+    // clusters where they give at least half the SMs a block, else all of them and the second
+    // launch's sum.
+    const bool half_full = plan->tiles * kGemvMaxSlices * 2 >= device.sms;
+    if (slices > kGemvMaxSlices && clusters && (half_full || sum == "cluster")) {
+      slices = kGemvMaxSlices;
     }
   }
   // Slices of a multiple of 8 k (16-byte loads of a, and of b k-major), none of them empty.
@@ -171,7 +188,7 @@ Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, GemvPlan* plan)
   // The cluster sum where every tile's cluster is resident at once: a cluster's blocks share a
   // GPC, so where the GPCs cannot hold them all, the default halves the slices (down to 2) until
   // they can; failing that, the two-launch sum's blocks (placed on any SM) run in one wave.
-  bool cluster = device.clusters && sum != "launch" && plan->slices > 1;
+  bool cluster = clusters && plan->slices > 1 && plan->slices <= kGemvMaxSlices;
   if (cluster && sum != "cluster") {
     const GemvPlan first = *plan;
     while (forced == 0 && plan->slices > 2 &&
@@ -207,16 +224,16 @@ template <typename T>
 Status gemv_chosen(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, bool* chosen) {
   *chosen = false;
   int on = 1, rows = kGemvMaxRows;
-  if (const Status e = digit_switch("WB_MATMUL_GEMV", 0, 1, 1,
-                                    "matmul: WB_MATMUL_GEMV must be 0 or 1; unset it for the "
-                                    "default (1)",
-                                    &on)) {
+  if (const Status e = number_switch("WB_MATMUL_GEMV", 0, 1, 1,
+                                     "matmul: WB_MATMUL_GEMV must be 0 or 1; unset it for the "
+                                     "default (1)",
+                                     &on)) {
     return e;
   }
-  if (const Status e = digit_switch("WB_MATMUL_GEMV_ROWS", 1, kGemvMaxRows, kGemvMaxRows,
-                                    "matmul: WB_MATMUL_GEMV_ROWS must be 1 to 8; unset it for the "
-                                    "default (8)",
-                                    &rows)) {
+  if (const Status e = number_switch("WB_MATMUL_GEMV_ROWS", 1, kGemvMaxRows, kGemvMaxRows,
+                                     "matmul: WB_MATMUL_GEMV_ROWS must be 1 to 8; unset it for the "
+                                     "default (8)",
+                                     &rows)) {
     return e;
   }
   *chosen = on == 1 && m >= 1 && m <= rows && n <= INT32_MAX && k <= INT32_MAX && rows16(a) &&

@@ -22,8 +22,10 @@ constexpr int gemv_blocks_per_sm(int rows, bool b_kmajor) { return rows > 4 && !
 constexpr int kGemvTileN = 128;
 constexpr int kGemvTileK = 32;
 constexpr int kGemvColumnsPerWarp = kGemvTileK / (kGemvThreads / 32);
-// The most slices of k (blocks summed per tile): the portable cluster size.
+// The most slices of k (blocks summed per tile): in a cluster, the portable cluster size; summed
+// by a second launch, as many as fill the SMs for a c of one tile (n <= 128) and k = 16 Ki.
 constexpr int kGemvMaxSlices = 8;
+constexpr int kGemvMaxLaunchSlices = 64;
 
 // How a block's float32 sums reach c (the kernel's `sum` argument).
 enum GemvSum : int {
