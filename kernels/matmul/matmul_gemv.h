@@ -2,8 +2,8 @@
 // the constants its kernels (matmul_gemv.kernel.cu) and its host launcher (matmul_gemv.cu)
 // share, and the launcher's entry points. Torch-free and device-safe: the kernel TU includes it.
 //
-// At m = 1..8 a matmul reads b (k x n) once and does 2 m flops a byte of it: the time is that of
-// streaming b from memory. The route streams b with 16-byte loads, accumulates in float32, and
+// At m = 1..8 a matmul reads b (k x n) once and does 2 m flops an element of it: the time is that
+// of streaming b from memory. The route streams b with 16-byte loads, accumulates in float32, and
 // sums k's slices in slice order (see matmul_gemv.cu): the same bits every call.
 #pragma once
 
