@@ -51,6 +51,17 @@ NARROW_NAMES = sorted(
         for kind in (4, 12)  # NarrowKind: the 64-row tile, the 128-row tile (kNarrowTall)
     ]
 )
+# The GEMV route's device-only TU (an a of 1 to 8 rows), a module of its own.
+GEMV_FILE = "matmul_gemv.kernel.cu"
+GEMV_NAMES = sorted(
+    [
+        f"wb::matmul::gemv_kernel<wb::{t},{m},{k}>"
+        for t in ("f16", "bf16")
+        for m in (1, 2, 4, 8)
+        for k in ("true", "false")
+    ]
+    + [f"wb::matmul::gemv_sum_kernel<wb::{t}>" for t in ("f16", "bf16")]
+)
 # A point of the space other than the default (kernels/matmul/spec.py): 64 x 128 tiles.
 POINT = {"BN": 128, "CONSUMERS": 1, "STAGES": 4, "BLOCKS": 1}
 
@@ -66,6 +77,7 @@ def test_a_tile_variant_compiles_only_the_device_only_tu_and_is_a_build_of_its_o
     kernels = lister.listed_kernels(project, plain_family, config, plain)
     assert sorted(e for f, e in kernels if f == FILE) == WGMMA_NAMES
     assert sorted(e for f, e in kernels if f == NARROW_FILE) == NARROW_NAMES
+    assert sorted(e for f, e in kernels if f == GEMV_FILE) == GEMV_NAMES
 
     tile = variant(plain_family, POINT)
     assert device.device_defines(project, tile, config) == tile.defines
@@ -76,8 +88,8 @@ def test_a_tile_variant_compiles_only_the_device_only_tu_and_is_a_build_of_its_o
 
     plain_modules = {m.file: m for m in device.ensure(project, plain_family, config, kernels)}
     tile_modules = {m.file: m for m in device.ensure(project, tile, config, kernels)}
-    assert set(plain_modules) == set(tile_modules) == {FILE, NARROW_FILE}  # a module a TU
-    for file, names in ((FILE, WGMMA_NAMES), (NARROW_FILE, NARROW_NAMES)):
+    assert set(plain_modules) == set(tile_modules) == {FILE, NARROW_FILE, GEMV_FILE}  # a TU each
+    for file, names in ((FILE, WGMMA_NAMES), (NARROW_FILE, NARROW_NAMES), (GEMV_FILE, GEMV_NAMES)):
         assert {n for i in plain_modules[file].images for n in i.lowered} == set(names)
     plain_module, tile_module = plain_modules[FILE], tile_modules[FILE]
     assert plain_module.key != tile_module.key
