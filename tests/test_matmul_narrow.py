@@ -133,6 +133,7 @@ def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Ten
 
 
 def _use(monkeypatch: pytest.MonkeyPatch, variant: dict[str, str]) -> None:
+    monkeypatch.setenv("WB_MATMUL_GEMV", "0")  # m <= 8 would take the GEMV route (matmul_gemv.cu)
     for name in KNOBS:
         monkeypatch.delenv(name, raising=False)
     for name, value in variant.items():

@@ -139,6 +139,7 @@ def test_the_default_route_splits_a_short_a(
     the split kernel and the sum."""
     if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
+    monkeypatch.setenv("WB_MATMUL_GEMV", "0")  # m <= 8 would take the GEMV route (matmul_gemv.cu)
     a = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     names = cuda_kernels_run(lambda: lib.matmul(a, b))
@@ -194,6 +195,7 @@ def test_the_cluster_sum_gives_the_two_launch_bits(
         pytest.skip("the wgmma path runs on sm_90")
     monkeypatch.setenv("WB_WGMMA_SPLITS", splits)
     monkeypatch.setenv("WB_WGMMA_SPLIT_TILE", rows)
+    monkeypatch.setenv("WB_MATMUL_GEMV", "0")  # m <= 8 would take the GEMV route (matmul_gemv.cu)
     for m, n, k, col in CLUSTER_SHAPES:
         a, b = matmul_operands(m, n, k, col)
         assert "wgmma_cluster_split_kernel" in cuda_kernels_run(lambda: lib.matmul(a, b))  # noqa: B023
