@@ -26,7 +26,7 @@ WGMMA_NAMES = sorted(
     ]
     + [
         f"wb::matmul::{kernel}<wb::{t},{k}>"
-        for kernel in ("wgmma_kernel", "wgmma_split_kernel", "wgmma_streamk_kernel")
+        for kernel in ("wgmma_kernel", "wgmma_split_kernel")
         for t in ("f16", "bf16")
         for k in ("true", "false")
     ]

@@ -45,10 +45,8 @@ template <typename T>
 const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b);
 
 // The float32 elements of workspace matmul_cuda needs for this call, 0 for none: the wgmma path's
-// split-k partial sums, [splits, m, n], or its stream-K schedule's flags and partial sums
-// (matmul_wgmma.cu). The caller allocates them (any contents: the call writes every element it
-// reads, but for the stream-K flags, which wait for this launch's own token) and passes them to
-// matmul_cuda.
+// split-k partial sums, [splits, m, n] (matmul_wgmma.cu). The caller allocates them (any
+// contents; the call writes every element it reads) and passes them to matmul_cuda.
 template <typename T>
 int64_t matmul_cuda_workspace(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, Path path);
 

@@ -28,9 +28,7 @@
 // | launch, how the split-k route sums its slices (sum_choice); WB_WGMMA_SPLIT_TILE=64 | 128, the
 // cluster sum's tile rows (wide_choice); WB_WGMMA_FEW=split | narrow | narrow1, the route of a
 // few-rows shape (few_rows_route, wgmma_narrow.h: split-k, or k whole on narrow tiles in
-// clusters of two sharing an operand's tile, or without clusters; matmul_wgmma_narrow.cu);
-// WB_WGMMA_SCHEDULE=tiles | streamk, the whole-k kernel's schedule (schedule_choice: whole tiles,
-// or the last waves shared out as equal runs of k steps, wgmma_streamk_kernel).
+// clusters of two sharing an operand's tile, or without clusters; matmul_wgmma_narrow.cu).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -50,7 +48,6 @@ namespace wb::matmul {
 
 WB_DEVICE_TEMPLATE(kWgmma, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_kernel");
 WB_DEVICE_TEMPLATE(kShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_shape");
-WB_DEVICE_TEMPLATE(kStreamK, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_streamk_kernel");
 WB_DEVICE_TEMPLATE(kSplit, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_kernel");
 WB_DEVICE_TEMPLATE(kSplitShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_shape");
 WB_DEVICE_TEMPLATE(kClusterSplit, "matmul_wgmma.kernel.cu",
@@ -86,10 +83,6 @@ Status launch_smem(const WgmmaShape& tile, std::string_view fallback, unsigned* 
 template <typename T>
 const DeviceKernel& wgmma_kernel(bool b_kmajor) {
   return b_kmajor ? kernel<&kWgmma, T, Val<true>> : kernel<&kWgmma, T, Val<false>>;
-}
-template <typename T>
-const DeviceKernel& streamk_kernel(bool b_kmajor) {
-  return b_kmajor ? kernel<&kStreamK, T, Val<true>> : kernel<&kStreamK, T, Val<false>>;
 }
 template <typename T>
 const DeviceKernel& split_kernel(bool b_kmajor) {
@@ -339,28 +332,6 @@ Status paired_choice(bool* paired) {
   return "matmul: WB_WGMMA_CLUSTER must be 1 (the default) or 2; unset it";
 }
 
-// WB_WGMMA_SCHEDULE=streamk in the environment (read at each call; for A/B on a GPU): the whole-k
-// route runs wgmma_streamk_kernel (wgmma_streamk.cuh) where c has at least two waves of tiles and
-// not a whole number of them (streamk_blocks), where its last wave would leave SMs idle: the
-// partial wave and one whole wave are shared out as equal runs of k steps, a tile's pieces summed
-// in k order through a float32 workspace (streamk_floats). Off by default (unset or tiles).
-Status schedule_choice(bool* streamk) {
-  const char* v = std::getenv("WB_WGMMA_SCHEDULE");
-  const std::string_view schedule = v != nullptr ? v : "";
-  *streamk = schedule == "streamk";
-  if (schedule.empty() || schedule == "tiles" || *streamk) return nullptr;
-  return "matmul: WB_WGMMA_SCHEDULE must be tiles (the default) or streamk; unset it";
-}
-
-// The blocks of the stream-K kernel for an m x n call on `tile` (one a resident slot, as the
-// whole-k kernel's), or 0 where it does not apply: a whole number of waves of tiles (no partial
-// wave to share out), or fewer than two (the kernel needs one; below two its runs would be most
-// of the work, and their extra sums weigh most: not timed yet).
-int64_t streamk_blocks(int64_t m, int64_t n, const WgmmaShape& tile) {
-  const int64_t slots = sm_count() * int64_t{tile.blocks}, tiles = tiles_of(m, n, tile);
-  return tiles >= 2 * slots && tiles % slots != 0 ? slots : 0;
-}
-
 // With fewer registers at entry than the split assumes, the pool would be short of what the
 // consumers' setmaxnreg.inc asks for, and they would wait for ever: an error instead of a hang.
 Status check_regs(const DeviceKernel& kernel, const WgmmaShape& tile) {
@@ -428,41 +399,6 @@ Status run_split(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_
   return launch_status();
 }
 
-// The whole-k product with the stream-K schedule, on `blocks` blocks (streamk_blocks) and a
-// workspace of streamk_floats(blocks, tile.bm, tile.bn) floats.
-template <typename T>
-Status run_streamk(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
-                   bool b_kmajor, const WgmmaShape& tile, int64_t blocks, Stream stream) {
-  if (workspace == nullptr) return "matmul: the stream-K schedule was given no workspace";
-  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) {
-    return "matmul: the stream-K schedule's workspace is not 16-byte aligned";
-  }
-  const DeviceKernel& kernel = streamk_kernel<T>(b_kmajor);
-  if (const Status e = check_regs(kernel, tile)) return e;
-  unsigned smem = 0;
-  if (const Status e = launch_smem(tile, "vector", &smem)) return e;
-  CUtensorMap map_a, map_b;
-  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, tile)) {
-    return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
-  }
-  LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads), smem};
-  if (tile.blocks > 1) config.carveout = 100;
-  return kernel.launch(config, stream, map_a, map_b, c, workspace, static_cast<int>(m),
-                       static_cast<int>(n), static_cast<int>(k));
-}
-
-// The stream-K schedule's workspace for an m x n call of the whole-k route: 0 where it does not
-// run (WB_WGMMA_SCHEDULE unset, or the shape has no partial wave to share out).
-int64_t streamk_workspace(int64_t m, int64_t n) {
-  bool streamk = false;
-  WgmmaShape tile{};
-  if (schedule_choice(&streamk) != nullptr || !streamk || global<&kShape>.read(&tile) != nullptr) {
-    return 0;
-  }
-  const int64_t blocks = streamk_blocks(m, n, tile);
-  return blocks > 0 ? streamk_floats(static_cast<int>(blocks), tile.bm, tile.bn) : 0;
-}
-
 }  // namespace
 
 int sm_count() {
@@ -495,8 +431,7 @@ int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k) {
   FewRoute route = FewRoute::split;
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || plan_split(m, n, k, &plan)) return 0;
   if (plan.few && (few_rows_route(m, n, &route) != nullptr || route != FewRoute::split)) return 0;
-  if (plan.splits >= 2) return plan.cluster ? 0 : plan.splits * m * n;
-  return streamk_workspace(m, n);
+  return plan.splits >= 2 && !plan.cluster ? plan.splits * m * n : 0;
 }
 
 template <typename T>
@@ -524,15 +459,8 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   if (const Status e = check_regs(kernel, tile)) return e;
   const int64_t tiles = tiles_of(m, n, tile);
   if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
-  bool paired = false, streamk = false;
+  bool paired = false;
   if (const Status e = paired_choice(&paired)) return e;
-  if (const Status e = schedule_choice(&streamk)) return e;
-  if (streamk && paired) {
-    return "matmul: WB_WGMMA_SCHEDULE=streamk runs without clusters; unset WB_WGMMA_CLUSTER";
-  }
-  if (const int64_t blocks = streamk ? streamk_blocks(m, n, tile) : 0; blocks > 0) {
-    return run_streamk(a, b, c, workspace, m, n, k, b_kmajor, tile, blocks, stream);
-  }
   paired = paired && tile.bn >= 128 && tiles >= 2;
   unsigned smem = 0;
   if (const Status e = launch_smem(tile, "vector", &smem)) return e;

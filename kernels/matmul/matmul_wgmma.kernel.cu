@@ -27,18 +27,17 @@
 // consumers the rest (232 by default). ptxas compiles the consumers' code within the starting
 // count all the same, so their BN / 2 accumulators must fit in it (see WgmmaTile).
 //
-// Four kernels run this loop (wgmma_units). wgmma_kernel: the tile below, k whole, c written in
-// c's dtype. wgmma_streamk_kernel (the launcher's WB_WGMMA_SCHEDULE=streamk): the same, with the
-// last waves' tiles shared out as equal runs of k steps (wgmma_streamk.cuh). For a c of fewer tiles
-// than SMs (a short a), split-k: wgmma_cluster_split_kernel (the default) runs the slices of k of
-// one tile as a cluster of blocks that sum their float32 partials through distributed shared memory
-// and store c (cluster_sum), on a fixed 64 x 256 tile of 5 stages or, for more than 64 rows of a,
-// 128 x 256 of 4; wgmma_split_kernel (the 64 x 256 tile): a unit is (slice of k, tile), and each
-// writes its float32 sums to its slice of a workspace [splits, m, n], which the launcher then sums
-// in a second launch. Both sum in slice order (deterministic: no atomics). The launcher picks one
-// per call (matmul_wgmma.cu, plan_split).
+// Three kernels run this loop (wgmma_units). wgmma_kernel: the tile below, k whole, c written in
+// c's dtype. For a c of fewer tiles than SMs (a short a), split-k: wgmma_cluster_split_kernel
+// (the default) runs the slices of k of one tile as a cluster of blocks that sum their float32
+// partials through distributed shared memory and store c (cluster_sum), on a fixed 64 x 256 tile
+// of 5 stages or, for more than 64 rows of a, 128 x 256 of 4; wgmma_split_kernel (the 64 x 256
+// tile): a unit is (slice of k, tile), and each writes its float32 sums to its slice of a
+// workspace [splits, m, n], which the launcher then sums in a second launch. Both sum in slice
+// order (deterministic: no atomics). The launcher picks one per call (matmul_wgmma.cu,
+// plan_split).
 //
-// The module holds these four kernels (each for f16 and bf16 and both layouts of b; the cluster
+// The module holds these three kernels (each for f16 and bf16 and both layouts of b; the cluster
 // sum on both tiles) and wgmma_shape, wgmma_split_shape and wgmma_wide_split_shape. A fourth,
 // wgmma_narrow_kernel, runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64
 // columns, a block a tile, in clusters of two sharing a's or b's tile by TMA multicast (the
@@ -68,8 +67,7 @@
 //     d[4j], d[4j+1] at row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 * (t % 4) + {0, 1},
 //     and d[4j+2], d[4j+3] eight rows below.
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
-#include "matmul/wgmma_module.cuh"   // TensorMap, the limits, WB_WGMMA_*, shape_of
-#include "matmul/wgmma_streamk.cuh"  // StreamK, Piece, the stream-K kernel's partial sums
+#include "matmul/wgmma_module.cuh"  // TensorMap, the limits, WB_WGMMA_*, shape_of
 
 namespace wb::matmul {
 
@@ -191,13 +189,10 @@ struct Ring {
 // it (its dynamic shared memory reaches past the ring) and c's rows allow; else from registers
 // (store_tile). kClusterSum (wgmma_cluster_split_kernel): the block is slice `rank` of tile
 // blockIdx.x / ranks, one unit a block, `splits` is the cluster's size, and the slices are summed
-// across the cluster into out, which is c (cluster_sum). kStreamK (wgmma_streamk_kernel): the units
-// are the block's pieces (StreamK), a tile's later piece leaves its float32 sums in `workspace`
-// and its first adds them (store_partials, add_partials); out is c.
-template <typename Tl, typename T, typename O, bool kClusterSum = false, bool kStreamK = false>
+// across the cluster into out, which is c (cluster_sum).
+template <typename Tl, typename T, typename O, bool kClusterSum = false>
 __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const TensorMap& map_b, O* out,
-                                            int m, int n, int k, int splits, Ring ring,
-                                            float* workspace = nullptr) {
+                                            int m, int n, int k, int splits, Ring ring) {
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
   // Stages start 1024-byte aligned (the swizzle atom), whatever the dynamic base is.
@@ -214,30 +209,15 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   // L2 once for two tiles. A stage is then refilled once the consumers of both blocks released it
   // (empty counts both), and a block leaves only once the other's consumers released all stages.
   const int ranks = static_cast<int>(sm90::cluster_size()), rank = sm90::cluster_rank();
-  const bool paired = !kClusterSum && !kStreamK && ranks == 2 && Tl::BN >= 128;
+  const bool paired = !kClusterSum && ranks == 2 && Tl::BN >= 128;
   const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
   const int rows_of_tiles = paired ? (tiles_m + 1) / 2 : tiles_m;  // of pairs, when paired
-  const int tiles = rows_of_tiles * tiles_n;
-  // kStreamK (wgmma_streamk_kernel): the block's pieces in order, one unit each (StreamK); the
-  // other kernels never read it, and it compiles away there.
-  const StreamK walk(kStreamK ? tiles : 2, kStreamK ? (k + kBK - 1) / kBK : 1);
-  const int units = kStreamK ? walk.units() : tiles * splits;
-  const int first_unit = kStreamK      ? 0
-                         : kClusterSum ? rank * tiles + static_cast<int>(blockIdx.x) / ranks
-                         : paired      ? blockIdx.x / 2
-                                       : blockIdx.x;
-  const int unit_stride = kStreamK ? 1 : kClusterSum ? units : paired ? gridDim.x / 2 : gridDim.x;
+  const int tiles = rows_of_tiles * tiles_n, units = tiles * splits;
+  const int first_unit = kClusterSum ? rank * tiles + static_cast<int>(blockIdx.x) / ranks
+                         : paired    ? blockIdx.x / 2
+                                     : blockIdx.x;
+  const int unit_stride = kClusterSum ? units : paired ? gridDim.x / 2 : gridDim.x;
   const int steps = (k + kBK - 1) / kBK;
-  // A unit's tile and its k steps [first_of, last_of): slice `unit / tiles` of k of tile
-  // unit % tiles, or (kStreamK) the block's unit-th piece, whose slice is 0.
-  const auto slice_of = [&](int unit) { return kStreamK ? 0 : unit / tiles; };
-  const auto tile_of = [&](int unit) { return kStreamK ? walk.piece(unit).tile : unit % tiles; };
-  const auto first_of = [&](int unit, int slice) {
-    return kStreamK ? walk.piece(unit).first : slice * steps / splits;
-  };
-  const auto last_of = [&](int unit, int slice) {
-    return kStreamK ? walk.piece(unit).last : (slice + 1) * steps / splits;
-  };
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -266,14 +246,14 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     }
     int it = 0;
     for (int unit = first_unit; unit < units; unit += unit_stride) {
-      const int slice = slice_of(unit);
-      const sm90::TileAt at = sm90::tile_at(tile_of(unit), rows_of_tiles, tiles_n);
+      const int slice = unit / tiles;
+      const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n);
       // Paired, the lower tile of the last pair may lie past m: it copies the last tile's rows of a
       // instead (a box wholly outside a is not what this relies on), and its c is not stored.
       const int tile_m = paired ? min(2 * at.m + rank, tiles_m - 1) : at.m;
       const int m0 = tile_m * Tl::BM, n0 = at.n * Tl::BN;
-      const int last = last_of(unit, slice);
-      for (int step = first_of(unit, slice); step < last; ++step, ++it) {
+      const int last = (slice + 1) * steps / splits;
+      for (int step = slice * steps / splits; step < last; ++step, ++it) {
         const int s = it % Tl::STAGES;
         if (it >= Tl::STAGES) sm90::bar_wait(&empty[s], (it / Tl::STAGES - 1) & 1);
         sm90::bar_expect(&full[s], Tl::kBytesA + Tl::kBytesB);
@@ -328,21 +308,19 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   const bool bulk = smem_given == static_cast<uint32_t>(Tl::kSmemBytes);
   unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<O>;
   int it = 0;
-  // kStreamK: this block's later piece is in its slot, its flag not yet raised (raise_flag).
-  [[maybe_unused]] bool announce = false;
   // A stage's release: to this block's producer, and paired, to the other block's.
   const auto release = [&](int s) {
     sm90::bar_arrive(&empty[s]);
     if (paired) sm90::bar_arrive_remote(&empty[s], static_cast<uint32_t>(rank ^ 1));
   };
   for (int unit = first_unit; unit < units; unit += unit_stride) {
-    const int slice = slice_of(unit);
-    const sm90::TileAt at = sm90::tile_at(tile_of(unit), rows_of_tiles, tiles_n);
+    const int slice = unit / tiles;
+    const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n);
     const int tile_m = paired ? 2 * at.m + rank : at.m;  // past tiles_m: rows past m, not stored
     float d[Tl::BN / 2];
 #pragma unroll
     for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
-    const int first = first_of(unit, slice), last = last_of(unit, slice);
+    const int first = slice * steps / splits, last = (slice + 1) * steps / splits;
     for (int step = first; step < last; ++step, ++it) {
       const int s = it % Tl::STAGES;
       sm90::bar_wait(&full[s], (it / Tl::STAGES) & 1);
@@ -359,9 +337,6 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
         sm90::Wgmma<Tl::BN, T, Tl::B_KMAJOR ? 0 : 1>::run(d, da, db);
       }
       sm90::commit();
-      if constexpr (kStreamK) {  // while this batch runs: the slot's stores have drained by now
-        if (announce) raise_flag<Tl::CONSUMERS>(walk, workspace, consumer, t), announce = false;
-      }
       sm90::wait<1>();  // the previous step's batch is done: hand its stage back
       sm90::pin(d);
       if (step > first && leader) release((it - 1) % Tl::STAGES);
@@ -370,16 +345,6 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     sm90::pin(d);
     if (leader) release((it - 1) % Tl::STAGES);
 
-    if constexpr (kStreamK) {  // a tile's later piece: to the block's slot; its first: add them
-      if (first > 0) {
-        store_partials<Tl::BN, Tl::CONSUMERS>(walk, workspace, d, consumer, t);
-        announce = true;  // at the next piece's first batch, or below
-        continue;
-      }
-      if (last < steps) {
-        add_partials<Tl::BN, Tl::CONSUMERS>(walk, tile_of(unit), workspace, d, consumer, t);
-      }
-    }
     const int64_t row0 = int64_t{tile_m} * Tl::BM + consumer * 64;
     if constexpr (kClusterSum) {  // one unit a block: the ring's stages are all consumed
       static_assert(Tl::BM * kSumPitch<Tl::BN> * 4 <= Tl::kRingBytes,
@@ -401,9 +366,6 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     const int64_t col = at.n * Tl::BN + 2 * (t % 4);
     store_tile<O, Tl::BN>(slice_out, m, n, row, col, d);
   }
-  if constexpr (kStreamK) {
-    if (announce) raise_flag<Tl::CONSUMERS>(walk, workspace, consumer, t);
-  }
   // Shared memory stays the block's until its copies out have read it.
   if (staged && bulk && t < 64) sm90::bulk_wait<0>();
 }
@@ -422,26 +384,6 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThread
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
-#endif
-}
-
-// The same product on the same tile with the stream-K schedule (wgmma_streamk.cuh): the launcher's
-// WB_WGMMA_SCHEDULE=streamk, where c has at least two waves of tiles and not a whole number of
-// them. Its own instantiation, so that the whole-k kernel above compiles as it did.
-template <typename T, bool BKMajor>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThreads : 1,
-                                  WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::BLOCKS : 1)
-    wgmma_streamk_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x BM
-                         const __grid_constant__ TensorMap map_b,  // b: 64 x BN or 64 x 64 boxes
-                         T* __restrict__ c,                        // [m, n]
-                         float* __restrict__ workspace,  // [stream_k_floats]: flags, then slots
-                         int m, int n, int k) {
-#if WB_WGMMA_IMAGE
-  using Tl = DefaultTile<BKMajor>;
-  extern __shared__ unsigned char smem_raw[];
-  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  wgmma_units<Tl, T, T, false, true>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty},
-                                     workspace);
 #endif
 }
 

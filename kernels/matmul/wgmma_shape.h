@@ -9,7 +9,7 @@
 // matmul_wgmma_narrow.kernel.cu's holds wgmma_narrow32_shape, wgmma_narrow64_shape,
 // wgmma_narrow_tall32_shape and wgmma_narrow_tall64_shape (the narrow route's 64- and 128-row
 // tiles, wgmma_narrow.cuh).
-// No CUDA or torch header: both sides include it (both compiled as CUDA: nvcc and NVRTC).
+// No CUDA or torch header: both sides include it.
 #pragma once
 
 namespace wb::matmul {
@@ -24,16 +24,6 @@ struct WgmmaShape {
   int stage_smem;  // of smem, the staged epilogue's buffer at its end (0: the tile has none); a
                    // launch given less (smem - stage_smem) stores c from registers instead
 };
-
-// The stream-K kernel's workspace (wgmma_streamk.cuh), in floats, for `blocks` blocks of a bm x bn
-// tile (bm / 64 consumer warpgroups): a 64-bit flag per block and consumer, rounded up to 16
-// bytes, then a slot of the consumer's 64 x bn float32 sums per block and consumer.
-__host__ __device__ constexpr long long streamk_flag_floats(int blocks, int bm) {
-  return (2LL * blocks * (bm / 64) + 3) / 4 * 4;
-}
-__host__ __device__ constexpr long long streamk_floats(int blocks, int bm, int bn) {
-  return streamk_flag_floats(blocks, bm) + 1LL * blocks * bm * bn;
-}
 
 // The narrow route's clusters (wgmma_narrow_kernel's `pair`; matmul_wgmma_narrow.cu): none, two
 // blocks one above the other that share b's tile (each copies half of it into both by TMA
