@@ -273,7 +273,10 @@ def ensure(
             used = first() if used is None else used
             early = [n for n in names if (file, n) in used]
         if early and len(early) < len(names) and content not in _failed:  # its kernels first
-            rest = jobs([n for n in names if n not in early])
+            # The rest on as many programs as the cores run (its keys are listed, not derived).
+            rest = jobs(
+                [n for n in names if n not in early], max(MAX_PROGRAMS, os.cpu_count() or 1)
+            )
             part = Module(file, source, _images(source, jobs(early), options, headers))
             part.rest = Rest(content, file, source, part.images)
             part.rest.start(functools.partial(_images, source, rest, options, headers))
@@ -299,19 +302,24 @@ MAX_PROGRAMS = 8
 
 
 def _jobs(
-    archs: list[str], release: str, options: list[str], inputs: list[Any], names: list[str]
+    archs: list[str],
+    release: str,
+    options: list[str],
+    inputs: list[Any],
+    names: list[str],
+    programs: int = MAX_PROGRAMS,
 ) -> list[tuple[str, str, list[str]]]:
     """(arch, cubin key, names) of each NVRTC program that compiles ``names``."""
     return [
         (arch, digest("cubin", release, arch, options, part, inputs), part)
         for arch in archs
-        for part in chunks(names)
+        for part in chunks(names, programs)
     ]
 
 
-def chunks(names: list[str]) -> list[list[str]]:
-    """``names`` (sorted) in at most MAX_PROGRAMS runs of equal size."""
-    size = max(1, -(-len(names) // MAX_PROGRAMS))
+def chunks(names: list[str], programs: int = MAX_PROGRAMS) -> list[list[str]]:
+    """``names`` (sorted) in at most ``programs`` runs of equal size."""
+    size = max(1, -(-len(names) // programs))
     return [names[i : i + size] for i in range(0, len(names), size)]
 
 
