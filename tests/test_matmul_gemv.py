@@ -2,8 +2,10 @@
 launcher matmul_gemv.cu): b read once by 16-byte loads, float32 sums, k's slices summed in slice
 order (a cluster's shared memory on sm_90, else a workspace and a second launch).
 
-Path::automatic takes it for m <= 8 (WB_MATMUL_GEMV_ROWS lowers that) where a's rows and b's rows
-or columns are 16-byte aligned; WB_MATMUL_GEMV=0 turns it off; WB_MATMUL_GEMV_SPLITS=S and
+Path::automatic takes it for an a of one row on b n-major (where it beat the split-k and narrow
+routes), with a's and b's rows 16-byte aligned; WB_MATMUL_GEMV=1 for m up to WB_MATMUL_GEMV_ROWS
+(unset: 8) on either layout of b (b's columns aligned), =0 never; the tests of its kernels force
+it (=1); WB_MATMUL_GEMV_SPLITS=S and
 WB_MATMUL_GEMV_SUM=cluster | launch force the split of k and its sum. A bad value of any is an
 error naming it.
 
@@ -74,10 +76,12 @@ def test_the_launcher_and_the_entry_compile(tmp_path: Path) -> None:
 # --- on a GPU ---------------------------------------------------------------------------------
 
 
-def _use(monkeypatch: pytest.MonkeyPatch, variant: dict[str, str]) -> None:
+def _use(monkeypatch: pytest.MonkeyPatch, variant: dict[str, str], forced: bool = True) -> None:
+    """The switches of ``variant``; with ``forced``, the route on for m <= 8 and either layout
+    (WB_MATMUL_GEMV=1) unless ``variant`` says otherwise."""
     for name in KNOBS:
         monkeypatch.delenv(name, raising=False)
-    for name, value in variant.items():
+    for name, value in {**({"WB_MATMUL_GEMV": "1"} if forced else {}), **variant}.items():
         monkeypatch.setenv(name, value)
 
 
@@ -142,11 +146,12 @@ def test_the_route_is_right(
 def test_the_route_runs_where_its_rule_says(
     lib: Any, monkeypatch: pytest.MonkeyPatch, col: bool
 ) -> None:
-    """m <= 8 (or WB_MATMUL_GEMV_ROWS) on the automatic route; not m = 9, not WB_MATMUL_GEMV=0,
-    not a forced path, not b's rows unaligned (n = 1001 contiguous: the simt path reads it)."""
+    """By default m = 1 on b n-major; WB_MATMUL_GEMV=1: m <= 8 (or WB_MATMUL_GEMV_ROWS) on either
+    layout, not m = 9; not WB_MATMUL_GEMV=0, not a forced path, not b's rows unaligned (n = 1001
+    contiguous: the simt path reads it)."""
 
     def runs(m: int, variant: dict[str, str], n: int = 4096, path: int | None = None) -> bool:
-        _use(monkeypatch, variant)
+        _use(monkeypatch, variant, forced=False)
         a = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, 4096, device="cuda", dtype=torch.bfloat16)
         b = w.t() if col else w.t().contiguous()
@@ -154,14 +159,18 @@ def test_the_route_runs_where_its_rule_says(
         _check(lib, call(), a, b)
         return "gemv_kernel" in cuda_kernels_run(call)
 
-    assert runs(1, {}) and runs(8, {}) and not runs(9, {})
-    assert runs(2, {"WB_MATMUL_GEMV_ROWS": "2"}) and not runs(3, {"WB_MATMUL_GEMV_ROWS": "2"})
-    assert runs(1, {"WB_MATMUL_GEMV": "1"}) and not runs(1, {"WB_MATMUL_GEMV": "0"})
-    assert runs(1, {}, path=0) and not runs(1, {}, path=1)
+    on = {"WB_MATMUL_GEMV": "1"}
+    assert runs(1, {}) == (not col) and not runs(2, {})  # the default rule
+    assert runs(1, on) and runs(8, on) and not runs(9, on)
+    two = {**on, "WB_MATMUL_GEMV_ROWS": "2"}
+    assert runs(2, two) and not runs(3, two)
+    assert runs(2, {"WB_MATMUL_GEMV_ROWS": "2"}) == (not col)
+    assert not runs(1, {"WB_MATMUL_GEMV": "0"})
+    assert runs(1, on, path=0) and not runs(1, on, path=1)
     if torch.cuda.get_device_capability() == (9, 0):
-        assert not runs(1, {}, path=3)  # matmul_path(..., wgmma) keeps the wgmma path
+        assert not runs(1, on, path=3)  # matmul_path(..., wgmma) keeps the wgmma path
     if not col:
-        assert not runs(1, {}, n=1001)
+        assert not runs(1, on, n=1001)
 
 
 # (m, n, k, b column-major): one row; k tails (slices of unequal length); 8 rows, n wide.

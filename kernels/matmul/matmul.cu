@@ -3,10 +3,10 @@
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j];  a: [m, k], b: [k, n] strided, c: [m, n] contiguous
 //   float32 / float64: simt. float16 / bfloat16: wgmma on an sm_90a image, else mma on sm_80+,
 //   when the tensor-core layout holds (a's rows contiguous, b's rows or columns contiguous, each
-//   16-byte aligned); otherwise simt. Path::automatic takes an a of at most 8 rows in that layout
-//   to the GEMV route instead (matmul_gemv.cu: gemv_chosen holds the rule and its switches,
-//   WB_MATMUL_GEMV=0 turns it off); a forced path (matmul_path) never does. k == 0 writes
-//   zeros. The wgmma path and the GEMV route may need a float32 workspace
+//   16-byte aligned); otherwise simt. Path::automatic takes an a of one row on b n-major to the
+//   GEMV route instead (matmul_gemv.cu: gemv_chosen holds the rule and its switches,
+//   WB_MATMUL_GEMV=0 turns it off, =1 takes up to 8 rows); a forced path (matmul_path) never does.
+//   k == 0 writes zeros. The wgmma path and the GEMV route may need a float32 workspace
 //   (matmul_cuda_workspace: k split across blocks), which the caller allocates.
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul matmul_path --dtype bfloat16
 #include "matmul/matmul.h"

@@ -19,8 +19,10 @@
 //
 // Switches, read from the environment at each call (for A/B on a GPU; a bad value is an error
 // naming it):
-//   WB_MATMUL_GEMV=0 | 1         the route off (the automatic route picks as before) or on
-//   WB_MATMUL_GEMV_ROWS=1..8     the most rows of a it takes (G; unset: 8)
+//   WB_MATMUL_GEMV=0 | 1         the route off (the automatic route picks as before), or on for
+//                                m <= WB_MATMUL_GEMV_ROWS on either layout of b (unset: m = 1, b
+//                                n-major, gemv_chosen's rule)
+//   WB_MATMUL_GEMV_ROWS=1..8     the most rows of a it takes (unset: 1; 8 with WB_MATMUL_GEMV=1)
 //   WB_MATMUL_GEMV_SPLITS=1..64  the slices of k (unset: plan_gemv's)
 //   WB_MATMUL_GEMV_SUM=cluster | launch   how the slices are summed (unset: cluster on sm_90
 //                                where resident; cluster forces it, resident or not)
@@ -214,30 +216,34 @@ static_assert(kGemvMaxRows == 8, "gemv_kernel_of's tiers end at kGemvMaxRows");
 
 }  // namespace
 
-// The default: on, for m <= 8, wherever the operands' layout allows (every GPU: the kernels need
-// nothing newer than sm_80's loads, and an sm_90's cluster only for the sum). At m <= 8 the
-// matmul reads b once and does at most 16 flops a 2-byte element: the time is b's read, which this
-// route does at the memory's rate, and which the tensor-core routes do on tiles of 64 rows or more
-// (m = 1 x 4096 x 4096 on an H100: the wgmma split-k route 0.93x (bfloat16) and 0.88x (float16)
-// cuBLAS).
+// At m <= 8 the matmul reads b once and does at most 16 flops a 2-byte element: the time is b's
+// read, which this route streams at the memory's rate (every GPU: the kernels need nothing newer
+// than sm_80's loads, and an sm_90's cluster only for the sum), where the tensor-core routes work
+// on tiles of 64 rows or more. Measured, it wins only at one row on b n-major (below).
 template <typename T>
 Status gemv_chosen(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, bool* chosen) {
   *chosen = false;
-  int on = 1, rows = kGemvMaxRows;
-  if (const Status e = number_switch("WB_MATMUL_GEMV", 0, 1, 1,
-                                     "matmul: WB_MATMUL_GEMV must be 0 or 1; unset it for the "
-                                     "default (1)",
+  int on = -1, rows = 1;
+  if (const Status e = number_switch("WB_MATMUL_GEMV", 0, 1, -1,
+                                     "matmul: WB_MATMUL_GEMV must be 0 (off) or 1 (m <= "
+                                     "WB_MATMUL_GEMV_ROWS, either layout of b); unset it for the "
+                                     "default (m = 1, b n-major)",
                                      &on)) {
     return e;
   }
-  if (const Status e = number_switch("WB_MATMUL_GEMV_ROWS", 1, kGemvMaxRows, kGemvMaxRows,
+  if (const Status e = number_switch("WB_MATMUL_GEMV_ROWS", 1, kGemvMaxRows, on == 1 ? 8 : 1,
                                      "matmul: WB_MATMUL_GEMV_ROWS must be 1 to 8; unset it for the "
-                                     "default (8)",
+                                     "default (1, or 8 with WB_MATMUL_GEMV=1)",
                                      &rows)) {
     return e;
   }
-  *chosen = on == 1 && m >= 1 && m <= rows && n <= INT32_MAX && k <= INT32_MAX && rows16(a) &&
-            (rows16(b) || cols16(b));
+  // The default rule, from one H100 run (2026-11-26, against the split-k and narrow routes it
+  // replaces, cuBLAS in the same run): a of one row on b n-major, 1 x 4096^2 0.92-0.95x cuBLAS
+  // against 0.91-0.92x, 1 x 8192^2 0.99x against 0.96x; it lost at 2 to 8 rows (0.26-0.84x
+  // against 0.88-0.91x) and on b k-major (1 x 4096^2 0.87-0.90x against 1.00-1.05x).
+  const bool layout = rows16(b) || (on == 1 && cols16(b));
+  *chosen =
+      on != 0 && m >= 1 && m <= rows && n <= INT32_MAX && k <= INT32_MAX && rows16(a) && layout;
   return nullptr;
 }
 

@@ -36,8 +36,9 @@ enum GemvSum : int {
 
 #if !defined(__CUDACC_RTC__)  // host code
 
-// Whether Path::automatic runs this call on the GEMV route: WB_MATMUL_GEMV (0 or 1; unset: 1)
-// and WB_MATMUL_GEMV_ROWS (the largest m it takes, 1..8; unset: 8), and the operands' layout.
+// Whether Path::automatic runs this call on the GEMV route: by default an a of one row on b
+// n-major (rows 16-byte aligned); WB_MATMUL_GEMV=0 never, =1 any m up to WB_MATMUL_GEMV_ROWS
+// (1..8; unset: 8) on either layout of b; WB_MATMUL_GEMV_ROWS alone sets the default's largest m.
 template <typename T>
 Status gemv_chosen(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, bool* chosen);
 
