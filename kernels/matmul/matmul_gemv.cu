@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "matmul/cluster_occupancy.h"
 #include "matmul/matmul.h"
 #include "matmul/matmul_gemv.h"
 #include "wb/cuda.cuh"
@@ -106,34 +107,13 @@ int resident_clusters(int size, int per_sm) {
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
   int& known = seen[device][size][per_sm];
   if (known != 0) return known - 1;
-  int per_block = 0, reserved = 0, clusters = 0;
+  int per_block = 0, reserved = 0;
   cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
   int per_sm_smem = 0;
   cudaDeviceGetAttribute(&per_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   const int smem = min_of(per_block, per_sm_smem / per_sm - reserved);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(size));
-  config.blockDim = dim3(kGemvThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute dims{};
-  dims.id = cudaLaunchAttributeClusterDimension;
-  dims.val.clusterDim.x = static_cast<unsigned>(size);
-  dims.val.clusterDim.y = dims.val.clusterDim.z = 1;
-  config.attrs = &dims;
-  config.numAttrs = 1;
-  // A query under a global-mode CUDA graph capture (of another stream, even) is allowed in this
-  // thread: it enqueues nothing.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  if (cudaFuncSetAttribute(gemv_cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveClusters(&clusters, gemv_cluster_probe_kernel, &config) !=
-          cudaSuccess) {
-    (void)cudaGetLastError();  // not the op's error: the two-launch sum runs instead
-    clusters = 0;
-  }
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  const int clusters = query_resident_clusters(gemv_cluster_probe_kernel, size, kGemvThreads, smem);
   known = clusters + 1;
   return clusters;
 }

@@ -36,6 +36,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "matmul/cluster_occupancy.h"
 #include "matmul/matmul.h"
 #include "matmul/wgmma_narrow.h"
 #include "matmul/wgmma_shape.h"
@@ -141,28 +142,7 @@ int resident_clusters(int size, int threads, int smem) {
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
   Entry& e = seen[device][size];
   if (e.smem == smem) return e.clusters;
-  int clusters = 0;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(size));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute dims{};
-  dims.id = cudaLaunchAttributeClusterDimension;
-  dims.val.clusterDim.x = static_cast<unsigned>(size);
-  dims.val.clusterDim.y = dims.val.clusterDim.z = 1;
-  config.attrs = &dims;
-  config.numAttrs = 1;
-  // A first query under a global-mode CUDA graph capture (of another stream, even) is allowed in
-  // this thread: it enqueues nothing.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  if (cudaFuncSetAttribute(cluster_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveClusters(&clusters, cluster_probe_kernel, &config) != cudaSuccess) {
-    (void)cudaGetLastError();  // not the op's error: the two-launch sum runs instead
-    clusters = 0;
-  }
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  const int clusters = query_resident_clusters(cluster_probe_kernel, size, threads, smem);
   e = Entry{smem, clusters};
   return clusters;
 }
