@@ -4,8 +4,10 @@ above the other) by TMA multicast (kernels/matmul/wgmma_narrow.cuh in the device
 matmul_wgmma_narrow.kernel.cu; its launcher matmul_wgmma_narrow.cu).
 WB_WGMMA_FEW, read at each call, picks a few-rows shape's route: split (the split-k route), narrow
 (clusters of two) or narrow1 (no clusters); WB_WGMMA_NARROW_BN=32 | 64 and WB_WGMMA_NARROW_PAIR=m
-| n force the tile and the clusters' direction, WB_WGMMA_NARROW_ROWS=64 | 128 the tile's rows
-(128: the 128-row tile, two consumer warpgroups). A bad value of any is an error naming it.
+| n force the tile and the clusters' direction, WB_WGMMA_NARROW_ROWS=64 | 128 | 256 the tile's
+rows (128: the 128-row tile, two consumer warpgroups; 256: the split tile, with
+WB_WGMMA_NARROW_SPLIT, tested in test_matmul_narrow_tall.py). A bad value of any is an error
+naming it (WB_WGMMA_NARROW_SPLIT's whichever tile runs).
 
 Without a GPU: the narrow kernels (two dtypes, two layouts of b, BN 32 and 64, 64 and 128 rows)
 compile for sm_90a without spills, each its own entry with its wgmma.m64nBNk16, its multicast
@@ -50,7 +52,13 @@ VARIANTS = [
     {"WB_WGMMA_FEW": "narrow", "WB_WGMMA_NARROW_BN": "64", "WB_WGMMA_NARROW_PAIR": "n"},
     {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_BN": "64"},
 ]
-KNOBS = ("WB_WGMMA_FEW", "WB_WGMMA_NARROW_BN", "WB_WGMMA_NARROW_PAIR", "WB_WGMMA_NARROW_ROWS")
+KNOBS = (
+    "WB_WGMMA_FEW",
+    "WB_WGMMA_NARROW_BN",
+    "WB_WGMMA_NARROW_PAIR",
+    "WB_WGMMA_NARROW_ROWS",
+    "WB_WGMMA_NARROW_SPLIT",  # the 256-row split tile's (tests/test_matmul_narrow_tall.py)
+)
 # The kernels' Kind template arguments (NarrowKind, wgmma_narrow.h), in their names.
 DEEP = 4  # kNarrowDeep: the 64-row tile, stages of 128 k
 TALL = 12  # kNarrowDeep | kNarrowTall: the 128-row tile (WB_WGMMA_NARROW_ROWS=128)

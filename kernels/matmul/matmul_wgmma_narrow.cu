@@ -14,8 +14,13 @@
 // multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
 // other); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
 // few_rows_route (the rule, and WB_WGMMA_FEW). Stages of 128 k (NarrowKind, wgmma_narrow.h).
-// WB_WGMMA_NARROW_ROWS=64 | 128 picks the tile's rows: 128 is the 128-row tile (two consumer
+// WB_WGMMA_NARROW_ROWS=64 | 128 | 256 picks the tile's rows: 128 is the 128-row tile (two consumer
 // warpgroups, kNarrowTall) and BN counts 128-row tiles; unset, the default's (default_rows).
+// 256 is the split tile (kNarrowSplitKind, narrow_split): one row of 256-row tiles over a few-rows
+// a, BN 64 or 128 (WB_WGMMA_NARROW_BN; unset, 64 where two slices of its tiles fit the SMs, else
+// 128), k cut into S = 1, 2 or 4 slices (WB_WGMMA_NARROW_SPLIT; unset, the most whose tiles x S
+// fit the SMs, each of 4 k steps or more) run as a cluster of S blocks and summed in slice order
+// through distributed shared memory (the same bits every call); narrow and narrow1 run it alike.
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_narrow.py
 #include <cstdlib>
@@ -40,6 +45,10 @@ WB_DEVICE_TEMPLATE(kNarrowTall32Shape, "matmul_wgmma_narrow.kernel.cu",
                    "wb::matmul::wgmma_narrow_tall32_shape");
 WB_DEVICE_TEMPLATE(kNarrowTall64Shape, "matmul_wgmma_narrow.kernel.cu",
                    "wb::matmul::wgmma_narrow_tall64_shape");
+WB_DEVICE_TEMPLATE(kNarrowSplit64Shape, "matmul_wgmma_narrow.kernel.cu",
+                   "wb::matmul::wgmma_narrow_split64_shape");
+WB_DEVICE_TEMPLATE(kNarrowSplit128Shape, "matmul_wgmma_narrow.kernel.cu",
+                   "wb::matmul::wgmma_narrow_split128_shape");
 
 namespace {
 
@@ -57,14 +66,43 @@ const DeviceKernel& narrow_kernel(bool b_kmajor, int bn, bool tall) {
   return bn == 32 ? narrow_kernel_of<T, false, 32>(tall) : narrow_kernel_of<T, false, 64>(tall);
 }
 
+// The 256-row split tile's kernel (kNarrowSplitKind), BN 64 or 128.
+template <typename T>
+const DeviceKernel& narrow_split_kernel(bool b_kmajor, int bn) {
+  if (b_kmajor) {
+    return bn == 64 ? kernel<&kNarrow, T, Val<true>, Val<64>, Val<kNarrowSplitKind>>
+                    : kernel<&kNarrow, T, Val<true>, Val<128>, Val<kNarrowSplitKind>>;
+  }
+  return bn == 64 ? kernel<&kNarrow, T, Val<false>, Val<64>, Val<kNarrowSplitKind>>
+                  : kernel<&kNarrow, T, Val<false>, Val<128>, Val<kNarrowSplitKind>>;
+}
+
 // An environment switch's value ("" where unset).
 std::string_view env(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : "";
 }
 
+// The split tile's columns: WB_WGMMA_NARROW_BN=64 | 128, else 64 where two slices of its tiles fit
+// the SMs (n <= 4224 on 132 SMs), else 128 (n = 8192: 64 tiles).
+Status narrow_split_bn(int64_t m, int64_t n, int* bn) {
+  const std::string_view v = env("WB_WGMMA_NARROW_BN");
+  if (v == "64" || v == "128") {
+    *bn = v == "64" ? 64 : 128;
+    return nullptr;
+  }
+  if (!v.empty()) {
+    return "matmul: WB_WGMMA_NARROW_BN must be 64 or 128 on the 256-row tile "
+           "(WB_WGMMA_NARROW_ROWS=256); unset it for the default";
+  }
+  const int64_t tiles64 = (m + 255) / 256 * ((n + 63) / 64);
+  *bn = 2 * tiles64 <= sm_count() ? 64 : 128;
+  return nullptr;
+}
+
 // The tile's columns: WB_WGMMA_NARROW_BN, else 32 where rows x 64 tiles fill at most half the SMs.
 Status narrow_bn(int64_t m, int64_t n, int rows, int* bn) {
+  if (rows == 256) return narrow_split_bn(m, n, bn);
   const std::string_view v = env("WB_WGMMA_NARROW_BN");
   if (v == "32" || v == "64") {
     *bn = v == "32" ? 32 : 64;
@@ -114,14 +152,67 @@ Status default_rows(int64_t m, int64_t n, int* rows) {
 // The tile's rows: WB_WGMMA_NARROW_ROWS, else the default's (64 where it would run split-k).
 Status narrow_rows(int64_t m, int64_t n, int* rows) {
   const std::string_view v = env("WB_WGMMA_NARROW_ROWS");
-  if (v == "64" || v == "128") {
-    *rows = v == "64" ? 64 : 128;
+  if (v == "64" || v == "128" || v == "256") {
+    *rows = v == "64" ? 64 : v == "128" ? 128 : 256;
     return nullptr;
   }
-  if (!v.empty()) return "matmul: WB_WGMMA_NARROW_ROWS must be 64 or 128; unset it for the default";
+  if (!v.empty()) {
+    return "matmul: WB_WGMMA_NARROW_ROWS must be 64, 128 or 256; unset it for the default";
+  }
   if (const Status e = default_rows(m, n, rows)) return e;
   if (*rows == 0) *rows = 64;
   return nullptr;
+}
+
+// WB_WGMMA_NARROW_SPLIT=1 | 2 | 4, the split tile's slices of k (0 where unset). Read at every call
+// of the narrow route, so that a bad value is refused whichever tile runs; the 64- and 128-row
+// tiles take k whole and ignore it.
+Status forced_slices(int* slices) {
+  const std::string_view v = env("WB_WGMMA_NARROW_SPLIT");
+  *slices = v == "1" ? 1 : v == "2" ? 2 : v == "4" ? 4 : 0;
+  if (*slices != 0 || v.empty()) return nullptr;
+  return "matmul: WB_WGMMA_NARROW_SPLIT must be 1, 2 or 4 (the 256-row tile's slices of k); unset "
+         "it for the default";
+}
+
+// The split tile's slices for `tiles` tiles and k: the forced count, else the most of 4 and 2
+// whose tiles x slices fit the SMs (one wave), each slice of kMinSteps k steps or more; else 1.
+int narrow_slices(int64_t tiles, int64_t k, int forced) {
+  constexpr int64_t kMinSteps = 4;
+  if (forced != 0) return forced;
+  const int64_t steps = (k + 63) / 64;
+  for (const int s : {4, 2}) {
+    if (tiles * s <= sm_count() && steps >= kMinSteps * s) return s;
+  }
+  return 1;
+}
+
+// c = a @ b on the 256-row split tile (kNarrowSplitKind): tiles x S blocks, in clusters of S (the
+// slices of one tile) where S > 1. a's boxes: 64 k x 256 rows; b's: 64 k x BN columns (k-major) or
+// 64 columns x 64 k (n-major, BN / 64 of them a stage).
+template <typename T>
+Status narrow_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, bool b_kmajor,
+                    int forced, Stream stream) {
+  int bn = 64;
+  if (const Status e = narrow_split_bn(m, n, &bn)) return e;
+  WgmmaShape tile{};
+  const DeviceGlobal& shape =
+      bn == 64 ? global<&kNarrowSplit64Shape> : global<&kNarrowSplit128Shape>;
+  if (const Status e = shape.read(&tile)) return e;
+  const int64_t tiles = (m + tile.bm - 1) / tile.bm * ((n + bn - 1) / bn);
+  const int slices = narrow_slices(tiles, k, forced);
+  if (tiles * slices > INT32_MAX) return "matmul: too many tiles for the narrow route's grid";
+  CUtensorMap map_a, map_b;
+  const bool mapped = make_map(&map_a, a.data, k, m, a.row, tile.bk, tile.bm) &&
+                      (b_kmajor ? make_map(&map_b, b.data, k, n, b.col, tile.bk, bn)
+                                : make_map(&map_b, b.data, n, k, b.row, 64, tile.bk));
+  if (!mapped) return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  LaunchConfig config{static_cast<unsigned>(tiles * slices), static_cast<unsigned>(tile.threads),
+                      static_cast<unsigned>(tile.smem)};
+  if (slices > 1) config.cluster = Dim3{static_cast<unsigned>(slices), 1, 1};
+  return narrow_split_kernel<T>(b_kmajor, bn)
+      .launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), int{kNarrowAlone});
 }
 
 }  // namespace
@@ -141,6 +232,12 @@ Status narrow_rows(int64_t m, int64_t n, int* rows) {
 // and a half (160 / 192 x 4096: 0.61 / 0.72x against 0.57 / 0.64x; the 128-row tile, its last
 // tile a quarter or half full, 0.48 / 0.60x); past that split (160 to 256 x 8192: 0.63-0.65x,
 // the narrow tiles 0.38-0.65x).
+// Proposed, not yet the rule (the lead sets it from a GPU's timing): the 256-row split tile
+// (narrow1, WB_WGMMA_NARROW_ROWS=256's defaults) for 128 < m <= 256 wherever the 64-row tiles
+// pass one wave (160 to 256 x 4096 and x 8192: one wave of 128 blocks, b read from L2 once, a
+// read n / BN times: 64 times at n = 4096 against the 128-row tile's 64 and b's 2 reads, where
+// the 64-row tile reads b 3 to 4 times over 1.5 to 2 waves), in place of the 128-row tile, the
+// 64-row tile's wave and a half and split-k there; where it is at least as fast.
 Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v == "split" || v == "narrow" || v == "narrow1") {
@@ -159,8 +256,10 @@ Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
 template <typename T>
 Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
                            bool b_kmajor, bool paired, Stream stream) {
-  int rows = 64, bn = 64, pair = kNarrowAlone;
+  int rows = 64, bn = 64, pair = kNarrowAlone, slices = 0;
+  if (const Status e = forced_slices(&slices)) return e;
   if (const Status e = narrow_rows(m, n, &rows)) return e;
+  if (rows == 256) return narrow_split(a, b, c, m, n, k, b_kmajor, slices, stream);
   if (const Status e = narrow_bn(m, n, rows, &bn)) return e;
   if (paired) {
     if (const Status e = narrow_pair(m, rows, &pair)) return e;

@@ -40,6 +40,18 @@
 // once both consumers arrived. Stages of (128 + BN) rows of 256 bytes (40 KiB for BN 32, 48 KiB
 // for 64): 5 or 4 fit. No setmaxnreg: launch bounds (384, 1) leave a thread 168 registers, and a
 // consumer holds BN / 2 <= 32 accumulators.
+//
+// kNarrowSplitKind (NarrowSplitTile, narrow_split_tile): a 256-row tile over all of a few-rows a
+// (m <= 256: one row of tiles, so b is read from L2 once), BN = 64 or 128, four consumer
+// warpgroups of 64 rows (threads 0 .. 511; a warpgroup whose rows all lie past m skips the MMAs)
+// and a producer warp after them (threads 512 .. 543: wgmma wants a warpgroup's warps aligned to
+// four, so the producer comes last); stages of 64 k (a's 256 rows and b's BN columns: 40 or 48
+// KiB, 5 or 4 stages). The launch's cluster of S blocks (S = 1, 2 or 4, the launcher's) are the
+// S slices of k of one tile: block rank r runs k steps [r * steps / S, (r + 1) * steps / S) and
+// the slices' float32 sums are added in slice order through distributed shared memory and
+// stored as c (cluster_sum, wgmma_epilogue.cuh: the split-k route's, the same bits every call);
+// S = 1 stores from registers. 544 threads at one block an SM leave a thread 120 registers: the
+// BN / 2 <= 64 accumulators fit without setmaxnreg.
 #pragma once
 
 #include "matmul/wgmma_module.cuh"  // TensorMap, the limits, shape_of
@@ -78,6 +90,33 @@ struct NarrowTile {
   static_assert(STAGES >= 4, "a ring of at least 4 stages");
   static_assert(Kind == kNarrowDeep || Kind == kNarrowTallKind, "a NarrowKind: 64 or 128 rows");
   static_assert(kRegsPerSm / kThreads >= BN / 2 + 32, "the accumulators fit without setmaxnreg");
+};
+
+// The 256-row tile whose k is cut into slices summed in a cluster (kNarrowSplitKind; see the
+// header): one stage is a's 64-k box of BM rows and b's of BN columns (n-major b: BN / 64 boxes of
+// 64 columns x 64 k, as the whole-k kernel's tiles).
+template <int BN_>
+struct NarrowSplitTile {
+  static constexpr int BN = BN_, Kind = kNarrowSplitKind;
+  static constexpr int kConsumers = 4;                    // warpgroups of 64 rows each
+  static constexpr int BM = 64 * kConsumers;              // all of a few-rows a (m <= 256)
+  static constexpr int kThreads = 128 * kConsumers + 32;  // the consumers, then a producer warp
+  static constexpr int kBytesA = BM * kRowBytes, kBytesB = BN * kRowBytes;  // a stage of 64 k
+  static constexpr int kAtomBytes = 8 * kRowBytes;
+  static constexpr int kBytesAB = kBytesA + kBytesB;
+  static constexpr int STAGES = (kSmemPerBlock - kAtomBytes) / (kBytesAB + 16);
+  static constexpr int kRingBytes = STAGES * kBytesAB;
+  static constexpr int kSmemBytes = kRingBytes + kAtomBytes;
+  static constexpr int BLOCKS = 1, kEntryRegs = 0;  // for shape_of: no setmaxnreg split
+  static constexpr bool kStaged = false;
+  static constexpr int kStageBytes = 0;
+
+  static_assert(BN == 64 || BN == 128, "the split tile: BN 64 or 128");
+  static_assert(kSmemBytes + 16 * STAGES <= kSmemPerBlock, "the ring exceeds 227 KiB");
+  static_assert(STAGES >= 4, "a ring of at least 4 stages");
+  static_assert(BM * kSumPitch<BN> * 4 <= kRingBytes, "cluster_sum: the tile's sums fit the ring");
+  static_assert(kRegsPerSm / kThreads / 8 * 8 >= BN / 2 + 32,
+                "the accumulators fit the launch bounds' registers without setmaxnreg");
 };
 
 // c = a @ b for one BM x BN tile a block (and its pair's neighbour, see the header). T: f16 or
@@ -215,27 +254,143 @@ __device__ __forceinline__ void narrow_tile(const TensorMap& map_a, const Tensor
   store_tile<T, Tl::BN>(c, m, n, row, col, d);
 }
 
+// c (or, in a cluster of S blocks, the sum of the S slices of k) for the 256-row tile of
+// blockIdx.x / S, k steps [rank * steps / S, (rank + 1) * steps / S) (see the header).
+template <typename Tl, typename T, bool BKMajor>
+__device__ __forceinline__ void narrow_split_tile(const TensorMap& map_a, const TensorMap& map_b,
+                                                  T* c, int m, int n, int k, unsigned char* raw,
+                                                  uint64_t* full, uint64_t* empty) {
+  constexpr int S = Tl::STAGES;
+  unsigned char* const smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(raw) + Tl::kAtomBytes - 1) / Tl::kAtomBytes * Tl::kAtomBytes);
+  unsigned char* const stage_a = smem;                        // [S][BM rows of 128 B]
+  unsigned char* const stage_b = smem + S * Tl::kBytesA;      // [S][b's tile, kBytesB]
+  const int slices = static_cast<int>(sm90::cluster_size());  // 1 where launched without
+  const int rank = slices > 1 ? static_cast<int>(sm90::cluster_rank()) : 0;
+  const int tiles_m = (m + Tl::BM - 1) / Tl::BM;
+  const int tile = static_cast<int>(blockIdx.x) / slices;
+  const int m0 = tile % tiles_m * Tl::BM, n0 = tile / tiles_m * Tl::BN;
+  const int steps = (k + kBK - 1) / kBK;
+  const int first = rank * steps / slices, last = (rank + 1) * steps / slices;
+  // The consumers whose rows reach into a (the others skip the MMAs and release nothing).
+  const int busy = min(Tl::kConsumers, (m - m0 + 63) / 64);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      sm90::bar_init(&full[s], 1);
+      sm90::bar_init(&empty[s], busy);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= 128 * Tl::kConsumers) {  // the producer warp: its lane 0 copies
+    if (threadIdx.x == 128 * Tl::kConsumers) {
+      sm90::prefetch_map(&map_a);
+      sm90::prefetch_map(&map_b);
+      for (int step = first, i = 0; step < last; ++step, ++i) {
+        const int s = i % S;
+        if (i >= S) sm90::bar_wait(&empty[s], (i / S - 1) & 1);
+        sm90::bar_expect(&full[s], Tl::kBytesAB);
+        sm90::tma_load(stage_a + s * Tl::kBytesA, &map_a, step * kBK, m0, &full[s]);
+        unsigned char* const b_dst = stage_b + s * Tl::kBytesB;
+        if constexpr (BKMajor) {
+          sm90::tma_load(b_dst, &map_b, step * kBK, n0, &full[s]);
+        } else {  // BN / 64 boxes of 64 columns x 64 k rows
+#pragma unroll
+          for (int j = 0; j < Tl::BN / 64; ++j) {
+            sm90::tma_load(b_dst + j * kBK * kRowBytes, &map_b, n0 + 64 * j, step * kBK, &full[s]);
+          }
+        }
+      }
+    }
+    if (slices > 1) sm90::cluster_sync_any(), sm90::cluster_sync_any();  // cluster_sum's
+    return;
+  }
+
+  // The consumers: warpgroup w on rows 64w .. 64w + 63 of a's stage and all of b's, 4 wgmma a
+  // stage, one batch in flight while the next stage is awaited.
+  const int w = static_cast<int>(threadIdx.x / 128), t = static_cast<int>(threadIdx.x % 128);
+  float d[Tl::BN / 2];
+#pragma unroll
+  for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
+  if (w < busy) {
+    int held = -1;  // the stage of the batch in flight
+    for (int step = first, i = 0; step < last; ++step, ++i) {
+      const int s = i % S;
+      sm90::bar_wait(&full[s], (i / S) & 1);
+      const unsigned char* const a_tile = stage_a + s * Tl::kBytesA + w * 64 * kRowBytes;
+      const unsigned char* const b_tile = stage_b + s * Tl::kBytesB;
+      sm90::pin(d);
+      sm90::fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        const uint64_t da = sm90::descriptor(a_tile + kk * 32, 16, Tl::kAtomBytes);
+        const uint64_t db = BKMajor ? sm90::descriptor(b_tile + kk * 32, 16, Tl::kAtomBytes)
+                                    : sm90::descriptor(b_tile + kk * 16 * kRowBytes,
+                                                       kBK * kRowBytes, Tl::kAtomBytes);
+        sm90::Wgmma<Tl::BN, T, BKMajor ? 0 : 1>::run(d, da, db);
+      }
+      sm90::commit();
+      sm90::wait<1>();  // the previous batch is done: hand its stage back
+      sm90::pin(d);
+      if (held >= 0 && t == 0) sm90::bar_arrive(&empty[held]);
+      held = s;
+    }
+    sm90::wait<0>();
+    sm90::pin(d);
+  }
+  if (slices > 1) {  // every consumer takes part: the sum's barriers count them all
+    cluster_sum<T, Tl::BN, Tl::kConsumers>(c, m, n, m0, n0, d, reinterpret_cast<float*>(smem), w, t,
+                                           rank, slices);
+    return;
+  }
+  if (w >= busy) return;
+  const int64_t row = int64_t{m0} + 64 * w + 16 * (t / 32) + (t % 32) / 4;
+  const int64_t col = int64_t{n0} + 2 * (t % 4);
+  store_tile<T, Tl::BN>(c, m, n, row, col, d);
+}
+
+// A kind's tile: NarrowTile, or NarrowSplitTile for kNarrowSplitKind.
+template <int BN, int Kind>
+struct NarrowTileOf {
+  using type = NarrowTile<BN, Kind>;
+};
+template <int BN>
+struct NarrowTileOf<BN, kNarrowSplitKind> {
+  using type = NarrowSplitTile<BN>;
+};
+template <int BN, int Kind>
+using NarrowTileFor = typename NarrowTileOf<BN, Kind>::type;
+
 // The tiles for the host launcher (it reads the block's threads and shared memory here): the
-// 64-row tile's and the 128-row tile's.
+// 64-row tile's, the 128-row tile's and the 256-row split tile's.
 __constant__ WgmmaShape wgmma_narrow32_shape = shape_of<NarrowTile<32>>(0);
 __constant__ WgmmaShape wgmma_narrow64_shape = shape_of<NarrowTile<64>>(0);
 __constant__ WgmmaShape wgmma_narrow_tall32_shape = shape_of<NarrowTile<32, kNarrowTallKind>>(0);
 __constant__ WgmmaShape wgmma_narrow_tall64_shape = shape_of<NarrowTile<64, kNarrowTallKind>>(0);
+__constant__ WgmmaShape wgmma_narrow_split64_shape = shape_of<NarrowSplitTile<64>>(0);
+__constant__ WgmmaShape wgmma_narrow_split128_shape = shape_of<NarrowSplitTile<128>>(0);
 
 // c = a @ b on BM x BN tiles, k whole, a block a tile; pair: NarrowPair (the launch's clusters);
-// Kind: NarrowKind (kNarrowDeep, or kNarrowTallKind for the 128-row tile).
+// Kind: NarrowKind (kNarrowDeep, or kNarrowTallKind for the 128-row tile). kNarrowSplitKind: the
+// 256-row tile, the launch's clusters the slices of k of a tile (pair unused: kNarrowAlone).
 template <typename T, bool BKMajor, int BN, int Kind>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? NarrowTile<BN, Kind>::kThreads : 1, 1)
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? NarrowTileFor<BN, Kind>::kThreads : 1, 1)
     wgmma_narrow_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], 64 k x BM boxes
                         const __grid_constant__ TensorMap map_b,  // b: boxes of b's tile or half
                         T* __restrict__ c,                        // [m, n]
                         int m, int n, int k, int pair) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
   // The tile whose shape the launcher reads (wgmma_narrow*_shape) for the launch.
-  using Tl = NarrowTile<BN, Kind>;
+  using Tl = NarrowTileFor<BN, Kind>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  narrow_tile<Tl, T, BKMajor>(map_a, map_b, c, m, n, k, pair, smem_raw, full, empty);
+  if constexpr (Kind == kNarrowSplitKind) {
+    narrow_split_tile<Tl, T, BKMajor>(map_a, map_b, c, m, n, k, smem_raw, full, empty);
+  } else {
+    narrow_tile<Tl, T, BKMajor>(map_a, map_b, c, m, n, k, pair, smem_raw, full, empty);
+  }
 #endif
 }
 

@@ -21,7 +21,12 @@
 // Removed: 64-k stages, 0.87-0.93x cuBLAS against 128-k stages' 1.01-1.05x, H100, 2026-11-26
 // (m = 64 / 128 x 4096 x 4096); on 64-k stages, two consumer warpgroups (0.83-0.91x), L2 eviction
 // hints (0.85-0.92x), both (0.83-0.90x) and skewed walks of k (0.84-0.91x) were no better.
-// This header is torch-free and device-safe: the kernel TU includes it for NarrowKind.
+// kNarrowSplitKind (kNarrowTall | kNarrowSplit; WB_WGMMA_NARROW_ROWS=256 picks it): one 256-row
+// tile over all of a (m up to 256: one row of tiles, b read from L2 once), BN 64 or 128 columns,
+// stages of 64 k, and k cut into 1, 2 or 4 slices (WB_WGMMA_NARROW_SPLIT) run by the blocks of a
+// cluster and summed in slice order through distributed shared memory, so that tiles x slices make
+// one wave (160 .. 256 x 4096: 64 tiles of 64 columns x 2 slices; x 8192: 64 of 128 x 2). This
+// header is torch-free and device-safe: the kernel TU includes it for NarrowKind.
 #pragma once
 
 #include "matmul/matmul.h"
@@ -29,9 +34,12 @@
 namespace wb::matmul {
 
 // The values are the kernels' Kind template arguments, so in their names (the 64-row tile's end
-// in Li4E, the 128-row tile's in Li12E): kNarrowTall is a bit on kNarrowDeep.
-enum NarrowKind : int { kNarrowDeep = 4, kNarrowTall = 8 };
-constexpr int kNarrowTallKind = kNarrowDeep | kNarrowTall;  // the 128-row tile's kernel
+// in Li4E, the 128-row tile's in Li12E, the 256-row split tile's in Li24E): kNarrowTall is a bit
+// on kNarrowDeep (stages of 128 k); kNarrowSplit a bit on kNarrowTall, without kNarrowDeep (its
+// stages hold 64 k: two of 128 k would not fit 227 KiB beside a's 256 rows more than twice).
+enum NarrowKind : int { kNarrowDeep = 4, kNarrowTall = 8, kNarrowSplit = 16 };
+constexpr int kNarrowTallKind = kNarrowDeep | kNarrowTall;    // the 128-row tile's kernel
+constexpr int kNarrowSplitKind = kNarrowTall | kNarrowSplit;  // the 256-row tile's, k in slices
 
 enum class FewRoute { split, narrow, narrow1 };
 
