@@ -100,9 +100,9 @@ Status narrow_split_bn(int64_t m, int64_t n, int* bn) {
   return nullptr;
 }
 
-// The tile's columns: WB_WGMMA_NARROW_BN, else 32 where rows x 64 tiles fill at most half the SMs.
+// The 64- or 128-row tile's columns (the 256-row tile's: narrow_split_bn): WB_WGMMA_NARROW_BN,
+// else 32 where rows x 64 tiles fill at most half the SMs.
 Status narrow_bn(int64_t m, int64_t n, int rows, int* bn) {
-  if (rows == 256) return narrow_split_bn(m, n, bn);
   const std::string_view v = env("WB_WGMMA_NARROW_BN");
   if (v == "32" || v == "64") {
     *bn = v == "32" ? 32 : 64;
