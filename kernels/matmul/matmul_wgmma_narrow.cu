@@ -18,14 +18,16 @@
 // warpgroups, kNarrowTall) and BN counts 128-row tiles; unset, the default's (default_rows).
 // 256 is the split tile (kNarrowSplitKind, narrow_split): one row of 256-row tiles over a few-rows
 // a, BN 64 or 128 (WB_WGMMA_NARROW_BN; unset, 64 where two slices of its tiles fit the SMs, else
-// 128), k cut into S = 1, 2 or 4 slices (WB_WGMMA_NARROW_SPLIT; unset, the most whose tiles x S
-// fit the SMs, each of 4 k steps or more) run as a cluster of S blocks and summed in slice order
-// through distributed shared memory (the same bits every call); narrow and narrow1 run it alike.
+// 128), k cut into S = 1, 2 or 4 slices (WB_WGMMA_NARROW_SPLIT; unset, the most whose clusters
+// all fit the device at once, each of 4 k steps or more) run as a cluster of S blocks, summed in
+// slice order through distributed shared memory (the same bits every call); narrow and narrow1 run
+// it alike.
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
-//   tests/test_matmul_narrow.py
+//   tests/test_matmul_narrow.py tests/test_matmul_narrow_tall.py
 #include <cstdlib>
 #include <string_view>
 
+#include "matmul/cluster_occupancy.h"
 #include "matmul/matmul.h"
 #include "matmul/wgmma_narrow.h"
 #include "matmul/wgmma_shape.h"
@@ -175,14 +177,39 @@ Status forced_slices(int* slices) {
          "it for the default";
 }
 
+// Stands in for the split tile's kernel in the occupancy query below: its threads and dynamic
+// shared memory hold both to one block an SM.
+__global__ void __launch_bounds__(1024) narrow_split_probe_kernel() {}
+
+// Clusters of `size` blocks of the split tile that the current device holds at once (0 where the
+// query fails), remembered per device, size and tile: a call under CUDA graph capture then queries
+// nothing.
+int split_clusters(int size, const WgmmaShape& tile) {
+  struct Entry {
+    int smem = -1, clusters = 0;
+  };
+  static Entry seen[64][5];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  Entry& e = seen[device][size];
+  const int smem = tile.smem + 1024;  // + the kernel's static mbarriers, rounded
+  if (e.smem != smem) {
+    e = Entry{smem, query_resident_clusters(narrow_split_probe_kernel, size, tile.threads, smem)};
+  }
+  return e.clusters;
+}
+
 // The split tile's slices for `tiles` tiles and k: the forced count, else the most of 4 and 2
-// whose tiles x slices fit the SMs (one wave), each slice of kMinSteps k steps or more; else 1.
-int narrow_slices(int64_t tiles, int64_t k, int forced) {
+// whose clusters all fit the device at once (one wave: 2 x 64 tiles on an H100's 132 SMs, which
+// holds 66 clusters of two), each slice of kMinSteps k steps or more; else 1.
+int narrow_slices(int64_t tiles, int64_t k, int forced, const WgmmaShape& tile) {
   constexpr int64_t kMinSteps = 4;
   if (forced != 0) return forced;
   const int64_t steps = (k + 63) / 64;
   for (const int s : {4, 2}) {
-    if (tiles * s <= sm_count() && steps >= kMinSteps * s) return s;
+    if (tiles * s <= sm_count() && steps >= kMinSteps * s && split_clusters(s, tile) >= tiles) {
+      return s;
+    }
   }
   return 1;
 }
@@ -200,7 +227,7 @@ Status narrow_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
       bn == 64 ? global<&kNarrowSplit64Shape> : global<&kNarrowSplit128Shape>;
   if (const Status e = shape.read(&tile)) return e;
   const int64_t tiles = (m + tile.bm - 1) / tile.bm * ((n + bn - 1) / bn);
-  const int slices = narrow_slices(tiles, k, forced);
+  const int slices = narrow_slices(tiles, k, forced, tile);
   if (tiles * slices > INT32_MAX) return "matmul: too many tiles for the narrow route's grid";
   CUtensorMap map_a, map_b;
   const bool mapped = make_map(&map_a, a.data, k, m, a.row, tile.bk, tile.bm) &&
