@@ -43,12 +43,19 @@ NARROW_FILE = "matmul_wgmma_narrow.kernel.cu"
 NARROW_NAMES = sorted(
     [f"&wb::matmul::wgmma_narrow{bn}_shape" for bn in (32, 64)]
     + [f"&wb::matmul::wgmma_narrow_tall{bn}_shape" for bn in (32, 64)]
+    + [f"&wb::matmul::wgmma_narrow_split{bn}_shape" for bn in (64, 128)]
     + [
         f"wb::matmul::wgmma_narrow_kernel<wb::{t},{k},{bn},{kind}>"
         for t in ("f16", "bf16")
         for k in ("true", "false")
         for bn in (32, 64)
         for kind in (4, 12)  # NarrowKind: the 64-row tile, the 128-row tile (kNarrowTall)
+    ]
+    + [  # the 256-row tile with k in slices (kNarrowTall | kNarrowSplit)
+        f"wb::matmul::wgmma_narrow_kernel<wb::{t},{k},{bn},24>"
+        for t in ("f16", "bf16")
+        for k in ("true", "false")
+        for bn in (64, 128)
     ]
 )
 # The GEMV route's device-only TU (an a of 1 to 8 rows), a module of its own.
