@@ -7,8 +7,8 @@
 // matmul_wgmma.kernel.cu's module holds wgmma_shape (the tile of wgmma_kernel, the tuning
 // space's), wgmma_split_shape and wgmma_wide_split_shape (the split-k route's fixed tiles);
 // matmul_wgmma_narrow.kernel.cu's holds wgmma_narrow32_shape, wgmma_narrow64_shape,
-// wgmma_narrow_tall32_shape and wgmma_narrow_tall64_shape (the narrow route's 64- and 128-row
-// tiles, wgmma_narrow.cuh).
+// wgmma_narrow_tall32_shape, wgmma_narrow_tall64_shape, wgmma_narrow_split64_shape and
+// wgmma_narrow_split128_shape (the narrow route's 64-, 128- and 256-row tiles, wgmma_narrow.cuh).
 // No CUDA or torch header: both sides include it.
 #pragma once
 
