@@ -24,17 +24,20 @@
 // with evict_first; phase 2's loads and the output's stores take evict_first, so the output
 // written does not evict the input still to be read, and phase 2 puts the lines it kept back to
 // evict_normal once read (applypriority), so that none outstays the launch. Each thread keeps 128
-// bytes of loads in flight (softmax: 8 vectors; backward: 4 of grad and 4 of y), 128 KiB an SM at
-// two blocks an SM. HBM moves what a copy moves (the inputs read once, the output written once)
-// where the tensors read fit in L2, plus the re-read that misses where they do not. Nothing
-// outlives a launch (the workspace is written before it is read, each launch), so a CUDA graph
-// replays it as it is; the result depends on the grid only through the spans, which the device's
-// resident count fixes, so every call gives the same bits.
+// bytes of loads in flight in phase 1 (softmax: 8 vectors; backward: 4 of grad and 4 of y), 128
+// KiB an SM at two blocks an SM, and half that in phase 2 (reads from L2; more spills). HBM moves
+// what a copy moves (the inputs read once, the output written once) where the tensors read fit in
+// L2, plus the re-read that misses where they do not. Nothing outlives a launch (the workspace is
+// written before it is read, each launch), so a CUDA graph replays it as it is; the result depends
+// on the grid only through the spans, which the device's resident count fixes, so every call gives
+// the same bits.
 //
-// Proposed default (the lead's to set from the GPU timing; unset WB_SOFTMAX_PATH does not take it
-// yet): rows of 16-byte vectors summed in float past a block's reach (the cluster paths' rows)
-// whose tensors read fit in L2 (float32 / bfloat16 64 x 262144, bfloat16 256 x 65536 forward)
-// and that are fewer than two a resident block, where the cluster paths take few rounds.
+// Proposed default (the lead's to set from kernel_goals' l2 rows; unset WB_SOFTMAX_PATH does not
+// take it yet): rows of 16-byte vectors summed in float past a block's reach (those the wide and
+// deep paths take) that number at most two a resident block (there the cluster paths take few
+// rounds, each ending in stores that no load overlaps) and whose tensors read take at most 1.5
+// times L2 (the re-read then mostly hits): the goal's bfloat16 64 x 262144 and 256 x 65536
+// forward (32 MiB read), float32 64 x 262144 and bfloat16 64 x 262144 backward (64 MiB).
 #pragma once
 
 #include <cooperative_groups.h>
