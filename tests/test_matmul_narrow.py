@@ -62,6 +62,7 @@ KNOBS = (
 # The kernels' Kind template arguments (NarrowKind, wgmma_narrow.h), in their names.
 DEEP = 4  # kNarrowDeep: the 64-row tile, stages of 128 k
 TALL = 12  # kNarrowDeep | kNarrowTall: the 128-row tile (WB_WGMMA_NARROW_ROWS=128)
+SPLIT = 24  # kNarrowTall | kNarrowSplit: the 256-row split tile (WB_WGMMA_NARROW_ROWS=256)
 
 
 def _narrow_instances(folder: Path) -> Path:
@@ -265,7 +266,7 @@ def _default_rows(m: int, n: int, sms: int) -> int:
     """few_rows_route's rule (default_rows): 64 where the 64-row tiles make one wave at least half
     full (a of 32 rows or more on the 32-column tile); 128 where they pass one wave but the 128-row
     tiles make one, the last more than half full; 64 for more than 128 rows up to a wave and a
-    half; else 0, split-k."""
+    half; 256 (the split tile) past that for 129 to 256 rows; else 0, split-k."""
     bn64, t64 = _tiles(m, n, 64, sms)
     t128 = _tiles(m, n, 128, sms)[1]
     last = m - (m - 1) // 128 * 128
@@ -273,7 +274,9 @@ def _default_rows(m: int, n: int, sms: int) -> int:
         return 64
     if t64 > sms and sms <= 2 * t128 <= 2 * sms and last > 64:
         return 128
-    return 64 if sms < t64 and 2 * t64 <= 3 * sms and m > 128 else 0
+    if sms < t64 and 2 * t64 <= 3 * sms and m > 128:
+        return 64
+    return 256 if 2 * t64 > 3 * sms and 128 < m <= 256 else 0
 
 
 def test_the_default_rule_on_an_h100() -> None:
@@ -281,8 +284,8 @@ def test_the_default_rule_on_an_h100() -> None:
     want = {64: [(32, 4096), (48, 4096), (64, 4096), (100, 4104), (128, 4096), (1, 8192),
                  (64, 8192), (128, 2048), (256, 2048), (160, 4096), (192, 4096)],
             128: [(224, 4096), (256, 4096), (96, 8192), (128, 8192)],
-            0: [(1, 4096), (16, 4096), (64, 1024), (48, 2048), (160, 8192), (256, 8192),
-                (384, 4096)]}  # fmt: skip
+            256: [(160, 8192), (192, 8192), (224, 8192), (256, 8192)],
+            0: [(1, 4096), (16, 4096), (64, 1024), (48, 2048), (384, 4096)]}  # fmt: skip
     for rows, shapes in want.items():
         assert [(_default_rows(m, n, 132), m, n) for m, n in shapes] == [
             (rows, m, n) for m, n in shapes
@@ -294,7 +297,7 @@ def test_the_default_rule_on_an_h100() -> None:
     ("m", "n"),
     [(1, 4096), (16, 4096), (32, 4096), (33, 4096), (64, 4096), (100, 4104), (128, 4096),
      (129, 4096), (200, 4096), (64, 1024), (1, 8192), (256, 2048), (160, 4096), (256, 4096),
-     (96, 8192), (224, 4096), (160, 8192)],
+     (96, 8192), (224, 4096), (160, 8192), (256, 8192), (384, 4096)],
 )  # fmt: skip
 def test_the_default_route_of_a_few_rows_shape(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int
@@ -310,7 +313,7 @@ def test_the_default_route_of_a_few_rows_shape(
     rows = _default_rows(m, n, torch.cuda.get_device_properties(0).multi_processor_count)
     if rows:
         assert "wgmma_narrow_kernel" in names and "split_kernel" not in names, names
-        kind = TALL if rows == 128 else DEEP
+        kind = {64: DEEP, 128: TALL, 256: SPLIT}[rows]
         assert f"Li{kind}EEE" in names or f", {kind}>" in names, names
     else:  # the split-k route, or the built tile where it finds no split worth it
         assert "narrow" not in names and "wgmma_" in names, names

@@ -136,8 +136,9 @@ Status narrow_tiles(int64_t m, int64_t n, int rows, int* bn, int64_t* tiles) {
   return nullptr;
 }
 
-// The default's tile rows for a few-rows shape: 64, 128, or 0 for split-k (few_rows_route's rule,
-// measured there). "Half full": the last 128-row tile holds more than 64 rows of a.
+// The default's tile rows for a few-rows shape: 64, 128, 256 (the split tile), or 0 for split-k
+// (few_rows_route's rule, measured there). "Half full": the last 128-row tile holds more than 64
+// rows of a.
 Status default_rows(int64_t m, int64_t n, int* rows) {
   int bn64 = 64, bn128 = 64;
   int64_t t64 = 0, t128 = 0;
@@ -147,7 +148,8 @@ Status default_rows(int64_t m, int64_t n, int* rows) {
   const bool one_wave64 = 2 * t64 >= s && t64 <= s && (bn64 == 64 || m >= 32);
   const bool one_wave128 = t64 > s && 2 * t128 >= s && t128 <= s && last > 64;
   const bool wave_and_half64 = t64 > s && 2 * t64 <= 3 * s && m > 128;
-  *rows = one_wave64 ? 64 : one_wave128 ? 128 : wave_and_half64 ? 64 : 0;
+  const bool split256 = 2 * t64 > 3 * s && m > 128 && m <= 256;
+  *rows = one_wave64 ? 64 : one_wave128 ? 128 : wave_and_half64 ? 64 : split256 ? 256 : 0;
   return nullptr;
 }
 
@@ -257,14 +259,10 @@ Status narrow_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
 // than half full (224 / 256 x 4096: 0.82 / 0.89x against split's 0.68 / 0.68x; 96 / 128 x 8192:
 // 0.85 / 0.97x against 0.85 / 0.82x), else for more than 128 rows the 64-row tile up to one wave
 // and a half (160 / 192 x 4096: 0.61 / 0.72x against 0.57 / 0.64x; the 128-row tile, its last
-// tile a quarter or half full, 0.48 / 0.60x); past that split (160 to 256 x 8192: 0.63-0.65x,
-// the narrow tiles 0.38-0.65x).
-// Proposed, not yet the rule (the lead sets it from a GPU's timing): the 256-row split tile
-// (narrow1, WB_WGMMA_NARROW_ROWS=256's defaults) for 128 < m <= 256 wherever the 64-row tiles
-// pass one wave (160 to 256 x 4096 and x 8192: one wave of 128 blocks, b read from L2 once, a
-// read n / BN times: 64 times at n = 4096 against the 128-row tile's 64 and b's 2 reads, where
-// the 64-row tile reads b 3 to 4 times over 1.5 to 2 waves), in place of the 128-row tile, the
-// 64-row tile's wave and a half and split-k there; where it is at least as fast.
+// tile a quarter or half full, 0.48 / 0.60x); past that, for at most 256 rows, the 256-row split
+// tile (one row of tiles, k in slices summed in clusters: 160 / 192 / 224 / 256 x 8192: 0.80 /
+// 0.87 / 0.97 / 0.90x against split's 0.63 / 0.65 / 0.69 / 0.62x, H100, 2026-11-26; at 4096 it
+// lost to the rule above: 0.60-0.84x against 0.69-0.89x); else split.
 Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v == "split" || v == "narrow" || v == "narrow1") {

@@ -10,7 +10,8 @@
 //   narrow1  the same tiles, no clusters (each block reads its own a and b);
 // unset, narrow1 where the 64-row tiles make one wave at least half full (and a has 32 rows or
 // more on the 32-column tile), or the 128-row tiles do, or (more than 128 rows) the 64-row tiles
-// make at most a wave and a half; else split (few_rows_route, matmul_wgmma_narrow.cu).
+// make at most a wave and a half, or (129 to 256 rows, past that) on the 256-row split tile; else
+// split (few_rows_route, matmul_wgmma_narrow.cu).
 //
 // The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh), each its own
 // instantiation: stages of 128 k (two 64-k boxes of each operand), on the 64-row tile (kNarrowDeep)
