@@ -12,7 +12,8 @@
 //      (softmax: max and sum of exp; backward: the dot product; Op::take) and stores the piece's
 //      partial in the workspace ([gridDim.x, slots]: a slot for each row the span touches);
 //   2. one grid-wide barrier (cooperative_groups; the launch is cooperative, so every block is
-//      resident and the barrier ends);
+//      resident and the barrier ends), with the loads of step 3's first batch (which need no
+//      partial) in flight across it;
 //   3. each block takes its row pieces in reverse order, combines the partials of the piece's row
 //      (those of the blocks b0..b1 whose spans the row covers, in block order: every warp of
 //      every block of the row combines the same values in the same order, so they agree bit for
@@ -180,31 +181,55 @@ __global__ void __launch_bounds__(kL2Threads, 2)
     if (tid == 0) partials[blockIdx.x * plan.slots + k] = run;
   }
 
-  // 2. Every partial of the grid is stored.
-  cooperative_groups::this_grid().sync();
-
-  // 3. The row pieces again, the last first, each from its last batch down.
-  for (int k = pieces - 1; k >= 0; --k) {
-    const int lo = piece_lo(k), hi = piece_hi(k);
+  using F = decltype(op.finish(P{}));  // the row's result as Op::out takes it
+  // 3. (below) A row piece's total: the partials of its row's blocks b0..b1, in block order.
+  auto piece_final = [&](int k) {
     const int64_t r = first_row + k;
     const int64_t b0 = r * nvec / span, b1 = ((r + 1) * nvec - 1) / span;
     P total = P::identity();
     for (int64_t b = b0 + lane; b <= b1; b += 32) {
       total = P::combine(total, load_cg(partials + b * plan.slots + (r - b * span / nvec)));
     }
-    total = WarpReduce<32>{}(total);
-    const auto f = op.finish(total);
-    for (int i0 = lo + (hi - lo - 1) / kBatch2 * kBatch2; i0 >= lo; i0 -= kBatch2) {
-      const uint64_t drop = l2_policy_first();
-      V v[U2][kT];
-      // The lines of the batch that phase 1 kept go back to evict_normal as they are read.
-      const int left = load_batch(i0, hi, drop, i0 + kBatch2 > plan.keep_from, v);
-      V* const out = reinterpret_cast<V*>(op.dst()) + mine + i0;  // [total]
+    return op.finish(WarpReduce<32>{}(total));
+  };
+  // The output of a batch loaded from position i0 (`left` as load_batch gave it).
+  auto store_batch = [&](int i0, const V(&v)[U2][kT], int left, const F& f) {
+    V* const out = reinterpret_cast<V*>(op.dst()) + mine + i0;  // [total]
+    const uint64_t drop = l2_policy_first();
 #pragma unroll
-      for (int u = 0; u < U2; ++u) {
-        if (u * kL2Threads < left) store_hinted(out + u * kL2Threads, op.out(v[u], f), drop);
-      }
+    for (int u = 0; u < U2; ++u) {
+      if (u * kL2Threads < left) store_hinted(out + u * kL2Threads, op.out(v[u], f), drop);
     }
+  };
+  // The batches of piece [lo, hi) from position i0 down to lo; the lines that phase 1 kept go
+  // back to evict_normal as they are read.
+  auto write_down = [&](int lo, int i0, int hi, const F& f) {
+    for (; i0 >= lo; i0 -= kBatch2) {
+      V v[U2][kT];
+      const int left = load_batch(i0, hi, l2_policy_first(), i0 + kBatch2 > plan.keep_from, v);
+      store_batch(i0, v, left, f);
+    }
+  };
+  auto last_batch = [&](int lo, int hi) { return lo + (hi - lo - 1) / kBatch2 * kBatch2; };
+
+  // 2. Every partial of the grid is stored; the loads of phase 3's first batch (which need no
+  // partial) are in flight across the barrier.
+  if (pieces > 0) {
+    const int k = pieces - 1, lo = piece_lo(k), hi = piece_hi(k), i0 = last_batch(lo, hi);
+    V v[U2][kT];
+    const int left = load_batch(i0, hi, l2_policy_first(), i0 + kBatch2 > plan.keep_from, v);
+    cooperative_groups::this_grid().sync();
+    const auto f = piece_final(k);
+    store_batch(i0, v, left, f);
+    write_down(lo, i0 - kBatch2, hi, f);
+  } else {
+    cooperative_groups::this_grid().sync();
+  }
+
+  // 3. The other row pieces, the last first, each from its last batch down.
+  for (int k = pieces - 2; k >= 0; --k) {
+    const int lo = piece_lo(k), hi = piece_hi(k);
+    write_down(lo, last_batch(lo, hi), hi, piece_final(k));
   }
 }
 
