@@ -171,9 +171,9 @@ def test_the_l2_path_matches_torch(lib: Any, dtype: torch.dtype, rows: int, cols
     """softmax and softmax_backward through the l2 path against torch, special rows included (an
     all -Inf row, a NaN, an +Inf, -Inf in part); rows of 16-byte vectors run l2_kernel, the others
     (a tail of single elements) the default's paths."""
-    gen = torch.Generator().manual_seed(rows + cols)
-    x = special_rows(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
-    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    gen = torch.Generator("cuda").manual_seed(rows + cols)
+    x = special_rows(torch.randn(rows, cols, device="cuda", generator=gen)).to(dtype)
+    grad = torch.randn(rows, cols, device="cuda", generator=gen).to(dtype)
     lib.softmax(x, -1)  # the launch's one-time queries outside the profile
     names = kernels_run(lambda: lib.softmax(x, -1))
     assert any("l2_kernel" in n for n in names) == _vec(cols, dtype), names
@@ -215,9 +215,9 @@ def test_the_l2_path_gives_the_same_bits_every_call(
 ) -> None:
     """The same bits every call, and whatever share of L2 phase 1 keeps (the hints move no
     value); within torch of the default path's result."""
-    gen = torch.Generator().manual_seed(cols)
-    x = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
-    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    gen = torch.Generator("cuda").manual_seed(cols)
+    x = torch.randn(rows, cols, device="cuda", generator=gen).to(dtype)
+    grad = torch.randn(rows, cols, device="cuda", generator=gen).to(dtype)
     y0 = torch.softmax(x.float(), -1).to(dtype)
     default = lib.softmax(x, -1)
     monkeypatch.setenv("WB_SOFTMAX_PATH", "l2")
@@ -237,10 +237,10 @@ def test_the_l2_path_replays_in_a_graph_and_runs_on_two_streams(lib: Any, cols: 
     """No state outlives a launch (the partials are the op's workspace, written before they are
     read): a captured forward and backward replay on new inputs with the eager calls' bits, and
     two launches on two streams at once give what each gives alone."""
-    gen = torch.Generator().manual_seed(cols)
+    gen = torch.Generator("cuda").manual_seed(cols)
     rows = (16 << 20) // cols
-    x = torch.randn(rows, cols, generator=gen).cuda()
-    grad = torch.randn(rows, cols, generator=gen).cuda()
+    x = torch.randn(rows, cols, device="cuda", generator=gen)
+    grad = torch.randn(rows, cols, device="cuda", generator=gen)
     y = lib.softmax(x, -1)
     lib.softmax_backward(grad, y, -1)
     graph = torch.cuda.CUDAGraph()
@@ -248,14 +248,14 @@ def test_the_l2_path_replays_in_a_graph_and_runs_on_two_streams(lib: Any, cols: 
         y_graph = lib.softmax(x, -1)
         dx_graph = lib.softmax_backward(grad, y_graph, -1)
     for replay in range(2):
-        x.copy_(torch.randn(rows, cols, generator=gen) * (1 + replay))
-        grad.copy_(torch.randn(rows, cols, generator=gen))
+        x.copy_(torch.randn(rows, cols, device="cuda", generator=gen) * (1 + replay))
+        grad.copy_(torch.randn(rows, cols, device="cuda", generator=gen))
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(y_graph, lib.softmax(x, -1))
         assert torch.equal(dx_graph, lib.softmax_backward(grad, y_graph, -1))
         torch.testing.assert_close(y_graph, torch.softmax(x, -1))
-    x2 = torch.randn(rows, cols, generator=gen).cuda() * 3
+    x2 = torch.randn(rows, cols, device="cuda", generator=gen) * 3
     alone = (lib.softmax(x, -1), lib.softmax(x2, -1))
     streams = (torch.cuda.Stream(), torch.cuda.Stream())
     outs = []
