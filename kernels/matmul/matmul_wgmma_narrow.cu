@@ -164,7 +164,9 @@ Status narrow_rows(int64_t m, int64_t n, int* rows) {
     return "matmul: WB_WGMMA_NARROW_ROWS must be 64, 128 or 256; unset it for the default";
   }
   if (const Status e = default_rows(m, n, rows)) return e;
-  if (*rows == 0) *rows = 64;
+  // Split-k's shapes take the 64-row tile; so does the split tile's where BN 32 is asked for (a
+  // width only the 64- and 128-row tiles have).
+  if (*rows == 0 || (*rows == 256 && env("WB_WGMMA_NARROW_BN") == "32")) *rows = 64;
   return nullptr;
 }
 
