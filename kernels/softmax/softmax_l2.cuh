@@ -13,7 +13,7 @@
 //      partial in the workspace ([gridDim.x, slots]: a slot for each row the span touches);
 //   2. one grid-wide barrier (cooperative_groups; the launch is cooperative, so every block is
 //      resident and the barrier ends), with the loads of step 3's first batch (which need no
-//      partial) in flight across it;
+//      partial) in flight across it on sm_90+;
 //   3. each block takes its row pieces in reverse order, combines the partials of the piece's row
 //      (those of the blocks b0..b1 whose spans the row covers, in block order: every warp of
 //      every block of the row combines the same values in the same order, so they agree bit for
@@ -53,6 +53,11 @@
 namespace wb::softmax {
 
 constexpr int kL2Threads = 512;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kL2Preload = false;  // phase 3's first batch loaded before the barrier (below)
+#else
+constexpr bool kL2Preload = true;
+#endif
 
 // The geometry of one launch: block b owns the vectors [b * span, min((b + 1) * span, total)) of
 // the flattened tensors; a row piece's partial goes to slot (row - the span's first row) of the
@@ -213,8 +218,9 @@ __global__ void __launch_bounds__(kL2Threads, 2)
   auto last_batch = [&](int lo, int hi) { return lo + (hi - lo - 1) / kBatch2 * kBatch2; };
 
   // 2. Every partial of the grid is stored; the loads of phase 3's first batch (which need no
-  // partial) are in flight across the barrier.
-  if (pieces > 0) {
+  // partial) are in flight across the barrier (sm_90+: on sm_80 the float32 forward's would spill
+  // 16 bytes a thread, so its first batch waits for the barrier).
+  if (kL2Preload && pieces > 0) {
     const int k = pieces - 1, lo = piece_lo(k), hi = piece_hi(k), i0 = last_batch(lo, hi);
     V v[U2][kT];
     const int left = load_batch(i0, hi, l2_policy_first(), i0 + kBatch2 > plan.keep_from, v);
@@ -227,7 +233,7 @@ __global__ void __launch_bounds__(kL2Threads, 2)
   }
 
   // 3. The other row pieces, the last first, each from its last batch down.
-  for (int k = pieces - 2; k >= 0; --k) {
+  for (int k = kL2Preload ? pieces - 2 : pieces - 1; k >= 0; --k) {
     const int lo = piece_lo(k), hi = piece_hi(k);
     write_down(lo, last_batch(lo, hi), hi, piece_final(k));
   }
