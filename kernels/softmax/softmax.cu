@@ -10,10 +10,9 @@
 //   the row staged in shared memory; else the cluster path, up to 512K float32 elements), else
 //   are split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up to
 //   about 2M float32 elements a row on an H100), and read twice beyond (the stream path).
-//   WB_SOFTMAX_PATH picks another long-row path for timing (softmax_rows.cuh; "l2": rows read
-//   twice, the second time from L2, softmax_l2.cuh), WB_SOFTMAX_BLOCK the one-block path's kernel
-//   (softmax_held.cuh), WB_SOFTMAX_EXP how those paths take a 2-byte row's exponentials
-//   (softmax_exp.cuh).
+//   WB_SOFTMAX_PATH picks another long-row path for timing (softmax_rows.cuh), WB_SOFTMAX_BLOCK
+//   the one-block path's kernel (softmax_held.cuh), WB_SOFTMAX_EXP how those paths take a 2-byte
+//   row's exponentials (softmax_exp.cuh).
 //
 // Each thread takes the max m of its own elements and keeps e = exp(x - m) and their sum s; the
 // row's threads combine their (m, s) pairs into (M, S) in one reduction (each pair rescaled by

@@ -48,9 +48,6 @@
 //   deep     (first where WB_SOFTMAX_PATH=deep) the wide path with a further 192 bytes of the row
 //            a thread in shared memory (cp.async, softmax_wide.cuh): 2.5 times the share of a row
 //            a block holds, so that few long rows take fewer rounds of clusters.
-//   l2       (first where WB_SOFTMAX_PATH=l2, rows of 16-byte vectors summed in float) a
-//            cooperative grid, each block reducing an even span of the rows' vectors, a grid
-//            barrier, then the span read again (from L2 where it fits), written (softmax_l2.cuh).
 //   held     (rows of the block path: a 2-byte dtype's by default; WB_SOFTMAX_BLOCK picks)
 //            the block path with the row held as loaded, as the wide path does (softmax_held.cuh).
 //   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
@@ -371,8 +368,6 @@ cudaError_t launch_clusters(void (*kernel)(Params...), int64_t size, int64_t clu
 #include "softmax/softmax_wide.cuh"
 // The block path's held kernel (after the wide path, whose pieces it uses).
 #include "softmax/softmax_held.cuh"
-// The l2 path (WB_SOFTMAX_PATH=l2).
-#include "softmax/softmax_l2.cuh"
 
 namespace wb::softmax {
 
@@ -428,20 +423,7 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
 // Unset: for rows of 16-byte vectors summed in float (float32, bfloat16, float16), "deep" where
 // the rows are few (wide_default), else "wide"; otherwise "cluster" for 4- and 8-byte elements,
 // "split" for 2-byte ones. Where the deep path does not launch, the wide path is tried next.
-// "l2": the l2 path (softmax_l2.cuh), then the default's order (kL2 follows kInvalid so that the
-// other values keep their numbers).
-enum class LongPath {
-  kDefault,
-  kBulk,
-  kSplit,
-  kCluster,
-  kStream,
-  kWide,
-  kPipe,
-  kDeep,
-  kInvalid,
-  kL2
-};
+enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kWide, kPipe, kDeep, kInvalid };
 
 inline LongPath parse_long_path(const char* s) {
   if (s == nullptr || *s == '\0') return LongPath::kDefault;
@@ -452,15 +434,14 @@ inline LongPath parse_long_path(const char* s) {
   if (std::strcmp(s, "wide") == 0) return LongPath::kWide;
   if (std::strcmp(s, "pipe") == 0) return LongPath::kPipe;
   if (std::strcmp(s, "deep") == 0) return LongPath::kDeep;
-  if (std::strcmp(s, "l2") == 0) return LongPath::kL2;
   return LongPath::kInvalid;
 }
 
 inline LongPath long_path() { return parse_long_path(std::getenv("WB_SOFTMAX_PATH")); }
 
 constexpr const char* kBadPath =
-    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe, deep or l2 (or unset for "
-    "the default)";
+    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe or deep (or unset for the "
+    "default)";
 
 // The current device's SM count (0 where it cannot be read), read once a device.
 inline int64_t device_sms() {
@@ -526,12 +507,6 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
   if (threads > kBlockThreads) {
     LongPath path = long_path();
     if (path == LongPath::kInvalid) return cudaErrorInvalidValue;  // launch_rows names it
-    if (path == LongPath::kL2) {
-      if constexpr (N > 1 && sizeof(typename Op::A) == 4) {
-        if (launch_l2<Op, N>(op, rows, nvec, ws, stream, err)) return err;
-      }
-      path = LongPath::kDefault;  // where the l2 path does not apply: the default's order
-    }
     if (path == LongPath::kDefault) {
       path = N > 1 && sizeof(typename Op::A) == 4 ? wide_default<Op>(rows)
              : sizeof(typename Op::T) >= 4        ? LongPath::kCluster
@@ -591,7 +566,6 @@ Status launch_rows(const Op& op, int64_t rows, Workspace ws, Stream stream) {
     if (err == cudaErrorInvalidValue && wide_threads() < 0) return kBadWideThreads;
     if (err == cudaErrorInvalidValue && block_mode() < 0) return kBadBlock;
     if (err == cudaErrorInvalidValue && deep_forced() < 0) return kBadDeepCluster;
-    if (err == cudaErrorInvalidValue && l2_keep() < 0) return kBadL2Keep;
     return cudaGetErrorString(err);
   }
   return launch_status();
