@@ -6,8 +6,9 @@ Path::automatic takes it for an a of one row on b n-major (where it beat the spl
 routes), with a's and b's rows 16-byte aligned; WB_MATMUL_GEMV=1 for m up to WB_MATMUL_GEMV_ROWS
 (unset: 8) on either layout of b (b's columns aligned), =0 never; the tests of its kernels force
 it (=1); WB_MATMUL_GEMV_SPLITS=S and
-WB_MATMUL_GEMV_SUM=cluster | launch force the split of k and its sum. A bad value of any is an
-error naming it.
+WB_MATMUL_GEMV_SUM=cluster | launch force the split of k and its sum; WB_MATMUL_GEMV_KIND=1..4
+runs an a of one row on b n-major by the one-row kernel's kind (gemv_row_kernel: a pipelined k
+loop, L2 prefetch, blocks of 512). A bad value of any is an error naming it.
 
 Without a GPU: the kernels compile for sm_80 and sm_90a (every tier of rows, both dtypes, both
 layouts of b) within their launch bounds and without spills; the host launcher and the entry that
@@ -15,7 +16,8 @@ routes to it compile.
 On a GPU (marked cuda): c within the family's bound and as near the float64 product as cuBLAS's
 at m = 1, 2, 3, 8, at n and k tails, both layouts of b and both dtypes; the route runs exactly
 where its rule says (m = 9 does not); the same bits every call and for either sum; a CUDA graph
-replays it.
+replays it. Each one-row kind likewise: right at every shape (the rows it does not take run
+gemv_kernel), the same bits every call and by either sum at every split, graph replay.
 """
 
 from __future__ import annotations
@@ -39,7 +41,17 @@ NAMES = [
     for m in TIERS
     for k in ("false", "true")
 ] + [f"wb::matmul::gemv_sum_kernel<wb::{t}>" for t in ("f16", "bf16")]
-KNOBS = ("WB_MATMUL_GEMV", "WB_MATMUL_GEMV_ROWS", "WB_MATMUL_GEMV_SPLITS", "WB_MATMUL_GEMV_SUM")
+KINDS = ("1", "2", "3", "4")  # WB_MATMUL_GEMV_KIND's one-row kernels (matmul_gemv.h GemvRowKind)
+ROW_NAMES = [
+    f"wb::matmul::gemv_row_kernel<wb::{t},{kind}>" for t in ("f16", "bf16") for kind in KINDS
+]
+KNOBS = (
+    "WB_MATMUL_GEMV",
+    "WB_MATMUL_GEMV_ROWS",
+    "WB_MATMUL_GEMV_SPLITS",
+    "WB_MATMUL_GEMV_SUM",
+    "WB_MATMUL_GEMV_KIND",
+)
 DTYPES = [torch.bfloat16, torch.float16]
 
 
@@ -48,17 +60,22 @@ DTYPES = [torch.bfloat16, torch.float16]
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_kernels_compile_within_their_launch_bounds(arch: str) -> None:
     """Two blocks of 256 threads an SM (at most 128 registers), but one for 8 rows of a on b
-    n-major (gemv_blocks_per_sm); no spills."""
+    n-major (gemv_blocks_per_sm); the one-row kinds two of 256 or one of 512 (128 registers
+    either way); no spills."""
     project = discover()
     options = [*device.NVRTC_FLAGS, *(f"-I{d}" for d in project.include_dirs)]
-    result = nvrtc.compile(FILE, arch, NAMES, options)
-    assert set(result.lowered) == set(NAMES)
+    names = NAMES + ROW_NAMES
+    result = nvrtc.compile(FILE, arch, names, options)
+    assert set(result.lowered) == set(names)
     entries = result.log.split("Compiling entry function")[1:]
-    assert len(entries) == len(NAMES), result.log
+    assert len(entries) == len(names), result.log
     for entry in entries:
         mangled = entry.split("'")[1]
         assert "0 bytes spill stores, 0 bytes spill loads" in entry, entry
         regs = int(re.findall(r"Used (\d+) registers", entry)[0])
+        if "gemv_row_kernel" in mangled:
+            assert regs <= 128, (mangled, regs)
+            continue
         tier = re.search(r"gemv_kernelINS_\w+?ELi(\d)ELb(\d)E", mangled)
         if tier is None:  # gemv_sum_kernel
             continue
@@ -247,4 +264,74 @@ def test_the_cluster_sum_of_more_than_8_slices_is_refused(
     _use(monkeypatch, {"WB_MATMUL_GEMV_SUM": "cluster", "WB_MATMUL_GEMV_SPLITS": "16"})
     a, b = _operands(1, 256, 4096, False, torch.bfloat16)
     with pytest.raises(RuntimeError, match="WB_MATMUL_GEMV_SUM=cluster sums at most 8 slices"):
+        lib.matmul(a, b)
+
+
+# --- the one-row kinds (WB_MATMUL_GEMV_KIND) ----------------------------------------------------
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n", "k", "col"), SHAPES)
+def test_each_one_row_kind_is_right(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, kind: str, n: int, k: int, col: bool, dtype: Any
+) -> None:
+    """At one row (the kind runs where b is n-major, gemv_kernel where it is k-major) and at 2
+    rows (gemv_kernel's tier); two calls give the same bits."""
+    _use(monkeypatch, {"WB_MATMUL_GEMV_KIND": kind})
+    for m in (1, 2):
+        a, b = _operands(m, n, k, col, dtype)
+        got = lib.matmul(a, b)
+        assert torch.equal(got.view(torch.int16), lib.matmul(a, b).view(torch.int16)), m
+        _check(lib, got, a, b)
+    if dtype == torch.bfloat16:
+        a, b = _operands(1, n, k, col, dtype)
+        run = cuda_kernels_run(lambda: lib.matmul(a, b))
+        assert ("gemv_row_kernel" in run) == (not col), run
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (1000, 4100), (8192, 2056), (4104, 4099)])
+def test_each_one_row_kind_gives_the_same_bits_at_every_split_and_by_either_sum(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, kind: str, n: int, k: int, dtype: Any
+) -> None:
+    a, b = _operands(1, n, k, False, dtype)
+    for splits in ("", "1", "2", "3", "8"):
+        got = {}
+        for sum_by in ("cluster", "launch"):
+            variant = {"WB_MATMUL_GEMV_KIND": kind, "WB_MATMUL_GEMV_SUM": sum_by}
+            _use(monkeypatch, {**variant, "WB_MATMUL_GEMV_SPLITS": splits} if splits else variant)
+            got[sum_by] = lib.matmul(a, b).view(torch.int16)
+            assert torch.equal(got[sum_by], lib.matmul(a, b).view(torch.int16)), (splits, sum_by)
+        assert torch.equal(got["cluster"], got["launch"]), splits
+        _check(lib, got["launch"].view(dtype), a, b)
+    _use(monkeypatch, {"WB_MATMUL_GEMV_KIND": kind, "WB_MATMUL_GEMV_SPLITS": "64"})
+    first = lib.matmul(a, b)
+    assert torch.equal(first.view(torch.int16), lib.matmul(a, b).view(torch.int16))
+    _check(lib, first, a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("sum_by", ["cluster", "launch"])
+def test_a_cuda_graph_replays_each_one_row_kind(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, kind: str, sum_by: str
+) -> None:
+    _use(monkeypatch, {"WB_MATMUL_GEMV_KIND": kind, "WB_MATMUL_GEMV_SUM": sum_by}, forced=False)
+    a, b = _operands(1, 4096, 4096, False, torch.bfloat16)
+    assert "gemv_row_kernel" in cuda_kernels_run(lambda: lib.matmul(a, b))
+    assert_matmul_graph_replays(lib, a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("value", ["5", "x", "-1"])
+def test_a_bad_kind_is_an_error_naming_it(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    _use(monkeypatch, {"WB_MATMUL_GEMV_KIND": value}, forced=False)
+    a, b = _operands(1, 256, 256, False, torch.bfloat16)
+    with pytest.raises(RuntimeError, match="WB_MATMUL_GEMV_KIND must be 0 to 4"):
         lib.matmul(a, b)

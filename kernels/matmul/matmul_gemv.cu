@@ -26,6 +26,10 @@
 //   WB_MATMUL_GEMV_SPLITS=1..64  the slices of k (unset: plan_gemv's)
 //   WB_MATMUL_GEMV_SUM=cluster | launch   how the slices are summed (unset: cluster on sm_90
 //                                where resident; cluster forces it, resident or not)
+//   WB_MATMUL_GEMV_KIND=0..4     for an a of one row on b n-major, the one-row kernel's kind
+//                                (matmul_gemv.h's GemvRowKind: a pipelined k loop, L2 prefetch,
+//                                blocks of 512); 0 or unset: gemv_kernel. The plan is the same
+//                                rule with the kind's blocks an SM.
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_gemv.py
 #include <cstdlib>
@@ -42,6 +46,7 @@ namespace wb::matmul {
 
 WB_DEVICE_TEMPLATE(kGemv, "matmul_gemv.kernel.cu", "wb::matmul::gemv_kernel");
 WB_DEVICE_TEMPLATE(kGemvSum, "matmul_gemv.kernel.cu", "wb::matmul::gemv_sum_kernel");
+WB_DEVICE_TEMPLATE(kGemvRow, "matmul_gemv.kernel.cu", "wb::matmul::gemv_row_kernel");
 
 namespace {
 
@@ -96,6 +101,8 @@ DeviceFacts device_facts() {
 
 // Stands in for gemv_kernel in the occupancy query below: the same threads, and dynamic shared
 // memory that holds an SM to the kernel's blocks an SM (its launch bounds hold the kernel there).
+// It stands in for gemv_row_kernel's blocks of 512 as well: the shared memory alone decides how
+// many blocks an SM holds, and a cluster's blocks, where they go.
 __global__ void __launch_bounds__(kGemvThreads) gemv_cluster_probe_kernel() {}
 
 // Clusters of `size` blocks, `per_sm` blocks an SM at most, that the current device holds at once
@@ -125,7 +132,46 @@ struct GemvPlan {
   int sum = kGemvDirect;
 };
 
-Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, GemvPlan* plan) {
+// The one-row kind this call runs (matmul_gemv.h's GemvRowKind; 0: gemv_kernel): the switch
+// WB_MATMUL_GEMV_KIND, for an a of one row on b n-major (any other call runs gemv_kernel).
+Status gemv_kind(int64_t m, bool b_kmajor, int* kind) {
+  if (const Status e = number_switch("WB_MATMUL_GEMV_KIND", 0, kGemvKinds - 1, 0,
+                                     "matmul: WB_MATMUL_GEMV_KIND must be 0 to 4 (the one-row "
+                                     "kernel's kinds); unset it for the default (0)",
+                                     kind)) {
+    return e;
+  }
+  if (m != 1 || b_kmajor) *kind = 0;
+  return nullptr;
+}
+
+// The block of the kernel that runs m rows of a (of the one-row kind `kind`): its threads, and
+// the blocks an SM holds.
+struct BlockShape {
+  int threads = kGemvThreads;
+  int per_sm = 2;
+};
+template <int Kind>
+constexpr BlockShape row_shape() {
+  return {GemvRowKind<Kind>::threads, GemvRowKind<Kind>::per_sm};
+}
+BlockShape block_shape(int64_t m, bool b_kmajor, int kind) {
+  switch (kind) {
+    case 1:
+      return row_shape<1>();
+    case 2:
+      return row_shape<2>();
+    case 3:
+      return row_shape<3>();
+    case 4:
+      return row_shape<4>();
+    default:
+      return {kGemvThreads, gemv_blocks_per_sm(static_cast<int>(m), b_kmajor)};
+  }
+}
+static_assert(kGemvKinds == 5, "block_shape and gemv_kernel_for name every kind");
+
+Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, int kind, GemvPlan* plan) {
   int forced = 0;
   if (const Status e = number_switch("WB_MATMUL_GEMV_SPLITS", 1, kGemvMaxLaunchSlices, 0,
                                      "matmul: WB_MATMUL_GEMV_SPLITS must be 1 to 64; unset it for "
@@ -143,7 +189,7 @@ Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, GemvPlan* plan)
   const DeviceFacts device = device_facts();
   const int64_t tile = b_kmajor ? kGemvTileK : kGemvTileN;
   const int64_t least = b_kmajor ? kMinSliceSteps : kMinSliceRows;
-  const int per_sm = gemv_blocks_per_sm(static_cast<int>(m), b_kmajor);
+  const int per_sm = block_shape(m, b_kmajor, kind).per_sm;
   const bool clusters = device.clusters && sum != "launch";
   plan->tiles = (n + tile - 1) / tile;
   int slices = forced;
@@ -194,6 +240,23 @@ const DeviceKernel& gemv_kernel_of(int64_t m) {
 }
 static_assert(kGemvMaxRows == 8, "gemv_kernel_of's tiers end at kGemvMaxRows");
 
+// The one-row kind's kernel (1..4), or gemv_kernel's for m rows (kind 0).
+template <typename T>
+const DeviceKernel& gemv_kernel_for(int kind, int64_t m, bool b_kmajor) {
+  switch (kind) {
+    case 1:
+      return kernel<&kGemvRow, T, Val<1>>;
+    case 2:
+      return kernel<&kGemvRow, T, Val<2>>;
+    case 3:
+      return kernel<&kGemvRow, T, Val<3>>;
+    case 4:
+      return kernel<&kGemvRow, T, Val<4>>;
+    default:
+      return b_kmajor ? gemv_kernel_of<T, true>(m) : gemv_kernel_of<T, false>(m);
+  }
+}
+
 }  // namespace
 
 // At m <= 8 the matmul reads b once and does at most 16 flops a 2-byte element: the time is b's
@@ -229,7 +292,9 @@ Status gemv_chosen(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, bool* 
 
 int64_t gemv_workspace(int64_t m, int64_t n, int64_t k, bool b_kmajor) {
   GemvPlan plan;
-  if (plan_gemv(m, n, k, b_kmajor, &plan) != nullptr || plan.sum != kGemvWorkspace) return 0;
+  int kind = 0;
+  if (gemv_kind(m, b_kmajor, &kind) != nullptr) return 0;  // matmul_gemv says why
+  if (plan_gemv(m, n, k, b_kmajor, kind, &plan) != nullptr || plan.sum != kGemvWorkspace) return 0;
   return plan.slices * m * n;
 }
 
@@ -240,17 +305,19 @@ Status matmul_gemv(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
     return "matmul: the GEMV route takes 1 to 8 rows of a and n, k below 2^31";
   }
   const bool b_kmajor = !rows16(b);  // as the wgmma path: n-major where both hold
+  int kind = 0;
+  if (const Status e = gemv_kind(m, b_kmajor, &kind)) return e;
   GemvPlan plan;
-  if (const Status e = plan_gemv(m, n, k, b_kmajor, &plan)) return e;
+  if (const Status e = plan_gemv(m, n, k, b_kmajor, kind, &plan)) return e;
   if (plan.tiles > INT32_MAX) return "matmul: too many column tiles for the GEMV route's grid";
   if (plan.sum == kGemvWorkspace && workspace == nullptr) {
     return "matmul: the GEMV route's split of k needs its workspace (matmul_cuda_workspace)";
   }
   LaunchConfig config{Dim3(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.slices)),
-                      Dim3(kGemvThreads)};
+                      Dim3(static_cast<unsigned>(block_shape(m, b_kmajor, kind).threads))};
   if (plan.sum == kGemvCluster) config.cluster = Dim3{1, static_cast<unsigned>(plan.slices), 1};
   const int64_t ldb = b_kmajor ? b.col : b.row;
-  const DeviceKernel& gemv = b_kmajor ? gemv_kernel_of<T, true>(m) : gemv_kernel_of<T, false>(m);
+  const DeviceKernel& gemv = gemv_kernel_for<T>(kind, m, b_kmajor);
   const Status launched = gemv.launch(config, stream, a.data, a.row, b.data, ldb, c, workspace,
                                       static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
                                       static_cast<int>(plan.slice_k), plan.sum);
