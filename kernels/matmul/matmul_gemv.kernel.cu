@@ -296,26 +296,56 @@ __device__ __forceinline__ void kmajor(const T* __restrict__ a, int64_t lda,
 
 constexpr int kRowGroup = 8;  // rows of b a half-warp loads at a time; two such groups in flight
 
-// Rows [p, p + 8) of b at columns col .. col + 7 (all inside b), by 16-byte loads.
-template <typename T>
-__device__ __forceinline__ void row_load(Vec8<T> (&bv)[kRowGroup], const T* __restrict__ b,
-                                         int64_t ldb, int64_t col, int64_t p) {
-#pragma unroll
-  for (int r = 0; r < kRowGroup; ++r) {
-    bv[r] = load_vec<true>(reinterpret_cast<const Vec8<T>*>(b + (p + r) * ldb + col));
-  }
+// The two elements of T in a 32-bit word (the lower first) as floats: to_acc's values, taken from
+// the word in place (unpacking the 16-bit halves first holds twice the registers).
+__device__ __forceinline__ void unpack(uint32_t w, bf16, float& lo, float& hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void unpack(uint32_t w, f16, float& lo, float& hi) {
+  asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}"
+      : "=f"(lo), "=f"(hi)
+      : "r"(w));
 }
 
-// Those rows into the sums, times a[p .. p + 8) (one 16-byte load of a).
+using Words = Vec<uint32_t, 4>;  // 16 bytes: 8 elements of T
+
+// A group of rows of b in registers, and the 8 elements of a they meet.
+struct RowGroup {
+  Words b[kRowGroup];
+  Words a;
+};
+
+// Rows [p, p + 8) of b at columns col .. col + 7 (all inside b) and a[p .. p + 8), by 16-byte
+// loads (a's with the group's, so that its latency is hidden as theirs).
 template <typename T>
-__device__ __forceinline__ void row_fma(const Vec8<T> (&bv)[kRowGroup], const T* __restrict__ a,
-                                        int64_t p, float (&acc)[8]) {
-  const Vec8<T> v = *reinterpret_cast<const Vec8<T>*>(a + p);
+__device__ __forceinline__ void row_load(RowGroup& g, const T* __restrict__ a,
+                                         const T* __restrict__ b, int64_t ldb, int64_t col,
+                                         int64_t p) {
 #pragma unroll
   for (int r = 0; r < kRowGroup; ++r) {
-    const float av = to_acc(v.v[r]);
+    g.b[r] = load_vec<true>(reinterpret_cast<const Words*>(b + (p + r) * ldb + col));
+  }
+  g.a = *reinterpret_cast<const Words*>(a + p);
+}
+
+// That group into the sums: row r of b times a[p + r], row after row.
+template <typename T>
+__device__ __forceinline__ void row_fma(const RowGroup& g, float (&acc)[8]) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] = fmaf(av, to_acc(bv[r].v[j]), acc[j]);
+  for (int r = 0; r < kRowGroup; r += 2) {
+    float av[2];
+    unpack(g.a.v[r / 2], T{}, av[0], av[1]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        float lo, hi;
+        unpack(g.b[r + h].v[w], T{}, lo, hi);
+        acc[2 * w] = fmaf(av[h], lo, acc[2 * w]);
+        acc[2 * w + 1] = fmaf(av[h], hi, acc[2 * w + 1]);
+      }
+    }
   }
 }
 
@@ -361,19 +391,19 @@ __device__ __forceinline__ void row_stream(const T* __restrict__ a, const T* __r
 #pragma unroll
       for (int g = 1; g < Ahead; ++g) row_prefetch(b, ldb, n, col0, lane, p + g * kTurn, end);
     }
-    Vec8<T> b0[kRowGroup], b1[kRowGroup];
-    if (p + kRowGroup <= end) row_load(b0, b, ldb, col, p);
+    RowGroup g0, g1;
+    if (p + kRowGroup <= end) row_load(g0, a, b, ldb, col, p);
     while (p + kRowGroup <= end) {
       int64_t q = p + kTurn;
-      if (q + kRowGroup <= end) row_load(b1, b, ldb, col, q);
+      if (q + kRowGroup <= end) row_load(g1, a, b, ldb, col, q);
       if constexpr (Ahead > 0) row_prefetch(b, ldb, n, col0, lane, p + Ahead * kTurn, end);
-      row_fma(b0, a, p, acc);
+      row_fma<T>(g0, acc);
       p = q;
       if (p + kRowGroup > end) break;
       q = p + kTurn;
-      if (q + kRowGroup <= end) row_load(b0, b, ldb, col, q);
+      if (q + kRowGroup <= end) row_load(g0, a, b, ldb, col, q);
       if constexpr (Ahead > 0) row_prefetch(b, ldb, n, col0, lane, p + Ahead * kTurn, end);
-      row_fma(b1, a, p, acc);
+      row_fma<T>(g1, acc);
       p = q;
     }
   }
