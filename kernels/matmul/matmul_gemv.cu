@@ -29,7 +29,9 @@
 //   WB_MATMUL_GEMV_KIND=0..4     for an a of one row on b n-major, the one-row kernel's kind
 //                                (matmul_gemv.h's GemvRowKind: a pipelined k loop, L2 prefetch,
 //                                blocks of 512); 0 or unset: gemv_kernel. The plan is the same
-//                                rule with the kind's blocks an SM.
+//                                rule with the kind's blocks an SM (kinds 3, 4: one), but for
+//                                one block an SM the slices are not halved to fit the clusters
+//                                (plan_gemv); the second launch sums them instead.
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_gemv.py
 #include <cstdlib>
@@ -215,11 +217,14 @@ Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, int kind, GemvP
   cut(slices);
   // The cluster sum where every tile's cluster is resident at once: a cluster's blocks share a
   // GPC, so where the GPCs cannot hold them all, the default halves the slices (down to 2) until
-  // they can; failing that, the two-launch sum's blocks (placed on any SM) run in one wave.
+  // they can; failing that, the two-launch sum's blocks (placed on any SM) run in one wave. The
+  // one-row kinds of one block an SM (3, 4) do not halve: at a block an SM, half the slices leave
+  // half the SMs without a block (4096 x 4096: 64 blocks of 512), so they take the two-launch sum.
+  const bool halve = kind == 0 || per_sm > 1;
   bool cluster = clusters && plan->slices > 1 && plan->slices <= kGemvMaxSlices;
   if (cluster && sum != "cluster") {
     const GemvPlan first = *plan;
-    while (forced == 0 && plan->slices > 2 &&
+    while (forced == 0 && halve && plan->slices > 2 &&
            resident_clusters(plan->slices, per_sm) < plan->tiles) {
       cut(plan->slices / 2);
     }

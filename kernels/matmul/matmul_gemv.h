@@ -35,7 +35,8 @@ constexpr int kGemvMaxLaunchSlices = 64;
 //   kind  threads  per_sm  ahead
 //   1     256      2       0       the pipelined loop alone
 //   2     256      2       4       and L2 prefetches 4 groups ahead
-//   3     512      1       0       one block an SM of twice the threads (the plan's one wave)
+//   3     512      1       0       one block an SM of twice the threads (its slices summed by
+//                                  the second launch where their clusters are not all resident)
 //   4     512      1       2       and L2 prefetches 2 groups ahead
 constexpr int kGemvKinds = 5;  // 0..4
 template <int Kind>
