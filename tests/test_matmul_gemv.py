@@ -6,9 +6,9 @@ Path::automatic takes it for an a of one row on b n-major (where it beat the spl
 routes), with a's and b's rows 16-byte aligned; WB_MATMUL_GEMV=1 for m up to WB_MATMUL_GEMV_ROWS
 (unset: 8) on either layout of b (b's columns aligned), =0 never; the tests of its kernels force
 it (=1); WB_MATMUL_GEMV_SPLITS=S and
-WB_MATMUL_GEMV_SUM=cluster | launch force the split of k and its sum; WB_MATMUL_GEMV_KIND=1..4
+WB_MATMUL_GEMV_SUM=cluster | launch force the split of k and its sum; WB_MATMUL_GEMV_KIND=1..5
 runs an a of one row on b n-major by the one-row kernel's kind (gemv_row_kernel: a pipelined k
-loop, L2 prefetch, blocks of 512). A bad value of any is an error naming it.
+loop, L2 prefetch, blocks of 512, an L2 fetch size hint). A bad value of any is an error naming it.
 
 Without a GPU: the kernels compile for sm_80 and sm_90a (every tier of rows, both dtypes, both
 layouts of b) within their launch bounds and without spills; the host launcher and the entry that
@@ -41,7 +41,8 @@ NAMES = [
     for m in TIERS
     for k in ("false", "true")
 ] + [f"wb::matmul::gemv_sum_kernel<wb::{t}>" for t in ("f16", "bf16")]
-KINDS = ("1", "2", "3", "4")  # WB_MATMUL_GEMV_KIND's one-row kernels (matmul_gemv.h GemvRowKind)
+# WB_MATMUL_GEMV_KIND's one-row kernels (matmul_gemv.h GemvRowKind)
+KINDS = ("1", "2", "3", "4", "5")
 ROW_NAMES = [
     f"wb::matmul::gemv_row_kernel<wb::{t},{kind}>" for t in ("f16", "bf16") for kind in KINDS
 ]
@@ -327,11 +328,11 @@ def test_a_cuda_graph_replays_each_one_row_kind(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("value", ["5", "x", "-1"])
+@pytest.mark.parametrize("value", ["6", "x", "-1"])
 def test_a_bad_kind_is_an_error_naming_it(
     lib: Any, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     _use(monkeypatch, {"WB_MATMUL_GEMV_KIND": value}, forced=False)
     a, b = _operands(1, 256, 256, False, torch.bfloat16)
-    with pytest.raises(RuntimeError, match="WB_MATMUL_GEMV_KIND must be 0 to 4"):
+    with pytest.raises(RuntimeError, match="WB_MATMUL_GEMV_KIND must be 0 to 5"):
         lib.matmul(a, b)

@@ -26,12 +26,12 @@
 //   WB_MATMUL_GEMV_SPLITS=1..64  the slices of k (unset: plan_gemv's)
 //   WB_MATMUL_GEMV_SUM=cluster | launch   how the slices are summed (unset: cluster on sm_90
 //                                where resident; cluster forces it, resident or not)
-//   WB_MATMUL_GEMV_KIND=0..4     for an a of one row on b n-major, the one-row kernel's kind
+//   WB_MATMUL_GEMV_KIND=0..5     for an a of one row on b n-major, the one-row kernel's kind
 //                                (matmul_gemv.h's GemvRowKind: a pipelined k loop, L2 prefetch,
-//                                blocks of 512); 0 or unset: gemv_kernel. The plan is the same
-//                                rule with the kind's blocks an SM (kinds 3, 4: one), but for
-//                                one block an SM the slices are not halved to fit the clusters
-//                                (plan_gemv); the second launch sums them instead.
+//                                blocks of 512, an L2 fetch size hint); 0 or unset: gemv_kernel.
+//                                The plan is the same rule with the kind's blocks an SM (kinds
+//                                3-5: one), but at one block an SM the slices are not halved to
+//                                fit the clusters (plan_gemv); the second launch sums them.
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_gemv.py
 #include <cstdlib>
@@ -138,7 +138,7 @@ struct GemvPlan {
 // WB_MATMUL_GEMV_KIND, for an a of one row on b n-major (any other call runs gemv_kernel).
 Status gemv_kind(int64_t m, bool b_kmajor, int* kind) {
   if (const Status e = number_switch("WB_MATMUL_GEMV_KIND", 0, kGemvKinds - 1, 0,
-                                     "matmul: WB_MATMUL_GEMV_KIND must be 0 to 4 (the one-row "
+                                     "matmul: WB_MATMUL_GEMV_KIND must be 0 to 5 (the one-row "
                                      "kernel's kinds); unset it for the default (0)",
                                      kind)) {
     return e;
@@ -167,11 +167,13 @@ BlockShape block_shape(int64_t m, bool b_kmajor, int kind) {
       return row_shape<3>();
     case 4:
       return row_shape<4>();
+    case 5:
+      return row_shape<5>();
     default:
       return {kGemvThreads, gemv_blocks_per_sm(static_cast<int>(m), b_kmajor)};
   }
 }
-static_assert(kGemvKinds == 5, "block_shape and gemv_kernel_for name every kind");
+static_assert(kGemvKinds == 6, "block_shape and gemv_kernel_for name every kind");
 
 Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, int kind, GemvPlan* plan) {
   int forced = 0;
@@ -218,7 +220,7 @@ Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, int kind, GemvP
   // The cluster sum where every tile's cluster is resident at once: a cluster's blocks share a
   // GPC, so where the GPCs cannot hold them all, the default halves the slices (down to 2) until
   // they can; failing that, the two-launch sum's blocks (placed on any SM) run in one wave. The
-  // one-row kinds of one block an SM (3, 4) do not halve: at a block an SM, half the slices leave
+  // one-row kinds of one block an SM (3-5) do not halve: at a block an SM, half the slices leave
   // half the SMs without a block (4096 x 4096: 64 blocks of 512), so they take the two-launch sum.
   const bool halve = kind == 0 || per_sm > 1;
   bool cluster = clusters && plan->slices > 1 && plan->slices <= kGemvMaxSlices;
@@ -245,7 +247,7 @@ const DeviceKernel& gemv_kernel_of(int64_t m) {
 }
 static_assert(kGemvMaxRows == 8, "gemv_kernel_of's tiers end at kGemvMaxRows");
 
-// The one-row kind's kernel (1..4), or gemv_kernel's for m rows (kind 0).
+// The one-row kind's kernel (1..5), or gemv_kernel's for m rows (kind 0).
 template <typename T>
 const DeviceKernel& gemv_kernel_for(int kind, int64_t m, bool b_kmajor) {
   switch (kind) {
@@ -257,6 +259,8 @@ const DeviceKernel& gemv_kernel_for(int kind, int64_t m, bool b_kmajor) {
       return kernel<&kGemvRow, T, Val<3>>;
     case 4:
       return kernel<&kGemvRow, T, Val<4>>;
+    case 5:
+      return kernel<&kGemvRow, T, Val<5>>;
     default:
       return b_kmajor ? gemv_kernel_of<T, true>(m) : gemv_kernel_of<T, false>(m);
   }

@@ -27,24 +27,29 @@ constexpr int kGemvColumnsPerWarp = kGemvTileK / (kGemvThreads / 32);
 constexpr int kGemvMaxSlices = 8;
 constexpr int kGemvMaxLaunchSlices = 64;
 
-// The kinds of the one-row kernel (a of one row, b n-major; WB_MATMUL_GEMV_KIND=1..4, 0 or unset:
+// The kinds of the one-row kernel (a of one row, b n-major; WB_MATMUL_GEMV_KIND=1..5, 0 or unset:
 // gemv_kernel itself): gemv_row_kernel<T, Kind>, 128-column tiles as gemv_kernel's, each thread's
 // k loop software-pipelined (the next group of 8 rows of b loaded before the FMAs of the current
 // one), in blocks of `threads`, `per_sm` of them an SM; with `ahead`, each half-warp also asks L2
-// for the rows `ahead` groups before its loads (prefetch.global.L2), which holds no register.
-//   kind  threads  per_sm  ahead
-//   1     256      2       0       the pipelined loop alone
-//   2     256      2       4       and L2 prefetches 4 groups ahead
-//   3     512      1       0       one block an SM of twice the threads (its slices summed by
-//                                  the second launch where their clusters are not all resident)
-//   4     512      1       2       and L2 prefetches 2 groups ahead
-constexpr int kGemvKinds = 5;  // 0..4
+// for the rows `ahead` groups before its loads (prefetch.global.L2), which holds no register;
+// with `l2_256`, b's loads carry the hint that L2 fetch the 256 bytes around each (.L2::256B: a
+// half-warp's row of the tile).
+//   kind  threads  per_sm  ahead  l2_256
+//   1     256      2       0      no      the pipelined loop alone
+//   2     256      2       4      no      and L2 prefetches 4 groups ahead
+//   3     512      1       0      no      one block an SM of twice the threads (its slices summed
+//                                         by the second launch where their clusters are not all
+//                                         resident)
+//   4     512      1       2      no      and L2 prefetches 2 groups ahead
+//   5     512      1       2      yes     and b's loads fetch 256 bytes into L2
+constexpr int kGemvKinds = 6;  // 0..5
 template <int Kind>
 struct GemvRowKind {
-  static_assert(Kind >= 1 && Kind < kGemvKinds, "gemv_row_kernel's kinds are 1..4");
+  static_assert(Kind >= 1 && Kind < kGemvKinds, "gemv_row_kernel's kinds are 1..5");
   static constexpr int threads = Kind >= 3 ? 512 : 256;
   static constexpr int per_sm = Kind >= 3 ? 1 : 2;
-  static constexpr int ahead = Kind == 2 ? 4 : Kind == 4 ? 2 : 0;
+  static constexpr int ahead = Kind == 2 ? 4 : Kind >= 4 ? 2 : 0;
+  static constexpr bool l2_256 = Kind == 5;
 };
 
 // How a block's float32 sums reach c (the kernel's `sum` argument).

@@ -316,16 +316,29 @@ struct RowGroup {
   Words a;
 };
 
+// 16 bytes of b, read once: load_vec<true>'s load, and with L2_256 the hint that L2 fetch the
+// 256 bytes around them (.L2::256B).
+template <bool L2_256>
+__device__ __forceinline__ Words load_b(const void* p) {
+  if constexpr (L2_256) {
+    Words w;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(w.v[0]), "=r"(w.v[1]), "=r"(w.v[2]), "=r"(w.v[3])
+        : "l"(p));
+    return w;
+  } else {
+    return load_vec<true>(static_cast<const Words*>(p));
+  }
+}
+
 // Rows [p, p + 8) of b at columns col .. col + 7 (all inside b) and a[p .. p + 8), by 16-byte
 // loads (a's with the group's, so that its latency is hidden as theirs).
-template <typename T>
+template <bool L2_256, typename T>
 __device__ __forceinline__ void row_load(RowGroup& g, const T* __restrict__ a,
                                          const T* __restrict__ b, int64_t ldb, int64_t col,
                                          int64_t p) {
 #pragma unroll
-  for (int r = 0; r < kRowGroup; ++r) {
-    g.b[r] = load_vec<true>(reinterpret_cast<const Words*>(b + (p + r) * ldb + col));
-  }
+  for (int r = 0; r < kRowGroup; ++r) g.b[r] = load_b<L2_256>(b + (p + r) * ldb + col);
   g.a = *reinterpret_cast<const Words*>(a + p);
 }
 
@@ -378,8 +391,9 @@ __device__ __forceinline__ void row_edge(const T* __restrict__ a, const T* __res
 
 // A half-warp's stream of groups (every Threads / 16-th group of the slice, from its own), the
 // loads of the next group issued before the FMAs of this one: between 8 and 16 loads in flight a
-// thread over the whole slice. Ahead > 0: the group Ahead turns later is asked of L2 as well.
-template <typename T, int Threads, int Ahead>
+// thread over the whole slice. Ahead > 0: the group Ahead turns later is asked of L2 as well;
+// L2_256: b's loads carry load_b's hint.
+template <typename T, int Threads, int Ahead, bool L2_256>
 __device__ __forceinline__ void row_stream(const T* __restrict__ a, const T* __restrict__ b,
                                            int64_t ldb, int n, int64_t col0, int lane, int64_t p,
                                            int64_t end, float (&acc)[8]) {
@@ -392,16 +406,16 @@ __device__ __forceinline__ void row_stream(const T* __restrict__ a, const T* __r
       for (int g = 1; g < Ahead; ++g) row_prefetch(b, ldb, n, col0, lane, p + g * kTurn, end);
     }
     RowGroup g0, g1;
-    if (p + kRowGroup <= end) row_load(g0, a, b, ldb, col, p);
+    if (p + kRowGroup <= end) row_load<L2_256>(g0, a, b, ldb, col, p);
     while (p + kRowGroup <= end) {
       int64_t q = p + kTurn;
-      if (q + kRowGroup <= end) row_load(g1, a, b, ldb, col, q);
+      if (q + kRowGroup <= end) row_load<L2_256>(g1, a, b, ldb, col, q);
       if constexpr (Ahead > 0) row_prefetch(b, ldb, n, col0, lane, p + Ahead * kTurn, end);
       row_fma<T>(g0, acc);
       p = q;
       if (p + kRowGroup > end) break;
       q = p + kTurn;
-      if (q + kRowGroup <= end) row_load(g0, a, b, ldb, col, q);
+      if (q + kRowGroup <= end) row_load<L2_256>(g0, a, b, ldb, col, q);
       if constexpr (Ahead > 0) row_prefetch(b, ldb, n, col0, lane, p + Ahead * kTurn, end);
       row_fma<T>(g1, acc);
       p = q;
@@ -411,7 +425,7 @@ __device__ __forceinline__ void row_stream(const T* __restrict__ a, const T* __r
   for (; p < end; p += kTurn) row_edge(a, b, ldb, n, col, p, end, acc);
 }
 
-template <typename T, int Threads, int Ahead>
+template <typename T, int Threads, int Ahead, bool L2_256>
 __device__ __forceinline__ void row_block(const T* __restrict__ a, const T* __restrict__ b,
                                           int64_t ldb, T* __restrict__ c,
                                           float* __restrict__ partial, int n, int64_t begin,
@@ -421,7 +435,8 @@ __device__ __forceinline__ void row_block(const T* __restrict__ a, const T* __re
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGemvTileN;
   float acc[8] = {};
-  row_stream<T, Threads, Ahead>(a, b, ldb, n, col0, lane, begin + stream * kRowGroup, end, acc);
+  row_stream<T, Threads, Ahead, L2_256>(a, b, ldb, n, col0, lane, begin + stream * kRowGroup, end,
+                                        acc);
   // As nmajor's: the half-warps of a warp, then the warps in a fixed tree, then finish.
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 16);
@@ -462,7 +477,7 @@ __global__ void __launch_bounds__(GemvRowKind<Kind>::threads, GemvRowKind<Kind>:
   using K = GemvRowKind<Kind>;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * slice_k;
   const int64_t end = gemv::smaller<int64_t>(k, begin + slice_k);
-  gemv::row_block<T, K::threads, K::ahead>(a, b, ldb, c, partial, n, begin, end, sum);
+  gemv::row_block<T, K::threads, K::ahead, K::l2_256>(a, b, ldb, c, partial, n, begin, end, sum);
 }
 
 // c = a @ b over the slice blockIdx.y of k (rows [slice * slice_k, + slice_k) of b) and the
