@@ -278,15 +278,15 @@ def test_the_cluster_sum_of_more_than_8_slices_is_refused(
 def test_each_one_row_kind_is_right(
     lib: Any, monkeypatch: pytest.MonkeyPatch, kind: str, n: int, k: int, col: bool, dtype: Any
 ) -> None:
-    """At one row (the kind runs where b is n-major, gemv_kernel where it is k-major) and at 2
-    rows (gemv_kernel's tier); two calls give the same bits."""
+    """At one row (the kind runs where b is n-major, gemv_kernel where it is k-major: seen at
+    4096 x 4096) and at 2 rows (gemv_kernel's tier); two calls give the same bits."""
     _use(monkeypatch, {"WB_MATMUL_GEMV_KIND": kind})
     for m in (1, 2):
         a, b = _operands(m, n, k, col, dtype)
         got = lib.matmul(a, b)
         assert torch.equal(got.view(torch.int16), lib.matmul(a, b).view(torch.int16)), m
         _check(lib, got, a, b)
-    if dtype == torch.bfloat16:
+    if dtype == torch.bfloat16 and n == k == 4096:  # the profiler is slow to start
         a, b = _operands(1, n, k, col, dtype)
         run = cuda_kernels_run(lambda: lib.matmul(a, b))
         assert ("gemv_row_kernel" in run) == (not col), run
