@@ -68,7 +68,7 @@ GEMV_NAMES = sorted(
         for k in ("true", "false")
     ]
     + [f"wb::matmul::gemv_sum_kernel<wb::{t}>" for t in ("f16", "bf16")]
-    + [f"wb::matmul::gemv_row_kernel<wb::{t},{k}>" for t in ("f16", "bf16") for k in range(1, 6)]
+    + [f"wb::matmul::gemv_row_kernel<wb::{t}>" for t in ("f16", "bf16")]
 )
 # A point of the space other than the default (kernels/matmul/spec.py): 64 x 128 tiles.
 POINT = {"BN": 128, "CONSUMERS": 1, "STAGES": 4, "BLOCKS": 1}

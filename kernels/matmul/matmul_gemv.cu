@@ -26,12 +26,8 @@
 //   WB_MATMUL_GEMV_SPLITS=1..64  the slices of k (unset: plan_gemv's)
 //   WB_MATMUL_GEMV_SUM=cluster | launch   how the slices are summed (unset: cluster on sm_90
 //                                where resident; cluster forces it, resident or not)
-//   WB_MATMUL_GEMV_KIND=0..5     for an a of one row on b n-major, the one-row kernel's kind
-//                                (matmul_gemv.h's GemvRowKind: a pipelined k loop, L2 prefetch,
-//                                blocks of 512, an L2 fetch size hint); 0 or unset: gemv_kernel.
-//                                The plan is the same rule with the kind's blocks an SM (kinds
-//                                3-5: one), but at one block an SM the slices are not halved to
-//                                fit the clusters (plan_gemv); the second launch sums them.
+//   WB_MATMUL_GEMV_KIND=0 | 1    for an a of one row on b n-major: 1 (unset) the one-row kernel
+//                                (gemv_row_kernel, matmul_gemv.h), 0 gemv_kernel as for m rows
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_gemv.py
 #include <cstdlib>
@@ -134,46 +130,19 @@ struct GemvPlan {
   int sum = kGemvDirect;
 };
 
-// The one-row kind this call runs (matmul_gemv.h's GemvRowKind; 0: gemv_kernel): the switch
-// WB_MATMUL_GEMV_KIND, for an a of one row on b n-major (any other call runs gemv_kernel).
+// Whether this call runs the one-row kernel (1) or gemv_kernel (0): WB_MATMUL_GEMV_KIND (unset:
+// 1) for an a of one row on b n-major; gemv_kernel for any other call.
 Status gemv_kind(int64_t m, bool b_kmajor, int* kind) {
-  if (const Status e = number_switch("WB_MATMUL_GEMV_KIND", 0, kGemvKinds - 1, 0,
-                                     "matmul: WB_MATMUL_GEMV_KIND must be 0 to 5 (the one-row "
-                                     "kernel's kinds); unset it for the default (0)",
-                                     kind)) {
+  if (const Status e =
+          number_switch("WB_MATMUL_GEMV_KIND", 0, 1, 1,
+                        "matmul: WB_MATMUL_GEMV_KIND must be 0 (gemv_kernel) or 1 (the "
+                        "one-row kernel); unset it for the default (1)",
+                        kind)) {
     return e;
   }
   if (m != 1 || b_kmajor) *kind = 0;
   return nullptr;
 }
-
-// The block of the kernel that runs m rows of a (of the one-row kind `kind`): its threads, and
-// the blocks an SM holds.
-struct BlockShape {
-  int threads = kGemvThreads;
-  int per_sm = 2;
-};
-template <int Kind>
-constexpr BlockShape row_shape() {
-  return {GemvRowKind<Kind>::threads, GemvRowKind<Kind>::per_sm};
-}
-BlockShape block_shape(int64_t m, bool b_kmajor, int kind) {
-  switch (kind) {
-    case 1:
-      return row_shape<1>();
-    case 2:
-      return row_shape<2>();
-    case 3:
-      return row_shape<3>();
-    case 4:
-      return row_shape<4>();
-    case 5:
-      return row_shape<5>();
-    default:
-      return {kGemvThreads, gemv_blocks_per_sm(static_cast<int>(m), b_kmajor)};
-  }
-}
-static_assert(kGemvKinds == 6, "block_shape and gemv_kernel_for name every kind");
 
 Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, int kind, GemvPlan* plan) {
   int forced = 0;
@@ -193,7 +162,8 @@ Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, int kind, GemvP
   const DeviceFacts device = device_facts();
   const int64_t tile = b_kmajor ? kGemvTileK : kGemvTileN;
   const int64_t least = b_kmajor ? kMinSliceSteps : kMinSliceRows;
-  const int per_sm = block_shape(m, b_kmajor, kind).per_sm;
+  // Blocks an SM: the one-row kernel's two (its launch bounds), else gemv_kernel's.
+  const int per_sm = kind == 1 ? 2 : gemv_blocks_per_sm(static_cast<int>(m), b_kmajor);
   const bool clusters = device.clusters && sum != "launch";
   plan->tiles = (n + tile - 1) / tile;
   int slices = forced;
@@ -219,14 +189,11 @@ Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, int kind, GemvP
   cut(slices);
   // The cluster sum where every tile's cluster is resident at once: a cluster's blocks share a
   // GPC, so where the GPCs cannot hold them all, the default halves the slices (down to 2) until
-  // they can; failing that, the two-launch sum's blocks (placed on any SM) run in one wave. The
-  // one-row kinds of one block an SM (3-5) do not halve: at a block an SM, half the slices leave
-  // half the SMs without a block (4096 x 4096: 64 blocks of 512), so they take the two-launch sum.
-  const bool halve = kind == 0 || per_sm > 1;
+  // they can; failing that, the two-launch sum's blocks (placed on any SM) run in one wave.
   bool cluster = clusters && plan->slices > 1 && plan->slices <= kGemvMaxSlices;
   if (cluster && sum != "cluster") {
     const GemvPlan first = *plan;
-    while (forced == 0 && halve && plan->slices > 2 &&
+    while (forced == 0 && plan->slices > 2 &&
            resident_clusters(plan->slices, per_sm) < plan->tiles) {
       cut(plan->slices / 2);
     }
@@ -247,23 +214,11 @@ const DeviceKernel& gemv_kernel_of(int64_t m) {
 }
 static_assert(kGemvMaxRows == 8, "gemv_kernel_of's tiers end at kGemvMaxRows");
 
-// The one-row kind's kernel (1..5), or gemv_kernel's for m rows (kind 0).
+// The one-row kernel (kind 1), or gemv_kernel's for m rows (kind 0).
 template <typename T>
 const DeviceKernel& gemv_kernel_for(int kind, int64_t m, bool b_kmajor) {
-  switch (kind) {
-    case 1:
-      return kernel<&kGemvRow, T, Val<1>>;
-    case 2:
-      return kernel<&kGemvRow, T, Val<2>>;
-    case 3:
-      return kernel<&kGemvRow, T, Val<3>>;
-    case 4:
-      return kernel<&kGemvRow, T, Val<4>>;
-    case 5:
-      return kernel<&kGemvRow, T, Val<5>>;
-    default:
-      return b_kmajor ? gemv_kernel_of<T, true>(m) : gemv_kernel_of<T, false>(m);
-  }
+  if (kind == 1) return kernel<&kGemvRow, T>;
+  return b_kmajor ? gemv_kernel_of<T, true>(m) : gemv_kernel_of<T, false>(m);
 }
 
 }  // namespace
@@ -323,7 +278,7 @@ Status matmul_gemv(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
     return "matmul: the GEMV route's split of k needs its workspace (matmul_cuda_workspace)";
   }
   LaunchConfig config{Dim3(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.slices)),
-                      Dim3(static_cast<unsigned>(block_shape(m, b_kmajor, kind).threads))};
+                      Dim3(kGemvThreads)};
   if (plan.sum == kGemvCluster) config.cluster = Dim3{1, static_cast<unsigned>(plan.slices), 1};
   const int64_t ldb = b_kmajor ? b.col : b.row;
   const DeviceKernel& gemv = gemv_kernel_for<T>(kind, m, b_kmajor);

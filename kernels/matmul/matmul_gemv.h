@@ -27,30 +27,14 @@ constexpr int kGemvColumnsPerWarp = kGemvTileK / (kGemvThreads / 32);
 constexpr int kGemvMaxSlices = 8;
 constexpr int kGemvMaxLaunchSlices = 64;
 
-// The kinds of the one-row kernel (a of one row, b n-major; WB_MATMUL_GEMV_KIND=1..5, 0 or unset:
-// gemv_kernel itself): gemv_row_kernel<T, Kind>, 128-column tiles as gemv_kernel's, each thread's
-// k loop software-pipelined (the next group of 8 rows of b loaded before the FMAs of the current
-// one), in blocks of `threads`, `per_sm` of them an SM; with `ahead`, each half-warp also asks L2
-// for the rows `ahead` groups before its loads (prefetch.global.L2), which holds no register;
-// with `l2_256`, b's loads carry the hint that L2 fetch the 256 bytes around each (.L2::256B: a
-// half-warp's row of the tile).
-//   kind  threads  per_sm  ahead  l2_256
-//   1     256      2       0      no      the pipelined loop alone
-//   2     256      2       4      no      and L2 prefetches 4 groups ahead
-//   3     512      1       0      no      one block an SM of twice the threads (its slices summed
-//                                         by the second launch where their clusters are not all
-//                                         resident)
-//   4     512      1       2      no      and L2 prefetches 2 groups ahead
-//   5     512      1       2      yes     and b's loads fetch 256 bytes into L2
-constexpr int kGemvKinds = 6;  // 0..5
-template <int Kind>
-struct GemvRowKind {
-  static_assert(Kind >= 1 && Kind < kGemvKinds, "gemv_row_kernel's kinds are 1..5");
-  static constexpr int threads = Kind >= 3 ? 512 : 256;
-  static constexpr int per_sm = Kind >= 3 ? 1 : 2;
-  static constexpr int ahead = Kind == 2 ? 4 : Kind >= 4 ? 2 : 0;
-  static constexpr bool l2_256 = Kind == 5;
-};
+// The one-row kernel (an a of one row on b n-major; WB_MATMUL_GEMV_KIND=0 runs gemv_kernel
+// there instead): gemv_row_kernel<T>, 128-column tiles as gemv_kernel's in blocks of
+// kGemvThreads, two an SM, each thread's k loop software-pipelined (the next group of 8 rows of b
+// loaded before the FMAs of the current one: 8 to 16 loads in flight a thread). Against
+// gemv_kernel on an H100 (2026-11-26, cuBLAS / ours, bf16 / fp16): 1 x 4096^2 0.92 / 0.92x against
+// 0.90 / 0.91x, 1 x 8192^2 1.01 / 1.00x against 0.98 / 0.99x, 4096 x 14336 and 14336 x 4096
+// within 0.01 of it. Removed: L2 prefetches ahead of the loads (0.82-0.83x at 4096^2), blocks of
+// 512 threads one an SM (0.78-0.85x), the .L2::256B fetch hint (0.78-0.79x).
 
 // How a block's float32 sums reach c (the kernel's `sum` argument).
 enum GemvSum : int {

@@ -292,7 +292,8 @@ __device__ __forceinline__ void kmajor(const T* __restrict__ a, int64_t lda,
   finish<T, M, kGemvTileK>(part, c, partial, m, n, col0, sum);
 }
 
-// --- The one-row kinds (gemv_row_kernel; matmul_gemv.h's GemvRowKind) ---------------------------
+// --- The one-row kernel (gemv_row_kernel; matmul_gemv.h)
+// -------------------------------------------
 
 constexpr int kRowGroup = 8;  // rows of b a half-warp loads at a time; two such groups in flight
 
@@ -316,29 +317,15 @@ struct RowGroup {
   Words a;
 };
 
-// 16 bytes of b, read once: load_vec<true>'s load, and with L2_256 the hint that L2 fetch the
-// 256 bytes around them (.L2::256B).
-template <bool L2_256>
-__device__ __forceinline__ Words load_b(const void* p) {
-  if constexpr (L2_256) {
-    Words w;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(w.v[0]), "=r"(w.v[1]), "=r"(w.v[2]), "=r"(w.v[3])
-        : "l"(p));
-    return w;
-  } else {
-    return load_vec<true>(static_cast<const Words*>(p));
-  }
-}
-
 // Rows [p, p + 8) of b at columns col .. col + 7 (all inside b) and a[p .. p + 8), by 16-byte
 // loads (a's with the group's, so that its latency is hidden as theirs).
-template <bool L2_256, typename T>
+template <typename T>
 __device__ __forceinline__ void row_load(RowGroup& g, const T* __restrict__ a,
                                          const T* __restrict__ b, int64_t ldb, int64_t col,
                                          int64_t p) {
 #pragma unroll
-  for (int r = 0; r < kRowGroup; ++r) g.b[r] = load_b<L2_256>(b + (p + r) * ldb + col);
+  for (int r = 0; r < kRowGroup; ++r)
+    g.b[r] = load_vec<true>(reinterpret_cast<const Words*>(b + (p + r) * ldb + col));
   g.a = *reinterpret_cast<const Words*>(a + p);
 }
 
@@ -362,17 +349,6 @@ __device__ __forceinline__ void row_fma(const RowGroup& g, float (&acc)[8]) {
   }
 }
 
-// Asks L2 for the group of rows at p of the tile's 256 bytes: lane l of the half-warp, row l % 8's
-// 128-byte line l / 8 (rows past `end` and lines past n are not asked for).
-template <typename T>
-__device__ __forceinline__ void row_prefetch(const T* __restrict__ b, int64_t ldb, int n,
-                                             int64_t col0, int lane, int64_t p, int64_t end) {
-  const int64_t row = p + lane % 8, col = col0 + (lane / 8) * static_cast<int>(128 / sizeof(T));
-  if (row < end && col < n) {
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(b + row * ldb + col));
-  }
-}
-
 // The group at p where it passes the end of k or of n: element by element, zero outside b.
 template <typename T>
 __device__ __forceinline__ void row_edge(const T* __restrict__ a, const T* __restrict__ b,
@@ -389,34 +365,27 @@ __device__ __forceinline__ void row_edge(const T* __restrict__ a, const T* __res
   }
 }
 
-// A half-warp's stream of groups (every Threads / 16-th group of the slice, from its own), the
-// loads of the next group issued before the FMAs of this one: between 8 and 16 loads in flight a
-// thread over the whole slice. Ahead > 0: the group Ahead turns later is asked of L2 as well;
-// L2_256: b's loads carry load_b's hint.
-template <typename T, int Threads, int Ahead, bool L2_256>
+// A half-warp's stream of groups (every kGemvThreads / 16-th group of the slice, from its own),
+// the loads of the next group issued before the FMAs of this one: between 8 and 16 loads in
+// flight a thread over the whole slice.
+template <typename T>
 __device__ __forceinline__ void row_stream(const T* __restrict__ a, const T* __restrict__ b,
                                            int64_t ldb, int n, int64_t col0, int lane, int64_t p,
                                            int64_t end, float (&acc)[8]) {
-  constexpr int64_t kTurn = (Threads / 16) * kRowGroup;  // rows between a stream's groups
+  constexpr int64_t kTurn = (kGemvThreads / 16) * kRowGroup;  // rows between a stream's groups
   const int64_t col = col0 + lane * 8;
   if (col >= n) return;
   if (col + 8 <= n) {
-    if constexpr (Ahead > 0) {
-#pragma unroll
-      for (int g = 1; g < Ahead; ++g) row_prefetch(b, ldb, n, col0, lane, p + g * kTurn, end);
-    }
     RowGroup g0, g1;
-    if (p + kRowGroup <= end) row_load<L2_256>(g0, a, b, ldb, col, p);
+    if (p + kRowGroup <= end) row_load(g0, a, b, ldb, col, p);
     while (p + kRowGroup <= end) {
       int64_t q = p + kTurn;
-      if (q + kRowGroup <= end) row_load<L2_256>(g1, a, b, ldb, col, q);
-      if constexpr (Ahead > 0) row_prefetch(b, ldb, n, col0, lane, p + Ahead * kTurn, end);
+      if (q + kRowGroup <= end) row_load(g1, a, b, ldb, col, q);
       row_fma<T>(g0, acc);
       p = q;
       if (p + kRowGroup > end) break;
       q = p + kTurn;
-      if (q + kRowGroup <= end) row_load<L2_256>(g0, a, b, ldb, col, q);
-      if constexpr (Ahead > 0) row_prefetch(b, ldb, n, col0, lane, p + Ahead * kTurn, end);
+      if (q + kRowGroup <= end) row_load(g0, a, b, ldb, col, q);
       row_fma<T>(g1, acc);
       p = q;
     }
@@ -425,22 +394,21 @@ __device__ __forceinline__ void row_stream(const T* __restrict__ a, const T* __r
   for (; p < end; p += kTurn) row_edge(a, b, ldb, n, col, p, end, acc);
 }
 
-template <typename T, int Threads, int Ahead, bool L2_256>
+template <typename T>
 __device__ __forceinline__ void row_block(const T* __restrict__ a, const T* __restrict__ b,
                                           int64_t ldb, T* __restrict__ c,
                                           float* __restrict__ partial, int n, int64_t begin,
                                           int64_t end, int sum) {
-  __shared__ float buf[Threads / 64][kGemvTileN];  // the tree's upper halves
+  __shared__ float buf[kGemvThreads / 64][kGemvTileN];  // the tree's upper halves
   const int lane = static_cast<int>(threadIdx.x % 16), stream = static_cast<int>(threadIdx.x / 16);
   const int warp = static_cast<int>(threadIdx.x / 32);
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGemvTileN;
   float acc[8] = {};
-  row_stream<T, Threads, Ahead, L2_256>(a, b, ldb, n, col0, lane, begin + stream * kRowGroup, end,
-                                        acc);
+  row_stream<T>(a, b, ldb, n, col0, lane, begin + stream * kRowGroup, end, acc);
   // As nmajor's: the half-warps of a warp, then the warps in a fixed tree, then finish.
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 16);
-  for (int half = Threads / 64; half >= 1; half /= 2) {
+  for (int half = kGemvThreads / 64; half >= 1; half /= 2) {
     if (warp >= half && warp < 2 * half && threadIdx.x % 32 < 16) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) buf[warp - half][lane * 8 + j] = acc[j];
@@ -457,16 +425,15 @@ __device__ __forceinline__ void row_block(const T* __restrict__ a, const T* __re
     for (int j = 0; j < 8; ++j) buf[0][lane * 8 + j] = acc[j];
   }
   __syncthreads();
-  // finish's stride is kGemvThreads: with 512 threads its first 128 cover the tile's 128 sums.
   finish<T, 1, kGemvTileN>(buf, c, partial, 1, n, col0, sum);
 }
 
 }  // namespace gemv
 
-// c = a @ b for an a of one row on b n-major, the one-row kind Kind (GemvRowKind); the grid and
-// the sums as gemv_kernel's (blockIdx.y the slice of k, `sum` a GemvSum).
-template <typename T, int Kind>
-__global__ void __launch_bounds__(GemvRowKind<Kind>::threads, GemvRowKind<Kind>::per_sm)
+// c = a @ b for an a of one row on b n-major (matmul_gemv.h); the grid and the sums as
+// gemv_kernel's (blockIdx.y the slice of k, `sum` a GemvSum).
+template <typename T>
+__global__ void __launch_bounds__(kGemvThreads, 2)
     gemv_row_kernel(const T* __restrict__ a,  // [1, k]
                     int64_t lda,              // unused (one row)
                     const T* __restrict__ b,  // [k, n], rows ldb apart
@@ -474,10 +441,9 @@ __global__ void __launch_bounds__(GemvRowKind<Kind>::threads, GemvRowKind<Kind>:
                     T* __restrict__ c,            // [1, n]
                     float* __restrict__ partial,  // [slices, 1, n] for kGemvWorkspace
                     int m, int n, int k, int slice_k, int sum) {
-  using K = GemvRowKind<Kind>;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * slice_k;
   const int64_t end = gemv::smaller<int64_t>(k, begin + slice_k);
-  gemv::row_block<T, K::threads, K::ahead, K::l2_256>(a, b, ldb, c, partial, n, begin, end, sum);
+  gemv::row_block<T>(a, b, ldb, c, partial, n, begin, end, sum);
 }
 
 // c = a @ b over the slice blockIdx.y of k (rows [slice * slice_k, + slice_k) of b) and the
