@@ -57,6 +57,24 @@ def wgmma_instances(folder: Path, dtypes: tuple[str, ...], cluster: bool) -> Pat
     return path
 
 
+def narrow_instances(folder: Path, shapes: list[tuple[int, int]], name: str) -> Path:
+    """A TU (folder/name) of explicit instantiations of wgmma_narrow.cuh's kernel at each (BN,
+    Kind) of ``shapes``, for both 2-byte dtypes and both layouts of b: for nvcc's PTX."""
+    maps = "const __grid_constant__ wb::matmul::TensorMap"
+    lines = [f'#include "{WGMMA_NARROW}"']
+    for t in ("bf16", "f16"):
+        for kmajor in ("true", "false"):
+            for bn, kind in shapes:
+                lines.append(
+                    "template __global__ void wb::matmul::wgmma_narrow_kernel<"
+                    f"wb::{t}, {kmajor}, {bn}, {kind}>({maps}, {maps}, wb::{t}*, int, int, "
+                    "int, int);"
+                )
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def nvcc_sm90a(folder: Path, *args: str, source: Path) -> subprocess.CompletedProcess[str]:
     """nvcc with the build's flags for sm_90a on ``source`` (in ``folder``), and ``args``."""
     home = toolchain.find_cuda_home()

@@ -192,6 +192,30 @@ def test_the_route_runs_where_its_rule_says(
 
 
 # (m, n, k, b column-major): one row; k tails (slices of unequal length); 8 rows, n wide.
+def _assert_same_bits_by_either_sum(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, a: Any, b: Any, switches: dict[str, str]
+) -> None:
+    """Under ``switches``: each split of k (unset, forced 1 to 8, and 16 and 64 slices, which the
+    second launch sums) is right and gives the same bits twice; a forced split gives the same
+    bits by the cluster sum (where the GPU has clusters) as by the second launch (unset, a forced
+    sum may plan other slices: the cluster sum holds at most 8)."""
+    for splits in ("", "1", "2", "3", "8"):
+        got = {}
+        for sum_by in ("cluster", "launch"):
+            variant = {**switches, "WB_MATMUL_GEMV_SUM": sum_by}
+            _use(monkeypatch, {**variant, "WB_MATMUL_GEMV_SPLITS": splits} if splits else variant)
+            got[sum_by] = lib.matmul(a, b).view(torch.int16)
+            assert torch.equal(got[sum_by], lib.matmul(a, b).view(torch.int16)), (splits, sum_by)
+        if splits:
+            assert torch.equal(got["cluster"], got["launch"]), splits
+        _check(lib, got["launch"].view(b.dtype), a, b)
+    for splits in ("16", "64"):
+        _use(monkeypatch, {**switches, "WB_MATMUL_GEMV_SPLITS": splits})
+        first = lib.matmul(a, b)
+        assert torch.equal(first.view(torch.int16), lib.matmul(a, b).view(torch.int16)), splits
+        _check(lib, first, a, b)
+
+
 SPLIT_SHAPES = [(1, 4096, 4096, False), (3, 1000, 4100, True), (8, 8192, 2056, False),
                 (5, 4104, 4096, True)]  # fmt: skip
 
@@ -204,22 +228,7 @@ def test_the_same_bits_every_call_and_by_either_sum(
 ) -> None:
     """Each split of k (forced, 1 to 64 slices) is right; two calls give the same bits, and the
     cluster sum (where the GPU has clusters, at most 8 slices) the second launch's."""
-    a, b = _operands(m, n, k, col, dtype)
-    for splits in ("", "1", "2", "3", "8"):
-        got = {}
-        for sum_by in ("cluster", "launch"):
-            variant = {"WB_MATMUL_GEMV_SUM": sum_by}
-            _use(monkeypatch, {**variant, "WB_MATMUL_GEMV_SPLITS": splits} if splits else variant)
-            got[sum_by] = lib.matmul(a, b).view(torch.int16)
-            assert torch.equal(got[sum_by], lib.matmul(a, b).view(torch.int16)), (splits, sum_by)
-        if splits:  # unset, a forced sum may plan other slices (the cluster sum holds at most 8)
-            assert torch.equal(got["cluster"], got["launch"]), splits
-        _check(lib, got["launch"].view(dtype), a, b)
-    for splits in ("16", "64"):  # more than a cluster holds: the second launch sums them
-        _use(monkeypatch, {"WB_MATMUL_GEMV_SPLITS": splits})
-        first = lib.matmul(a, b)
-        assert torch.equal(first.view(torch.int16), lib.matmul(a, b).view(torch.int16)), splits
-        _check(lib, first, a, b)
+    _assert_same_bits_by_either_sum(lib, monkeypatch, *_operands(m, n, k, col, dtype), {})
 
 
 @pytest.mark.cuda
@@ -301,20 +310,7 @@ def test_each_one_row_kind_gives_the_same_bits_at_every_split_and_by_either_sum(
     lib: Any, monkeypatch: pytest.MonkeyPatch, kind: str, n: int, k: int, dtype: Any
 ) -> None:
     a, b = _operands(1, n, k, False, dtype)
-    for splits in ("", "1", "2", "3", "8"):
-        got = {}
-        for sum_by in ("cluster", "launch"):
-            variant = {"WB_MATMUL_GEMV_KIND": kind, "WB_MATMUL_GEMV_SUM": sum_by}
-            _use(monkeypatch, {**variant, "WB_MATMUL_GEMV_SPLITS": splits} if splits else variant)
-            got[sum_by] = lib.matmul(a, b).view(torch.int16)
-            assert torch.equal(got[sum_by], lib.matmul(a, b).view(torch.int16)), (splits, sum_by)
-        if splits:  # unset, a forced sum may plan other slices (the cluster sum holds at most 8)
-            assert torch.equal(got["cluster"], got["launch"]), splits
-        _check(lib, got["launch"].view(dtype), a, b)
-    _use(monkeypatch, {"WB_MATMUL_GEMV_KIND": kind, "WB_MATMUL_GEMV_SPLITS": "64"})
-    first = lib.matmul(a, b)
-    assert torch.equal(first.view(torch.int16), lib.matmul(a, b).view(torch.int16))
-    _check(lib, first, a, b)
+    _assert_same_bits_by_either_sum(lib, monkeypatch, a, b, {"WB_MATMUL_GEMV_KIND": kind})
 
 
 @pytest.mark.cuda

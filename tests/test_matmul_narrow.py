@@ -29,11 +29,11 @@ import pytest
 import torch
 
 from tests.bundled_cubin import (
-    WGMMA_NARROW,
     assert_matmul_graph_replays,
     cuda_kernels_run,
     hopper,
     matmul_operands,
+    narrow_instances,
     nvcc_sm90a,
 )
 from workbench.project import BUNDLED_KERNELS
@@ -65,26 +65,10 @@ TALL = 12  # kNarrowDeep | kNarrowTall: the 128-row tile (WB_WGMMA_NARROW_ROWS=1
 SPLIT = 24  # kNarrowTall | kNarrowSplit: the 256-row split tile (WB_WGMMA_NARROW_ROWS=256)
 
 
-def _narrow_instances(folder: Path) -> Path:
-    maps = "const __grid_constant__ wb::matmul::TensorMap"
-    lines = [f'#include "{WGMMA_NARROW}"']
-    for t in ("bf16", "f16"):
-        for kmajor in ("true", "false"):
-            for bn in (32, 64):
-                for kind in (DEEP, TALL):
-                    lines.append(
-                        "template __global__ void wb::matmul::wgmma_narrow_kernel<"
-                        f"wb::{t}, {kmajor}, {bn}, {kind}>({maps}, {maps}, wb::{t}*, int, int, "
-                        "int, int);"
-                    )
-    path = folder / "narrow_instances.cu"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 @pytest.mark.nvcc
 def test_the_narrow_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> None:
-    source = _narrow_instances(tmp_path)
+    shapes = [(bn, kind) for bn in (32, 64) for kind in (DEEP, TALL)]
+    source = narrow_instances(tmp_path, shapes, "narrow_instances.cu")
     done = nvcc_sm90a(tmp_path, "--ptx", "-o", "narrow.ptx", source=source)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "narrow.ptx").read_text())[1:]

@@ -25,11 +25,11 @@ import pytest
 import torch
 
 from tests.bundled_cubin import (
-    WGMMA_NARROW,
     assert_matmul_graph_replays,
     cuda_kernels_run,
     hopper,
     matmul_operands,
+    narrow_instances,
     nvcc_sm90a,
 )
 
@@ -53,25 +53,10 @@ VARIANTS = [
 ]
 
 
-def _split_instances(folder: Path) -> Path:
-    maps = "const __grid_constant__ wb::matmul::TensorMap"
-    lines = [f'#include "{WGMMA_NARROW}"']
-    for t in ("bf16", "f16"):
-        for kmajor in ("true", "false"):
-            for bn in (64, 128):
-                lines.append(
-                    "template __global__ void wb::matmul::wgmma_narrow_kernel<"
-                    f"wb::{t}, {kmajor}, {bn}, {SPLIT}>({maps}, {maps}, wb::{t}*, int, int, int, "
-                    "int);"
-                )
-    path = folder / "split_instances.cu"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 @pytest.mark.nvcc
 def test_the_split_kernels_compile_for_sm90a_without_spills(tmp_path: Path) -> None:
-    source = _split_instances(tmp_path)
+    shapes = [(64, SPLIT), (128, SPLIT)]
+    source = narrow_instances(tmp_path, shapes, "split_instances.cu")
     done = nvcc_sm90a(tmp_path, "--ptx", "-o", "split.ptx", source=source)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "split.ptx").read_text())[1:]
