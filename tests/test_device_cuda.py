@@ -95,7 +95,10 @@ def test_a_reload_loads_the_kernels_run_so_far_first_and_another_waits_for_the_r
     x = torch.arange(8.0, device="cuda")
     assert torch.equal(lib.op00(x, 2.0), 2 * x)  # float runs; op00's double kernels never did
     edit(registry / "op00" / "op00.kernel.cu", "apply(x, alpha);", "apply(x, alpha) + A(7);")
-    assert lib.reload().device_only == ["op00"]
+    report = lib.reload()
+    assert report.device_only == ["op00"]
+    ((source, behind),) = report.device_behind  # the summary says so: "N more kernels of ..."
+    assert source.name == "op00.kernel.cu" and behind > 0
     first = module_names("op00", "op00.kernel.cu")
     assert first and not any("double" in n for n in first), first
     assert torch.equal(lib.op00(x, 2.0), 2 * x + 7)
@@ -104,6 +107,7 @@ def test_a_reload_loads_the_kernels_run_so_far_first_and_another_waits_for_the_r
     assert device.settle(300)
     whole = module_names("op00", "op00.kernel.cu")
     assert first < whole and any("double" in n for n in whole)
+    assert len(whole) == len(first) + behind
     assert lib.reload().swapped == []  # nothing changed: the whole module is found, not compiled
 
 

@@ -53,6 +53,8 @@ class LoadReport:
         self.device_only: list[str] = []
         self.device_compiled: list[Path] = []
         self.device_seconds = 0.0
+        # (TU, kernels) of each module whose other kernels compile behind the reload (device.Rest)
+        self.device_behind: list[tuple[Path, int]] = []
         # The kernels a reload changed (workbench.resources): a line each, what got worse, the
         # seconds after the swap, by step ("in thread": read beside the build, not counted).
         self.resources: list[str] = []
@@ -236,6 +238,8 @@ class Library:
             for line in report.resource_warnings:
                 _say(f"warning: {line}")
         if failed:
+            from workbench.ninja import failure
+
             error = failure(failed, len(names))
             if mode == "raise":
                 raise error
@@ -453,6 +457,7 @@ class Library:
         swapped = device.sync(self.project, family, self.config, handle, self._stamps, ready=ready)
         report.device_seconds += time.perf_counter() - start
         report.device_compiled += [m.source for m in swapped if m.compiled]
+        report.device_behind += [(m.source, m.rest.count) for m in swapped if m.rest is not None]
         return bool(swapped)
 
     def route(self, family: str, report: LoadReport | None = None) -> None:
@@ -500,18 +505,20 @@ class Library:
         )
 
     def _reload_summary(self, report: LoadReport) -> str:
-        parts = []
-        if report.swapped:
-            names = ", ".join(p.name for p in report.compiled) or "none"
-            parts.append(f"reloaded {', '.join(report.swapped)} (compiled: {names})")
-        if report.device_only:
-            parts.append(f"module swap only for {', '.join(report.device_only)}")
-        if report.removed:
-            parts.append(f"removed {', '.join(report.removed)}")
-        if report.redefined:
-            parts.append(f"new schema for {', '.join(report.redefined)}")
+        names = ", ".join(p.name for p in report.compiled) or "none"
+        lists = (
+            ("reloaded", report.swapped, f" (compiled: {names})"),
+            ("module swap only for", report.device_only, ""),
+            ("removed", report.removed, ""),
+            ("new schema for", report.redefined, ""),
+        )
+        parts = [f"{label} {', '.join(items)}{tail}" for label, items, tail in lists if items]
         phases = ", ".join(f"{k} {v:.2f}" for k, v in report.phases.items() if v)
-        return f"{'; '.join(parts)} in {report.seconds:.2f} s ({phases})"
+        behind = "".join(
+            f"; {n} more kernel{'s' * (n != 1)} of {source.name} compiling behind it"
+            for source, n in report.device_behind
+        )
+        return f"{'; '.join(parts)} in {report.seconds:.2f} s ({phases}){behind}"
 
 
 class BuildWarning(UserWarning):
@@ -525,29 +532,6 @@ def _on_error(value: str) -> str:
     if value not in ON_ERROR:
         raise ValueError(f"on_error must be 'raise' or 'warn', got {value!r}")
     return value
-
-
-def failure(failed: dict[str, WorkbenchError], total: int) -> WorkbenchError:
-    """One error for the families that failed: a lone LoadError as it is; else a BuildError
-    whose first line names each family and its first compiler error (``file:line: message``),
-    followed by each family's full output. ``.failed`` maps the families to their errors."""
-    if len(failed) == 1:
-        (only,) = failed.values()
-        if isinstance(only, LoadError):
-            return only
-    from workbench.ninja import first_error
-
-    def first(e: WorkbenchError) -> str:
-        lines = str(e).strip().splitlines()
-        return first_error(str(e)) or (lines[0] if lines else type(e).__name__)
-
-    named = "; ".join(f"{name} ({first(e)})" for name, e in failed.items())
-    head = f"{len(failed)} of {total} op families failed to build: {named}"
-    details = "\n\n".join(f"{name}:\n{e}" for name, e in failed.items())
-    logs = "".join(getattr(e, "log", "") for e in failed.values())
-    error = BuildError(f"{head}\n\n{details}", logs)
-    error.failed = dict(failed)
-    return error
 
 
 def _team_text(shared: tuple[team.Launcher, team.Counts] | None) -> str:

@@ -274,11 +274,10 @@ def ensure(
             early = [n for n in names if (file, n) in used]
         if early and len(early) < len(names) and content not in _failed:  # its kernels first
             # The rest on as many programs as the cores run (its keys are listed, not derived).
-            rest = jobs(
-                [n for n in names if n not in early], max(MAX_PROGRAMS, os.cpu_count() or 1)
-            )
+            later = [n for n in names if n not in early]
+            rest = jobs(later, max(MAX_PROGRAMS, os.cpu_count() or 1))
             part = Module(file, source, _images(source, jobs(early), options, headers))
-            part.rest = Rest(content, file, source, part.images)
+            part.rest = Rest(content, file, source, part.images, len(later))
             part.rest.start(functools.partial(_images, source, rest, options, headers))
             events.compiled(family.name, source)
             modules.append(part)  # not recorded: a warm start finds the whole module's list
@@ -416,8 +415,9 @@ _HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_
 class Rest:
     """The kernels of a device-only TU compiled after those a live process has launched."""
 
-    def __init__(self, content: str, file: str, source: Path, first: list[Image]) -> None:
+    def __init__(self, content: str, file: str, source: Path, first: list[Image], n: int) -> None:
         self.content, self.file, self.source, self.first = content, file, source, first
+        self.count = n  # the kernels it compiles
         self.images: list[Image] | None = None  # the whole module's, once compiled
         self.error = ""
         self.finished = False  # compiled (or failed); done: and swapped into its holders

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench import knobs
-from workbench.errors import BuildError, ToolchainError
+from workbench.errors import BuildError, LoadError, ToolchainError, WorkbenchError
 
 STATUS_PREFIX = "["  # NINJA_STATUS below: "[finished/total elapsed] compile <source>"
 
@@ -263,3 +263,25 @@ def _failure_summary(log: list[str]) -> str:
         out.append(line)
     text = "".join(out).strip()
     return text or "".join(log).strip()
+
+
+def failure(failed: dict[str, WorkbenchError], total: int) -> WorkbenchError:
+    """One error for the families that failed: a lone LoadError as it is; else a BuildError
+    whose first line names each family and its first compiler error (``file:line: message``),
+    followed by each family's full output. ``.failed`` maps the families to their errors."""
+    if len(failed) == 1:
+        (only,) = failed.values()
+        if isinstance(only, LoadError):
+            return only
+
+    def first(e: WorkbenchError) -> str:
+        lines = str(e).strip().splitlines()
+        return first_error(str(e)) or (lines[0] if lines else type(e).__name__)
+
+    named = "; ".join(f"{name} ({first(e)})" for name, e in failed.items())
+    head = f"{len(failed)} of {total} op families failed to build: {named}"
+    details = "\n\n".join(f"{name}:\n{e}" for name, e in failed.items())
+    logs = "".join(getattr(e, "log", "") for e in failed.values())
+    error = BuildError(f"{head}\n\n{details}", logs)
+    error.failed = dict(failed)
+    return error
