@@ -21,8 +21,8 @@ device code that needs its host side in the same TU.
 A reload in a live process whose calls have launched some of a TU's kernels compiles those first
 (one NVRTC program each), loads them and returns; the TU's other kernels compile behind them and
 are swapped in when done (:class:`Rest`). A launch of one of those before then waits for them in
-the library's completion hook. So an edit of a TU of many heavy kernels (the Hopper matmul's)
-reloads in the time of the kernels the user runs.
+the library's completion hook (``wb_module_hook``). So an edit of a TU of many heavy kernels (the
+Hopper matmul's) reloads in the time of the kernels the user runs.
 """
 
 from __future__ import annotations
@@ -233,8 +233,7 @@ def ensure(
     A TU whose inputs (its text, its headers, its cubins) have the ``stat`` stamps recorded by
     an earlier call, for the same names, architectures, options and NVRTC, reuses that call's
     cubins without reading a header or loading NVRTC (:class:`workbench.device_record.Warm`).
-    ``seen``: the stamps this load has read already (one load of many families reads a shared
-    header once).
+    ``seen``: the stamps this load has read (one load of many families reads a shared header once).
     ``pool``: where the NVRTC programs run (``wb tune`` shares one among its variants: one
     pool per call would put more programs on the cores than they have); default: threads of
     this call, one per program up to the cores. ``workers``: compile in those processes
@@ -264,9 +263,11 @@ def ensure(
         inputs = [(p, file_digest(p)) for p in [str(source), *headers]]
         jobs = functools.partial(_jobs, archs, release, options, inputs)
         content = digest("module", release, archs, options, names, inputs)
+        whole = jobs(names)
         images = _listed(content)
+        cached: list[Image | None] = []
         if images is None:  # compiled whole before, or by an earlier version of this layer
-            cached = [_cached(arch, key) for arch, key, _ in jobs(names)]
+            cached = [_cached(arch, key) for arch, key, _ in whole]
             images = [i for i in cached if i is not None] if None not in cached else None
         early: list[str] = []
         if images is None and first is not None:
@@ -283,7 +284,7 @@ def ensure(
             modules.append(part)  # not recorded: a warm start finds the whole module's list
             continue
         if images is None:
-            images = _images(source, jobs(names), options, headers, pool, workers)
+            images = _images(source, whole, options, headers, pool, workers, cached)
             if any(image.seconds for image in images):  # once per TU, as build.ensure reports
                 events.compiled(family.name, source)
         warm.record(str(source), identity, [str(source), *headers], images)
@@ -329,9 +330,11 @@ def _images(
     headers: list[str],
     pool: Executor | None = None,
     workers: Workers | None = None,
+    found: list[Image | None] | None = None,
 ) -> list[Image]:
-    """The cubin of each (arch, key, names): from the cache, else compiled (in parallel)."""
-    found = [_cached(arch, key) for arch, key, _ in jobs]
+    """The cubin of each (arch, key, names): from the cache (``found``, the caller's lookup of
+    each there, where it made one), else compiled (in parallel)."""
+    found = [_cached(arch, key) for arch, key, _ in jobs] if not found else list(found)
     todo = [i for i, image in enumerate(found) if image is None]
     if len(todo) == 1 and pool is None:
         arch, key, part = jobs[todo[0]]
@@ -398,12 +401,9 @@ def _compile(
     return image
 
 
-# A reload's modules in two steps. A kernel edit in a live process compiles first the kernels its
-# calls have launched (one program each), loads them, and returns; the module's other kernels
-# compile behind it (Rest) and are swapped in when done. A launch of one of those before then
-# waits for them in the library's completion hook (wb_module_hook). The whole module's cubins are
-# listed by its inputs' content (cubin/modules/KEY.json), so a warm start or the next reload
-# finds them, and a second ensure of the same content waits for the compile under way.
+# A reload's modules in two steps (the module's docstring). The whole module's cubins are listed
+# by its inputs' content (cubin/modules/KEY.json), so a warm start or the next reload finds them,
+# and a second ensure of the same content waits for the compile under way.
 _rest_lock = threading.Lock()
 _in_flight: dict[str, Rest] = {}  # by the module's content key
 _failed: set[str] = set()  # content keys whose rest failed to compile
