@@ -30,13 +30,13 @@
 //                                (gemv_row_kernel, matmul_gemv.h), 0 gemv_kernel as for m rows
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_gemv.py
-#include <cstdlib>
 #include <string_view>
 
 #include "matmul/cluster_occupancy.h"
 #include "matmul/matmul.h"
 #include "matmul/matmul_gemv.h"
 #include "wb/cuda.cuh"
+#include "wb/cuda_host.h"
 #include "wb/dtypes.h"
 #include "wb/module.h"
 
@@ -54,11 +54,7 @@ namespace {
 constexpr int64_t kMinSliceRows = 256;
 constexpr int64_t kMinSliceSteps = 1024;
 
-// An environment switch's value ("" where unset).
-std::string_view env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : "";
-}
+using detail::env;  // an environment switch's value ("" where unset)
 
 // A switch of a whole number in [lo, hi], at most two digits (`fallback` where unset).
 Status number_switch(const char* name, int lo, int hi, int fallback, const char* error,

@@ -24,7 +24,6 @@
 // it alike.
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_narrow.py tests/test_matmul_narrow_tall.py
-#include <cstdlib>
 #include <string_view>
 
 #include "matmul/cluster_occupancy.h"
@@ -33,6 +32,7 @@
 #include "matmul/wgmma_shape.h"
 #include "matmul/wgmma_tma.h"
 #include "wb/cuda.cuh"
+#include "wb/cuda_host.h"
 #include "wb/dtypes.h"
 #include "wb/module.h"
 
@@ -79,11 +79,7 @@ const DeviceKernel& narrow_split_kernel(bool b_kmajor, int bn) {
                   : kernel<&kNarrow, T, Val<false>, Val<128>, Val<kNarrowSplitKind>>;
 }
 
-// An environment switch's value ("" where unset).
-std::string_view env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : "";
-}
+using detail::env;  // an environment switch's value ("" where unset)
 
 // The split tile's columns: WB_WGMMA_NARROW_BN=64 | 128, else 64 where two slices of its tiles fit
 // the SMs (n <= 4224 on 132 SMs), else 128 (n = 8192: 64 tiles).
