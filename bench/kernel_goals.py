@@ -6,8 +6,9 @@ for matmul, a device copy of the same bytes for softmax (the share of that copy'
 ``torch.histc`` for histogram, ``torch.compile`` of the reference training step for layer_norm
 (through ``wb bench --backward``). Every timed output is compared with its peer's first: a wrong
 kernel is marked, not timed as a win. matmul float32 also gets its error against a float64 truth
-over cuBLAS's own. Times are medians of CUDA-event pairs, each call after a write and a read of
-a buffer twice the L2 (so the call reads from DRAM and pays no write-back of the flush).
+over cuBLAS's own. Times are medians of CUDA-event pairs after 0.2 s of warm-up rounds, each call
+after a write and a read of a buffer twice the L2 (so the call reads from DRAM and pays no
+write-back of the flush).
 
 A/B of a kernel's switches: each ``--variant LABEL:NAME=VALUE[,NAME=VALUE...]`` adds, for every
 case, a row of our op run with those environment variables set (the bundled launchers read their
@@ -28,6 +29,7 @@ import os
 import re
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -180,14 +182,20 @@ class Timer:
     def us(self, *fns: Callable[[], Any] | tuple[Variant, Callable[[], Any]]) -> list[float]:
         """Median microseconds of each fn, one call of each in turn per repetition; a (variant,
         fn) pair runs with the variant's switches set (before its start event is recorded)."""
-        from workbench.benchmark.timer_cuda import flush_l2
+        from workbench.benchmark.timer_cuda import WARMUP_S, flush_l2
 
         torch = self.torch
         pairs = [f if isinstance(f, tuple) else (DEFAULT, f) for f in fns]
-        for variant, fn in pairs:
-            with variant.applied():
-                fn()
-        torch.cuda.synchronize()
+        # Warm-up rounds for WARMUP_S of wall time, as the bench's own timer does: one call each
+        # left the clocks low on a freshly started host (both sides 1.5-2x slow, unequally).
+        warm_until = time.perf_counter() + WARMUP_S
+        while True:
+            for variant, fn in pairs:
+                with variant.applied():
+                    fn()
+            torch.cuda.synchronize()
+            if time.perf_counter() >= warm_until:
+                break
         marks: list[list[tuple[Any, Any]]] = [[] for _ in pairs]
         for _ in range(self.reps):
             for i, (variant, fn) in enumerate(pairs):
