@@ -171,3 +171,35 @@ def test_an_emptied_source_loaded_again_never_crashes(tmp_path: Path) -> None:
     assert lines[2].startswith("raised RemovedOpError my_extension::my_op is no longer defined")
     assert lines[3] == lines[2]  # the second call is no different
     assert lines[4] == "restored [3.0, 3.0, 3.0]"
+
+
+def test_a_changed_kernel_signature_is_refused_with_its_cause_and_the_old_build_runs(
+    tmp_path: Path,
+) -> None:
+    """The dispatcher keeps an operator's first kernel signature while the operator lives, and a
+    reload keeps it alive: an edit that changes the kernel's arguments gets an error that says so
+    and how to load it, and the last good build (and every handle to it) keeps running."""
+    ns = f"wbsignature_{os.getpid()}"
+    src = tmp_path / "two.cpp"
+    good = _source(ns, 1)
+    src.write_text(good)
+    _load(src, ns)
+    x = torch.arange(3.0)
+    held = getattr(torch.ops, ns).shift.default
+    changed = good.replace("shift(Tensor x)", "shift(Tensor x, float s=0.5)").replace(
+        "shift_cpu(const at::Tensor& x) { return at::add(x, 1); }",
+        "shift_cpu(const at::Tensor& x, double s) { return at::add(x, s); }",
+    )
+    assert changed.count("double s") == 1
+    src.write_text(changed)
+    for _ in range(2):  # refused again: nothing of the failed swap is left behind
+        with pytest.raises(LoadError) as info:
+            _load(src, ns)
+        text = str(info.value)
+        assert f"the C++ signature of {ns}::shift's kernel changed" in text, text
+        assert "(at::Tensor const&, double)" in text and "restart the Python process" in text
+        torch.testing.assert_close(held(x), x + 1)
+        torch.testing.assert_close(getattr(torch.ops, ns).twice(x), x * 2)
+    src.write_text(good)  # back to the live signature: loads (from the cache) as before
+    _load(src, ns)
+    torch.testing.assert_close(held(x), x + 1)

@@ -25,6 +25,7 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
 import types
 import warnings
@@ -61,7 +62,7 @@ class Live:
         before = _schemas(namespaces)
         err = ctypes.create_string_buffer(8192)
         if self.cdll.wbc_register(err, len(err)) != 0:
-            raise LoadError(f"registering the ops of {self.path.name} failed: {err.value.decode()}")
+            raise LoadError(_registration_failure(self.path.name, err.value.decode()))
         self.registered = True
         self.defined = {k: v for k, v in _schemas(namespaces).items() if k not in before}
 
@@ -72,6 +73,33 @@ class Live:
 
 
 _live: dict[str, Live] = {}  # extension name -> its live build
+
+_MISMATCH = re.compile(
+    r"Mismatch in kernel C\+\+ signatures\s+operator: (?P<op>[\w:.]+)\((?P<args>.*?)\n.*?"
+    r"kernel 1: (?P<old>[^\n]*)\n.*?kernel 2: (?P<new>[^\n]*)\n",
+    re.S,
+)
+
+
+def _registration_failure(build: str, text: str) -> str:
+    """The error of a failed registration; a changed C++ signature gets its cause and fix.
+
+    PyTorch's dispatcher keeps the C++ signature of an operator's first kernel for as long as
+    the operator exists, and a reload keeps every operator alive (handles a script holds point
+    into it), so a build whose kernel takes other arguments cannot replace the old one in place.
+    """
+    found = _MISMATCH.search(text)
+    if found is None:
+        return f"registering the ops of {build} failed: {text}"
+    op = found["op"]
+    return (
+        f"registering the ops of {build} failed: the C++ signature of {op}'s kernel changed, "
+        f"from {found['old'].strip()} to {found['new'].strip()} (schema now {op}({found['args']})."
+        " PyTorch keeps an operator's kernel signature for the life of the process, so this "
+        "edit cannot be loaded in place: restart the Python process to load it, or give the op "
+        f"a new name (say {op.rsplit('::', 1)[-1]}_v2). The last good build stays loaded.\n\n"
+        f"{text}"
+    )
 
 
 class RemovedOpError(LoadError, RuntimeError):
