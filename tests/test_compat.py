@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,63 @@ torch::Tensor elementwise_add(torch::Tensor a, torch::Tensor b) {
   return out;
 }
 """
+
+
+# The legacy registration API: the op is registered by a static object as the library opens.
+STATIC_REGISTRATION = """\
+#include <ATen/core/op_registration/op_registration.h>
+#include <ATen/ops/add.h>
+
+namespace {
+at::Tensor lift(const at::Tensor& x) { return at::add(x, LIFT); }
+static auto registry = c10::RegisterOperators().op("NAMESPACE::lift", &lift);
+}  // namespace
+"""
+
+# A crash would end the child, not pytest: the child prints what it saw, step by step.
+STATIC_RELOAD = """\
+import sys
+from pathlib import Path
+import torch, workbench
+src, ns = Path(sys.argv[1]), sys.argv[2]
+good = src.read_text()
+workbench.load(ns, [str(src)], is_python_module=False)
+x = torch.zeros(2)
+print("first", getattr(torch.ops, ns).lift(x).tolist())
+src.write_text(good.replace("add(x, 10)", "add(x, 20)"))
+try:
+    workbench.load(ns, [str(src)], is_python_module=False)
+except Exception as e:
+    print("refused", e)
+print("still", getattr(torch.ops, ns).lift(x).tolist())
+src.write_text(good)
+workbench.load(ns, [str(src)], is_python_module=False)
+print("back", getattr(torch.ops, ns).lift(x).tolist())
+"""
+
+
+def test_a_library_that_registers_as_it_opens_is_refused_on_reload_not_aborted(
+    tmp_path: Path,
+) -> None:
+    """torch::RegisterOperators registers at dlopen; opening an edited build would register the
+    op again, which aborts the process: the reload is refused with the cause and the fix."""
+    ns = _ns()
+    src = tmp_path / "lift.cpp"
+    src.write_text(STATIC_REGISTRATION.replace("NAMESPACE", ns).replace("LIFT", "10"))
+    env = {**os.environ, "WB_CACHE_DIR": str(knobs.cache_dir())}
+    proc = subprocess.run(
+        [sys.executable, "-c", STATIC_RELOAD, str(src), ns],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "first [10.0, 10.0]", proc.stdout
+    assert lines[1].startswith(f"refused the edited build of {ns!r} cannot be loaded"), lines
+    assert f"registered {ns}::lift as it was opened" in lines[1] and "Restart" in lines[1]
+    assert lines[2] == "still [10.0, 10.0]"
+    assert lines[3] == "back [10.0, 10.0]"  # the loaded build's own source: nothing to swap
 
 
 def test_load_inline_model_new_in_the_style_of_benchmark_suites() -> None:

@@ -48,6 +48,9 @@ class Live:
     registered: bool = False
     # The ops its registration defined: qualified name ("ns::op.overload") -> schema text.
     defined: dict[str, str] = field(default_factory=dict)
+    # The ops that opening it registered (torch::RegisterOperators and other registrations that
+    # run when the library is loaded): no second build of it can be opened in this process.
+    opened_ops: list[str] = field(default_factory=list)
 
     def namespaces(self) -> list[str]:
         if not self.deferred:
@@ -192,7 +195,20 @@ def _module_name(name: str, path: Path, first: bool) -> str:
     return name if first else f"_wb_build_{path.suffixes[0].lstrip('.')}.{name}"
 
 
+def _op_names() -> set[str]:
+    """Every operator name the dispatcher holds, where torch is imported (else nothing)."""
+    torch = sys.modules.get("torch")
+    return set(torch._C._dispatch_get_all_op_names()) if torch is not None else set()
+
+
 def _open(name: str, path: Path, python_module: bool, first: bool = True) -> Live:
+    before = _op_names()
+    live = _open_library(name, path, python_module, first)
+    live.opened_ops = sorted(_op_names() - before)
+    return live
+
+
+def _open_library(name: str, path: Path, python_module: bool, first: bool) -> Live:
     module = None
     if python_module:
         try:
@@ -250,6 +266,15 @@ def activate(name: str, path: Path, python_module: bool) -> Live:
     old = _live.get(name)
     if old is not None and old.path == path:
         return old
+    if old is not None and old.opened_ops:
+        raise LoadError(
+            f"the edited build of {name!r} cannot be loaded in this process: its loaded build "
+            f"registered {', '.join(old.opened_ops)} as it was opened (torch::RegisterOperators "
+            "or another registration that runs when the library loads), and PyTorch aborts the "
+            "process when a second library registers an op again. Restart the process to load "
+            "it, or register the ops with TORCH_LIBRARY and TORCH_LIBRARY_IMPL, which a reload "
+            "swaps in place. The last good build stays loaded."
+        )
     new = _open(name, path, python_module, first=old is None)
     gone = _removed.pop(name, _Tombstones(name, {}))
     held = (old.namespaces() if old is not None else []) + gone.namespaces()
