@@ -2,15 +2,13 @@
 launcher at each call (kernels/matmul/matmul_wgmma.cu, schedule_choice): each consumer warpgroup
 of the whole-k kernel computes a 128 x 128 tile of its own, the two taking the block's tiles in
 turn, so that one's epilogue runs under the other's MMAs (matmul_wgmma.kernel.cu,
-kernels/matmul/wgmma_pingpong.cuh); with WB_WGMMA_CLUSTER=2 in clusters of two blocks sharing b's
-tile (TMA multicast). The default (unset, or =cooperative) is the 128 x 256 tile both consumers
-share; other values are refused by name.
+wgmma_pingpong_units). The default (unset, or =cooperative) is the 128 x 256 tile both consumers
+share; other values, and pingpong with WB_WGMMA_CLUSTER=2, are refused by name.
 
 Without a GPU: the kernel compiles for sm_90a (both dtypes, both layouts of b) without spills,
 with its two m64n128k16 a k16 and its order barrier. On a Hopper GPU (marked cuda): right against
 torch.mm at the whole-k shapes and their tails (m, n, k past a tile, n odd where c is stored from
-registers, a pair of tiles half past m), with b either way, paired or not, and replayed in a CUDA
-graph.
+registers), with b either way, and replayed in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -39,11 +37,6 @@ SHAPES = [
     (1000, 4100, 4100),  # k 4 past a step, n 4 past a tile
     (200, 17000, 520),  # m = 200: the second 128-row tile mostly past m
     (5000, 1001, 600),  # n odd: stored from registers
-    (300, 11272, 520),  # 3 rows of tiles: paired, the second pair half past m
-]
-VARIANTS = [
-    {"WB_WGMMA_SCHEDULE": "pingpong"},
-    {"WB_WGMMA_SCHEDULE": "pingpong", "WB_WGMMA_CLUSTER": "2"},
 ]
 
 
@@ -69,7 +62,6 @@ def test_the_pingpong_kernel_compiles_for_sm90a_without_spills(tmp_path: Path) -
         assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", entry)) == 8
         assert "m64n256k16" not in entry
         assert "bar.arrive" in entry  # the order barrier between the consumers
-        assert ".multicast::cluster" in entry and "mapa.shared::cluster" in entry  # pairs
         assert "setmaxnreg.inc.sync.aligned.u32 232;" in entry
         assert "st.global.v4.u32" in entry  # the staged epilogue
     cubin = tmp_path / "pingpong.cubin"
@@ -92,35 +84,36 @@ def within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tens
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("variant", VARIANTS, ids=["alone", "paired"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("col", [False, True])
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
 def test_pingpong_is_right(
-    lib: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    m: int,
-    n: int,
-    k: int,
-    col: bool,
-    dtype: Any,
-    variant: dict[str, str],
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool, dtype: Any
 ) -> None:
     if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
     a, b = matmul_operands(m, n, k, col, dtype)
-    for name, value in variant.items():
-        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WB_WGMMA_SCHEDULE", "pingpong")
     got = lib.matmul(a, b)
     within_tolerance(lib, got, a, b)
     torch.testing.assert_close(got.float(), torch.mm(a, b).float(), rtol=2e-2, atol=0.5)
 
 
 @pytest.mark.cuda
-def test_a_bad_schedule_is_refused_by_name(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"WB_WGMMA_SCHEDULE": "fast"},
+        {"WB_WGMMA_SCHEDULE": "pingpong", "WB_WGMMA_CLUSTER": "2"},
+    ],
+)
+def test_a_bad_schedule_is_refused_by_name(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
     if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    monkeypatch.setenv("WB_WGMMA_SCHEDULE", "fast")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     a, b = matmul_operands(4096, 4096, 256, False)
     with pytest.raises(RuntimeError, match="WB_WGMMA_SCHEDULE"):
         lib.matmul(a, b)
@@ -137,12 +130,8 @@ def test_cooperative_is_the_default(lib: Any, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("variant", VARIANTS, ids=["alone", "paired"])
-def test_a_cuda_graph_replays_pingpong(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, variant: dict[str, str]
-) -> None:
+def test_a_cuda_graph_replays_pingpong(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    for name, value in variant.items():
-        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WB_WGMMA_SCHEDULE", "pingpong")
     assert_matmul_graph_replays(lib, *matmul_operands(3000, 2500, 1000, False))

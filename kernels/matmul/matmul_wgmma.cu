@@ -323,9 +323,9 @@ Status paired_choice(bool* paired) {
 // WB_WGMMA_SCHEDULE in the environment (read at each call; for A/B on a GPU): how the whole-k
 // kernel's consumer warpgroups share the work. =cooperative (the default, unset): both compute one
 // 128 x 256 tile, 64 rows each (wgmma_kernel); =pingpong: each its own 128 x 128 tile, the two in
-// turn, one's epilogue under the other's MMAs (wgmma_pingpong_kernel; with WB_WGMMA_CLUSTER=2 in
-// clusters of two sharing b, as the cooperative kernel). Ping-pong runs on the plain build only.
-Status schedule_choice(bool tuned, bool* pingpong) {
+// turn, one's epilogue under the other's MMAs (wgmma_pingpong_kernel). Ping-pong runs on the plain
+// build only, and unpaired (WB_WGMMA_CLUSTER=2 pairs the cooperative kernel).
+Status schedule_choice(bool tuned, bool paired, bool* pingpong) {
   const char* v = std::getenv("WB_WGMMA_SCHEDULE");
   const std::string_view schedule = v != nullptr ? v : "";
   *pingpong = schedule == "pingpong";
@@ -333,9 +333,14 @@ Status schedule_choice(bool tuned, bool* pingpong) {
     if (schedule.empty() || schedule == "cooperative") return nullptr;
     return "matmul: WB_WGMMA_SCHEDULE must be cooperative (the default) or pingpong; unset it";
   }
-  if (!tuned) return nullptr;
-  return "matmul: WB_WGMMA_SCHEDULE=pingpong runs on the plain build only (a tuned module runs its "
-         "own tile); unset it";
+  if (tuned) {
+    return "matmul: WB_WGMMA_SCHEDULE=pingpong runs on the plain build only (a tuned module runs "
+           "its own tile); unset it";
+  }
+  if (paired) {
+    return "matmul: WB_WGMMA_SCHEDULE=pingpong runs unpaired; unset WB_WGMMA_CLUSTER or it";
+  }
+  return nullptr;
 }
 
 // With fewer registers at entry than the split assumes, the pool would be short of what the
@@ -463,7 +468,7 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   if (const Status e = global<&kShape>.read(&tile)) return e;
   bool paired = false, pingpong = false;
   if (const Status e = paired_choice(&paired)) return e;
-  if (const Status e = schedule_choice(tile.tuned != 0, &pingpong)) return e;
+  if (const Status e = schedule_choice(tile.tuned != 0, paired, &pingpong)) return e;
   if (pingpong) {
     if (const Status e = global<&kPingpongShape>.read(&tile)) return e;
   }

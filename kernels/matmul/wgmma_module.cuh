@@ -1,10 +1,10 @@
 // matmul/wgmma_module.cuh: what the wgmma matmul's two device-only TUs share,
 // matmul_wgmma.kernel.cu (the whole-k and split-k kernels) and matmul_wgmma_narrow.kernel.cu (the
-// narrow route's): the TMA tensor map they take, the Ring of stages their loops run on, the sm_90
-// limits their tiles fit, the stub switch for archs other than sm_90a (WB_WGMMA_IMAGE), whether
-// the module is built at a point of the tuning space (WB_WGMMA_TUNED) and a tile's WgmmaShape for
-// the host launcher (shape_of). Two TUs, two modules: an edit of one kernel compiles that TU's
-// kernels alone (see matmul_wgmma.kernel.cu's header for the layouts and the pipeline).
+// narrow route's): the TMA tensor map they take, the sm_90 limits their tiles fit, the stub switch
+// for archs other than sm_90a (WB_WGMMA_IMAGE), whether the module is built at a point of the
+// tuning space (WB_WGMMA_TUNED) and a tile's WgmmaShape for the host launcher (shape_of). Two
+// TUs, two modules: an edit of one kernel compiles that TU's kernels alone (see
+// matmul_wgmma.kernel.cu's header for the layouts and the pipeline).
 #pragma once
 
 #include "matmul/tensor_core_device.cuh"
@@ -42,14 +42,6 @@ constexpr int kRegsPerSm = 65536;
 #else
 #define WB_WGMMA_TUNED 0
 #endif
-
-// The shared memory a kernel declares, for its loop (wgmma_units, wgmma_pingpong_units): the ring
-// of stages (dynamic, any alignment; the staged epilogue's buffers follow the ring) and its full
-// and empty mbarriers.
-struct Ring {
-  unsigned char* raw;
-  uint64_t *full, *empty;
-};
 
 // A tile, for the host launcher (wb/module.h's wb::global): the same for both layouts of b.
 // WgmmaShape.tuned: built at a point of the tuning space, which the launcher runs as it is.
