@@ -23,11 +23,10 @@ WGMMA_NAMES = sorted(
         "&wb::matmul::wgmma_shape",
         "&wb::matmul::wgmma_split_shape",
         "&wb::matmul::wgmma_wide_split_shape",
-        "&wb::matmul::wgmma_pingpong_shape",
     ]
     + [
         f"wb::matmul::{kernel}<wb::{t},{k}>"
-        for kernel in ("wgmma_kernel", "wgmma_split_kernel", "wgmma_pingpong_kernel")
+        for kernel in ("wgmma_kernel", "wgmma_split_kernel")
         for t in ("f16", "bf16")
         for k in ("true", "false")
     ]

@@ -24,8 +24,6 @@
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
 // error naming it): WB_WGMMA_STORE=vector | bulk | direct, the epilogue (launch_smem);
 // WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice);
-// WB_WGMMA_SCHEDULE=cooperative | pingpong, the whole-k kernel's consumers on one 128 x 256 tile
-// or each on its own 128 x 128 tile in turn (schedule_choice);
 // WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split); WB_WGMMA_SPLIT_SUM=cluster
 // | launch, how the split-k route sums its slices (sum_choice); WB_WGMMA_SPLIT_TILE=64 | 128, the
 // cluster sum's tile rows (wide_choice); WB_WGMMA_FEW=split | narrow | narrow1, the route of a
@@ -56,8 +54,6 @@ WB_DEVICE_TEMPLATE(kSplitShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_spl
 WB_DEVICE_TEMPLATE(kClusterSplit, "matmul_wgmma.kernel.cu",
                    "wb::matmul::wgmma_cluster_split_kernel");
 WB_DEVICE_TEMPLATE(kWideShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_wide_split_shape");
-WB_DEVICE_TEMPLATE(kPingpong, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_pingpong_kernel");
-WB_DEVICE_TEMPLATE(kPingpongShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_pingpong_shape");
 
 namespace {
 
@@ -88,10 +84,6 @@ Status launch_smem(const WgmmaShape& tile, std::string_view fallback, unsigned* 
 template <typename T>
 const DeviceKernel& wgmma_kernel(bool b_kmajor) {
   return b_kmajor ? kernel<&kWgmma, T, Val<true>> : kernel<&kWgmma, T, Val<false>>;
-}
-template <typename T>
-const DeviceKernel& pingpong_kernel(bool b_kmajor) {
-  return b_kmajor ? kernel<&kPingpong, T, Val<true>> : kernel<&kPingpong, T, Val<false>>;
 }
 template <typename T>
 const DeviceKernel& split_kernel(bool b_kmajor) {
@@ -320,29 +312,6 @@ Status paired_choice(bool* paired) {
   return "matmul: WB_WGMMA_CLUSTER must be 1 (the default) or 2; unset it";
 }
 
-// WB_WGMMA_SCHEDULE in the environment (read at each call; for A/B on a GPU): how the whole-k
-// kernel's consumer warpgroups share the work. =cooperative (the default, unset): both compute one
-// 128 x 256 tile, 64 rows each (wgmma_kernel); =pingpong: each its own 128 x 128 tile, the two in
-// turn, one's epilogue under the other's MMAs (wgmma_pingpong_kernel). Ping-pong runs on the plain
-// build only, and unpaired (WB_WGMMA_CLUSTER=2 pairs the cooperative kernel).
-Status schedule_choice(bool tuned, bool paired, bool* pingpong) {
-  const char* v = std::getenv("WB_WGMMA_SCHEDULE");
-  const std::string_view schedule = v != nullptr ? v : "";
-  *pingpong = schedule == "pingpong";
-  if (!*pingpong) {
-    if (schedule.empty() || schedule == "cooperative") return nullptr;
-    return "matmul: WB_WGMMA_SCHEDULE must be cooperative (the default) or pingpong; unset it";
-  }
-  if (tuned) {
-    return "matmul: WB_WGMMA_SCHEDULE=pingpong runs on the plain build only (a tuned module runs "
-           "its own tile); unset it";
-  }
-  if (paired) {
-    return "matmul: WB_WGMMA_SCHEDULE=pingpong runs unpaired; unset WB_WGMMA_CLUSTER or it";
-  }
-  return nullptr;
-}
-
 // With fewer registers at entry than the split assumes, the pool would be short of what the
 // consumers' setmaxnreg.inc asks for, and they would wait for ever: an error instead of a hang.
 Status check_regs(const DeviceKernel& kernel, const WgmmaShape& tile) {
@@ -466,16 +435,12 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
 
   WgmmaShape tile{};
   if (const Status e = global<&kShape>.read(&tile)) return e;
-  bool paired = false, pingpong = false;
-  if (const Status e = paired_choice(&paired)) return e;
-  if (const Status e = schedule_choice(tile.tuned != 0, paired, &pingpong)) return e;
-  if (pingpong) {
-    if (const Status e = global<&kPingpongShape>.read(&tile)) return e;
-  }
-  const DeviceKernel& kernel = pingpong ? pingpong_kernel<T>(b_kmajor) : wgmma_kernel<T>(b_kmajor);
+  const DeviceKernel& kernel = wgmma_kernel<T>(b_kmajor);
   if (const Status e = check_regs(kernel, tile)) return e;
   const int64_t tiles = tiles_of(m, n, tile);
   if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
+  bool paired = false;
+  if (const Status e = paired_choice(&paired)) return e;
   paired = paired && tile.bn >= 128 && tiles >= 2;
   unsigned smem = 0;
   if (const Status e = launch_smem(tile, "vector", &smem)) return e;

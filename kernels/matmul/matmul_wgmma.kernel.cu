@@ -36,17 +36,14 @@
 // workspace [splits, m, n], which the launcher then sums in a second launch. Both sum in slice
 // order (deterministic: no atomics). The launcher picks one per call (matmul_wgmma.cu,
 // plan_split).
-// A fourth, wgmma_pingpong_kernel (the launcher's WB_WGMMA_SCHEDULE=pingpong, for A/B; k whole),
-// gives each consumer warpgroup a 128 x 128 tile of its own, the two taking the block's tiles in
-// turn, so that one's epilogue overlaps the other's MMAs (wgmma_pingpong_units).
 //
-// The module holds these four kernels (each for f16 and bf16 and both layouts of b; the cluster
-// sum on both tiles) and wgmma_shape, wgmma_split_shape, wgmma_wide_split_shape and
-// wgmma_pingpong_shape. A fifth, wgmma_narrow_kernel, runs the few-rows shapes k whole on 64- or
-// 128-row tiles of 32 or 64 columns, a block a tile, in clusters of two sharing a's or b's tile by
-// TMA multicast (the launcher's WB_WGMMA_FEW=narrow; matmul_wgmma_narrow.cu): it is a device-only
-// TU and module of its own, matmul_wgmma_narrow.kernel.cu, so that an edit of either compiles its
-// own kernels alone. What both use (TensorMap, the sm_90 limits, WB_WGMMA_IMAGE, shape_of) is
+// The module holds these three kernels (each for f16 and bf16 and both layouts of b; the cluster
+// sum on both tiles) and wgmma_shape, wgmma_split_shape and wgmma_wide_split_shape. A fourth,
+// wgmma_narrow_kernel, runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64
+// columns, a block a tile, in clusters of two sharing a's or b's tile by TMA multicast (the
+// launcher's WB_WGMMA_FEW=narrow; matmul_wgmma_narrow.cu): it is a device-only TU and module of
+// its own, matmul_wgmma_narrow.kernel.cu, so that an edit of either compiles its own kernels
+// alone. What both use (TensorMap, the sm_90 limits, WB_WGMMA_IMAGE, shape_of) is
 // wgmma_module.cuh.
 //
 // The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
@@ -373,146 +370,6 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   if (staged && bulk && t < 64) sm90::bulk_wait<0>();
 }
 
-// The ping-pong schedule (the launcher's WB_WGMMA_SCHEDULE=pingpong; k whole, c in c's dtype):
-// each consumer warpgroup computes a whole 128 x 128 tile of its own (two wgmma.m64n128k16 a k16,
-// on rows 0-63 and 64-127 of a's stage, into 2 x 64 float registers a thread), consumer 0 the
-// block's tiles 0, 2, 4, ... of blockIdx.x, + gridDim.x, ..., consumer 1 tiles 1, 3, 5, ...
-// The producer fills the ring with the block's tiles in that order, so the consumers' MMAs
-// alternate tile by tile: while one stores its tile, the other's MMAs keep the tensor cores busy
-// (CUTLASS's "pingpong"; the cooperative kernel's consumers store their shares of one tile at the
-// same time, and the tensor cores wait for both). A stage is one consumer's (`empty` counts one
-// arrive). Step `it` of the ring is j * steps + step for the block's j-th tile.
-// The order barrier: a consumer starts a tile's MMAs once the other has waited on every stage of
-// the tile before it (named barrier kPingpongBarrier + consumer, the other arriving; only where
-// that tile exists, so that every arrive has its wait). Without it a consumer done with its
-// epilogue could wait on `full` of a stage whose previous fill, of the other's tile, has not yet
-// completed: the parity it waits for would be that of the fill before, long done.
-template <bool BKMajor>
-using PingpongTile = WgmmaTile<128, 2, 6, 1, BKMajor>;
-constexpr int kPingpongBarrier = 3;  // and 4 (store_staged's are 1 and 2, cluster_sum's 8)
-__constant__ WgmmaShape wgmma_pingpong_shape = shape_of<PingpongTile<false>>(0);
-
-template <typename Tl, typename T>
-__device__ __forceinline__ void wgmma_pingpong_units(const TensorMap& map_a, const TensorMap& map_b,
-                                                     T* c, int m, int n, int k, Ring ring) {
-  static_assert(Tl::CONSUMERS == 2 && Tl::BM == 128 && Tl::BLOCKS == 1,
-                "ping-pong: two consumers, each a whole tile of 128 rows (two m64 halves)");
-  static_assert(Tl::kEntryRegs >= Tl::BN + 32,
-                "ping-pong: a consumer's BN accumulators (128 rows) fit the entry registers");
-  uint64_t* const full = ring.full;
-  uint64_t* const empty = ring.empty;
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(ring.raw) + Tl::kAtomBytes - 1) / Tl::kAtomBytes *
-      Tl::kAtomBytes);
-  unsigned char* stage_a = smem;                             // [STAGES][128 rows of 128 B]
-  unsigned char* stage_b = smem + Tl::STAGES * Tl::kBytesA;  // [STAGES][b's tile]
-  unsigned char* stage_c = smem + Tl::kRingBytes;            // [2][64 rows of kStagePitch<T>]
-  const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
-  const int tiles = tiles_m * tiles_n, steps = (k + kBK - 1) / kBK;
-  const int warpgroup = threadIdx.x / 128;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Tl::STAGES; ++s) {
-      sm90::bar_init(&full[s], 1);
-      sm90::bar_init(&empty[s], 1);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-
-  if (warpgroup == 0) {  // producer: the block's tiles in order, both consumers'
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Tl::kProducerRegs));
-    if (threadIdx.x != 0) return;
-    int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const sm90::TileAt at = sm90::tile_at(tile, tiles_m, tiles_n);
-      const int m0 = at.m * Tl::BM, n0 = at.n * Tl::BN;
-      for (int step = 0; step < steps; ++step, ++it) {
-        const int s = it % Tl::STAGES;
-        if (it >= Tl::STAGES) sm90::bar_wait(&empty[s], (it / Tl::STAGES - 1) & 1);
-        sm90::bar_expect(&full[s], Tl::kBytesA + Tl::kBytesB);
-        sm90::tma_load(stage_a + s * Tl::kBytesA, &map_a, step * kBK, m0, &full[s]);
-        unsigned char* b_dst = stage_b + s * Tl::kBytesB;
-        if constexpr (Tl::B_KMAJOR) {
-          sm90::tma_load(b_dst, &map_b, step * kBK, n0, &full[s]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < Tl::BN / 64; ++j) {
-            sm90::tma_load(b_dst + j * kBK * kRowBytes, &map_b, n0 + 64 * j, step * kBK, &full[s]);
-          }
-        }
-      }
-    }
-    return;
-  }
-
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Tl::kConsumerRegs));
-  const int consumer = warpgroup - 1, t = threadIdx.x % 128;
-  const bool leader = t == 0;
-  uint32_t smem_given = 0;
-  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(smem_given));
-  const bool staged = Tl::kStaged && smem_given >= static_cast<uint32_t>(Tl::kSmemBytes) &&
-                      n % 8 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0;
-  const bool bulk = smem_given == static_cast<uint32_t>(Tl::kSmemBytes);
-  unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<T>;
-  const int stride = static_cast<int>(gridDim.x);
-  for (int j = consumer, tile = blockIdx.x + consumer * stride; tile < tiles;
-       j += 2, tile += 2 * stride) {
-    const sm90::TileAt at = sm90::tile_at(tile, tiles_m, tiles_n);
-    if (j > 0) sm90::named_sync(kPingpongBarrier + consumer, 256);  // the other's tile j - 1
-    float d[2][Tl::BN / 2];
-#pragma unroll
-    for (int i = 0; i < Tl::BN / 2; ++i) d[0][i] = 0.0f, d[1][i] = 0.0f;
-    int it = j * steps;
-    for (int step = 0; step < steps; ++step, ++it) {
-      const int s = it % Tl::STAGES;
-      sm90::bar_wait(&full[s], (it / Tl::STAGES) & 1);
-      const unsigned char* a_tile = stage_a + s * Tl::kBytesA;
-      const unsigned char* b_tile = stage_b + s * Tl::kBytesB;
-      sm90::pin(d[0]);
-      sm90::pin(d[1]);
-      sm90::fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t db = Tl::B_KMAJOR ? sm90::descriptor(b_tile + kk * 32, 16, Tl::kAtomBytes)
-                                         : sm90::descriptor(b_tile + kk * 16 * kRowBytes,
-                                                            kBK * kRowBytes, Tl::kAtomBytes);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint64_t da =
-              sm90::descriptor(a_tile + h * 64 * kRowBytes + kk * 32, 16, Tl::kAtomBytes);
-          sm90::Wgmma<Tl::BN, T, Tl::B_KMAJOR ? 0 : 1>::run(d[h], da, db);
-        }
-      }
-      sm90::commit();
-      sm90::wait<1>();
-      sm90::pin(d[0]);
-      sm90::pin(d[1]);
-      if (step > 0 && leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
-    }
-    // Every stage of this tile waited on: the other consumer may start its next tile.
-    if (tile + stride < tiles) sm90::named_arrive(kPingpongBarrier + (consumer ^ 1), 256);
-    sm90::wait<0>();
-    sm90::pin(d[0]);
-    sm90::pin(d[1]);
-    if (leader) sm90::bar_arrive(&empty[(it - 1) % Tl::STAGES]);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row0 = int64_t{at.m} * Tl::BM + 64 * h;
-      if constexpr (Tl::kStaged) {
-        if (staged) {
-          store_staged<T, Tl::BN>(c, m, n, row0, int64_t{at.n} * Tl::BN, d[h], my_stage, t,
-                                  1 + consumer, bulk);
-          continue;
-        }
-      }
-      const int64_t row = row0 + 16 * (t / 32) + (t % 32) / 4;
-      store_tile<T, Tl::BN>(c, m, n, row, int64_t{at.n} * Tl::BN + 2 * (t % 4), d[h]);
-    }
-  }
-  if (staged && bulk && t < 64) sm90::bulk_wait<0>();
-}
-
 // c = a @ b on the tile this TU is built at, k whole. T: f16 or bf16; BKMajor: b column-major
 // (read k-major), else row-major (n-major).
 template <typename T, bool BKMajor>
@@ -527,22 +384,6 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThread
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
-#endif
-}
-
-// c = a @ b in the ping-pong schedule (WB_WGMMA_SCHEDULE=pingpong; see wgmma_pingpong_units).
-template <typename T, bool BKMajor>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? PingpongTile<BKMajor>::kThreads : 1,
-                                  WB_WGMMA_IMAGE ? PingpongTile<BKMajor>::BLOCKS : 1)
-    wgmma_pingpong_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes 64 x 128
-                          const __grid_constant__ TensorMap map_b,  // b: 64 x 128 or 64 x 64
-                          T* __restrict__ c,                        // [m, n]
-                          int m, int n, int k) {
-#if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its own tile
-  using Tl = PingpongTile<BKMajor>;
-  extern __shared__ unsigned char smem_raw[];
-  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  wgmma_pingpong_units<Tl, T>(map_a, map_b, c, m, n, k, Ring{smem_raw, full, empty});
 #endif
 }
 

@@ -155,11 +155,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// bar.arrive on named barrier `id`: counts this thread's warp among `threads` without waiting
-// (the ping-pong kernel's order: one consumer arrives, the other waits in named_sync).
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // swizzle: the descriptor's layout type (bits 62-63): 1 the 128-byte swizzle (every tile but
 // one), 2 the 64-byte one (the narrow route's 32-column tile of a row-major b, wgmma_narrow.cuh).
