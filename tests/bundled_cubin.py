@@ -40,7 +40,7 @@ def wgmma_instances(folder: Path, dtypes: tuple[str, ...], cluster: bool) -> Pat
         for kmajor in ("true", "false"):
             lines.append(
                 f"template __global__ void wb::matmul::wgmma_kernel<wb::{t}, {kmajor}>("
-                f"{maps}, {maps}, wb::{t}*, int, int, int, int);"
+                f"{maps}, {maps}, wb::{t}*, int, int, int);"
             )
             lines.append(
                 f"template __global__ void wb::matmul::wgmma_split_kernel<wb::{t}, {kmajor}>("

@@ -6,8 +6,7 @@ store from registers (=direct), the fastest of each on an H100. WB_WGMMA_STORE, 
 call, picks another epilogue for A/B (the launch's dynamic shared memory tells the kernel):
 =direct (no buffer: scattered stores from registers), =vector, =bulk (asynchronous bulk copies);
 WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share b's tile (other
-values than these are refused, naming the variable); WB_WGMMA_GROUP=G its tiles' walk in groups of
-G rows of tiles; WB_WGMMA_SPLITS=S forces the split-k
+values than these are refused, naming the variable); WB_WGMMA_SPLITS=S forces the split-k
 route's number of slices (for timing that choice); WB_WGMMA_SPLIT_SUM=launch sums the slices in a
 second launch instead of in clusters, WB_WGMMA_SPLIT_TILE=64 | 128 the cluster sum's tile rows
 (tests/test_matmul_splitk.py); WB_WGMMA_FEW=split | narrow | narrow1 a few-rows shape's route
@@ -115,27 +114,6 @@ def test_the_default_gives_the_variants_bits(
     for shape, ours in zip(SHAPES, default, strict=True):
         theirs = lib.matmul(*matmul_operands(*shape))
         assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), (shape, variant)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("group", ["1", "3", "16", "64"])
-def test_the_tile_walk_group_changes_the_order_not_the_bits(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, group: str
-) -> None:
-    """WB_WGMMA_GROUP=G walks the whole-k kernel's tiles in groups of G rows of tiles: each tile
-    is computed once whatever the order, so c comes out bit for bit the same."""
-    if not hopper():
-        pytest.skip("the wgmma path runs on sm_90")
-    shapes = [(4096, 4096, 512, False), (3000, 2500, 1000, True), (2200, 8192, 256, False)]
-    default = [lib.matmul(*matmul_operands(*shape)) for shape in shapes]
-    monkeypatch.setenv("WB_WGMMA_GROUP", group)
-    for shape, ours in zip(shapes, default, strict=True):
-        theirs = lib.matmul(*matmul_operands(*shape))
-        assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16)), (shape, group)
-    for bad in ("0", "65", "8x"):
-        monkeypatch.setenv("WB_WGMMA_GROUP", bad)
-        with pytest.raises(RuntimeError, match="WB_WGMMA_GROUP"):
-            lib.matmul(*matmul_operands(*shapes[0]))
 
 
 @pytest.mark.cuda

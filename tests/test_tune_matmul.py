@@ -111,7 +111,7 @@ def _instantiated(folder: Path) -> Path:
             lines.append(
                 f"template __global__ void wb::matmul::wgmma_kernel<wb::{t}, {kmajor}>("
                 f"const __grid_constant__ wb::matmul::TensorMap, const __grid_constant__ "
-                f"wb::matmul::TensorMap, wb::{t}*, int, int, int, int);"
+                f"wb::matmul::TensorMap, wb::{t}*, int, int, int);"
             )
     path = folder / "wgmma_instances.cu"
     path.write_text("\n".join(lines) + "\n")

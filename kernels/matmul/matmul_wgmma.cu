@@ -24,7 +24,6 @@
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
 // error naming it): WB_WGMMA_STORE=vector | bulk | direct, the epilogue (launch_smem);
 // WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice);
-// WB_WGMMA_GROUP=G, the rows of tiles in a group of its walk (group_choice);
 // WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split); WB_WGMMA_SPLIT_SUM=cluster
 // | launch, how the split-k route sums its slices (sum_choice); WB_WGMMA_SPLIT_TILE=64 | 128, the
 // cluster sum's tile rows (wide_choice); WB_WGMMA_FEW=split | narrow | narrow1, the route of a
@@ -313,24 +312,6 @@ Status paired_choice(bool* paired) {
   return "matmul: WB_WGMMA_CLUSTER must be 1 (the default) or 2; unset it";
 }
 
-// WB_WGMMA_GROUP=1..64 (read at each call; for A/B on a GPU): the rows of tiles in a group of the
-// whole-k kernel's walk (tile_at, wgmma.cuh), which sets how much of a and b a wave of tiles
-// touches. Unset: 8.
-Status group_choice(int* group) {
-  const char* v = std::getenv("WB_WGMMA_GROUP");
-  const std::string_view g = v != nullptr ? v : "";
-  *group = 8;
-  if (g.empty()) return nullptr;
-  int value = 0;
-  for (const char ch : g) {
-    if (ch < '0' || ch > '9' || g.size() > 2) return "matmul: WB_WGMMA_GROUP must be 1 to 64";
-    value = 10 * value + (ch - '0');
-  }
-  if (value < 1 || value > 64) return "matmul: WB_WGMMA_GROUP must be 1 to 64; unset it for 8";
-  *group = value;
-  return nullptr;
-}
-
 // With fewer registers at entry than the split assumes, the pool would be short of what the
 // consumers' setmaxnreg.inc asks for, and they would wait for ever: an error instead of a hang.
 Status check_regs(const DeviceKernel& kernel, const WgmmaShape& tile) {
@@ -461,8 +442,6 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   bool paired = false;
   if (const Status e = paired_choice(&paired)) return e;
   paired = paired && tile.bn >= 128 && tiles >= 2;
-  int group = 8;
-  if (const Status e = group_choice(&group)) return e;
   unsigned smem = 0;
   if (const Status e = launch_smem(tile, "vector", &smem)) return e;
   CUtensorMap map_a, map_b;
@@ -479,7 +458,7 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   if (paired) config.cluster = Dim3{2, 1, 1};
   if (tile.blocks > 1) config.carveout = 100;
   return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
-                       static_cast<int>(k), group);
+                       static_cast<int>(k));
 }
 WB_INSTANTIATE(WB_REDUCED, matmul_wgmma)
 

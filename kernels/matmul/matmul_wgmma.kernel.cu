@@ -192,8 +192,7 @@ struct Ring {
 // across the cluster into out, which is c (cluster_sum).
 template <typename Tl, typename T, typename O, bool kClusterSum = false>
 __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const TensorMap& map_b, O* out,
-                                            int m, int n, int k, int splits, Ring ring,
-                                            int group = 8) {
+                                            int m, int n, int k, int splits, Ring ring) {
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
   // Stages start 1024-byte aligned (the swizzle atom), whatever the dynamic base is.
@@ -248,7 +247,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     int it = 0;
     for (int unit = first_unit; unit < units; unit += unit_stride) {
       const int slice = unit / tiles;
-      const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n, group);
+      const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n);
       // Paired, the lower tile of the last pair may lie past m: it copies the last tile's rows of a
       // instead (a box wholly outside a is not what this relies on), and its c is not stored.
       const int tile_m = paired ? min(2 * at.m + rank, tiles_m - 1) : at.m;
@@ -316,7 +315,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   };
   for (int unit = first_unit; unit < units; unit += unit_stride) {
     const int slice = unit / tiles;
-    const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n, group);
+    const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n);
     const int tile_m = paired ? 2 * at.m + rank : at.m;  // past tiles_m: rows past m, not stored
     float d[Tl::BN / 2];
 #pragma unroll
@@ -379,13 +378,12 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThread
     wgmma_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x BM
                  const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x BN or 64 x 64
                  T* __restrict__ c,                        // [m, n]
-                 int m, int n, int k,
-                 int group) {  // rows of tiles a group of the walk (tile_at)
+                 int m, int n, int k) {
 #if WB_WGMMA_IMAGE
   using Tl = DefaultTile<BKMajor>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty}, group);
+  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
 #endif
 }
 

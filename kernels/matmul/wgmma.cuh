@@ -176,13 +176,13 @@ struct TileAt {
   int m, n;  // the tile's row and column among the tiles of c
 };
 
-// Tile `tile` of a tiles_m x tiles_n grid, in groups of `rows` rows of tiles (8 unless the
-// launcher asks for another) walked column by column: neighbouring tiles share b's columns (and
-// a's rows) while they are in L2.
-__device__ __forceinline__ TileAt tile_at(int tile, int tiles_m, int tiles_n, int rows = 8) {
-  const int group = tile / (rows * tiles_n), first_m = group * rows;
-  const int group_m = tiles_m - first_m < rows ? tiles_m - first_m : rows;
-  return {first_m + tile % group_m, (tile % (rows * tiles_n)) / group_m};
+// Tile `tile` of a tiles_m x tiles_n grid, in groups of kGroupM rows of tiles walked column by
+// column: neighbouring tiles share b's columns (and a's rows) while they are in L2.
+__device__ __forceinline__ TileAt tile_at(int tile, int tiles_m, int tiles_n) {
+  constexpr int kGroupM = 8;
+  const int group = tile / (kGroupM * tiles_n), first_m = group * kGroupM;
+  const int group_m = tiles_m - first_m < kGroupM ? tiles_m - first_m : kGroupM;
+  return {first_m + tile % group_m, (tile % (kGroupM * tiles_n)) / group_m};
 }
 
 template <int N, typename T, int TransB>
