@@ -438,27 +438,3 @@ def test_the_small_variant_runs_and_counts_launch_after_launch(
         graph.replay()
         torch.cuda.synchronize()
         _assert_equal(out, _reference(lib, x, 256, -4.0, 4.0), f"small{small} replay {seed}")
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("small", ["", "2"])
-def test_the_binonly_probe_counts_nothing_where_the_small_variant_runs(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, small: str
-) -> None:
-    """WB_HISTOGRAM_KERNEL=binonly times the small variant without its global atomics: float32
-    counts of one slice of bins come out zero (from dirty memory); where the small variant does
-    not run (65536 bins: two slices) and for other dtypes the histogram is still counted."""
-    monkeypatch.setenv("WB_HISTOGRAM_KERNEL", "binonly")
-    monkeypatch.setenv("WB_HISTOGRAM_SMALL", small)  # empty: unset (blocks alone)
-    x = torch.randn((1 << 20) + 3, generator=torch.Generator().manual_seed(10)).cuda()
-    for bins in (256, 4096):
-        dirty = torch.full((bins,), -1, dtype=torch.int64, device="cuda")
-        del dirty
-        got = lib.histogram(x[1:], bins, -4.0, 4.0)
-        _assert_equal(got, torch.zeros_like(got), f"binonly{small} bins={bins}")
-    for v, bins in ((x, 65536), (x.to(torch.float16), 256)):
-        _assert_equal(
-            lib.histogram(v, bins, -4.0, 4.0),
-            _reference(lib, v, bins, -4.0, 4.0),
-            f"binonly{small} {v.dtype} bins={bins}",
-        )

@@ -90,10 +90,6 @@ namespace {
 // WB_HISTOGRAM_SMALL_REPLICAS=1, 2, 4, 8, 16 or 32 sets how many histograms a block of the small
 // variant keeps (warp w counts into w % replicas; fewer: a shorter clearing and merge, more
 // conflicts between warps; halved until they fit); unset, the shared path's rule (32 at 256 bins).
-// WB_HISTOGRAM_KERNEL=binonly (where the small variant runs) is a probe for timing: the small
-// variant (in clusters of WB_HISTOGRAM_SMALL where set) without its global atomics, so counts come
-// out zero; against the small variant it shows what the atomics cost, against readsync what the
-// binning does.
 constexpr int kHalfCluster = 0;
 constexpr int kWideCluster = 8;
 constexpr int64_t kWideBins = 24576;
@@ -115,7 +111,6 @@ struct Choice {
   bool wide_ring = false;      // its loads through a cp.async ring
   int small = 0;               // float32, one slice: histogram_small_kernel's clusters (0 off)
   int small_replicas = 0;      // its histograms a block (0: the shared path's rule)
-  bool bin_only = false;       // the small variant without its global atomics (a probe)
 };
 
 // The error of a switch set to a value it does not take: names the variable, its value and the
@@ -155,15 +150,15 @@ Status cluster_size(const char* name, int unset, bool one, int* size) {
 }
 
 Status choice(Choice* out) {
-  static const char* const kKernels[] = {"base",     "nodefer",  "plain",   "bulk", "read",
-                                         "readsync", "readfull", "binonly", nullptr};
+  static const char* const kKernels[] = {"base", "nodefer",  "plain",    "bulk",
+                                         "read", "readsync", "readfull", nullptr};
   static const char* const kSlices[] = {"defer", "filter", nullptr};
   static const char* const kZero[] = {"memset", "kernel", nullptr};
   static const char* const kLoads[] = {"regs", "ring", nullptr};
   const char *kernel = nullptr, *slice = nullptr, *zero = nullptr, *loads = nullptr;
-  if (const Status err = switch_value(
-          "WB_HISTOGRAM_KERNEL", kKernels,
-          "base, nodefer, plain, bulk, read, readsync, readfull or binonly", &kernel)) {
+  if (const Status err =
+          switch_value("WB_HISTOGRAM_KERNEL", kKernels,
+                       "base, nodefer, plain, bulk, read, readsync or readfull", &kernel)) {
     return err;
   }
   if (const Status err = switch_value("WB_HISTOGRAM_SLICE", kSlices, "defer or filter", &slice)) {
@@ -186,7 +181,6 @@ Status choice(Choice* out) {
   if (is(kernel, "read")) c.probe = Probe::kRead;
   if (is(kernel, "readsync")) c.probe = Probe::kReadSync;
   if (is(kernel, "readfull")) c.probe = Probe::kReadFull;
-  c.bin_only = is(kernel, "binonly");
   c.defer_slices = is(slice, "defer");
   c.one_launch = !c.base && !is(zero, "memset");
   int merge = 0, cluster = 0, half = 0, wide = 0;
@@ -276,11 +270,10 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
     plan.merge = d.major >= 9 && r.bins > kClusterBins && c.merge > 1 ? c.merge : 1;
     if (c.base) return launch_shared<T, 2, false>(x, n, r, chunks, plan, counts, d, s);
     if constexpr (std::is_same_v<T, float>) {
-      if ((c.small > 0 || c.bin_only) && plan.defer && chunks == 1 && r.estimate) {
+      if (c.small > 0 && plan.defer && chunks == 1 && r.estimate) {
         bool launched = false;
-        if (const Status err =
-                launch_small(x, n, r, c.small > 0 ? c.small : 1, c.one_launch, c.small_replicas,
-                             !c.bin_only, counts, d, s, &launched)) {
+        if (const Status err = launch_small(x, n, r, c.small, c.one_launch, c.small_replicas,
+                                            counts, d, s, &launched)) {
           return err;
         }
         if (launched) return nullptr;

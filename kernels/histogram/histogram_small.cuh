@@ -18,9 +18,7 @@
 //     one cluster spread over its blocks;
 //   - a block waits at the grid barrier (the cooperative launch that clears counts) only just
 //     before its first global atomic, after its replicas are summed.
-// Cluster 1 is the first, second and fourth changes alone. With `merge` false (WB_HISTOGRAM_KERNEL=
-// binonly, a probe for timing) the global atomics are left out: counts come out zero, and its time
-// against the kernel's shows what those atomics cost. Compiled to nothing for Cluster > 1
+// Cluster 1 is the first, second and fourth changes alone. Compiled to nothing for Cluster > 1
 // below sm_90: the launcher asks for clusters only on such a device.
 #pragma once
 
@@ -88,11 +86,9 @@ __device__ __forceinline__ void for_each_setup(const float* __restrict__ x,  // 
 // a bin adding the lanes' sums (partial: [kThreads]) with one 64-bit atomic where nonzero. With
 // zero, the block waits at the grid barrier (token) before its first atomic. Every thread of every
 // block of the cluster calls it (cluster barriers: the histograms are complete before any block
-// reads them, and no block leaves while another still reads its shared memory). merge false: no
-// atomics (the sums are taken all the same).
+// reads them, and no block leaves while another still reads its shared memory).
 template <int Cluster>
 __device__ __forceinline__ void merge_small(const uint32_t* sub, int bins, int replicas, bool zero,
-                                            bool merge,
                                             cooperative_groups::grid_group::arrival_token token,
                                             Count* partial,                // [kThreads]
                                             Count* __restrict__ counts) {  // [bins]
@@ -136,7 +132,7 @@ __device__ __forceinline__ void merge_small(const uint32_t* sub, int bins, int r
     if (t < width && base + t < mine) {
       Count sum = 0;
       for (int q = 0; q < lanes; ++q) sum += partial[q * width + t];
-      if (sum != 0 && merge) atomicAdd(&counts[from + base + t], sum);
+      if (sum != 0) atomicAdd(&counts[from + base + t], sum);
     }
     __syncthreads();  // partial is read before the next pass writes it
   }
@@ -153,7 +149,7 @@ __device__ __forceinline__ void merge_small(const uint32_t* sub, int bins, int r
 template <int Cluster>
 __global__ void __launch_bounds__(kThreads, 1)
     histogram_small_kernel(const float* __restrict__ x,  // [n]
-                           int64_t n, Range r, int replicas, bool zero, bool merge,
+                           int64_t n, Range r, int replicas, bool zero,
                            Count* __restrict__ counts) {  // [bins]
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   if constexpr (Cluster > 1) return;
@@ -176,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto group = [&](const Vec<float, 4>(&v)[U]) { count_deferred(v, r, add); };
   for_each_setup<U>(x, n, setup, one, group);
   __syncthreads();
-  merge_small<Cluster>(sub, bins, replicas, zero, merge, token, partial, counts);
+  merge_small<Cluster>(sub, bins, replicas, zero, token, partial, counts);
 }
 
 // The small variant on stream s where it can run: *launched false (nothing done) where the device
@@ -184,11 +180,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 // fit a block's shared memory, so the caller takes the shared path. one_launch: a cooperative
 // launch whose blocks clear counts (as the shared path's), falling back to a memset and an
 // ordinary launch where the device refuses it. replicas: the histograms a block keeps (0: the
-// shared path's kReplicaBytes rule), halved until they fit. merge false: the binonly probe.
+// shared path's kReplicaBytes rule), halved until they fit.
 template <int Cluster>
 Status launch_small(const float* x, int64_t n, Range r, bool one_launch, int64_t replicas,
-                    bool merge, Count* counts, const DeviceInfo& d, cudaStream_t s,
-                    bool* launched) {
+                    Count* counts, const DeviceInfo& d, cudaStream_t s, bool* launched) {
   *launched = false;
   if (Cluster > 1 && d.major < 9) return nullptr;
   const int64_t bin_bytes = r.bins * int64_t{sizeof(uint32_t)};
@@ -213,7 +208,7 @@ Status launch_small(const float* x, int64_t n, Range r, bool one_launch, int64_t
   int device = 0;
   if (one_launch && d.cooperative && grid / Cluster <= units &&
       (Cluster == 1 || (cudaGetDevice(&device) == cudaSuccess && device != refused_device))) {
-    if (launch_ex(kernel, grid, smem, Cluster, true, s, x, n, r, replicas_i, true, merge, counts)) {
+    if (launch_ex(kernel, grid, smem, Cluster, true, s, x, n, r, replicas_i, true, counts)) {
       *launched = true;
       return nullptr;
     }
@@ -221,29 +216,27 @@ Status launch_small(const float* x, int64_t n, Range r, bool one_launch, int64_t
   }
   if (const Status err = zero_counts(counts, r.bins, s)) return err;
   if (Cluster == 1) {
-    kernel<<<static_cast<unsigned>(grid), kThreads, smem, s>>>(x, n, r, replicas_i, false, merge,
-                                                               counts);
+    kernel<<<static_cast<unsigned>(grid), kThreads, smem, s>>>(x, n, r, replicas_i, false, counts);
     *launched = true;
     return launch_status();
   }
-  *launched =
-      launch_ex(kernel, grid, smem, Cluster, false, s, x, n, r, replicas_i, false, merge, counts);
+  *launched = launch_ex(kernel, grid, smem, Cluster, false, s, x, n, r, replicas_i, false, counts);
   return nullptr;  // not launched: the caller's shared path clears counts again and counts
 }
 
 // launch_small with the cluster size `cluster` (1, 2, 4 or 8) as a template argument.
 Status launch_small(const float* x, int64_t n, Range r, int cluster, bool one_launch,
-                    int64_t replicas, bool merge, Count* counts, const DeviceInfo& d,
-                    cudaStream_t s, bool* launched) {
+                    int64_t replicas, Count* counts, const DeviceInfo& d, cudaStream_t s,
+                    bool* launched) {
   switch (cluster) {
     case 2:
-      return launch_small<2>(x, n, r, one_launch, replicas, merge, counts, d, s, launched);
+      return launch_small<2>(x, n, r, one_launch, replicas, counts, d, s, launched);
     case 4:
-      return launch_small<4>(x, n, r, one_launch, replicas, merge, counts, d, s, launched);
+      return launch_small<4>(x, n, r, one_launch, replicas, counts, d, s, launched);
     case 8:
-      return launch_small<8>(x, n, r, one_launch, replicas, merge, counts, d, s, launched);
+      return launch_small<8>(x, n, r, one_launch, replicas, counts, d, s, launched);
     default:
-      return launch_small<1>(x, n, r, one_launch, replicas, merge, counts, d, s, launched);
+      return launch_small<1>(x, n, r, one_launch, replicas, counts, d, s, launched);
   }
 }
 
