@@ -39,8 +39,7 @@ THREADS = 1024  # kThreads
 # clusters of 2, 4, 8, 16 with its loads in registers, and fed by a cp.async ring (wide1r, wide8r:
 # its default loads); the small variant of the shared path (float32, one slice: its first loads
 # before the clearing, every thread merging) with its blocks alone and in clusters of 2, 4 and 8,
-# and in clusters of 2 after a memset (small2_memset), and with 8 and 1 histograms a block
-# (small8_r8, small1_r1).
+# and in clusters of 2 after a memset (small2_memset).
 ENV = (
     "WB_HISTOGRAM_KERNEL",
     "WB_HISTOGRAM_CLUSTER",
@@ -51,7 +50,6 @@ ENV = (
     "WB_HISTOGRAM_WIDE",
     "WB_HISTOGRAM_WIDE_LOADS",
     "WB_HISTOGRAM_SMALL",
-    "WB_HISTOGRAM_SMALL_REPLICAS",
 )
 CHOICES = {
     "base": {"WB_HISTOGRAM_KERNEL": "base"},
@@ -85,16 +83,6 @@ CHOICES = {
     "small2_memset": {
         "WB_HISTOGRAM_SMALL": "2",
         "WB_HISTOGRAM_ZERO": "memset",
-        "WB_HISTOGRAM_WIDE": "0",
-    },
-    "small8_r8": {
-        "WB_HISTOGRAM_SMALL": "8",
-        "WB_HISTOGRAM_SMALL_REPLICAS": "8",
-        "WB_HISTOGRAM_WIDE": "0",
-    },
-    "small1_r1": {
-        "WB_HISTOGRAM_SMALL": "1",
-        "WB_HISTOGRAM_SMALL_REPLICAS": "1",
         "WB_HISTOGRAM_WIDE": "0",
     },
 }
@@ -395,18 +383,15 @@ def test_every_kernel_fits_without_spills(tmp_path: Path, arch: str) -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize(
-    ("small", "replicas"), [("1", ""), ("2", ""), ("4", ""), ("8", ""), ("2", "8"), ("1", "1")]
-)
+@pytest.mark.parametrize("small", ["1", "2", "4", "8"])
 def test_the_small_variant_runs_and_counts_launch_after_launch(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, small: str, replicas: str
+    lib: Any, monkeypatch: pytest.MonkeyPatch, small: str
 ) -> None:
     """WB_HISTOGRAM_SMALL takes histogram_small_kernel (the profiler names it) at 256 bins; its
     launches run back to back on different inputs (sizes with tails, one element, an unaligned
     view, values on the edges, NaN and +-Inf) with no synchronization between them, so a launch
     that left state behind for the next shows; then a CUDA graph of it replays twice on new data."""
     monkeypatch.setenv("WB_HISTOGRAM_SMALL", small)
-    monkeypatch.setenv("WB_HISTOGRAM_SMALL_REPLICAS", replicas)  # empty: unset
     monkeypatch.setenv("WB_HISTOGRAM_WIDE", "0")
     gen = torch.Generator().manual_seed(int(small))
     edges = torch.linspace(-4.0, 4.0, 257, dtype=torch.float64).to(torch.float32)

@@ -87,9 +87,6 @@ namespace {
 // waited at only before the global atomics, and with 2, 4 or 8 (sm_90) the blocks merged in
 // clusters of that size through distributed shared memory before those atomics
 // (histogram_small.cuh); 0 or unset, the shared kernel (the small variant is not yet timed).
-// WB_HISTOGRAM_SMALL_REPLICAS=1, 2, 4, 8, 16 or 32 sets how many histograms a block of the small
-// variant keeps (warp w counts into w % replicas; fewer: a shorter clearing and merge, more
-// conflicts between warps; halved until they fit); unset, the shared path's rule (32 at 256 bins).
 constexpr int kHalfCluster = 0;
 constexpr int kWideCluster = 8;
 constexpr int64_t kWideBins = 24576;
@@ -110,7 +107,6 @@ struct Choice {
   int wide = 0;                // float32: the wide kernel's clusters (0 off, -1 default)
   bool wide_ring = false;      // its loads through a cp.async ring
   int small = 0;               // float32, one slice: histogram_small_kernel's clusters (0 off)
-  int small_replicas = 0;      // its histograms a block (0: the shared path's rule)
 };
 
 // The error of a switch set to a value it does not take: names the variable, its value and the
@@ -195,19 +191,12 @@ Status choice(Choice* out) {
   if (const Status err = switch_value("WB_HISTOGRAM_SMALL", kSmall, "0, 1, 2, 4 or 8", &small)) {
     return err;
   }
-  static const char* const kReplicas[] = {"1", "2", "4", "8", "16", "32", nullptr};
-  const char* small_replicas = nullptr;
-  if (const Status err = switch_value("WB_HISTOGRAM_SMALL_REPLICAS", kReplicas,
-                                      "1, 2, 4, 8, 16 or 32", &small_replicas)) {
-    return err;
-  }
   c.merge = c.base ? 0 : merge;
   c.cluster = c.base ? 0 : cluster;
   c.half = c.base ? 0 : half;
   c.wide = c.base || (wide < 0 && kernel != nullptr) ? 0 : wide;  // a named kernel runs as named
   c.wide_ring = !is(loads, "regs");
   c.small = c.base || small == nullptr ? 0 : std::atoi(small);
-  c.small_replicas = small_replicas == nullptr ? 0 : std::atoi(small_replicas);
   *out = c;
   return nullptr;
 }
@@ -272,8 +261,8 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
     if constexpr (std::is_same_v<T, float>) {
       if (c.small > 0 && plan.defer && chunks == 1 && r.estimate) {
         bool launched = false;
-        if (const Status err = launch_small(x, n, r, c.small, c.one_launch, c.small_replicas,
-                                            counts, d, s, &launched)) {
+        if (const Status err =
+                launch_small(x, n, r, c.small, c.one_launch, counts, d, s, &launched)) {
           return err;
         }
         if (launched) return nullptr;

@@ -176,23 +176,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // The small variant on stream s where it can run: *launched false (nothing done) where the device
-// holds no cluster of Cluster blocks or refuses their launch, or the histogram and partial do not
-// fit a block's shared memory, so the caller takes the shared path. one_launch: a cooperative
-// launch whose blocks clear counts (as the shared path's), falling back to a memset and an
-// ordinary launch where the device refuses it. replicas: the histograms a block keeps (0: the
-// shared path's kReplicaBytes rule), halved until they fit.
+// holds no cluster of Cluster blocks or refuses their launch, so the caller takes the shared path.
+// one_launch: a cooperative launch whose blocks clear counts (as the shared path's), falling back
+// to a memset and an ordinary launch where the device refuses it.
 template <int Cluster>
-Status launch_small(const float* x, int64_t n, Range r, bool one_launch, int64_t replicas,
-                    Count* counts, const DeviceInfo& d, cudaStream_t s, bool* launched) {
+Status launch_small(const float* x, int64_t n, Range r, bool one_launch, Count* counts,
+                    const DeviceInfo& d, cudaStream_t s, bool* launched) {
   *launched = false;
   if (Cluster > 1 && d.major < 9) return nullptr;
   const int64_t bin_bytes = r.bins * int64_t{sizeof(uint32_t)};
-  const int64_t room = d.shared_optin - int64_t{kThreads} * int64_t{sizeof(Count)};  // partial
-  if (replicas <= 0) replicas = kReplicaBytes / bin_bytes;
+  int64_t replicas = kReplicaBytes / bin_bytes;
   replicas = replicas < 1 ? 1 : (replicas > kWarps ? kWarps : replicas);
-  while (replicas > 1 && replicas * bin_bytes > room) replicas /= 2;
   const int64_t smem = replicas * bin_bytes;
-  if (smem > room) return nullptr;
+  // The shared path's one copy may take all the device allows: with partial beside it, no room.
+  if (smem + int64_t{kThreads} * int64_t{sizeof(Count)} > d.shared_optin) return nullptr;
   const auto kernel = histogram_small_kernel<Cluster>;
   if (const Status err = allow_shared(kernel, smem)) return err;
   int64_t units = 0;  // blocks (Cluster 1) or clusters resident at once
@@ -225,18 +222,17 @@ Status launch_small(const float* x, int64_t n, Range r, bool one_launch, int64_t
 }
 
 // launch_small with the cluster size `cluster` (1, 2, 4 or 8) as a template argument.
-Status launch_small(const float* x, int64_t n, Range r, int cluster, bool one_launch,
-                    int64_t replicas, Count* counts, const DeviceInfo& d, cudaStream_t s,
-                    bool* launched) {
+Status launch_small(const float* x, int64_t n, Range r, int cluster, bool one_launch, Count* counts,
+                    const DeviceInfo& d, cudaStream_t s, bool* launched) {
   switch (cluster) {
     case 2:
-      return launch_small<2>(x, n, r, one_launch, replicas, counts, d, s, launched);
+      return launch_small<2>(x, n, r, one_launch, counts, d, s, launched);
     case 4:
-      return launch_small<4>(x, n, r, one_launch, replicas, counts, d, s, launched);
+      return launch_small<4>(x, n, r, one_launch, counts, d, s, launched);
     case 8:
-      return launch_small<8>(x, n, r, one_launch, replicas, counts, d, s, launched);
+      return launch_small<8>(x, n, r, one_launch, counts, d, s, launched);
     default:
-      return launch_small<1>(x, n, r, one_launch, replicas, counts, d, s, launched);
+      return launch_small<1>(x, n, r, one_launch, counts, d, s, launched);
   }
 }
 
