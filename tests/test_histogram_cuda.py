@@ -37,9 +37,7 @@ THREADS = 1024  # kThreads
 # distributed shared memory (above 16 Ki bins on sm_90); the wide kernel (float32: 16-bit counters
 # of every bin in one block, taken back at 0x8000, bins by two directed-rounding fmas) alone and in
 # clusters of 2, 4, 8, 16 with its loads in registers, and fed by a cp.async ring (wide1r, wide8r:
-# its default loads); the small variant of the shared path (float32, one slice: its first loads
-# before the clearing, every thread merging) with its blocks alone and in clusters of 2, 4 and 8,
-# and in clusters of 2 after a memset (small2_memset).
+# its default loads).
 ENV = (
     "WB_HISTOGRAM_KERNEL",
     "WB_HISTOGRAM_CLUSTER",
@@ -49,7 +47,6 @@ ENV = (
     "WB_HISTOGRAM_MERGE",
     "WB_HISTOGRAM_WIDE",
     "WB_HISTOGRAM_WIDE_LOADS",
-    "WB_HISTOGRAM_SMALL",
 )
 CHOICES = {
     "base": {"WB_HISTOGRAM_KERNEL": "base"},
@@ -76,15 +73,6 @@ CHOICES = {
     "wide16": {"WB_HISTOGRAM_WIDE": "16", "WB_HISTOGRAM_WIDE_LOADS": "regs"},
     "wide1r": {"WB_HISTOGRAM_WIDE": "1", "WB_HISTOGRAM_WIDE_LOADS": "ring"},
     "wide8r": {"WB_HISTOGRAM_WIDE": "8", "WB_HISTOGRAM_WIDE_LOADS": "ring"},
-    "small1": {"WB_HISTOGRAM_SMALL": "1", "WB_HISTOGRAM_WIDE": "0"},
-    "small2": {"WB_HISTOGRAM_SMALL": "2", "WB_HISTOGRAM_WIDE": "0"},
-    "small4": {"WB_HISTOGRAM_SMALL": "4", "WB_HISTOGRAM_WIDE": "0"},
-    "small8": {"WB_HISTOGRAM_SMALL": "8", "WB_HISTOGRAM_WIDE": "0"},
-    "small2_memset": {
-        "WB_HISTOGRAM_SMALL": "2",
-        "WB_HISTOGRAM_ZERO": "memset",
-        "WB_HISTOGRAM_WIDE": "0",
-    },
 }
 # Bin counts across every path: replicated small histograms, one copy, the cluster and half paths
 # (above 16 Ki bins on sm_90), the chunked path beyond one block (65537), and more bins than
@@ -372,7 +360,7 @@ def test_every_kernel_fits_without_spills(tmp_path: Path, arch: str) -> None:
     """One 1024-thread block an SM (launch bound), no local memory, on every target."""
     kernels = compile_cubin(tmp_path, SOURCE, arch)
     names = [cubin.short_name(k.name) for k in kernels.values()]
-    kinds = ("shared", "global", "cluster", "half", "read", "bulk", "wide", "small")
+    kinds = ("shared", "global", "cluster", "half", "read", "bulk", "wide")
     for kind in (f"histogram_{k}_kernel" for k in kinds):
         assert any(kind in n for n in names), f"{kind} missing on {arch}: {names}"
     for k in kernels.values():
@@ -380,46 +368,3 @@ def test_every_kernel_fits_without_spills(tmp_path: Path, arch: str) -> None:
         assert k.spills == 0 and k.frame == 0, f"{shown}, {k.spills} bytes spilled"
         assert k.launch_bound == THREADS, shown
         assert k.registers <= 64, shown  # a whole 1024-thread block fits the register file
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("small", ["1", "2", "4", "8"])
-def test_the_small_variant_runs_and_counts_launch_after_launch(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, small: str
-) -> None:
-    """WB_HISTOGRAM_SMALL takes histogram_small_kernel (the profiler names it) at 256 bins; its
-    launches run back to back on different inputs (sizes with tails, one element, an unaligned
-    view, values on the edges, NaN and +-Inf) with no synchronization between them, so a launch
-    that left state behind for the next shows; then a CUDA graph of it replays twice on new data."""
-    monkeypatch.setenv("WB_HISTOGRAM_SMALL", small)
-    monkeypatch.setenv("WB_HISTOGRAM_WIDE", "0")
-    gen = torch.Generator().manual_seed(int(small))
-    edges = torch.linspace(-4.0, 4.0, 257, dtype=torch.float64).to(torch.float32)
-    specials = torch.tensor([math.nan, math.inf, -math.inf, -4.0, 4.0, 4.5, -4.5])
-    big = torch.randn((1 << 22) + 13, generator=gen) * 2
-    xs = [
-        big.cuda(),
-        torch.tensor([0.25]).cuda(),
-        (torch.randn(255, generator=gen) * 2).cuda(),
-        big[1 : (1 << 16) + 4].cuda()[1:],  # unaligned: a view one element in
-        torch.cat([edges.repeat(1000), specials.repeat(1000), big[:4099]]).cuda(),
-    ]
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        outs = [lib.histogram(x, 256, -4.0, 4.0) for x in xs]
-        torch.cuda.synchronize()
-    names = {e.name for e in prof.events()}
-    assert any("histogram_small_kernel" in n for n in names), sorted(names)
-    for i, (x, out) in enumerate(zip(xs, outs, strict=True)):
-        _assert_equal(out, _reference(lib, x, 256, -4.0, 4.0), f"small{small} input {i}")
-    x = xs[0].clone()
-    lib.histogram(x, 256, -4.0, 4.0)  # warm up outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = lib.histogram(x, 256, -4.0, 4.0)
-    for seed in (11, 12):
-        x.copy_(torch.randn(x.numel(), generator=torch.Generator().manual_seed(seed)).cuda() * 3)
-        graph.replay()
-        torch.cuda.synchronize()
-        _assert_equal(out, _reference(lib, x, 256, -4.0, 4.0), f"small{small} replay {seed}")

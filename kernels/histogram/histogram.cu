@@ -19,11 +19,9 @@
 //              bounds; histogram_wide.cuh)
 //   The load loop, the float binning 16 elements at a time and the host's queries are in
 //   histogram_common.cuh; read probes for timing (not histograms) in histogram_probe.cuh; a
-//   variant of the shared path fed by bulk copies in histogram_bulk.cuh; one that changes the
-//   shared kernel's once-a-launch steps (clearing, merge) in histogram_small.cuh.
-//   WB_HISTOGRAM_KERNEL / _SLICE / _MERGE / _CLUSTER / _HALF / _ZERO / _WIDE / _WIDE_LOADS / _SMALL
-//   select other kernels for A/B timing (choice(); a value a switch does not take is an error
-//   naming it).
+//   variant of the shared path fed by bulk copies in histogram_bulk.cuh.
+//   WB_HISTOGRAM_KERNEL / _SLICE / _MERGE / _CLUSTER / _HALF / _ZERO / _WIDE / _WIDE_LOADS select
+//   other kernels for A/B timing (choice(); a value a switch does not take is an error naming it).
 //   Counts are integers, so any order of the atomics gives the same result.
 //   Check and time:  wb check histogram --device cuda;  wb bench histogram --device cuda
 #include <cstdio>
@@ -37,7 +35,6 @@
 #include "histogram/histogram_common.cuh"
 #include "histogram/histogram_probe.cuh"
 #include "histogram/histogram_shared.cuh"
-#include "histogram/histogram_small.cuh"
 #include "histogram/histogram_wide.cuh"
 
 namespace wb::histogram {
@@ -81,12 +78,7 @@ namespace {
 // chunked path took 100.1 us (2.51x); clusters of 4 and 16 and register loads took 64.2-80.8 us.
 // kWideBins: at 16 Mi elements the path before it was faster at 16385 and 20000 bins (47.4 and 52.0
 // us against 53.0 and 53.6), level at 24576, slower from 28672 on (bench/results/kernels.md,
-// fourth pass). WB_HISTOGRAM_SMALL=1, 2, 4 or 8 (float32, one slice of the bins, r.estimate; ahead
-// of WB_HISTOGRAM_KERNEL=bulk and plain) takes histogram_small_kernel instead of the shared kernel:
-// its first loads issued before the clearing, every thread summing the replicas, the grid barrier
-// waited at only before the global atomics, and with 2, 4 or 8 (sm_90) the blocks merged in
-// clusters of that size through distributed shared memory before those atomics
-// (histogram_small.cuh); 0 or unset, the shared kernel (the small variant is not yet timed).
+// fourth pass).
 constexpr int kHalfCluster = 0;
 constexpr int kWideCluster = 8;
 constexpr int64_t kWideBins = 24576;
@@ -106,7 +98,6 @@ struct Choice {
   int half = kHalfCluster;     // 0: no half path
   int wide = 0;                // float32: the wide kernel's clusters (0 off, -1 default)
   bool wide_ring = false;      // its loads through a cp.async ring
-  int small = 0;               // float32, one slice: histogram_small_kernel's clusters (0 off)
 };
 
 // The error of a switch set to a value it does not take: names the variable, its value and the
@@ -186,17 +177,11 @@ Status choice(Choice* out) {
   if (const Status err = cluster_size("WB_HISTOGRAM_CLUSTER", 0, false, &cluster)) return err;
   if (const Status err = cluster_size("WB_HISTOGRAM_HALF", kHalfCluster, false, &half)) return err;
   if (const Status err = cluster_size("WB_HISTOGRAM_WIDE", -1, true, &wide)) return err;
-  static const char* const kSmall[] = {"0", "1", "2", "4", "8", nullptr};
-  const char* small = nullptr;
-  if (const Status err = switch_value("WB_HISTOGRAM_SMALL", kSmall, "0, 1, 2, 4 or 8", &small)) {
-    return err;
-  }
   c.merge = c.base ? 0 : merge;
   c.cluster = c.base ? 0 : cluster;
   c.half = c.base ? 0 : half;
   c.wide = c.base || (wide < 0 && kernel != nullptr) ? 0 : wide;  // a named kernel runs as named
   c.wide_ring = !is(loads, "regs");
-  c.small = c.base || small == nullptr ? 0 : std::atoi(small);
   *out = c;
   return nullptr;
 }
@@ -259,14 +244,6 @@ Status histogram_cuda(const T* x, int64_t n, Range r, int64_t* counts_out, Strea
     plan.merge = d.major >= 9 && r.bins > kClusterBins && c.merge > 1 ? c.merge : 1;
     if (c.base) return launch_shared<T, 2, false>(x, n, r, chunks, plan, counts, d, s);
     if constexpr (std::is_same_v<T, float>) {
-      if (c.small > 0 && plan.defer && chunks == 1 && r.estimate) {
-        bool launched = false;
-        if (const Status err =
-                launch_small(x, n, r, c.small, c.one_launch, counts, d, s, &launched)) {
-          return err;
-        }
-        if (launched) return nullptr;
-      }
       if (c.bulk && plan.defer && chunks == 1) {
         bool launched = false;
         if (const Status err = launch_bulk(x, n, r, c.one_launch, counts, d, s, &launched)) {
