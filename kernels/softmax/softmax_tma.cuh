@@ -13,8 +13,7 @@
 // trickled in behind the stores. Here a block has B = 2 buffers of a whole slice (B = 1 where two
 // do not fit): while row t is reduced, combined and written, row t + 1's slice is already in
 // flight into the other buffer, and row t's outputs, computed in place, leave in bulk copies
-// that no thread waits on until the buffer is wanted again (row t + 2's loads, each quarter of
-// the slice issued as soon as the store out of that quarter has read it). Per block and
+// that no thread waits on until the buffer is wanted again (row t + 2's loads). Per block and
 // row: one mbarrier wait a buffer, the fold, one cluster exchange (ClusterReduce), the outputs
 // written in place, one block barrier, and thread 0's copies. With B = 1 a block's slices are
 // smaller than two would be, so that two or three blocks share an SM (64 KiB slices: clusters of
