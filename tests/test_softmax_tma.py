@@ -12,10 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.bundled_cubin import compile_cubin, host_program
+from tests.bundled_cubin import host_program
 from tests.test_softmax_paths import kernels_run, special_rows
-from workbench import cubin
-from workbench.project import BUNDLED_KERNELS
 
 _TMA_MAIN = r"""
 #include <cstdio>
@@ -133,24 +131,6 @@ def test_wb_softmax_tma_switches(tma_main: Path) -> None:
         "env WB_SOFTMAX_TMA_CLUSTER -",
     ]
     assert _ask(tma_main, lines) == [0, 0, 32, 33, 65, -1, 66, -1, -1, -1, 2]
-
-
-@pytest.mark.nvcc
-@pytest.mark.parametrize("source", ["softmax.cu", "softmax_backward.cu"])
-def test_the_tma_kernels_fit_three_blocks_an_sm_without_spills(tmp_path: Path, source: str) -> None:
-    """Each dtype's tma kernel on sm_90a: no spills and at most 40 registers a thread (three
-    blocks of 512 an SM where their shared memory lets them: one buffer of 64 KiB slices),
-    launch bound 512; on sm_80 the stub (launch bound 1)."""
-    for arch, bound in (("sm_90a", 512), ("sm_80", 1)):
-        kernels = compile_cubin(tmp_path, BUNDLED_KERNELS / "softmax" / source, arch)
-        tma = [k for k in kernels.values() if "tma_kernel" in cubin.short_name(k.name)]
-        assert len(tma) == 4, [cubin.short_name(k.name) for k in kernels.values()]
-        for k in tma:
-            shown = f"{cubin.short_name(k.name)} [{arch}]: {k.registers} registers"
-            assert k.spills == 0 and k.frame == 0, shown
-            assert k.launch_bound == bound, shown
-            if arch == "sm_90a":
-                assert k.registers <= 40, shown
 
 
 # --- on a GPU ---------------------------------------------------------------------------------

@@ -83,11 +83,9 @@ __device__ __forceinline__ void fence_async_shared() {
 }
 #endif
 
-// Bounded for three blocks of 512 an SM (40 registers a thread; ptxas, sm_90a: 37-40, no spills),
-// so that where one buffer of 64 KiB slices is the plan, three blocks share an SM.
 template <typename Op>
-__global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kTmaThreads : 1,
-                                  WB_SOFTMAX_CLUSTERS ? 3 : 1) tma_kernel(Op op, TmaPlan plan) {
+__global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kTmaThreads : 1, 1)
+    tma_kernel(Op op, TmaPlan plan) {
 #if WB_SOFTMAX_CLUSTERS
   using T = typename Op::T;
   using P = typename Op::Partial;
