@@ -42,7 +42,7 @@
 namespace wb::softmax {
 
 constexpr int kTmaThreads = 512;
-constexpr int kTmaPieces = 4;            // bulk copies a slice of a tensor is moved in
+constexpr int kTmaPiece = 16384;         // bytes of one bulk copy (a slice is copied in pieces)
 constexpr int kTmaStaticSmem = 1024;     // room for the kernel's static shared memory
 constexpr int kTmaMaxSmem = 227 * 1024;  // the most shared memory a block takes (sm_90)
 constexpr int kTmaSmemUnit = 4096;       // shared memory asked of the occupancy query, rounded
@@ -67,11 +67,9 @@ __device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned 
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
-// Until all but the Pending most recent bulk groups of the calling thread have read their shared
-// memory (it may be rewritten).
-template <int Pending>
+// Until the calling thread's bulk stores have read their shared memory (it may be rewritten).
 __device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(Pending) : "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 // Until the calling thread's bulk stores are done.
 __device__ __forceinline__ void bulk_wait() {
@@ -114,35 +112,16 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kTmaThreads : 1, 1)
   auto first = [&](int64_t t) {  // the row's first vector of the slice, in global memory
     return (cluster + t * clusters) * plan.nvec + base;
   };
-  // A slice moves in kTmaPieces bulk copies of `piece` bytes (the last fewer); the stores of a
-  // slice of at least 4 KiB are a bulk group a piece, so that a load into a piece waits only for
-  // the store out of that piece (slices under 4 KiB wait for all of them).
-  const unsigned piece = (bytes / kTmaPieces + 15) / 16 * 16;
-  const bool whole = bytes < 4096;
-  // Thread 0: round t's loads (an arrival even with no bytes); after_stores: into the buffer that
-  // the last round's stores read, tensor 0's slice (the outputs') last, piece by piece as the
-  // stores have read it.
-  auto issue = [&](int64_t t, bool after_stores) {
+  auto issue = [&](int64_t t) {  // thread 0: round t's loads (an arrival even with no bytes)
     uint64_t* bar = &full[t % nbuf];
     mbar_expect(bar, bytes * kT);
-    if (after_stores && whole) bulk_wait_read<0>();
 #pragma unroll
-    for (int i = kT - 1; i >= 0; --i) {
-      const auto* src =
-          reinterpret_cast<const unsigned char*>(reinterpret_cast<const V*>(op.src(i)) + first(t));
-      auto* dst = reinterpret_cast<unsigned char*>(slice(t, i));
-#pragma unroll
-      for (int p = 0; p < kTmaPieces; ++p) {
-        if (i == 0 && after_stores && !whole) {
-          if (p == 0) bulk_wait_read<kTmaPieces - 1>();
-          if (p == 1) bulk_wait_read<kTmaPieces - 2>();
-          if (p == 2) bulk_wait_read<kTmaPieces - 3>();
-          if (p == 3) bulk_wait_read<kTmaPieces - 4>();
-        }
-        const unsigned at = p * piece;
-        if (at < bytes) {
-          bulk_load(dst + at, src + at, bytes - at < piece ? bytes - at : piece, bar);
-        }
+    for (int i = 0; i < kT; ++i) {
+      const V* src = reinterpret_cast<const V*>(op.src(i)) + first(t);
+      for (unsigned at = 0; at < bytes; at += kTmaPiece) {
+        const unsigned n = bytes - at < kTmaPiece ? bytes - at : kTmaPiece;
+        bulk_load(reinterpret_cast<unsigned char*>(slice(t, i)) + at,
+                  reinterpret_cast<const unsigned char*>(src) + at, n, bar);
       }
     }
   };
@@ -150,15 +129,18 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kTmaThreads : 1, 1)
   if (tid == 0) {
     for (int b = 0; b < nbuf; ++b) mbar_init(&full[b], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    for (int64_t t = 0; t < nbuf - 1 && t < rounds; ++t) issue(t, false);
+    for (int64_t t = 0; t < nbuf - 1 && t < rounds; ++t) issue(t);
   }
   __syncthreads();
 
   const ClusterReduce<P> reduce{buf, &slot, size};
   V* const out = reinterpret_cast<V*>(op.dst());
   for (int64_t t = 0; t < rounds; ++t) {
-    // Round t + nbuf - 1's loads go into the buffer of round t - 1 as its stores have read it.
-    if (tid == 0 && t + nbuf - 1 < rounds) issue(t + nbuf - 1, t > 0);
+    // Round t + nbuf - 1's loads go into the buffer of round t - 1, once its stores have read it.
+    if (tid == 0) {
+      if (t > 0) bulk_wait_read();
+      if (t + nbuf - 1 < rounds) issue(t + nbuf - 1);
+    }
     mbar_wait(&full[t % nbuf], static_cast<unsigned>((t / nbuf) & 1));
     P run = P::identity();
     for (int v = tid; v < mine; v += kTmaThreads) {
@@ -176,17 +158,14 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kTmaThreads : 1, 1)
     }
     fence_async_shared();
     __syncthreads();
-    if (tid == 0) {
-      auto* dst = reinterpret_cast<unsigned char*>(out + first(t));
-      const auto* src = reinterpret_cast<const unsigned char*>(slice(t, 0));
-#pragma unroll
-      for (int p = 0; p < kTmaPieces; ++p) {
-        const unsigned at = p * piece;
-        if (at < bytes) {
-          bulk_store(dst + at, src + at, bytes - at < piece ? bytes - at : piece);
-          bulk_commit();
-        }
+    if (tid == 0 && bytes > 0) {
+      V* dst = out + first(t);
+      for (unsigned at = 0; at < bytes; at += kTmaPiece) {
+        const unsigned n = bytes - at < kTmaPiece ? bytes - at : kTmaPiece;
+        bulk_store(reinterpret_cast<unsigned char*>(dst) + at,
+                   reinterpret_cast<const unsigned char*>(slice(t, 0)) + at, n);
       }
+      bulk_commit();
     }
   }
   if (tid == 0) bulk_wait();
