@@ -108,7 +108,7 @@ def test_the_tma_plan_ends_soonest_with_two_buffers_where_they_fit(tma_main: Pat
         cases, triples, strict=True
     ):
         if size:
-            per = (-(-nvec // size) + 7) // 8 * 8  # a slice in shared memory (tma_stride)
+            per = -(-nvec // size)
             assert per * 16 * tensors * buffers <= _LIMIT
             rounds = -(-rows // min(rows, res[size - 1]))
             assert grid <= res[size - 1] and -(-rows // grid) == rounds

@@ -53,9 +53,6 @@ struct TmaPlan {
   int buffers;              // slices of a tensor a block's shared memory holds (1 or 2)
 };
 
-// Vectors from one slice to the next in shared memory: per rounded up to 128 bytes.
-__host__ __device__ inline int64_t tma_stride(int64_t per) { return (per + 7) / 8 * 8; }
-
 #if WB_SOFTMAX_CLUSTERS
 // bytes (a multiple of 16) of this block's shared src to global dst (16-byte aligned), in the
 // calling thread's current bulk group.
@@ -107,7 +104,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kTmaThreads : 1, 1)
 
   auto slice = [&](int64_t t, int i) {  // tensor i's slice of row t (round t) in shared memory
     const int b = static_cast<int>(t % nbuf);
-    return reinterpret_cast<V*>(tma_ring) + (int64_t{b} * kT + i) * tma_stride(plan.per);
+    return reinterpret_cast<V*>(tma_ring) + (int64_t{b} * kT + i) * plan.per;
   };
   auto first = [&](int64_t t) {  // the row's first vector of the slice, in global memory
     return (cluster + t * clusters) * plan.nvec + base;
@@ -196,7 +193,7 @@ constexpr const char* kBadTma =
 // Dynamic shared memory of a block that holds `buffers` slices of `per` vectors of `tensors`
 // tensors.
 inline int64_t tma_smem(int64_t per, int tensors, int buffers) {
-  return tma_stride(per) * 16 * tensors * buffers;
+  return per * 16 * tensors * buffers;
 }
 
 // The cluster size (1..16, 0: none) and buffers for `rows` rows of nvec vectors of `tensors`
