@@ -15,12 +15,7 @@
 // flight into the other buffer, and row t's outputs, computed in place, leave in bulk copies
 // that no thread waits on until the buffer is wanted again (row t + 2's loads). Per block and
 // row: one mbarrier wait a buffer, the fold, one cluster exchange (ClusterReduce), the outputs
-// written in place, one block barrier, and thread 0's copies. With B = 1 a block's slices are
-// smaller than two would be, so that two or three blocks share an SM (64 KiB slices: clusters of
-// 16 at float32 262144) and one block's loads overlap another's reduction and stores instead.
-// Where the shapes are few long rows, the alternative of a grid-wide split of each row (the split
-// path, and the two-phase path that re-read rows from L2) pays for a grid-wide exchange of
-// partials; here the exchange stays inside a cluster (distributed shared memory).
+// written in place, one block barrier, and thread 0's copies.
 //
 // A persistent grid of clusters of C blocks (C = 1..16, not only powers of two; more than 8 is
 // "non-portable"): cluster c takes the rows c, c + clusters, ...; block `rank` owns the vectors
