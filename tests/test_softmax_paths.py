@@ -139,7 +139,7 @@ def test_the_bulk_grid_spreads_rows_evenly_over_resident_clusters(paths_main: Pa
 
 @pytest.mark.nvcc
 def test_wb_softmax_path_values(paths_main: Path) -> None:
-    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep", "tma")
+    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep")
     got = _ask(paths_main, [f"path {v}" for v in (*values, "x")])
     assert got == [*range(len(values)), len(values)]  # unset: the dtype's default; x: invalid
 

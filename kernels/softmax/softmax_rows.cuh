@@ -48,9 +48,6 @@
 //   deep     (first where WB_SOFTMAX_PATH=deep) the wide path with a further 192 bytes of the row
 //            a thread in shared memory (cp.async, softmax_wide.cuh): 2.5 times the share of a row
 //            a block holds, so that few long rows take fewer rounds of clusters.
-//   tma      (only where WB_SOFTMAX_PATH=tma) the bulk path with a whole slice of the row a
-//            buffer, two buffers a block, and the outputs leaving by bulk copies too
-//            (softmax_tma.cuh); where it does not launch, to split, cluster or block as above.
 //   held     (rows of the block path: a 2-byte dtype's by default; WB_SOFTMAX_BLOCK picks)
 //            the block path with the row held as loaded, as the wide path does (softmax_held.cuh).
 //   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
@@ -368,7 +365,6 @@ cudaError_t launch_clusters(void (*kernel)(Params...), int64_t size, int64_t clu
 // The split and bulk paths' kernels and launches, written with the reductions and Slots above.
 #include "softmax/softmax_bulk.cuh"
 #include "softmax/softmax_split.cuh"
-#include "softmax/softmax_tma.cuh"
 #include "softmax/softmax_wide.cuh"
 // The block path's held kernel (after the wide path, whose pieces it uses).
 #include "softmax/softmax_held.cuh"
@@ -423,23 +419,11 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
 // split, cluster, block; "cluster": cluster, block; "stream": the stream path (rows read twice);
 // "wide": wide (softmax_wide.cuh: rows of 16-byte vectors, sm_90+), split, cluster, block;
 // "pipe": the same with the pipe path (softmax_wide.cuh's persistent variant) first; "deep": deep
-// (softmax_wide.cuh: the wide path with a share in shared memory too), then as "wide"; "tma": tma
-// (softmax_tma.cuh), split, cluster, block.
+// (softmax_wide.cuh: the wide path with a share in shared memory too), then as "wide".
 // Unset: for rows of 16-byte vectors summed in float (float32, bfloat16, float16), "deep" where
 // the rows are few (wide_default), else "wide"; otherwise "cluster" for 4- and 8-byte elements,
 // "split" for 2-byte ones. Where the deep path does not launch, the wide path is tried next.
-enum class LongPath {
-  kDefault,
-  kBulk,
-  kSplit,
-  kCluster,
-  kStream,
-  kWide,
-  kPipe,
-  kDeep,
-  kTma,
-  kInvalid
-};
+enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kWide, kPipe, kDeep, kInvalid };
 
 inline LongPath parse_long_path(const char* s) {
   if (s == nullptr || *s == '\0') return LongPath::kDefault;
@@ -450,15 +434,14 @@ inline LongPath parse_long_path(const char* s) {
   if (std::strcmp(s, "wide") == 0) return LongPath::kWide;
   if (std::strcmp(s, "pipe") == 0) return LongPath::kPipe;
   if (std::strcmp(s, "deep") == 0) return LongPath::kDeep;
-  if (std::strcmp(s, "tma") == 0) return LongPath::kTma;
   return LongPath::kInvalid;
 }
 
 inline LongPath long_path() { return parse_long_path(std::getenv("WB_SOFTMAX_PATH")); }
 
 constexpr const char* kBadPath =
-    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe, deep or tma (or unset for "
-    "the default)";
+    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe or deep (or unset for the "
+    "default)";
 
 // The current device's SM count (0 where it cannot be read), read once a device.
 inline int64_t device_sms() {
@@ -530,7 +513,6 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
                                                   : LongPath::kSplit;
     }
     if constexpr (N > 1) {
-      if (path == LongPath::kTma && launch_tma(op, rows, nvec, stream, err)) return err;
       if (path == LongPath::kBulk && launch_bulk(op, rows, nvec, stream, err)) return err;
       if constexpr (sizeof(typename Op::A) == 4) {  // float accumulation: not float64
         if (path == LongPath::kWide && launch_wide<Op, N, false>(op, rows, nvec, stream, err)) {
@@ -584,7 +566,6 @@ Status launch_rows(const Op& op, int64_t rows, Workspace ws, Stream stream) {
     if (err == cudaErrorInvalidValue && wide_threads() < 0) return kBadWideThreads;
     if (err == cudaErrorInvalidValue && block_mode() < 0) return kBadBlock;
     if (err == cudaErrorInvalidValue && deep_forced() < 0) return kBadDeepCluster;
-    if (err == cudaErrorInvalidValue && tma_forced() < 0) return kBadTma;
     return cudaGetErrorString(err);
   }
   return launch_status();
