@@ -229,7 +229,7 @@ def test_the_dispatch_rule() -> None:
 
 
 def test_bad_arguments_name_the_argument(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="name must be a valid Python identifier"):
+    with pytest.raises(ValueError, match="not a Python identifier"):
         workbench.load("my-ext", [str(tmp_path / "a.cpp")])
     with pytest.raises(FileNotFoundError, match=r"missing\.cpp"):
         workbench.load("ext", [str(tmp_path / "missing.cpp")])

@@ -13,6 +13,7 @@ A script changes only its import. Differences, all on the safe side:
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import sysconfig
@@ -26,7 +27,7 @@ from workbench.compat import cached, pch, timing
 from workbench.compat.cached import OBJECTS, OUT, Recipe, Unit
 from workbench.compat.live import activate
 from workbench.config import Config, make_config
-from workbench.errors import ToolchainError, WorkbenchError
+from workbench.errors import BuildError, ToolchainError, WorkbenchError
 from workbench.hashing import digest
 from workbench.project import WB_ROOT
 
@@ -109,11 +110,12 @@ def _unit(
     extra_cflags: list[str],
     extra_cuda_cflags: list[str],
     own: bool = False,
+    defer: bool = True,
 ) -> Unit:
     """How to compile ``source``; ``own``: the workbench's own file (no precompiled header, no
     host reuse, not the user's to explain or adopt)."""
     text = source.read_text(errors="replace")
-    prelude = ["-include", str(PRELUDE)] if "TORCH_LIBRARY" in text else []
+    prelude = ["-include", str(PRELUDE)] if defer and "TORCH_LIBRARY" in text else []
     std = f"-std={config.torch.cxx_std}"
     head: list[str]
     made, note = None, ""
@@ -144,9 +146,7 @@ def _unit(
     return Unit(source, command, made, note, reuse, own, fallback, refused)
 
 
-def _link_command(
-    config: Config, python_module: bool, standalone: bool, extra_ldflags: list[str]
-) -> tuple[str, ...]:
+def _link_command(config: Config, standalone: bool, extra_ldflags: list[str]) -> tuple[str, ...]:
     lib = str(config.torch.lib_dir)
     cmd = [str(config.cxx), *([] if standalone else ["-shared"]), "-o", OUT, OBJECTS]
     # Each build's calls bind to its own functions: an edited build loaded beside the old one
@@ -154,7 +154,7 @@ def _link_command(
     cmd.append("-Wl,-Bsymbolic-functions")
     cmd += [str(config.libstdcxx)] if config.libstdcxx else ["-lstdc++"]
     cmd += [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
-    if python_module:
+    if not standalone:  # as torch's load: a library of ops may bind pybind11 functions too
         cmd.append("-ltorch_python")
     if config.with_cuda:
         assert config.cuda_home is not None
@@ -163,10 +163,40 @@ def _link_command(
     return (*cmd, *extra_ldflags)
 
 
-def _check_sources(name: str, sources: Sequence[str | Path] | str | Path) -> list[Path]:
-    if not isinstance(name, str) or not _IDENT.fullmatch(name):
-        raise ValueError(f"name must be a valid Python identifier (the module name), got {name!r}")
-    items = [sources] if isinstance(sources, (str, Path)) else list(sources)
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _check_name(name: object, python_module: bool) -> str:
+    """``name`` checked as torch's load would build it; returns its file-safe form (the cache
+    folder, the lock, the library's file name). A library of ops (``is_python_module=False``)
+    may be named ``my-ext`` or ``my.ext``, as with torch; a module must be importable."""
+    if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
+        raise ValueError(
+            f"name must be the extension's name, letters, digits, '_', '-' or '.', got {name!r}"
+        )
+    if python_module and not _IDENT.fullmatch(name):
+        raise ValueError(
+            f"name {name!r} is not a Python identifier, so no module of that name can be "
+            f"imported (PYBIND11_MODULE({name}, m) does not compile): name it "
+            f"{re.sub(r'[^A-Za-z0-9_]', '_', name)!r}, or pass is_python_module=False for a "
+            "library of TORCH_LIBRARY ops"
+        )
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def _check_sources(sources: object) -> list[Path]:
+    bad = TypeError(
+        f"sources must be a list of paths of .cpp/.cu files (str or pathlib.Path), got {sources!r}"
+    )
+    if isinstance(sources, (str, os.PathLike)):
+        items = [sources]
+    else:
+        try:
+            items = list(sources)  # type: ignore[call-overload]
+        except TypeError:
+            raise bad from None
+    if not all(isinstance(s, (str, os.PathLike)) for s in items):
+        raise bad
     if not items:
         raise ValueError("sources is empty; give the .cpp/.cu files to compile")
     paths = [Path(s).resolve() for s in items]
@@ -174,6 +204,14 @@ def _check_sources(name: str, sources: Sequence[str | Path] | str | Path) -> lis
     if missing:
         raise FileNotFoundError(f"sources not found: {', '.join(missing)}")
     return paths
+
+
+def _no_sycl(with_sycl: bool | None, sources: Sequence[object]) -> None:
+    if with_sycl or any(str(s).endswith(".sycl") for s in sources):
+        raise ValueError(
+            "with_sycl / a .sycl source: the drop-in builds C++ and CUDA extensions; build a "
+            "SYCL extension with torch.utils.cpp_extension.load"
+        )
 
 
 def recipe(
@@ -193,16 +231,21 @@ def recipe(
     config = _config(with_cuda, link)
     common = _common_flags(config, name)
     common += [f"-I{Path(p).resolve()}" for p in extra_include_paths]
-    units = [_unit(config, s, common, extra_cflags, extra_cuda_cflags) for s in sources]
+    # An executable has no driver to call wbc_register(): its TORCH_LIBRARY blocks register
+    # as they do under torch's load, when it starts.
+    units = [
+        _unit(config, s, common, extra_cflags, extra_cuda_cflags, defer=not standalone)
+        for s in sources
+    ]
     if any("-include" in u.command for u in units):
         # The workbench's own file, compiled once per flag set: no header of its own.
         units.append(_unit(config, DEFERRED_SOURCE, common, [], [], own=True))
     excluded = (*config.excluded_roots, sysconfig.get_paths()["include"] + "/")
     identity = {**config.identity, "drop-in": 1}
     return Recipe(
-        name,
+        re.sub(r"[^A-Za-z0-9_]", "_", name),
         tuple(units),
-        _link_command(config, python_module, standalone, extra_ldflags),
+        _link_command(config, standalone, extra_ldflags),
         identity,
         excluded,
         "" if standalone else ".so",
@@ -214,11 +257,13 @@ def load(
     sources: Sequence[str | Path] | str | Path,
     extra_cflags: Sequence[str] | None = None,
     extra_cuda_cflags: Sequence[str] | None = None,
+    extra_sycl_cflags: Sequence[str] | None = None,
     extra_ldflags: Sequence[str] | None = None,
     extra_include_paths: Sequence[str] | None = None,
     build_directory: str | None = None,
     verbose: bool = False,
     with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
     is_python_module: bool = True,
     is_standalone: bool = False,
     keep_intermediates: bool = True,
@@ -227,11 +272,19 @@ def load(
 
     Returns the imported module (``is_python_module=True``); the library path after loading it
     as ``torch.ops.load_library`` would (``is_python_module=False``); or the path of the built
-    executable (``is_standalone=True``). ``with_cuda`` defaults to whether any source is a
-    ``.cu``/``.cuh`` file. ``build_directory`` holds the cache for this build (default: the
-    workbench cache).
+    executable (``is_standalone=True``, with ``is_python_module=False``). ``with_cuda`` defaults
+    to whether any source is a ``.cu``/``.cuh`` file. ``build_directory`` holds the cache for
+    this build (default: the workbench cache). SYCL is not built (``with_sycl`` raises);
+    ``extra_sycl_cflags`` is accepted, as torch ignores it without SYCL sources.
     """
-    paths = _check_sources(name, sources)
+    if is_python_module and is_standalone:
+        raise ValueError(
+            "`is_python_module` and `is_standalone` are mutually exclusive: pass "
+            "is_python_module=False with is_standalone=True"
+        )
+    _check_name(name, is_python_module)
+    paths = _check_sources(sources)
+    _no_sycl(with_sycl, paths)
     cuda = with_cuda if with_cuda is not None else any(p.suffix in CUDA_SUFFIXES for p in paths)
     return _build_and_load(
         name,
@@ -242,7 +295,7 @@ def load(
             extra_ldflags=_list(extra_ldflags, "extra_ldflags"),
             extra_include_paths=_list(extra_include_paths, "extra_include_paths"),
             with_cuda=cuda,
-            python_module=is_python_module and not is_standalone,
+            python_module=is_python_module,
             standalone=is_standalone,
         ),
         build_directory,
@@ -250,11 +303,22 @@ def load(
     )
 
 
+class ExtensionBuildError(BuildError, RuntimeError):
+    """A drop-in compile or link that failed: a RuntimeError, as torch's load raises, so that
+    a script's ``except RuntimeError`` fallback still catches it."""
+
+
 # What a build could not do (a precompiled header), said once per process.
 _said: set[str] = set()
 
-# The last load of each extension name, for reload_all() (the notebook's autoreload).
-_calls: dict[str, tuple[list[Path], dict[str, Any], str | None]] = {}
+# The last load of each extension (its key: see _key), for reload_all() (the notebook's
+# autoreload).
+_calls: dict[str, tuple[str, list[Path], dict[str, Any], str | None]] = {}
+
+
+def _key(name: str, paths: list[Path], options: dict[str, Any], build_directory: str | None) -> str:
+    """What makes two loads one extension (an edit) rather than two of one name."""
+    return f"{name}:{digest(name, [str(p) for p in paths], options, build_directory)[:16]}"
 
 
 def reload_all() -> list[tuple[str, list[str], float, str | None]]:
@@ -264,12 +328,12 @@ def reload_all() -> list[tuple[str, list[str], float, str | None]]:
     that fails to build or register keeps its last good build, and its error is returned.
     """
     done: list[tuple[str, list[str], float, str | None]] = []
-    for name, (paths, options, build_directory) in list(_calls.items()):
+    for key, (name, paths, options, build_directory) in list(_calls.items()):
         start = time.perf_counter()
         try:
             out = _build(name, paths, options, build_directory, None)
             if not options["standalone"]:
-                activate(name, out.path, options["python_module"])
+                activate(name, out.path, options["python_module"], key)
         except WorkbenchError as e:
             done.append((name, [], time.perf_counter() - start, str(e)))
             continue
@@ -284,10 +348,17 @@ def _build(
     build_directory: str | None,
     on_line: Callable[[str], None] | None,
 ) -> cached.Output:
-    if build_directory is None:
-        return cached.build(recipe(name, paths, **options), knobs.jobs(), on_line)
-    with knobs.override(WB_CACHE_DIR=str(Path(build_directory).resolve())):
-        return cached.build(recipe(name, paths, **options), knobs.jobs(), on_line)
+    try:
+        if build_directory is None:
+            return cached.build(recipe(name, paths, **options), knobs.jobs(), on_line)
+        with knobs.override(WB_CACHE_DIR=str(Path(build_directory).resolve())):
+            return cached.build(recipe(name, paths, **options), knobs.jobs(), on_line)
+    except BuildError as e:
+        if isinstance(e, RuntimeError):
+            raise
+        error = ExtensionBuildError(str(e), e.log)
+        error.failed = e.failed
+        raise error from None
 
 
 def _build_and_load(
@@ -299,10 +370,11 @@ def _build_and_load(
 ) -> Any:
     start = time.perf_counter()
     out = _build(name, paths, options, build_directory, _say if verbose else None)
-    _calls[name] = (paths, options, build_directory)
+    key = _key(name, paths, options, build_directory)
+    _calls[key] = (name, paths, options, build_directory)
     if options["standalone"]:
         return str(out.path)
-    live = activate(name, out.path, options["python_module"])
+    live = activate(name, out.path, options["python_module"], key)
     if verbose or not knobs.quiet():
         for note in out.notes:  # each reason once per process, not at every edit
             if note not in _said:
@@ -328,31 +400,42 @@ def _slow_hint(tu_seconds: dict[Path, float]) -> str:
     return f"; {source.name} took {secs:.1f} s: `wb why {source}` says where and what to do"
 
 
+def _functions(functions: object) -> dict[str, str] | None:
+    """``functions`` as torch reads it: None, a name, a list of names, or names to docstrings."""
+    if functions is None or isinstance(functions, dict):
+        return functions
+    if isinstance(functions, str):
+        return {functions: functions}
+    if isinstance(functions, (list, tuple)) and all(isinstance(f, str) for f in functions):
+        return {f: f for f in functions}
+    raise ValueError(
+        f"Expected 'functions' to be a list or dict of function names, but was {functions!r}"
+    )
+
+
 def _inline_sources(
     name: str,
     cpp_sources: Sequence[str] | str,
     cuda_sources: Sequence[str] | str | None,
-    functions: Sequence[str] | str | dict[str, str] | None,
+    functions: dict[str, str] | None,
     with_pytorch_error_handling: bool,
+    implicit_headers: bool,
 ) -> list[Path]:
-    cpp = "#include <torch/extension.h>\n" + "\n".join(_list(cpp_sources, "cpp_sources"))
-    if functions:
-        docs = (
-            functions
-            if isinstance(functions, dict)
-            else {f: f for f in _list(functions, "functions")}
-        )
+    head = ["#include <torch/extension.h>"] if implicit_headers else []
+    cpp = "\n".join([*head, *_list(cpp_sources, "cpp_sources")])
+    if functions is not None:  # as torch: an empty list still makes the (empty) module
         wrap = "torch::wrap_pybind_function({f})" if with_pytorch_error_handling else "&{f}"
         defs = "".join(
-            f'  m.def("{f}", {wrap.format(f=f)}, {json_string(doc)});\n' for f, doc in docs.items()
+            f'  m.def("{f}", {wrap.format(f=f)}, {json_string(doc)});\n'
+            for f, doc in functions.items()
         )
         cpp += f"\n\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n"
     texts = {"main.cpp": cpp}
     cuda = _list(cuda_sources, "cuda_sources")
     if cuda:
-        head = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
-        texts["cuda.cu"] = head + "\n".join(cuda)
-    folder = cache.root() / "inline" / name / digest(texts)[:24]
+        head = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
+        texts["cuda.cu"] = "\n".join([*(head if implicit_headers else []), *cuda])
+    folder = cache.root() / "inline" / re.sub(r"[^A-Za-z0-9_]", "_", name) / digest(texts)[:24]
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for file, text in texts.items():
@@ -374,14 +457,17 @@ def load_inline(
     name: str,
     cpp_sources: Sequence[str] | str,
     cuda_sources: Sequence[str] | str | None = None,
+    sycl_sources: Sequence[str] | str | None = None,
     functions: Sequence[str] | str | dict[str, str] | None = None,
     extra_cflags: Sequence[str] | None = None,
     extra_cuda_cflags: Sequence[str] | None = None,
+    extra_sycl_cflags: Sequence[str] | None = None,
     extra_ldflags: Sequence[str] | None = None,
     extra_include_paths: Sequence[str] | None = None,
     build_directory: str | None = None,
     verbose: bool = False,
     with_cuda: bool | None = None,
+    with_sycl: bool | None = None,
     is_python_module: bool = True,
     with_pytorch_error_handling: bool = True,
     keep_intermediates: bool = True,
@@ -390,22 +476,20 @@ def load_inline(
 ) -> Any:
     """Build and load an extension from source strings, as ``cpp_extension.load_inline``.
 
-    ``cpp_sources`` go into one ``main.cpp`` after ``#include <torch/extension.h>``;
-    ``functions`` (names, or a dict of name to docstring) are bound with pybind11;
-    ``cuda_sources`` go into one ``cuda.cu``. ``use_pch`` and ``no_implicit_headers`` are
-    accepted for compatibility; the first has no effect.
+    ``cpp_sources`` go into one ``main.cpp`` after ``#include <torch/extension.h>`` (none with
+    ``no_implicit_headers``); ``functions`` (names, or a dict of name to docstring) are bound
+    with pybind11; ``cuda_sources`` go into one ``cuda.cu``. ``use_pch`` is accepted and has no
+    effect (the drop-in precompiles torch headers by itself); SYCL raises.
     """
-    if not isinstance(name, str) or not _IDENT.fullmatch(name):
-        raise ValueError(f"name must be a valid Python identifier (the module name), got {name!r}")
+    _check_name(name, is_python_module)
+    _no_sycl(with_sycl or bool(sycl_sources), [])
+    binds = _functions(functions)
+    make = (name, cpp_sources, cuda_sources, binds, with_pytorch_error_handling)
     if build_directory is not None:
         with knobs.override(WB_CACHE_DIR=str(Path(build_directory).resolve())):
-            paths = _inline_sources(
-                name, cpp_sources, cuda_sources, functions, with_pytorch_error_handling
-            )
+            paths = _inline_sources(*make, not no_implicit_headers)
     else:
-        paths = _inline_sources(
-            name, cpp_sources, cuda_sources, functions, with_pytorch_error_handling
-        )
+        paths = _inline_sources(*make, not no_implicit_headers)
     cuda = with_cuda if with_cuda is not None else bool(cuda_sources)
     return _build_and_load(
         name,

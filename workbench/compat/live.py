@@ -26,6 +26,8 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import shutil
+import subprocess
 import sys
 import types
 import warnings
@@ -51,6 +53,7 @@ class Live:
     # The ops that opening it registered (torch::RegisterOperators and other registrations that
     # run when the library is loaded): no second build of it can be opened in this process.
     opened_ops: list[str] = field(default_factory=list)
+    extension: str = ""  # the name it was loaded under
 
     def namespaces(self) -> list[str]:
         if not self.deferred:
@@ -75,7 +78,8 @@ class Live:
             self.registered = False
 
 
-_live: dict[str, Live] = {}  # extension name -> its live build
+_live: dict[str, Live] = {}  # a load's key (see activate) -> its live build
+_imported: set[str] = set()  # names imported as modules: a later module gets a name of its own
 
 _MISMATCH = re.compile(
     r"Mismatch in kernel C\+\+ signatures\s+operator: (?P<op>[\w:.]+)\((?P<args>.*?)\n.*?"
@@ -214,6 +218,8 @@ def _open_library(name: str, path: Path, python_module: bool, first: bool) -> Li
         try:
             module = _import_extension(_module_name(name, path, first), path)
         except ImportError as e:
+            if _UNDEFINED.search(str(e)):
+                raise ExtensionImportError(_explain_open(path, str(e))) from None
             if first or "already registered" not in str(e):
                 raise
             raise LoadError(
@@ -225,7 +231,7 @@ def _open_library(name: str, path: Path, python_module: bool, first: bool) -> Li
     try:
         cdll = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:
-        raise LoadError(f"cannot open {path}: {e}") from e
+        raise LibraryOpenError(_explain_open(path, str(e))) from None
     deferred = hasattr(cdll, "wbc_abi_version")
     if deferred:
         if cdll.wbc_abi_version() != ABI_VERSION:
@@ -234,6 +240,44 @@ def _open_library(name: str, path: Path, python_module: bool, first: bool) -> Li
         cdll.wbc_block_namespace.restype = ctypes.c_char_p
         cdll.wbc_block_namespace.argtypes = [ctypes.c_int]
     return Live(path, cdll, module, deferred)
+
+
+class LibraryOpenError(LoadError, OSError):
+    """A built library that cannot be opened (an OSError, as torch.ops.load_library raises)."""
+
+
+class ExtensionImportError(LoadError, ImportError):
+    """A built module that cannot be imported (an ImportError, as torch's load raises)."""
+
+
+_UNDEFINED = re.compile(r"undefined symbol: (\S+)")
+
+
+def _explain_open(path: Path, error: str) -> str:
+    """Why ``path`` does not open; an undefined symbol gets its C++ name and the fix."""
+    found = _UNDEFINED.search(error)
+    if found is None:
+        return f"cannot open {path}: {error}"
+    symbol = found[1]
+    return (
+        f"cannot open {path.name}: it uses {_demangle(symbol)} ({symbol}), which none of its "
+        "sources and none of the libraries it links defines. Add the source that defines it "
+        "to sources, or the library that holds it to extra_ldflags (['-L<dir>', '-l<name>']); a "
+        "template or inline function must be defined in a header its users include.\n\n"
+        f"{error}"
+    )
+
+
+def _demangle(symbol: str) -> str:
+    """The C++ name of a mangled symbol (``c++filt``), or the symbol where that cannot tell."""
+    tool = shutil.which("c++filt")
+    if tool is None:
+        return symbol
+    try:
+        proc = subprocess.run([tool, symbol], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return symbol
+    return proc.stdout.strip() or symbol
 
 
 def _hold_ops(namespaces: list[str]) -> list[object]:
@@ -245,9 +289,9 @@ def _hold_ops(namespaces: list[str]) -> list[object]:
     holders: list[object] = []
     names = torch._C._dispatch_get_all_op_names()
     for ns in namespaces:
-        ops = sorted(
-            {n.split("::", 1)[1].split(".", 1)[0] for n in names if n.startswith(ns + "::")}
-        )
+        # Every overload ("op.out" too): an overload held by nothing is freed mid-swap, and a
+        # torch.ops handle to it would point into freed memory.
+        ops = sorted({n.split("::", 1)[1] for n in names if n.startswith(ns + "::")})
         if not ops:
             continue
         lib = torch.library.Library(ns, "FRAGMENT")
@@ -261,9 +305,17 @@ def _placeholder(*args: object, **kwargs: object) -> object:
     raise RuntimeError("this op is being reloaded")
 
 
-def activate(name: str, path: Path, python_module: bool) -> Live:
-    """Make ``path`` the live build of the extension ``name``; the old one is swapped out."""
-    old = _live.get(name)
+def activate(name: str, path: Path, python_module: bool, key: str | None = None) -> Live:
+    """Make ``path`` the live build of the extension ``name``; the old one is swapped out.
+
+    ``key`` names the load (its name, sources and options; default: the name): a build of the
+    same key is an edit and replaces the last one, module object and all. A load of the same
+    name with other sources or flags is another extension, as under torch's load (which calls
+    it ``name_v1``) and both stay loaded, unless it registers ops in a namespace of a loaded
+    build of that name: then it replaces that build, where torch's load would abort.
+    """
+    key = name if key is None else key
+    old = _live.get(key)
     if old is not None and old.path == path:
         return old
     if old is not None and old.opened_ops:
@@ -275,7 +327,11 @@ def activate(name: str, path: Path, python_module: bool) -> Live:
             "it, or register the ops with TORCH_LIBRARY and TORCH_LIBRARY_IMPL, which a reload "
             "swaps in place. The last good build stays loaded."
         )
-    new = _open(name, path, python_module, first=old is None)
+    new = _open(name, path, python_module, first=name not in _imported)
+    if python_module:
+        _imported.add(name)
+    old_key = key if old is not None else _sibling(name, new)
+    old = _live.pop(old_key) if old_key is not None else None
     gone = _removed.pop(name, _Tombstones(name, {}))
     held = (old.namespaces() if old is not None else []) + gone.namespaces()
     holders = _hold_ops(sorted(set(held)))
@@ -286,8 +342,9 @@ def activate(name: str, path: Path, python_module: bool) -> Live:
         try:
             new.register()
         except LoadError:
-            if old is not None:
+            if old is not None and old_key is not None:
                 old.register()  # the last good build keeps working
+                _live[old_key] = old
             _bury(name, gone.schemas, old.path.name if old is not None else path.name, say=False)
             _close(new)
             raise
@@ -296,12 +353,22 @@ def activate(name: str, path: Path, python_module: bool) -> Live:
     finally:
         for lib in holders:
             lib._destroy()  # type: ignore[attr-defined]
-    _live[name] = new
+    new.extension = name
+    _live[key] = new
     if old is not None:
         _retire(old, new)
     if not python_module:
         _note_loaded_library(path)
     return new
+
+
+def _sibling(name: str, new: Live) -> str | None:
+    """The key of a loaded build of extension ``name`` whose op namespaces ``new`` shares."""
+    mine = set(new.namespaces())
+    for key, live in _live.items():
+        if live.extension == name and mine & set(live.namespaces()):
+            return key
+    return None
 
 
 def _bury(name: str, schemas: dict[str, str], build: str, say: bool = True) -> None:
@@ -361,4 +428,6 @@ def _note_loaded_library(path: Path) -> None:
 
 
 def live(name: str) -> Live | None:
-    return _live.get(name)
+    """The build last loaded under the extension name ``name``."""
+    found = [lv for lv in _live.values() if lv.extension == name]
+    return found[-1] if found else None
