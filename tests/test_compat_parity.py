@@ -56,9 +56,7 @@ def test_the_signatures_are_torchs_in_torchs_order(ours: object, theirs: object)
     assert mine == [(p.name, p.default) for p in torch_params]
 
 
-def test_a_library_named_with_a_dash_or_a_dot_loads_and_a_reload_holds_every_overload(
-    tmp_path: Path,
-) -> None:
+def test_a_library_named_with_a_dash_or_a_dot_loads_as_with_torch(tmp_path: Path) -> None:
     ns = f"wbparity_{os.getpid()}"
     src = _ops(tmp_path, ns, 1)
     # Positionally, in torch's order: extra_ldflags is the sixth, with_sycl the eleventh.
@@ -67,10 +65,18 @@ def test_a_library_named_with_a_dash_or_a_dot_loads_and_a_reload_holds_every_ove
     )
     assert isinstance(path, str) and Path(path).name.startswith("my_ext_v2.")
     assert path in torch.ops.loaded_libraries
-    ops = getattr(torch.ops, ns)
-    x = torch.zeros(2)
-    torch.testing.assert_close(ops.shift(x, 2), x + 3)
-    out_handle = ops.shift.out
+    torch.testing.assert_close(
+        getattr(torch.ops, ns).shift(torch.zeros(2), 2), torch.full((2,), 3.0)
+    )
+    with pytest.raises(ValueError, match=r"not a Python identifier.*name it 'my_ext'"):
+        workbench.load("my-ext", [src])  # a module named my-ext cannot be imported
+
+
+def test_a_reload_holds_every_overload_of_an_op(tmp_path: Path) -> None:
+    ns = f"wboverloads_{os.getpid()}"
+    src = _ops(tmp_path, ns, 1)
+    workbench.load("wb_overloads", [src], is_python_module=False)
+    out_handle = getattr(torch.ops, ns).shift.out
     # The placeholders that keep the ops alive mid-swap hold each overload, op.out included:
     # one held by nothing is freed, and a handle to it then points into freed memory.
     holders = live._hold_ops([ns])
@@ -81,12 +87,10 @@ def test_a_library_named_with_a_dash_or_a_dot_loads_and_a_reload_holds_every_ove
         for lib in holders:
             lib._destroy()  # type: ignore[attr-defined]
     _ops(tmp_path, ns, 5)
-    workbench.load("my-ext.v2", [src], is_python_module=False)
-    out = torch.empty(2)
+    workbench.load("wb_overloads", [src], is_python_module=False)
+    x, out = torch.zeros(2), torch.empty(2)
     out_handle(x, 1, out=out)
     torch.testing.assert_close(out, x + 6)
-    with pytest.raises(ValueError, match=r"not a Python identifier.*name it 'my_ext'"):
-        workbench.load("my-ext", [src])  # a module named my-ext cannot be imported
 
 
 def test_bad_arguments_raise_torchs_exception_types_naming_the_argument(tmp_path: Path) -> None:
@@ -210,3 +214,16 @@ def test_a_file_with_both_pybind11_and_torch_library_loads_either_way(tmp_path: 
     torch.testing.assert_close(module.add1(x), x + 1)
     torch.testing.assert_close(getattr(torch.ops, ns).add1(x), x + 1)
     assert "adds one" in module.add1.__doc__
+
+
+def test_ops_loaded_as_a_module_register_and_raise_importerror_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    ns = f"wbnomodule_{os.getpid()}"
+    src = _ops(tmp_path, ns, 0)
+    for _ in range(2):  # each call raises, as torch's load does; the ops stay registered
+        with pytest.raises(ImportError, match="is_python_module=False"):
+            workbench.load("wb_no_module", [src])  # is_python_module defaults to True
+        torch.testing.assert_close(
+            getattr(torch.ops, ns).shift(torch.zeros(1), 2), torch.full((1,), 2.0)
+        )

@@ -54,6 +54,7 @@ class Live:
     # run when the library is loaded): no second build of it can be opened in this process.
     opened_ops: list[str] = field(default_factory=list)
     extension: str = ""  # the name it was loaded under
+    no_module: str = ""  # loaded as a module but holds none: the ImportError's text
 
     def namespaces(self) -> list[str]:
         if not self.deferred:
@@ -218,6 +219,10 @@ def _open_library(name: str, path: Path, python_module: bool, first: bool) -> Li
         try:
             module = _import_extension(_module_name(name, path, first), path)
         except ImportError as e:
+            if "does not define module export function" in str(e):
+                # As torch's load: the library stays open with its ops registered, and the
+                # load raises ImportError (see activate).
+                return _with_no_module(name, path, str(e))
             if _UNDEFINED.search(str(e)):
                 raise ExtensionImportError(_explain_open(path, str(e))) from None
             if first or "already registered" not in str(e):
@@ -280,6 +285,17 @@ def _demangle(symbol: str) -> str:
     return proc.stdout.strip() or symbol
 
 
+def _with_no_module(name: str, path: Path, error: str) -> Live:
+    live = _open_library(name, path, False, True)
+    live.no_module = (
+        f"{path.name} holds no Python module {name!r} ({error}): it defines no "
+        "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m). Its TORCH_LIBRARY ops are registered under "
+        "torch.ops; load it with is_python_module=False, which returns the library's path, or "
+        "add a PYBIND11_MODULE block."
+    )
+    return live
+
+
 def _hold_ops(namespaces: list[str]) -> list[object]:
     """Placeholder kernels that keep every op of ``namespaces`` alive in the dispatcher."""
     if not namespaces:
@@ -317,7 +333,7 @@ def activate(name: str, path: Path, python_module: bool, key: str | None = None)
     key = name if key is None else key
     old = _live.get(key)
     if old is not None and old.path == path:
-        return old
+        return _module_checked(old)
     if old is not None and old.opened_ops:
         raise LoadError(
             f"the edited build of {name!r} cannot be loaded in this process: its loaded build "
@@ -357,9 +373,16 @@ def activate(name: str, path: Path, python_module: bool, key: str | None = None)
     _live[key] = new
     if old is not None:
         _retire(old, new)
-    if not python_module:
+    if not python_module or new.no_module:
         _note_loaded_library(path)
-    return new
+    return _module_checked(new)
+
+
+def _module_checked(live: Live) -> Live:
+    """``live``, or the ImportError of a module load whose library holds no module."""
+    if live.no_module:
+        raise ExtensionImportError(live.no_module)
+    return live
 
 
 def _sibling(name: str, new: Live) -> str | None:
