@@ -25,7 +25,7 @@ from typing import Any
 from workbench import cache, knobs, toolchain
 from workbench.compat import cached, pch, timing
 from workbench.compat.cached import OBJECTS, OUT, Recipe, Unit
-from workbench.compat.live import activate
+from workbench.compat.live import activate, replaced
 from workbench.config import Config, make_config
 from workbench.errors import BuildError, ToolchainError, WorkbenchError
 from workbench.hashing import digest
@@ -334,11 +334,20 @@ def reload_all() -> list[tuple[str, list[str], float, str | None]]:
             out = _build(name, paths, options, build_directory, None)
             if not options["standalone"]:
                 activate(name, out.path, options["python_module"], key)
+                _forget_replaced(name)
         except WorkbenchError as e:
             done.append((name, [], time.perf_counter() - start, str(e)))
             continue
         done.append((name, [p.name for p in out.compiled], time.perf_counter() - start, None))
     return done
+
+
+def _forget_replaced(name: str) -> None:
+    """Drop the loads of ``name`` that a later load replaced (it registered their namespaces):
+    reloading them would swap the two back and forth."""
+    for key, call in list(_calls.items()):
+        if call[0] == name and replaced(key):
+            del _calls[key]
 
 
 def _build(
@@ -375,6 +384,7 @@ def _build_and_load(
     if options["standalone"]:
         return str(out.path)
     live = activate(name, out.path, options["python_module"], key)
+    _forget_replaced(name)
     if verbose or not knobs.quiet():
         for note in out.notes:  # each reason once per process, not at every edit
             if note not in _said:

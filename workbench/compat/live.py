@@ -80,6 +80,7 @@ class Live:
 
 
 _live: dict[str, Live] = {}  # a load's key (see activate) -> its live build
+_replaced: set[str] = set()  # loads whose build a load of other sources replaced
 _imported: set[str] = set()  # names imported as modules: a later module gets a name of its own
 
 _MISMATCH = re.compile(
@@ -371,6 +372,9 @@ def activate(name: str, path: Path, python_module: bool, key: str | None = None)
             lib._destroy()  # type: ignore[attr-defined]
     new.extension = name
     _live[key] = new
+    _replaced.discard(key)
+    if old_key is not None and old_key != key:
+        _replaced.add(old_key)
     if old is not None:
         _retire(old, new)
     if not python_module or new.no_module:
@@ -448,6 +452,11 @@ def _note_loaded_library(path: Path) -> None:
     import torch
 
     torch.ops.loaded_libraries.add(str(path))
+
+
+def replaced(key: str) -> bool:
+    """Whether the load ``key``'s build was replaced by a load of other sources (see activate)."""
+    return key in _replaced
 
 
 def live(name: str) -> Live | None:
