@@ -229,3 +229,20 @@ def test_ops_loaded_as_a_module_register_and_raise_importerror_naming_the_fix(
         torch.testing.assert_close(
             getattr(torch.ops, ns).shift(torch.zeros(1), 2), torch.full((1,), 2.0)
         )
+
+
+def test_registration_blocks_in_a_projects_header_reload_in_place(tmp_path: Path) -> None:
+    ns = f"wbheader_{os.getpid()}"
+    text = OPS.replace("NAMESPACE", ns)
+    kernels, blocks = text.split("TORCH_LIBRARY(", 1)
+    (tmp_path / "inc" / "ops").mkdir(parents=True)
+    (tmp_path / "inc" / "ops" / "blocks.h").write_text('#include "more.h"\n')
+    (tmp_path / "inc" / "ops" / "more.h").write_text("TORCH_LIBRARY(" + blocks)
+    src = tmp_path / "kernels.cpp"
+    x = torch.zeros(1)
+    for shift in (1, 4):  # the .cpp never names TORCH_LIBRARY; its header's header does
+        src.write_text(kernels.replace("SHIFT", str(shift)) + "#include <ops/blocks.h>\n")
+        workbench.load(
+            "wb_header", [src], extra_include_paths=[str(tmp_path / "inc")], is_python_module=False
+        )
+        torch.testing.assert_close(getattr(torch.ops, ns).shift(x), x + shift)

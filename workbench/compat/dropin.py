@@ -111,11 +111,14 @@ def _unit(
     extra_cuda_cflags: list[str],
     own: bool = False,
     defer: bool = True,
+    include_dirs: tuple[Path, ...] = (),
 ) -> Unit:
     """How to compile ``source``; ``own``: the workbench's own file (no precompiled header, no
-    host reuse, not the user's to explain or adopt)."""
+    host reuse, not the user's to explain or adopt); ``defer``: its TORCH_LIBRARY blocks wait
+    for wbc_register (all but executables)."""
     text = source.read_text(errors="replace")
-    prelude = ["-include", str(PRELUDE)] if defer and "TORCH_LIBRARY" in text else []
+    registers = defer and _names_torch_library(source, text, include_dirs)
+    prelude = ["-include", str(PRELUDE)] if registers else []
     std = f"-std={config.torch.cxx_std}"
     head: list[str]
     made, note = None, ""
@@ -144,6 +147,32 @@ def _unit(
     reuse = source.suffix == ".cu" and not own
     command = (*head, *flags, *prelude, *tail)
     return Unit(source, command, made, note, reuse, own, fallback, refused)
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
+_SCANNED_HEADERS = 256  # a bound on the headers read per source: a project's own, not a library's
+
+
+def _names_torch_library(source: Path, text: str, include_dirs: tuple[Path, ...]) -> bool:
+    """Whether ``source``, or a header of the project's that it includes (``"x.h"`` beside the
+    file including it or under ``extra_include_paths``, ``<x.h>`` under those), names
+    TORCH_LIBRARY: such a TU's registration blocks must wait for wbc_register, or a reload of
+    its library would register them a second time as it opens."""
+    seen: set[Path] = set()
+    todo = [(source.parent, text)]
+    while todo:
+        folder, body = todo.pop()
+        if "TORCH_LIBRARY" in body:
+            return True
+        for quote, name in _INCLUDE.findall(body):
+            for d in (folder, *include_dirs) if quote == '"' else include_dirs:
+                path = (d / name).resolve()
+                if path.is_file():
+                    if path not in seen and len(seen) < _SCANNED_HEADERS:
+                        seen.add(path)
+                        todo.append((path.parent, path.read_text(errors="replace")))
+                    break
+    return False
 
 
 def _link_command(config: Config, standalone: bool, extra_ldflags: list[str]) -> tuple[str, ...]:
@@ -230,11 +259,20 @@ def recipe(
     """What to compile and link for a drop-in load (pure apart from reading the sources)."""
     config = _config(with_cuda, link)
     common = _common_flags(config, name)
-    common += [f"-I{Path(p).resolve()}" for p in extra_include_paths]
+    dirs = tuple(Path(p).resolve() for p in extra_include_paths)
+    common += [f"-I{d}" for d in dirs]
     # An executable has no driver to call wbc_register(): its TORCH_LIBRARY blocks register
     # as they do under torch's load, when it starts.
     units = [
-        _unit(config, s, common, extra_cflags, extra_cuda_cflags, defer=not standalone)
+        _unit(
+            config,
+            s,
+            common,
+            extra_cflags,
+            extra_cuda_cflags,
+            defer=not standalone,
+            include_dirs=dirs,
+        )
         for s in sources
     ]
     if any("-include" in u.command for u in units):
