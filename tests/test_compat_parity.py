@@ -246,3 +246,14 @@ def test_registration_blocks_in_a_projects_header_reload_in_place(tmp_path: Path
             "wb_header", [src], extra_include_paths=[str(tmp_path / "inc")], is_python_module=False
         )
         torch.testing.assert_close(getattr(torch.ops, ns).shift(x), x + shift)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine with no GPU to build for")
+def test_cuda_sources_with_nothing_to_build_for_raise_oserror_as_torchs_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kernel = tmp_path / "kernel.cu"
+    kernel.write_text("__global__ void k(float* x) { x[0] = 1.0f; }\n")
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    with pytest.raises(OSError, match="TORCH_CUDA_ARCH_LIST"):  # torch: OSError (CUDA_HOME)
+        workbench.load("wb_no_gpu", [kernel], is_python_module=False)

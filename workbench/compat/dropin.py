@@ -346,6 +346,11 @@ class ExtensionBuildError(BuildError, RuntimeError):
     a script's ``except RuntimeError`` fallback still catches it."""
 
 
+class ExtensionToolchainError(ToolchainError, OSError):
+    """No toolchain for a drop-in build (no CUDA to build for, a CPU build of torch): an OSError,
+    as torch's load raises for a missing CUDA_HOME."""
+
+
 # What a build could not do (a precompiled header), said once per process.
 _said: set[str] = set()
 
@@ -406,6 +411,10 @@ def _build(
         error = ExtensionBuildError(str(e), e.log)
         error.failed = e.failed
         raise error from None
+    except ToolchainError as e:
+        if isinstance(e, OSError):
+            raise
+        raise ExtensionToolchainError(str(e)) from None
 
 
 def _build_and_load(
