@@ -1,9 +1,10 @@
 // deferred.cpp: the registration entry points of a drop-in library (see wb_compat.h).
 //
 // Linked into every library built by workbench.load() / load_inline() whose sources use
-// TORCH_LIBRARY. wbc_register() makes the recorded blocks' registrations (definitions first,
-// then fragments, then kernels) and returns 0, or 1 with the error text; wbc_unregister()
-// removes them again. Errors never escape as C++ exceptions, so a bad build cannot abort.
+// TORCH_LIBRARY or STABLE_TORCH_LIBRARY (wb_compat_stable.h, through defer_opaque).
+// wbc_register() makes the recorded blocks' registrations (definitions first, then fragments,
+// then kernels) and returns 0, or 1 with the error text; wbc_unregister() removes them again.
+// Errors never escape as C++ exceptions, so a bad build cannot abort.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -11,18 +12,25 @@
 #include <vector>
 
 #include "wb_compat.h"
+#include "wb_defer.h"
 
 #define WBC_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
 struct Entry {
+  int rank;  // 0 a definition, 1 a fragment, 2 kernels
+  const char* ns;
+  // A TORCH_LIBRARY* block: its torch::Library and init function.
   torch::Library::Kind kind;
   wb::compat::InitFn fn;
-  const char* ns;
   std::optional<c10::DispatchKey> key;
   const char* file;
   uint32_t line;
+  // Any other block (STABLE_TORCH_LIBRARY*): made and dropped by these.
+  wb::compat::OpaqueMake make = nullptr;
+  wb::compat::OpaqueDrop drop = nullptr;
+  const void* block = nullptr;
 };
 
 std::vector<Entry>& entries() {
@@ -30,8 +38,9 @@ std::vector<Entry>& entries() {
   return list;
 }
 
-std::vector<std::unique_ptr<torch::Library>>& live() {
-  static std::vector<std::unique_ptr<torch::Library>> libs;
+// The registrations made, each a library object of its block's type and its deleter.
+std::vector<std::shared_ptr<void>>& live() {
+  static std::vector<std::shared_ptr<void>> libs;
   return libs;
 }
 
@@ -54,7 +63,13 @@ void clear() {
 wb::compat::Deferred::Deferred(torch::Library::Kind kind, InitFn fn, const char* ns,
                                std::optional<c10::DispatchKey> key, const char* file,
                                uint32_t line) {
-  entries().push_back({kind, fn, ns, key, file, line});
+  entries().push_back({rank(kind), ns, kind, fn, key, file, line});
+}
+
+void wb::compat::defer_opaque(int rank, const char* ns, OpaqueMake make, OpaqueDrop drop,
+                              const void* block) {
+  entries().push_back(
+      {rank, ns, torch::Library::FRAGMENT, nullptr, std::nullopt, "", 0, make, drop, block});
 }
 
 // Bumped when the meaning of these entry points changes.
@@ -74,11 +89,16 @@ WBC_EXPORT int wbc_register(char* err, size_t err_size) {
   }
   std::vector<Entry> ordered = entries();
   std::stable_sort(ordered.begin(), ordered.end(),
-                   [](const Entry& a, const Entry& b) { return rank(a.kind) < rank(b.kind); });
+                   [](const Entry& a, const Entry& b) { return a.rank < b.rank; });
   try {
     for (const Entry& e : ordered) {
-      live().push_back(std::make_unique<torch::Library>(e.kind, e.ns, e.key, e.file, e.line));
-      e.fn(*live().back());
+      if (e.make != nullptr) {
+        live().emplace_back(e.make(e.block), e.drop);
+        continue;
+      }
+      auto lib = std::make_shared<torch::Library>(e.kind, e.ns, e.key, e.file, e.line);
+      live().push_back(lib);
+      e.fn(*lib);
     }
     return 0;
   } catch (const c10::Error& e) {

@@ -33,6 +33,7 @@ from workbench.project import WB_ROOT
 
 COMPAT_DIR = WB_ROOT / "bindings" / "compat"
 PRELUDE = COMPAT_DIR / "wb_compat.h"
+STABLE_PRELUDE = COMPAT_DIR / "wb_compat_stable.h"
 DEFERRED_SOURCE = COMPAT_DIR / "deferred.cpp"
 CUDA_SUFFIXES = (".cu", ".cuh")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -117,8 +118,11 @@ def _unit(
     host reuse, not the user's to explain or adopt); ``defer``: its TORCH_LIBRARY blocks wait
     for wbc_register (all but executables)."""
     text = source.read_text(errors="replace")
-    registers = defer and _names_torch_library(source, text, include_dirs)
-    prelude = ["-include", str(PRELUDE)] if registers else []
+    plain, stable = (False, False)
+    if defer and not own:
+        plain, stable = _names_torch_library(source, text, include_dirs)
+    prelude = ["-include", str(PRELUDE)] if plain else []
+    prelude += ["-include", str(STABLE_PRELUDE)] if stable else []
     std = f"-std={config.torch.cxx_std}"
     head: list[str]
     made, note = None, ""
@@ -150,20 +154,24 @@ def _unit(
 
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
+_PLAIN = re.compile(r"(?<!STABLE_)TORCH_LIBRARY")
 _SCANNED_HEADERS = 256  # a bound on the headers read per source: a project's own, not a library's
 
 
-def _names_torch_library(source: Path, text: str, include_dirs: tuple[Path, ...]) -> bool:
+def _names_torch_library(
+    source: Path, text: str, include_dirs: tuple[Path, ...]
+) -> tuple[bool, bool]:
     """Whether ``source``, or a header of the project's that it includes (``"x.h"`` beside the
     file including it or under ``extra_include_paths``, ``<x.h>`` under those), names
-    TORCH_LIBRARY: such a TU's registration blocks must wait for wbc_register, or a reload of
-    its library would register them a second time as it opens."""
+    TORCH_LIBRARY, and STABLE_TORCH_LIBRARY: such a TU's registration blocks must wait for
+    wbc_register, or a reload of its library would register them a second time as it opens."""
     seen: set[Path] = set()
     todo = [(source.parent, text)]
+    plain = stable = False
     while todo:
         folder, body = todo.pop()
-        if "TORCH_LIBRARY" in body:
-            return True
+        plain = plain or _PLAIN.search(body) is not None
+        stable = stable or "STABLE_TORCH_LIBRARY" in body
         for quote, name in _INCLUDE.findall(body):
             for d in (folder, *include_dirs) if quote == '"' else include_dirs:
                 path = (d / name).resolve()
@@ -172,7 +180,7 @@ def _names_torch_library(source: Path, text: str, include_dirs: tuple[Path, ...]
                         seen.add(path)
                         todo.append((path.parent, path.read_text(errors="replace")))
                     break
-    return False
+    return plain, stable
 
 
 def _link_command(config: Config, standalone: bool, extra_ldflags: list[str]) -> tuple[str, ...]:
