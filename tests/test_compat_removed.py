@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,18 @@ def test_a_removed_op_raises_naming_it_and_comes_back_when_defined_again(tmp_pat
     with pytest.raises(LoadError, match="shift"):
         _load(src, ns)
     torch.testing.assert_close(ops.shift(x), x + 5)
+    with pytest.raises(RemovedOpError, match=f"{ns}::twice"):
+        held(x)
+
+    # Another extension of the same name (other sources) leaves the removed ops where they are.
+    other = tmp_path / "other.cpp"
+    other.write_text(
+        "#include <pybind11/pybind11.h>\n"
+        'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("one", [] { return 1; }); }\n'
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RemovedOpWarning)
+        assert workbench.load(ns, [str(other)]).one() == 1
     with pytest.raises(RemovedOpError, match=f"{ns}::twice"):
         held(x)
 

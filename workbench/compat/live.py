@@ -179,7 +179,7 @@ def _raiser(extension: str, name: str, build: str) -> object:
     return removed
 
 
-_removed: dict[str, _Tombstones] = {}  # extension name -> the ops its reloads removed
+_removed: dict[str, _Tombstones] = {}  # a load's key -> the ops its reloads removed
 
 
 def _import_extension(name: str, path: Path) -> types.ModuleType:
@@ -229,7 +229,7 @@ def _open_library(name: str, path: Path, python_module: bool, first: bool) -> Li
             if first or "already registered" not in str(e):
                 raise
             raise LoadError(
-                f"the edited build of {name!r} cannot be imported: {e} pybind11 keeps one Python "
+                f"the new build of {name!r} cannot be imported: {e} pybind11 keeps one Python "
                 "type per C++ class for the whole process, so a rebuilt module that binds a "
                 "class clashes with the one already loaded. Bind the class with "
                 "py::module_local(), or restart the process; the last good build stays loaded."
@@ -349,7 +349,8 @@ def activate(name: str, path: Path, python_module: bool, key: str | None = None)
         _imported.add(name)
     old_key = key if old is not None else _sibling(name, new)
     old = _live.pop(old_key) if old_key is not None else None
-    gone = _removed.pop(name, _Tombstones(name, {}))
+    home = old_key if old_key is not None else key  # where the ops it replaces were loaded
+    gone = _removed.pop(home, _Tombstones(name, {}))
     held = (old.namespaces() if old is not None else []) + gone.namespaces()
     holders = _hold_ops(sorted(set(held)))
     try:
@@ -362,11 +363,12 @@ def activate(name: str, path: Path, python_module: bool, key: str | None = None)
             if old is not None and old_key is not None:
                 old.register()  # the last good build keeps working
                 _live[old_key] = old
-            _bury(name, gone.schemas, old.path.name if old is not None else path.name, say=False)
+            build = old.path.name if old is not None else path.name
+            _bury(name, home, gone.schemas, build, say=False)
             _close(new)
             raise
         lost = {**gone.schemas, **(old.defined if old is not None else {})}
-        _bury(name, {k: v for k, v in lost.items() if k not in new.defined}, path.name)
+        _bury(name, key, {k: v for k, v in lost.items() if k not in new.defined}, path.name)
     finally:
         for lib in holders:
             lib._destroy()  # type: ignore[attr-defined]
@@ -398,13 +400,13 @@ def _sibling(name: str, new: Live) -> str | None:
     return None
 
 
-def _bury(name: str, schemas: dict[str, str], build: str, say: bool = True) -> None:
+def _bury(name: str, key: str, schemas: dict[str, str], build: str, say: bool = True) -> None:
     """Keep the ops ``schemas`` names callable, each raising ``RemovedOpError``; say so."""
     if not schemas:
         return
     tombs = _Tombstones(name, schemas)
     tombs.install(build)
-    _removed[name] = tombs
+    _removed[key] = tombs
     if not say:
         return
     warnings.warn(
