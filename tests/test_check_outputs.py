@@ -103,11 +103,10 @@ def _add_out_writes_a(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) ->
 
 
 def _add_out_skips_last(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> None:
-    flat = out.view(-1) if out.is_contiguous() else out
-    if out.numel():
-        flat.view(-1)[:-1] = (a + b).view(-1)[:-1] if out.is_contiguous() else flat.view(-1)[:-1]
     if not out.is_contiguous():
         out.copy_(a + b)
+    elif out.numel():
+        out.view(-1)[:-1] = (a + b).reshape(-1)[:-1]
 
 
 def _add_out_past_view(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> None:

@@ -19,14 +19,19 @@ from typing import Any
 
 import torch
 
+from workbench.spec import OpSpec
 from workbench.verify.oracle import (
+    ALIASED,
+    LAYOUT,
     MUTATED,
     NONDETERMINISTIC,
+    UNWRITTEN,
     Verdict,
     fail,
 )
-from workbench.verify.schema import Signature, same_layout_copy
+from workbench.verify.schema import Signature, flat_outputs, same_layout_copy
 from workbench.verify.schema import raw as _raw
+from workbench.verify.variants import relaid
 
 # Contract check names (the ``check`` column of a report).
 OPCHECK = "opcheck"
@@ -95,6 +100,78 @@ def mutated(
                 MUTATED,
                 f"argument {i} (written) changed outside its view: the op wrote past the "
                 "elements of the tensor it was given",
+            )
+    return None
+
+
+def unwritten_argument(
+    args: tuple[Any, ...], before: list[torch.Tensor | None], written: tuple[int, ...]
+) -> Verdict | None:
+    """A failure when an argument the schema marks as written (``Tensor(a!)``, an ``out=``)
+    keeps every byte: the op wrote its result somewhere else (a fresh tensor) or not at all."""
+    for i in written:
+        a, saved = args[i], before[i]
+        if not isinstance(a, torch.Tensor) or saved is None or a.numel() == 0:
+            continue
+        if torch.equal(storage_copy(a), saved):
+            return fail(
+                UNWRITTEN,
+                f"argument {i} (written) was not written at all: its schema marks it "
+                "Tensor(a!), so the op must write its result into that very tensor, not into "
+                "a new one",
+            )
+    return None
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    return int(t.untyped_storage().data_ptr()) if t.numel() else 0
+
+
+def aliased(args: tuple[Any, ...], returned: Any, sig: Signature) -> Verdict | None:
+    """A failure when a return the schema does not mark as an alias shares memory with an
+    argument (a view of the input, or the input itself, where the schema promises a new
+    tensor: autograd, torch.compile and the caller may then write one through the other)."""
+    rets = [] if returned is None else flat_outputs(returned)
+    declared = sig.aliased_returns
+    for k, r in enumerate(rets):
+        if not isinstance(r, torch.Tensor) or (k < len(declared) and declared[k] is not None):
+            continue
+        ptr = _storage_ptr(r)
+        for i, a in enumerate(args):
+            if ptr and isinstance(a, torch.Tensor) and _storage_ptr(a) == ptr:
+                return fail(
+                    ALIASED,
+                    f"return {k} shares memory with argument {i}: the schema says it is a new "
+                    "tensor (no alias annotation such as Tensor(a)), so return a copy",
+                )
+    return None
+
+
+def layout(spec: OpSpec, args: tuple[Any, ...], returned: Any, sig: Signature) -> Verdict | None:
+    """A failure when a returned tensor's strides, device or dtype differ from what the spec's
+    fake returns for the same arguments (torch.compile plans its graph with the fake's)."""
+    if sig.mutates or returned is None:
+        return None  # a fake of an op that writes returns those arguments or nothing
+    try:
+        fake = sig.call(spec.fake, args)
+    except Exception:
+        return None  # opcheck reports a fake that fails
+    got, want = flat_outputs(returned), flat_outputs(fake)
+    for k, (g, w) in enumerate(zip(got, want, strict=False)):
+        if not (isinstance(g, torch.Tensor) and isinstance(w, torch.Tensor)):
+            continue
+        if g.device != w.device:
+            return fail(LAYOUT, f"return {k} is on {g.device}, the fake's on {w.device}")
+        if g.shape != w.shape or g.numel() <= 1:
+            continue  # the oracle reports a wrong shape (dtype: the oracle too)
+        strides = [(st, n) for st, n in zip(g.stride(), g.shape, strict=True) if n > 1]
+        fakes = [(st, n) for st, n in zip(w.stride(), w.shape, strict=True) if n > 1]
+        if strides != fakes:
+            return fail(
+                LAYOUT,
+                f"return {k} has strides {list(g.stride())} "
+                f"({'contiguous' if g.is_contiguous() else 'non-contiguous'}), the spec's fake "
+                f"gives {list(w.stride())}: torch.compile would read it with the fake's layout",
             )
     return None
 
@@ -175,7 +252,46 @@ def run_gradcheck(
         ok = torch.autograd.gradcheck(call, tensors, raise_exception=True, fast_mode=fast)
     except Exception as e:
         return fail(GRADCHECK, _first_line(e))
-    return None if ok else fail(GRADCHECK, "gradcheck returned False")
+    if not ok:
+        return fail(GRADCHECK, "gradcheck returned False")
+    return strided_grad_output(call, tensors)
+
+
+def strided_grad_output(
+    call: Callable[..., Any], inputs: tuple[torch.Tensor, ...]
+) -> Verdict | None:
+    """The input gradients for an upstream gradient in another layout (its dimensions stored in
+    reverse order, off its buffer's start) must equal those for the same values contiguous:
+    gradcheck passes only contiguous ones, and autograd hands a backward whatever layout the
+    next op's gradient has (a transpose's, an expand's)."""
+    outs = [o for o in flat_outputs(call(*inputs)) if isinstance(o, torch.Tensor)]
+    outs = [o for o in outs if o.requires_grad and o.numel()]
+    if not outs:
+        return None
+    gen = torch.Generator().manual_seed(0)
+    ups = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
+
+    def grads(upstream: list[torch.Tensor]) -> tuple[Any, ...]:
+        outs = [o for o in flat_outputs(call(*inputs)) if isinstance(o, torch.Tensor)]
+        outs = [o for o in outs if o.requires_grad and o.numel()]
+        return torch.autograd.grad(outs, inputs, upstream, allow_unused=True)
+
+    plain = grads(ups)
+    strided = grads([relaid(u, "transposed") for u in ups])
+    for i, (p, q) in enumerate(zip(plain, strided, strict=True)):
+        if p is None or q is None:
+            continue
+        if not torch.allclose(p, q, rtol=1e-9, atol=1e-12 * max(1.0, float(p.abs().max()))):
+            worst = int((p - q).abs().flatten().argmax())
+            return fail(
+                GRADCHECK,
+                f"the gradient of input {i} for a non-contiguous grad_output (strides "
+                f"{[list(relaid(u, 'transposed').stride()) for u in ups]}) differs from the one "
+                f"for the same values contiguous: flat element {worst}: "
+                f"{float(q.flatten()[worst]):.6g} vs {float(p.flatten()[worst]):.6g}; the "
+                "backward reads grad_output as if contiguous",
+            )
+    return None
 
 
 def run_compiled(op: Callable[..., Any], args: tuple[Any, ...], backend: str) -> Any:

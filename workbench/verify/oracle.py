@@ -19,11 +19,12 @@ NaN and Inf must sit exactly where the float64 reference rounded to the dtype ha
 for Inf); a pattern that matches PyTorch's own dtype result is accepted too (an overflow that
 PyTorch also has). Where the truth is finite but rounds to Inf in the dtype (an overflow), any
 NaN or Inf is accepted: a sum that overflowed on the way gives NaN or either Inf by the order of
-its terms. Zeros compare equal whatever their sign, and a NaN is a NaN whatever its
-sign and payload: neither is fixed by IEEE arithmetic across a fused multiply-add, a reordered
-sum or a vector min/max, so demanding them would fail right kernels. Outputs are poisoned with
-NaN before the call (see :mod:`contract`), so a NaN where the truth is finite usually means an
-element the kernel never wrote.
+its terms. A NaN is a NaN whatever its sign and payload. The sign of an exact zero is fixed by
+IEEE arithmetic (``-0.0 * s``, ``-0.0 + -0.0``), so where the truth is an exact zero the kernel
+must give its sign, unless PyTorch's own result in the dtype gives the other (a vector min/max
+may) or there is none: ``signed_zero``. Outputs are poisoned with NaN before the call (see :mod:`contract`), so a
+NaN with the poison's bits where the truth is finite means an element the kernel never wrote (or
+read before writing); a NaN with other bits is one the kernel computed.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ MUTATED = "mutated"  # an input changed
 NONDETERMINISTIC = "nondeterministic"
 ERROR = "error"  # the op raised
 CRASH = "crash"  # a CUDA error (illegal access, failed launch) or a killed process
+DEVICE = "device"  # an output on another device than the reference's
+SIGNED_ZERO = "signed_zero"  # +0.0 where the truth (and PyTorch) give -0.0, or the other way
+ALIASED = "aliased"  # a return shares memory with an argument the schema does not alias
+LAYOUT = "layout"  # a return's strides differ from the spec's fake's
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,8 @@ def compare(
         return fail(SHAPE, f"shape {list(out.shape)}, expected {list(ref64.shape)}")
     if out.dtype != dtype:
         return fail(DTYPE, f"dtype {out.dtype}, expected {dtype}")
+    if out.device != ref64.device:
+        return fail(DEVICE, f"on {out.device}, expected on {ref64.device} (the inputs' device)")
     if out.numel() == 0:
         return Verdict(True, 0.0, "", "", 0.0)
     if not (dtype.is_floating_point or dtype.is_complex):
@@ -118,8 +125,29 @@ def compare(
         bad = _nonfinite_mismatch(got, rounded, overflow)
         mismatch_theirs = theirs is None or _nonfinite_mismatch(got, theirs, overflow) is not None
         if bad is not None and mismatch_theirs:
-            return _nonfinite_verdict(bad, got, rounded)
-    return _within(got, ref, theirs, tol)
+            return _nonfinite_verdict(bad, got, rounded, _poison(out.detach().to(home)))
+    verdict = _within(got, ref, theirs, tol)
+    return (verdict.passed and _zero_sign(got, ref, theirs)) or verdict
+
+
+def _zero_sign(got: torch.Tensor, ref: torch.Tensor, theirs: torch.Tensor | None) -> Any:
+    """A failure where the truth is an exact zero and the kernel gives the other signed zero,
+    unless PyTorch's own result in the dtype gives that one too (or is not zero there): the sign
+    of an exact zero is fixed by IEEE arithmetic (x * -0.0, -0.0 + -0.0), and an added +0.0 or
+    a flush to +0.0 loses it."""
+    if theirs is None:
+        return None  # no PyTorch result in the dtype to tell what its arithmetic gives
+    wrong = (ref == 0) & (got == 0) & (torch.signbit(got) != torch.signbit(ref))
+    wrong &= (theirs == 0) & (torch.signbit(theirs) == torch.signbit(ref))
+    if not bool(wrong.any()):
+        return None
+    i = int(wrong.flatten().nonzero()[0])
+    count = int(wrong.sum())
+    return fail(
+        SIGNED_ZERO,
+        f"{element(i, got, ref)} ({count} such): the sign of zero is lost (x * s of x = -0.0 is "
+        "-0.0; adding +0.0 or flushing to +0.0 is not)",
+    )
 
 
 def compare_outputs(
@@ -224,15 +252,36 @@ def _nonfinite_mismatch(
     return int(mismatch.flatten().nonzero()[0])
 
 
-def _nonfinite_verdict(i: int, got: torch.Tensor, want: torch.Tensor) -> Verdict:
+def _poison(out: torch.Tensor) -> torch.Tensor:
+    """Where ``out`` holds the poison bit for bit: the quiet NaN that allocation under
+    ``fill_uninitialized_memory`` writes. A NaN that arithmetic makes (0/0, sqrt(-1): the x86
+    default NaN has its sign set, a GPU's has other bits) differs from it."""
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(out.element_size())
+    if ints is None or not out.is_floating_point():
+        return torch.isnan(out)
+    nan = torch.full((), float("nan"), dtype=out.dtype, device=out.device).view(ints)
+    return out.contiguous().view(ints) == nan
+
+
+def _nonfinite_verdict(
+    i: int, got: torch.Tensor, want: torch.Tensor, poison: torch.Tensor
+) -> Verdict:
     where = element(i, got, want)
     g, w = float(got.flatten()[i]), float(want.flatten()[i])
+    if g != g and w == w and bool(poison.flatten()[i]):
+        count = int((poison & ~torch.isnan(want)).sum())
+        return fail(
+            UNWRITTEN,
+            f"NaN {where} ({count} such): outputs are poisoned with NaN before the call and "
+            "these hold that very NaN, so they were likely never written (or read before "
+            "written: an accumulator not zeroed)",
+        )
     if g != g and w == w:
         count = int((torch.isnan(got) & ~torch.isnan(want)).sum())
         return fail(
-            UNWRITTEN,
-            f"NaN {where} ({count} such): outputs are poisoned with NaN before the call, so "
-            "these elements were likely never written",
+            NONFINITE,
+            f"NaN {where} ({count} such) where the reference is finite: computed by the kernel "
+            "(its bits are not the poison's)",
         )
     return fail(NONFINITE, f"NaN/Inf at other places than the reference: {where}")
 

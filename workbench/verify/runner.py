@@ -2,7 +2,9 @@
 the contract checks. Everything comes from the spec; nothing about an op is written here.
 
 Per dtype and seed (fresh inputs on every trial) and per sample, and for a floating dtype one
-more sample holding NaN, Inf, -0.0 and subnormals (``specials``), one ``values`` row: the call
+more sample holding NaN, Inf, -0.0 and subnormals (``specials``), and the samples derived from
+the spec's (other layouts, tails, 0-d, grown, a wide range: :mod:`~workbench.verify.variants`),
+one ``values`` row: the call
 under poisoned allocation, the inputs compared byte for byte before and after, the oracle, and a
 second call that must agree bit for bit (unless the spec says ``nondeterministic``). Then per
 dtype, on a few small samples of the first trial: ``opcheck``, ``compile`` and on CUDA
@@ -19,11 +21,12 @@ from typing import Any
 import torch
 
 from workbench.spec import OpSpec, Sample
-from workbench.verify import contract, isolate, specials
+from workbench.verify import contract, isolate, specials, variants
 from workbench.verify.oracle import (
     CRASH,
     ERROR,
     MUTATED,
+    UNWRITTEN,
     Verdict,
     compare_outputs,
     dtype_of,
@@ -51,6 +54,7 @@ class Options:
     gradcheck_fast: bool = True  # random Jacobian projections; False: perturb every element
     checks: tuple[str, ...] | None = None  # contract checks to run (None: all that apply)
     values: bool = True  # the per-sample value rows
+    derived: bool = True  # the samples derived from the spec's (workbench.verify.variants)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -86,11 +90,16 @@ def _call(
         verdict = (
             (fail(MUTATED, alias) if alias else None)
             or contract.mutated(fresh, before, sig.written)
+            or contract.aliased(fresh, returned, sig)
             or compare_outputs(
                 out, ref64, dtype, spec, ref_dtype, sig.output_names(len(flat_outputs(out)))
                 if sig.mutates else None,
             )
         )  # fmt: skip
+        if verdict.passed:  # right values: are they where the fake says?
+            verdict = contract.layout(spec, fresh, returned, sig) or verdict
+        if verdict.reason in (VALUES, UNWRITTEN):  # say so where an out= kept every byte
+            verdict = contract.unwritten_argument(fresh, before, sig.written) or verdict
     except Exception as e:  # a kernel error is a failed check, not a crash of the checker
         return _error(name, e), None
     return verdict, out
@@ -156,6 +165,17 @@ def value_samples(spec: OpSpec, dtype: torch.dtype, device: str, seed: int) -> l
     return [*found, special] if special is not None else found
 
 
+def derived_samples(
+    op: Any, spec: OpSpec, found: list[Sample], seed: int, first_trial: bool
+) -> list[Sample]:
+    """The samples the check derives from the spec's ``found`` for one trial: other layouts,
+    tails, a 0-d scalar, a grown size, a wide range of values
+    (:mod:`~workbench.verify.variants`)."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    base = variants.base_sample(found)
+    return variants.derived(spec, signature(op), base, gen, first_trial)
+
+
 def is_small(s: Sample) -> bool:
     tensors = [a for a in s.args if isinstance(a, torch.Tensor)]
     return bool(tensors) and all(0 < t.numel() <= SMALL_NUMEL for t in tensors)
@@ -185,8 +205,13 @@ def check_op(
         if opts.values and opts.trials:
             tell(f"{dtype_name(dtype)} values")
         for trial in range(opts.trials if opts.values else 0):
-            for s in value_samples(spec, dtype, device, opts.seed + trial):
-                report.rows.append(_sample_row(op, spec, device, dtype, s, opts.seed + trial))
+            seed = opts.seed + trial
+            found = value_samples(spec, dtype, device, seed)
+            if opts.derived:
+                own = [s for s in found if s.label != specials.LABEL]
+                found += derived_samples(op, spec, own, seed, trial == 0)
+            for s in found:
+                report.rows.append(_sample_row(op, spec, device, dtype, s, seed))
                 _stop_if_context_lost(report, device)
         if opts.contract:
             tell(f"{dtype_name(dtype)} contract (opcheck, compile)")
@@ -342,4 +367,13 @@ def _gradcheck_rows(op: Any, spec: OpSpec, device: str, opts: Options) -> list[R
     return rows
 
 
-__all__ = ["VALUES", "Options", "check_call", "check_op", "is_small", "samples", "value_samples"]
+__all__ = [
+    "VALUES",
+    "Options",
+    "check_call",
+    "check_op",
+    "derived_samples",
+    "is_small",
+    "samples",
+    "value_samples",
+]
