@@ -22,9 +22,9 @@ NaN or Inf is accepted: a sum that overflowed on the way gives NaN or either Inf
 its terms. A NaN is a NaN whatever its sign and payload. The sign of an exact zero is fixed by
 IEEE arithmetic (``-0.0 * s``, ``-0.0 + -0.0``), so where the truth is an exact zero the kernel
 must give its sign, unless PyTorch's own result in the dtype gives the other (a vector min/max
-may) or there is none: ``signed_zero``. Outputs are poisoned with NaN before the call (see :mod:`contract`), so a
-NaN with the poison's bits where the truth is finite means an element the kernel never wrote (or
-read before writing); a NaN with other bits is one the kernel computed.
+may) or there is none: ``signed_zero``. Outputs are poisoned with NaN before the call (see
+:mod:`contract`), so a NaN with the poison's bits where the truth is finite means an element the
+kernel never wrote (or read before writing); a NaN with other bits is one the kernel computed.
 """
 
 from __future__ import annotations

@@ -225,5 +225,9 @@ def derived(
     if any(t.is_floating_point() for t in _tensors(base)):
         makers.append(lambda: _range(base, gen))
     if first_trial:
-        makers += [lambda: _tails(base), lambda: _scalar(base), lambda: _grown(base, gen, sig.written)]
+        makers += [
+            lambda: _tails(base),
+            lambda: _scalar(base),
+            lambda: _grown(base, gen, sig.written),
+        ]
     return [s for make in makers for s in make() if accepted(spec, sig, s)]
