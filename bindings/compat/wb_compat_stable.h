@@ -14,9 +14,17 @@
 
 #include "wb_defer.h"
 
+// StableLibrary is torch::stable::detail::StableLibrary in newer torch and ::StableLibrary in
+// older: an unqualified lookup through the using-directive finds whichever this torch has.
+namespace torch::stable::detail {}
+namespace wb::compat::lookup {
+using namespace torch::stable::detail;
+using Library = StableLibrary;
+}  // namespace wb::compat::lookup
+
 namespace wb::compat {
 
-using StableLibrary = torch::stable::detail::StableLibrary;
+using StableLibrary = lookup::Library;
 
 struct StableBlock {
   StableLibrary::Kind kind;

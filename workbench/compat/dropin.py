@@ -122,7 +122,11 @@ def _unit(
     if defer and not own:
         plain, stable = _names_torch_library(source, text, include_dirs)
     prelude = ["-include", str(PRELUDE)] if plain else []
-    prelude += ["-include", str(STABLE_PRELUDE)] if stable else []
+    if stable:
+        # The prelude reads the stable C shim before the source can define USE_CUDA, which
+        # declares its CUDA functions (a CUDA file, or a source that defines it, wants them).
+        cuda = source.suffix in CUDA_SUFFIXES or _DEFINES_USE_CUDA.search(text) is not None
+        prelude += [*(["-DUSE_CUDA="] if cuda else []), "-include", str(STABLE_PRELUDE)]
     std = f"-std={config.torch.cxx_std}"
     head: list[str]
     made, note = None, ""
@@ -155,6 +159,7 @@ def _unit(
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
 _PLAIN = re.compile(r"(?<!STABLE_)TORCH_LIBRARY")
+_DEFINES_USE_CUDA = re.compile(r"^[ \t]*#[ \t]*define[ \t]+USE_CUDA\b", re.M)
 _SCANNED_HEADERS = 256  # a bound on the headers read per source: a project's own, not a library's
 
 
