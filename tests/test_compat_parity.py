@@ -53,7 +53,11 @@ def _ops(tmp_path: Path, ns: str, shift: int, file: str = "ops.cpp") -> Path:
 def test_the_signatures_are_torchs_in_torchs_order(ours: object, theirs: object) -> None:
     mine = [(p.name, p.default) for p in inspect.signature(ours).parameters.values()]  # type: ignore[arg-type]
     torch_params = inspect.signature(theirs).parameters.values()  # type: ignore[arg-type]
-    assert mine == [(p.name, p.default) for p in torch_params]
+    expected = [(p.name, p.default) for p in torch_params]
+    if tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13):
+        assert mine == expected  # positional calls land on the same arguments
+    else:  # an older torch: a subset of the arguments, in the same order
+        assert [m for m in mine if m in expected] == expected
 
 
 def test_a_library_named_with_a_dash_or_a_dot_loads_as_with_torch(tmp_path: Path) -> None:
