@@ -20,8 +20,8 @@ from tests.impostors import (
     write_planted,
 )
 from workbench.spec import OpSpec, Sample, randn
-from workbench.verify import Report, runner
-from workbench.verify.variants import tail_lengths
+from workbench.verify import Report, compare, runner
+from workbench.verify.variants import relaid, tail_lengths
 
 # Caught only by the samples the check derives (layouts, tails, the 0-d scalar): with those
 # turned off, the bundled spec's own samples let them pass.
@@ -148,3 +148,18 @@ def _autograd_once(lib: Any) -> dict[str, Any]:
     if not _GRAD:
         _GRAD.update(autograd_impostors(lib.specs["scale"], lib.specs["mul"]))
     return _GRAD
+
+
+def test_an_output_on_another_device_fails_by_name() -> None:
+    truth = torch.zeros(3, dtype=torch.float64)
+    verdict = compare(torch.empty(3, device="meta"), truth, torch.float32, (1e-4, 1e-5))
+    assert verdict.reason == "device" and "meta" in verdict.detail
+
+
+@pytest.mark.parametrize("how", ["transposed", "padded"])
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4)])
+def test_a_relaid_tensor_keeps_its_values_in_other_strides(how: str, shape: tuple) -> None:
+    t = torch.randn(shape)
+    r = relaid(t, how)
+    assert torch.equal(r, t) and r.storage_offset() % 2 == 1  # off every vector alignment
+    assert not r.is_contiguous() or (how == "padded" and len(shape) == 1)

@@ -8,8 +8,8 @@ spec's own samples (the base: the one the special values are scattered over, see
 - **layout** (``layout:transposed``, ``layout:padded``): the same values in other strides. Every
   tensor argument of two or more dimensions stored with its dimensions in reverse order, or in
   a buffer wider in every dimension (rows further apart than their length, the last dimension
-  still of stride 1); a 1-d one every other element; each starting one element past its
-  buffer's start (off any vector alignment). A kernel that reads or writes as if contiguous, or
+  still of stride 1); a 1-d one every other element; each starting an odd number of elements
+  past its buffer's start (off any vector alignment). A kernel that reads or writes as if contiguous, or
   that trusts one stride to give the others, reads other values.
 - **tails** (``tail:<n>``): the last dimension narrowed to 0, to 1, and to each of 32 lengths
   next to the base's own (every residue modulo 32, so modulo 4, 8 and 16 too), on every tensor
@@ -89,8 +89,9 @@ def base_sample(found: list[Sample]) -> Sample | None:
 
 def relaid(t: torch.Tensor, how: str) -> torch.Tensor:
     """``t``'s values in another layout: ``transposed`` (dimensions stored in reverse order; a
-    1-d tensor every other element) or ``padded`` (a buffer wider in every dimension), both one
-    element past the start of their buffer. A 0-d or empty tensor is returned as it is."""
+    1-d tensor every other element) or ``padded`` (a buffer wider in every dimension), both an
+    odd number of elements past the start of their buffer (off every vector alignment). A 0-d
+    or empty tensor is returned as it is."""
     if t.dim() == 0 or t.numel() == 0:
         return t
     if how == "transposed" and t.dim() >= 2:
@@ -105,8 +106,10 @@ def relaid(t: torch.Tensor, how: str) -> torch.Tensor:
         view.copy_(t)
         return view
     wide = [n + 2 for n in t.shape]
-    buf = torch.empty(math.prod(wide) + 1, dtype=t.dtype, device=t.device)[1:].view(wide)
-    view = buf[tuple(slice(1, n + 1) for n in t.shape)]
+    inner = sum(math.prod(wide[d + 1 :]) for d in range(len(wide)))  # the view's offset in buf
+    start = 1 + inner % 2  # so that the view starts an odd number of elements in
+    buf = torch.empty(math.prod(wide) + start, dtype=t.dtype, device=t.device)[start:]
+    view = buf.view(wide)[tuple(slice(1, n + 1) for n in t.shape)]
     view.copy_(t)
     return view
 
