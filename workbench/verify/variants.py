@@ -9,8 +9,8 @@ spec's own samples (the base: the one the special values are scattered over, see
   tensor argument of two or more dimensions stored with its dimensions in reverse order, or in
   a buffer wider in every dimension (rows further apart than their length, the last dimension
   still of stride 1); a 1-d one every other element; each starting an odd number of elements
-  past its buffer's start (off any vector alignment). A kernel that reads or writes as if contiguous, or
-  that trusts one stride to give the others, reads other values.
+  past its buffer's start (off any vector alignment). A kernel that reads or writes as if
+  contiguous, or that trusts one stride to give the others, reads other values.
 - **tails** (``tail:<n>``): the last dimension narrowed to 0, to 1, and to each of 32 lengths
   next to the base's own (every residue modulo 32, so modulo 4, 8 and 16 too), on every tensor
   argument whose last dimension has that length (weights of the row, outputs passed in), each
