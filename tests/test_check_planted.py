@@ -113,12 +113,28 @@ def test_the_range_sample_catches_overflow_where_specials_leave_out_the_largest(
     assert {r.reason for r in report.failures} == {"nonfinite"}
 
 
+def _short_rows(dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> list:
+    x, w = randn((4, 1000), dtype, device, gen), randn((1000,), dtype, device, gen)
+    return [Sample((x, w, 1e-6), "odd")]
+
+
+def test_the_long_sample_catches_a_half_precision_sum_where_rows_are_short(
+    lib: Any, planted: Any
+) -> None:
+    spec = dataclasses.replace(_spec(lib, planted, "rms_norm_half_acc"), samples=_short_rows)
+    report = _check(planted, spec, "rms_norm_half_acc")
+    failing = {(r.dtype, r.label) for r in report.failures}
+    assert {("float16", "long"), ("bfloat16", "long")} <= failing, str(report)
+    assert not any(r.dtype in ("float32", "float64") for r in report.failures), str(report)
+
+
 def test_the_same_kernel_written_right_passes_every_check(lib: Any, planted: Any) -> None:
     spec = _spec(lib, planted, "scale_exact")
     report = workbench.check(planted.scale_exact, spec, device="cpu", trials=2)
     assert report.passed, str(report)
     labels = {r.label for r in report.rows}
     assert {"layout:transposed", "layout:padded", "tail:0", "tail:1", "scalar", "grown"} <= labels
+    assert "long" in labels
     assert "range" in labels
 
 

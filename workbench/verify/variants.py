@@ -19,15 +19,17 @@ spec's own samples (the base: the one the special values are scattered over, see
 - **scalar** (``scalar``): every tensor argument shaped like the first one as a 0-d tensor.
 - **grown** (``grown``): where the base has at most 64Ki elements, fresh values with the first
   dimension grown past 64Ki elements (more than one thread's chunk, more than one block's grid).
+- **long** (``long``): fresh values with the last dimension 16Ki + 7 long (fewer rows, at most
+  128Ki elements): a sum over a row accumulated in float16 or bfloat16 drifts past the floor.
 - **range** (``range``): the base's floating values scaled by powers of ten from 1e-3 up to
   past 1e4 (2e4 in float16, 1e5 in bfloat16, 1e6 in float32 and float64), signs kept: an
   intermediate that overflows a narrow type (a bfloat16 computed through float16) gives Inf.
 
 A derived sample is kept only where the spec's ``fake`` and ``reference`` both accept it (a
 narrowed weight that no longer matches, an index past a narrowed size: the op need not take
-it). The layout and range samples run on every trial; the tails, scalar and grown ones on the
-first trial only (their sizes do not change with the seed), so the check's cost grows by a few
-dozen small calls a dtype.
+it). The layout and range samples run on every trial; the tails, scalar, grown and long ones on
+the first trial only (their sizes do not change with the seed), so the check's cost grows by a
+few dozen small calls a dtype.
 """
 
 from __future__ import annotations
@@ -46,11 +48,16 @@ TAIL = "tail"
 SCALAR = "scalar"
 GROWN = "grown"
 RANGE = "range"
+LONG = "long"
 
 # The tail sweep: lengths next to the base's own covering every residue modulo this.
 TAIL_MODULUS = 32
 # A derived sample grown past this many elements (a CPU kernel's thread chunk, a GPU grid).
 GROWN_NUMEL = (1 << 16) + 1
+# The long sample's last dimension (odd, past the register paths of row kernels) and its most
+# elements: a sum over a row accumulated in a 2-byte type drifts far past the floor by then.
+LONG_LENGTH = (1 << 14) + 7
+LONG_NUMEL = 1 << 17
 # The largest magnitude of the range sample, per dtype: past 1e4, under what the dtype holds.
 _RANGE_TOP = {
     torch.float16: 2e4,
@@ -186,6 +193,34 @@ def _grown(base: Sample, gen: torch.Generator, written: tuple[int, ...]) -> list
     return [Sample(tuple(grow(i, a) for i, a in enumerate(base.args)), GROWN)]
 
 
+def _long(base: Sample, gen: torch.Generator, written: tuple[int, ...]) -> list[Sample]:
+    """Fresh values with the last dimension ``LONG_LENGTH`` long (on every tensor whose last
+    dimension is the first one's), and at most ``LONG_NUMEL`` elements: fewer rows."""
+    first = _tensors(base)[0]
+    if first.dim() == 0 or first.shape[-1] >= LONG_LENGTH:
+        return []
+    last, rows = first.shape[-1], first.shape[0]
+    keep = max(1, LONG_NUMEL // LONG_LENGTH) if first.dim() >= 2 else rows
+
+    def grow(i: int, a: Any) -> Any:
+        if not (isinstance(a, torch.Tensor) and a.dim() and a.shape[-1] == last):
+            return a
+        shape = [*a.shape[:-1], LONG_LENGTH]
+        if a.dim() >= 2 and a.shape[0] == rows:
+            shape[0] = min(rows, keep)
+        if a.is_floating_point():
+            t = torch.randn(shape, generator=gen, dtype=torch.float32).to(a.device, a.dtype)
+            return t.fill_(float("nan")) if i in written else t
+        reps = -(-LONG_LENGTH // last)
+        return (
+            a[tuple(slice(0, n) for n in shape[:-1])]
+            .repeat_interleave(reps, -1)[..., :LONG_LENGTH]
+            .contiguous()
+        )
+
+    return [Sample(tuple(grow(i, a) for i, a in enumerate(base.args)), LONG)]
+
+
 def ranged(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """``t`` with each element scaled by a power of ten from 1e-3 to the dtype's range top."""
     top = _RANGE_TOP.get(t.dtype, 1e4)
@@ -232,5 +267,6 @@ def derived(
             lambda: _tails(base),
             lambda: _scalar(base),
             lambda: _grown(base, gen, sig.written),
+            lambda: _long(base, gen, sig.written),
         ]
     return [s for make in makers for s in make() if accepted(spec, sig, s)]
