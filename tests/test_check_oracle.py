@@ -119,3 +119,19 @@ def test_an_overflowing_sum_may_give_nan_or_either_inf() -> None:
         assert v.passed, (got, v)
     v = compare(torch.tensor([float("-inf"), float("nan")]), ref64, torch.float32, (1e-4, 1e-5))
     assert not v.passed and v.reason == "unwritten"
+
+
+def test_a_zeros_sign_is_held_only_where_an_input_carries_negative_zero() -> None:
+    """x * s of x = -0.0 is -0.0, so +0.0 there is a lost sign; a zero the arithmetic makes from
+    other values (y * g - y * d against y * (g - d) at y = 0) may take either sign."""
+    truth = torch.tensor([-0.0, 1.0, -0.0], dtype=torch.float64)
+    theirs = truth.float()  # PyTorch's own result in the dtype agrees with the truth
+    got = torch.tensor([0.0, 1.0, 0.0])
+    carried = torch.tensor([-0.0, 1.0, 2.0])  # element 0 comes from a -0.0 input
+    lost = compare(got, truth, torch.float32, FP32, theirs, (carried, 3.0))
+    assert not lost.passed and lost.reason == "signed_zero" and "(1 such)" in lost.detail
+    made = torch.tensor([0.5, 1.0, 2.0])  # no -0.0 in: both zeros are the arithmetic's
+    assert compare(got, truth, torch.float32, FP32, theirs, (made,)).passed
+    assert compare(got, truth, torch.float32, FP32, theirs).passed  # no inputs named
+    other_shape = torch.tensor([[-0.0, -0.0, -0.0]])  # a broadcast input is not the output's
+    assert compare(got, truth, torch.float32, FP32, theirs, (other_shape,)).passed

@@ -20,17 +20,20 @@ for Inf); a pattern that matches PyTorch's own dtype result is accepted too (an 
 PyTorch also has). Where the truth is finite but rounds to Inf in the dtype (an overflow), any
 NaN or Inf is accepted: a sum that overflowed on the way gives NaN or either Inf by the order of
 its terms. A NaN is a NaN whatever its sign and payload. The sign of an exact zero is fixed by
-IEEE arithmetic (``-0.0 * s``, ``-0.0 + -0.0``), so where the truth is an exact zero the kernel
-must give its sign, unless PyTorch's own result in the dtype gives the other (a vector min/max
-may) or there is none: ``signed_zero``. Outputs are poisoned with NaN before the call (see
-:mod:`contract`), so a NaN with the poison's bits where the truth is finite means an element the
-kernel never wrote (or read before writing); a NaN with other bits is one the kernel computed.
+IEEE arithmetic (``-0.0 * s``, ``-0.0 + -0.0``), so where an input of the output's shape holds
+-0.0 and the truth there is an exact zero, the kernel must give its sign, unless PyTorch's own
+result in the dtype gives the other (a vector min/max may) or there is none: ``signed_zero``.
+A zero that arithmetic makes from other values (``y * g - y * d`` against ``y * (g - d)`` where
+y is 0) takes its sign from the order of the work, which a right kernel may choose: not checked.
+Outputs are poisoned with NaN before the call (see :mod:`contract`), so a NaN with the poison's
+bits where the truth is finite means an element the kernel never wrote (or read before writing);
+a NaN with other bits is one the kernel computed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -98,8 +101,10 @@ def compare(
     dtype: torch.dtype,
     tol: tuple[float, float],
     ref_dtype: torch.Tensor | None = None,
+    inputs: Sequence[Any] = (),
 ) -> Verdict:
-    """``out`` against the float64 reference, allowing twice ``ref_dtype``'s own error."""
+    """``out`` against the float64 reference, allowing twice ``ref_dtype``'s own error;
+    ``inputs``: the call's arguments, whose -0.0 elements the output must carry (_zero_sign)."""
     if not isinstance(out, torch.Tensor):
         return fail(SHAPE, f"returned {type(out).__name__}, expected a Tensor")
     if out.shape != ref64.shape:
@@ -127,17 +132,33 @@ def compare(
         if bad is not None and mismatch_theirs:
             return _nonfinite_verdict(bad, got, rounded, _poison(out.detach().to(home)))
     verdict = _within(got, ref, theirs, tol)
-    return (verdict.passed and _zero_sign(got, ref, theirs)) or verdict
+    return (verdict.passed and _zero_sign(got, ref, theirs, inputs)) or verdict
 
 
-def _zero_sign(got: torch.Tensor, ref: torch.Tensor, theirs: torch.Tensor | None) -> Any:
-    """A failure where the truth is an exact zero and the kernel gives the other signed zero,
-    unless PyTorch's own result in the dtype gives that one too (or is not zero there): the sign
-    of an exact zero is fixed by IEEE arithmetic (x * -0.0, -0.0 + -0.0), and an added +0.0 or
-    a flush to +0.0 loses it."""
+def _negative_zeros(inputs: Sequence[Any], shape: torch.Size, home: torch.device) -> Any:
+    """Where an input of ``shape`` holds -0.0 (None where no floating input has that shape)."""
+    mask = None
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.shape == shape:
+            x = t.detach().to(home)
+            held = (x == 0) & torch.signbit(x)
+            mask = held if mask is None else mask | held
+    return mask
+
+
+def _zero_sign(
+    got: torch.Tensor, ref: torch.Tensor, theirs: torch.Tensor | None, inputs: Sequence[Any]
+) -> Any:
+    """A failure where an input holds -0.0, the truth there is an exact zero and the kernel gives
+    the other signed zero, unless PyTorch's own result in the dtype gives that one too (or is not
+    zero there): the sign of a zero carried from an input is fixed by IEEE arithmetic (x * s of
+    x = -0.0, -0.0 + -0.0), and an added +0.0 or a flush to +0.0 loses it."""
     if theirs is None:
         return None  # no PyTorch result in the dtype to tell what its arithmetic gives
-    wrong = (ref == 0) & (got == 0) & (torch.signbit(got) != torch.signbit(ref))
+    carried = _negative_zeros(inputs, got.shape, got.device)
+    if carried is None:
+        return None
+    wrong = carried & (ref == 0) & (got == 0) & (torch.signbit(got) != torch.signbit(ref))
     wrong &= (theirs == 0) & (torch.signbit(theirs) == torch.signbit(ref))
     if not bool(wrong.any()):
         return None
@@ -157,6 +178,7 @@ def compare_outputs(
     spec: OpSpec,
     ref_dtype: Any = None,
     names: list[str] | None = None,
+    inputs: Sequence[Any] = (),
 ) -> Verdict:
     """Every output of a call against the reference's, worst first (see :func:`compare`).
 
@@ -168,7 +190,7 @@ def compare_outputs(
     """
     if not isinstance(ref64, (tuple, list)):
         want = _expected_dtype(ref64, ref_dtype, dtype)
-        return compare(out, ref64, want, tolerance(spec, want), _tensor_or_none(ref_dtype))
+        return compare(out, ref64, want, tolerance(spec, want), _tensor_or_none(ref_dtype), inputs)
     if not isinstance(out, (tuple, list)) or len(out) != len(ref64):
         got = f"{len(out)} outputs" if isinstance(out, (tuple, list)) else type(out).__name__
         return fail(SHAPE, f"returned {got}, expected {len(ref64)} outputs")
@@ -180,7 +202,7 @@ def compare_outputs(
         if not isinstance(r, torch.Tensor):
             continue  # a non-tensor return (an int, None) is not compared
         want = _expected_dtype(r, t, dtype)
-        v = compare(o, r, want, tolerance(spec, want), _tensor_or_none(t))
+        v = compare(o, r, want, tolerance(spec, want), _tensor_or_none(t), inputs)
         v = replace(v, detail=f"{label}: {v.detail}")
         if not v.passed:
             return v

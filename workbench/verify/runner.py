@@ -93,7 +93,7 @@ def _call(
             or contract.aliased(fresh, returned, sig)
             or compare_outputs(
                 out, ref64, dtype, spec, ref_dtype, sig.output_names(len(flat_outputs(out)))
-                if sig.mutates else None,
+                if sig.mutates else None, args,
             )
         )  # fmt: skip
         if verdict.passed:  # right values: are they where the fake says?
