@@ -239,11 +239,23 @@ def _range(base: Sample, gen: torch.Generator) -> list[Sample]:
     return [Sample(args, RANGE)]
 
 
+def _on_cpu(a: Any) -> Any:
+    if isinstance(a, torch.Tensor):
+        return a.detach().cpu()
+    if isinstance(a, (list, tuple)):
+        return type(a)(_on_cpu(x) for x in a)
+    return a
+
+
 def accepted(spec: OpSpec, sig: Signature, s: Sample) -> bool:
-    """Whether the spec's fake and reference both take the sample (the op need not otherwise)."""
+    """Whether the spec's fake and reference both take the sample (the op need not otherwise).
+    Asked of CPU copies of the arguments: a reference that refuses a sample on a GPU may do so by
+    a device-side assert (index_add's index past a narrowed size), which ends the process's CUDA
+    context, where on the CPU it raises."""
+    args = _on_cpu(s.args)
     try:
         for fn in (spec.fake, spec.reference):
-            sig.call(fn, sig.fresh(s.args))
+            sig.call(fn, sig.fresh(args))
     except Exception:
         return False
     return True
