@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
+from workbench.spec import OpSpec
 from workbench.verify import compare
 from workbench.verify.contract import mutated, poisoned, snapshot
 
@@ -135,3 +138,18 @@ def test_a_zeros_sign_is_held_only_where_an_input_carries_negative_zero() -> Non
     assert compare(got, truth, torch.float32, FP32, theirs).passed  # no inputs named
     other_shape = torch.tensor([[-0.0, -0.0, -0.0]])  # a broadcast input is not the output's
     assert compare(got, truth, torch.float32, FP32, theirs, (other_shape,)).passed
+
+
+def test_only_a_spec_that_carries_zero_signs_is_held_to_them() -> None:
+    """softmax_backward's y * (g - d) at y = -0.0 is -0.0 in PyTorch and +0.0 as y * g - y * d:
+    both right. A spec without ``signed_zeros`` is not held to the sign; one with it is."""
+    from workbench.verify.oracle import compare_outputs
+
+    truth = torch.tensor([-0.0, 1.0], dtype=torch.float64)
+    got, y = torch.tensor([0.0, 1.0]), torch.tensor([-0.0, 0.5])
+    plain = OpSpec("plain", torch.neg, lambda *a: [], torch.empty_like)
+    carrying = dataclasses.replace(plain, signed_zeros=True)
+    args = (truth, torch.float32)
+    assert compare_outputs(got, *args, plain, truth.float(), inputs=(y,)).passed
+    held = compare_outputs(got, *args, carrying, truth.float(), inputs=(y,))
+    assert not held.passed and held.reason == "signed_zero"

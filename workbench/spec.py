@@ -117,6 +117,11 @@ class OpSpec:
     # references then run with TF32 allowed too, so PyTorch's own TF32 error sets the bound;
     # otherwise they run at full float32 precision, and a kernel that rounds to TF32 fails.
     allow_tf32: bool = False
+    # True when the op fixes the sign of an exact zero it carries from an input (an elementwise
+    # product or sum: x * s of x = -0.0 is -0.0): the check then holds such zeros to the truth's
+    # sign (``signed_zero``). Off by default: where arithmetic makes the zero (y * (g - d) against
+    # y * g - y * d at y = -0.0), its sign follows the order of the work, which a kernel may pick.
+    signed_zeros: bool = False
     # The check adds a special-values sample (NaN, +-Inf, -0.0, subnormals, the largest finite
     # values; see workbench.verify.specials) for every floating dtype. specials=False opts out,
     # and then ``why`` must say why (e.g. "the kernel rejects non-finite inputs by design").

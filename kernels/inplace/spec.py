@@ -103,6 +103,7 @@ def _numel_flops(args: tuple[Any, ...], out: Any) -> int:
 OPS = [
     OpSpec(
         name="add_out",
+        signed_zeros=True,  # elementwise: a -0.0 input carries its sign
         reference=add_out_reference,
         samples=add_out_samples,
         fake=add_out_fake,
@@ -112,6 +113,7 @@ OPS = [
     ),
     OpSpec(
         name="scale_",
+        signed_zeros=True,  # elementwise: a -0.0 input carries its sign (x * s)
         reference=scale__reference,
         samples=scale__samples,
         fake=scale__fake,

@@ -104,6 +104,7 @@ TUNE = TuneSpace(
 OPS = [
     OpSpec(
         name="muladd",
+        signed_zeros=True,  # elementwise: a -0.0 input carries its sign
         reference=muladd_reference,
         samples=muladd_samples,
         fake=muladd_fake,
@@ -114,6 +115,7 @@ OPS = [
     ),
     OpSpec(
         name="mul",
+        signed_zeros=True,  # elementwise: a -0.0 input carries its sign
         reference=mul_reference,
         samples=_pairs,
         fake=mul_fake,

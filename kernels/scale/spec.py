@@ -75,6 +75,7 @@ TUNE = TuneSpace(
 OPS = [
     OpSpec(
         name="scale",
+        signed_zeros=True,  # elementwise: a -0.0 input carries its sign (x * s)
         reference=scale_reference,
         samples=scale_samples,
         fake=scale_fake,

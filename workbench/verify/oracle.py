@@ -20,11 +20,12 @@ for Inf); a pattern that matches PyTorch's own dtype result is accepted too (an 
 PyTorch also has). Where the truth is finite but rounds to Inf in the dtype (an overflow), any
 NaN or Inf is accepted: a sum that overflowed on the way gives NaN or either Inf by the order of
 its terms. A NaN is a NaN whatever its sign and payload. The sign of an exact zero is fixed by
-IEEE arithmetic (``-0.0 * s``, ``-0.0 + -0.0``), so where an input of the output's shape holds
--0.0 and the truth there is an exact zero, the kernel must give its sign, unless PyTorch's own
-result in the dtype gives the other (a vector min/max may) or there is none: ``signed_zero``.
-A zero that arithmetic makes from other values (``y * g - y * d`` against ``y * (g - d)`` where
-y is 0) takes its sign from the order of the work, which a right kernel may choose: not checked.
+IEEE arithmetic (``-0.0 * s``, ``-0.0 + -0.0``), so for an op whose spec says it carries it
+(``signed_zeros``), where an input of the output's shape holds -0.0 and the truth there is an
+exact zero, the kernel must give its sign, unless PyTorch's own result in the dtype gives the
+other (a vector min/max may) or there is none: ``signed_zero``. Elsewhere a zero's sign follows
+the order of the work (``y * g - y * d`` against ``y * (g - d)`` at y = -0.0), which a right
+kernel may choose: not checked.
 Outputs are poisoned with NaN before the call (see :mod:`contract`), so a NaN with the poison's
 bits where the truth is finite means an element the kernel never wrote (or read before writing);
 a NaN with other bits is one the kernel computed.
@@ -188,6 +189,7 @@ def compare_outputs(
     layer norm, int64 counts of a float histogram), else to ``dtype`` when floating, else to the
     truth's own dtype, with the spec's floor for that dtype; integer outputs compare exactly.
     """
+    inputs = inputs if spec.signed_zeros else ()
     if not isinstance(ref64, (tuple, list)):
         want = _expected_dtype(ref64, ref_dtype, dtype)
         return compare(out, ref64, want, tolerance(spec, want), _tensor_or_none(ref_dtype), inputs)
