@@ -1,6 +1,6 @@
 """Planted bugs, one class each (strides, tails, value ranges, dtypes, aliasing, determinism,
 autograd): the check fails every one with the reason that names it, and passes the same kernel
-written right. See ``PLANTED`` in tests/impostors.py for the table."""
+written right. See ``PLANTED`` in tests/planted.py for the table."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import workbench
-from tests.impostors import (
+from tests.planted import (
     AUTOGRAD_REASONS,
     PLANTED,
     PLANTED_NO_MAX,
