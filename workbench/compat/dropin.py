@@ -208,10 +208,15 @@ def _link_command(config: Config, standalone: bool, extra_ldflags: list[str]) ->
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
-def _check_name(name: object, python_module: bool) -> str:
-    """``name`` checked as torch's load would build it; returns its file-safe form (the cache
-    folder, the lock, the library's file name). A library of ops (``is_python_module=False``)
-    may be named ``my-ext`` or ``my.ext``, as with torch; a module must be importable."""
+def _file_safe(name: str) -> str:
+    """``name``'s form in file names (the cache folder, the lock, the library's file name)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def _check_name(name: object, python_module: bool) -> None:
+    """``name`` checked as torch's load would build it. A library of ops
+    (``is_python_module=False``) may be named ``my-ext`` or ``my.ext``, as with torch; a module
+    must be importable."""
     if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
         raise ValueError(
             f"name must be the extension's name, letters, digits, '_', '-' or '.', got {name!r}"
@@ -220,10 +225,9 @@ def _check_name(name: object, python_module: bool) -> str:
         raise ValueError(
             f"name {name!r} is not a Python identifier, so no module of that name can be "
             f"imported (PYBIND11_MODULE({name}, m) does not compile): name it "
-            f"{re.sub(r'[^A-Za-z0-9_]', '_', name)!r}, or pass is_python_module=False for a "
+            f"{_file_safe(name)!r}, or pass is_python_module=False for a "
             "library of TORCH_LIBRARY ops"
         )
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
 def _check_sources(sources: object) -> list[Path]:
@@ -294,7 +298,7 @@ def recipe(
     excluded = (*config.excluded_roots, sysconfig.get_paths()["include"] + "/")
     identity = {**config.identity, "drop-in": 1}
     return Recipe(
-        re.sub(r"[^A-Za-z0-9_]", "_", name),
+        _file_safe(name),
         tuple(units),
         _link_command(config, standalone, extra_ldflags),
         identity,
@@ -505,7 +509,7 @@ def _inline_sources(
     if cuda:
         head = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>"]
         texts["cuda.cu"] = "\n".join([*(head if implicit_headers else []), *cuda])
-    folder = cache.root() / "inline" / re.sub(r"[^A-Za-z0-9_]", "_", name) / digest(texts)[:24]
+    folder = cache.root() / "inline" / _file_safe(name) / digest(texts)[:24]
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for file, text in texts.items():
