@@ -5,17 +5,20 @@
 //   scale_(Tensor(a!) x, float s) -> Tensor(a!)               x = x * s, returns x itself
 // a, b and out: same shape, dtype and device (no broadcasting, no resizing of out: a wrong out
 // is an error, never silently reshaped). out may be a or b itself, and any strides; it may not
-// overlap itself (an expanded view) or overlap a or b partially. A non-contiguous out (or x) is
-// computed into a contiguous buffer and copied in: one more pass over memory.
+// overlap itself (an expanded view) or overlap a or b partially. The kernels walk flat buffers
+// in memory order (wb/layout.h): they write out (or x) where it lies when it is contiguous, or
+// non-overlapping and dense in the layout a and b share (transposed, channels-last, any order of
+// dimensions); else into a contiguous buffer then copied in, one more pass over memory. An input
+// not in the layout written is copied into it first.
 // torch.compile traces scale_ through a functional twin the workbench registers for any op that
 // returns an argument it writes (workbench.runtime); add_out returns nothing and needs none.
 #include "inplace/inplace.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
 
 #include "wb/binding.h"
+#include "wb/layout.h"
 #ifdef WB_WITH_CUDA
 #include "wb/binding_cuda.h"
 #endif
@@ -49,9 +52,16 @@ void check_add_out(const at::Tensor& a, const at::Tensor& b, const at::Tensor& o
   }
 }
 
-// The buffer the kernel writes: out itself when contiguous, else a contiguous temporary.
-at::Tensor target(const at::Tensor& out) {
-  return out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
+// The buffer add_out's kernel writes: out itself when it is contiguous or when a, b and out
+// share one dense layout (nothing is copied), else a contiguous temporary. Always dense.
+at::Tensor target(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
+  const bool shared = wb::same_dense_layout(a, out) && wb::same_dense_layout(b, out);
+  return out.is_contiguous() || shared ? out : at::empty(out.sizes(), out.options());
+}
+
+// The buffer scale_'s kernel overwrites: x itself when it is non-overlapping and dense.
+at::Tensor target(const at::Tensor& x) {
+  return x.is_non_overlapping_and_dense() ? x : x.contiguous();
 }
 
 void finish(const at::Tensor& out, const at::Tensor& written) {
@@ -63,7 +73,8 @@ constexpr int64_t kGrain = 32768;
 
 void add_out_cpu_op(const at::Tensor& a_in, const at::Tensor& b_in, const at::Tensor& out) {
   check_add_out(a_in, b_in, out);
-  const at::Tensor a = a_in.contiguous(), b = b_in.contiguous(), dst = target(out);
+  const at::Tensor dst = target(a_in, b_in, out);
+  const at::Tensor a = wb::in_layout_of(a_in, dst), b = wb::in_layout_of(b_in, dst);
   WB_DISPATCH(WB_FLOATING, a.scalar_type(), "add_out", "a", [&] {
     at::parallel_for(0, a.numel(), kGrain, [&](int64_t begin, int64_t end) {
       add_out_cpu(wb::data<scalar_t>(a), wb::data<scalar_t>(b), wb::data<scalar_t>(dst), begin,
@@ -75,7 +86,7 @@ void add_out_cpu_op(const at::Tensor& a_in, const at::Tensor& b_in, const at::Te
 
 at::Tensor& scale__cpu_op(at::Tensor& x, double s) {
   check_writable("scale_", "x", x);
-  const at::Tensor dst = x.contiguous();
+  const at::Tensor dst = target(x);
   WB_DISPATCH(WB_FLOATING, x.scalar_type(), "scale_", "x", [&] {
     at::parallel_for(0, dst.numel(), kGrain, [&](int64_t begin, int64_t end) {
       scale__cpu(wb::data<scalar_t>(dst), s, begin, end);
@@ -98,7 +109,8 @@ namespace {
 void add_out_cuda_op(const at::Tensor& a_in, const at::Tensor& b_in, const at::Tensor& out) {
   check_add_out(a_in, b_in, out);
   const c10::cuda::CUDAGuard guard(a_in.device());
-  const at::Tensor a = a_in.contiguous(), b = b_in.contiguous(), dst = target(out);
+  const at::Tensor dst = target(a_in, b_in, out);
+  const at::Tensor a = wb::in_layout_of(a_in, dst), b = wb::in_layout_of(b_in, dst);
   WB_DISPATCH(WB_FLOATING, a.scalar_type(), "add_out", "a", [&] {
     wb::check_launch("add_out",
                      add_out_cuda(wb::data<scalar_t>(a), wb::data<scalar_t>(b),
@@ -110,7 +122,7 @@ void add_out_cuda_op(const at::Tensor& a_in, const at::Tensor& b_in, const at::T
 at::Tensor& scale__cuda_op(at::Tensor& x, double s) {
   check_writable("scale_", "x", x);
   const c10::cuda::CUDAGuard guard(x.device());
-  const at::Tensor dst = x.contiguous();
+  const at::Tensor dst = target(x);
   WB_DISPATCH(WB_FLOATING, x.scalar_type(), "scale_", "x", [&] {
     wb::check_launch("scale_",
                      scale__cuda(wb::data<scalar_t>(dst), s, dst.numel(), wb::current_stream(x)));

@@ -1,8 +1,8 @@
 // inplace.cpp: CPU kernels of the inplace family.
 //
 //   add_out: out = a + b       scale_: x = x * s
-//   Buffers contiguous, computed in float (double for float64); the caller splits [0, n) into
-//   chunks across threads.
+//   Buffers in one memory order (any dense layout they share), computed in float (double for
+//   float64); the caller splits [0, n) into chunks across threads.
 //   Check:  wb check add_out scale_ --device cpu
 #include "inplace/inplace.h"
 

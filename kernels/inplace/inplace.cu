@@ -1,8 +1,9 @@
 // inplace.cu: CUDA kernels of the inplace family.
 //
 //   add_out: out = a + b       scale_: x = x * s
-//   Buffers contiguous, one dtype of float32 / float64 / float16 / bfloat16, computed in float
-//   (double for float64); 16-byte loads when every pointer is aligned. The output may be an
+//   Buffers in one memory order (any dense layout they share), one dtype of float32 / float64 /
+//   float16 / bfloat16, computed in float (double for float64); 16-byte loads when every pointer
+//   is aligned. The output may be an
 //   input itself: each thread loads its elements before it stores them.
 //   Check and time:  wb check add_out scale_ --device cuda
 #include "inplace/inplace.h"

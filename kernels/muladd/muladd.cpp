@@ -1,7 +1,8 @@
 // muladd.cpp: CPU kernels of the muladd family.
 //
 //   muladd: out = a * b + c     mul: out = a * b
-//   a, b, out: [n] contiguous; the caller splits [0, n) into chunks across threads.
+//   a, b, out: [n] in one memory order (any dense layout they share); the caller splits
+//   [0, n) into chunks across threads.
 //   Check:  wb check muladd mul --device cpu
 #include "muladd/muladd.h"
 

@@ -1,8 +1,9 @@
 // muladd.cu: CUDA kernels of the muladd family.
 //
 //   muladd: out = a * b + c     mul: out = a * b
-//   a, b, out: [n] contiguous, one dtype of float32 / float64 / float16 / bfloat16;
-//   computed in float (double for float64); 16-byte loads when every pointer is aligned.
+//   a, b, out: [n] in one memory order (any dense layout they share), one dtype of float32 /
+//   float64 / float16 / bfloat16; computed in float (double for float64); 16-byte loads when
+//   every pointer is aligned.
 //   Check and time:  wb check muladd mul --device cuda
 #include "muladd/muladd.h"
 #include "wb/dtypes.h"

@@ -6,7 +6,9 @@
 
 namespace wb::muladd {
 
-// All buffers are contiguous with n elements; begin/end select the CPU chunk to compute.
+// All buffers hold n elements in one memory order: contiguous, or any non-overlapping dense
+// layout they share, so that element i of each is the same logical element (the binding sees to
+// it: bindings/include/wb/layout.h). begin/end select the CPU chunk to compute.
 template <typename T>
 Status muladd_cuda(const T* a, const T* b, double c, T* out, int64_t n, Stream stream);
 template <typename T>

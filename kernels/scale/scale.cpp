@@ -1,7 +1,8 @@
 // scale.cpp: CPU kernel of the scale family.
 //
 //   scale: out = x * s
-//   x, out: [n] contiguous; the caller splits [0, n) into chunks across threads.
+//   x, out: [n] in one memory order (any dense layout they share); the caller splits [0, n)
+//   into chunks across threads.
 //   Check:  wb check scale --device cpu
 #include "scale/scale.h"
 

@@ -1,9 +1,9 @@
 // scale.cu: the CUDA launcher of the scale family (host code; the kernel is in scale.kernel.cu).
 //
 //   scale: out = x * s
-//   x, out: [n] contiguous, one dtype of float32 / float64 / float16 / bfloat16;
-//   s is rounded to float (double for float64) and the product computed in that type;
-//   16-byte loads when both pointers are aligned.
+//   x, out: [n] in one memory order (any dense layout they share), one dtype of float32 /
+//   float64 / float16 / bfloat16; s is rounded to float (double for float64) and the product
+//   computed in that type; 16-byte loads when both pointers are aligned.
 //   Check and time:  wb check scale --device cuda
 #include "scale/scale.h"
 #include "wb/dtypes.h"

@@ -6,7 +6,8 @@
 
 namespace wb::scale {
 
-// x and out are contiguous with n elements; begin/end select the CPU chunk to compute.
+// x and out hold n elements in one memory order: contiguous, or any non-overlapping dense layout
+// they share (bindings/include/wb/layout.h). begin/end select the CPU chunk to compute.
 template <typename T>
 Status scale_cuda(const T* x, double s, T* out, int64_t n, Stream stream);
 template <typename T>

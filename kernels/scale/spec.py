@@ -42,7 +42,22 @@ def scale_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
     return out.numel()
 
 
+def is_dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense, as ATen's ``is_non_overlapping_and_dense``: ordered by stride,
+    the dimensions longer than 1 step through one block of storage with no gap and no overlap."""
+    step = 1
+    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape, strict=True) if n > 1):
+        if stride != step:
+            return False
+        step *= size
+    return True
+
+
 def scale_fake(x: torch.Tensor, s: float) -> torch.Tensor:
+    """The binding's result (bindings/include/wb/layout.h): x's strides when x is non-overlapping
+    and dense (transposed, channels-last, ...), as ``x * s`` gives them, else contiguous."""
+    if is_dense(x):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
