@@ -92,14 +92,16 @@ at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Ten
     at::Tensor a = a_in, b = b_in;
     const bool copy_helps = sizeof(scalar_t) == 2 && k % 8 == 0 && n % 8 == 0;
     if (path == Path::automatic && copy_helps) {
-      if (!rows16(view_of<scalar_t>(a))) a = a.contiguous();
-      if (matmul_cuda_unusable(Path::wgmma, view_of<scalar_t>(a), view_of<scalar_t>(b)) &&
-          matmul_cuda_unusable(Path::mma, view_of<scalar_t>(a), view_of<scalar_t>(b))) {
+      // a column-major stays as it is where wgmma's whole-k kernel reads it (m-major).
+      const View<scalar_t> a_view = view_of<scalar_t>(a);
+      if (!rows16(a_view) && !wgmma_takes_mmajor_a(a_view, m, n, k)) a = a.contiguous();
+      if (matmul_cuda_unusable(Path::wgmma, view_of<scalar_t>(a), view_of<scalar_t>(b), m, n, k) &&
+          matmul_cuda_unusable(Path::mma, view_of<scalar_t>(a), view_of<scalar_t>(b), m, n, k)) {
         b = b.contiguous();
       }
     }
     const View<scalar_t> va = view_of<scalar_t>(a), vb = view_of<scalar_t>(b);
-    const char* why = matmul_cuda_unusable(path, va, vb);
+    const char* why = matmul_cuda_unusable(path, va, vb, m, n, k);
     TORCH_CHECK(why == nullptr, op, ": path ", static_cast<int>(path), " cannot run here: ", why);
     // The split-k partial sums of a c of few tiles, from the caching allocator (so a CUDA graph
     // capture gets them from its pool); nothing for most calls.

@@ -2,12 +2,12 @@
 //
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j];  a: [m, k], b: [k, n] strided, c: [m, n] contiguous
 //   float32 / float64: simt. float16 / bfloat16: wgmma on an sm_90a image, else mma on sm_80+,
-//   when the tensor-core layout holds (a's rows contiguous, b's rows or columns contiguous, each
-//   16-byte aligned); otherwise simt. Path::automatic takes an a of one row on b n-major to the
-//   GEMV route instead (matmul_gemv.cu: gemv_chosen holds the rule and its switches,
-//   WB_MATMUL_GEMV=0 turns it off, =1 takes up to 8 rows); a forced path (matmul_path) never does.
-//   k == 0 writes zeros. The wgmma path and the GEMV route may need a float32 workspace
-//   (matmul_cuda_workspace: k split across blocks), which the caller allocates.
+//   when the tensor-core layout holds (a's rows contiguous, or on wgmma's whole-k route its
+//   columns; b's rows or columns contiguous; each 16-byte aligned); otherwise simt. Path::automatic
+//   takes an a of one row on b n-major to the GEMV route instead (matmul_gemv.cu: gemv_chosen holds
+//   the rule and its switches, WB_MATMUL_GEMV=0 turns it off, =1 takes up to 8 rows); a forced path
+//   (matmul_path) never does. k == 0 writes zeros. The wgmma path and the GEMV route may need a
+//   float32 workspace (matmul_cuda_workspace: k split across blocks), which the caller allocates.
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul matmul_path --dtype bfloat16
 #include "matmul/matmul.h"
 #include "matmul/matmul_gemv.h"
@@ -23,7 +23,7 @@ constexpr bool kHalf = sizeof(T) == 2;  // f16 and bf16: the tensor-core dtypes
 }  // namespace
 
 template <typename T>
-const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b) {
+const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b, int64_t m, int64_t n, int64_t k) {
   switch (path) {
     case Path::automatic:
     case Path::simt:
@@ -38,10 +38,17 @@ const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b) {
     case Path::wgmma:
       if (!kHalf<T>) return "the wgmma path takes float16 or bfloat16";
       if (!wgmma_available()) return "the wgmma path needs an sm_90a image on an sm_90 device";
-      if (!rows16(a) || !(rows16(b) || cols16(b))) {
-        return "the wgmma path needs a row-major and b row- or column-major, 16-byte aligned";
+      if (!(rows16(b) || cols16(b))) {
+        return "the wgmma path needs b row- or column-major, its rows or columns 16-byte aligned";
       }
-      return nullptr;
+      if (rows16(a) || wgmma_takes_mmajor_a(a, m, n, k)) return nullptr;
+      if (cols16(a) && a.col >= m) {
+        return "the wgmma path reads a column-major a only where it runs k whole (this shape "
+               "splits k or takes the narrow route): pass a row-major a (a.contiguous())";
+      }
+      return "the wgmma path needs a row-major with 16-byte aligned rows (or, where it runs k "
+             "whole, column-major with 16-byte aligned columns, m or more elements apart): a's "
+             "stride a multiple of 8 elements and its start 16-byte aligned";
   }
   return "unknown path";
 }
@@ -50,10 +57,10 @@ namespace {
 
 // The path a call takes: `path`, or for Path::automatic the fastest usable one.
 template <typename T>
-Path route(Path path, View<T> a, View<T> b) {
+Path route(Path path, View<T> a, View<T> b, int64_t m, int64_t n, int64_t k) {
   if (path != Path::automatic || !kHalf<T>) return path;
-  if (!matmul_cuda_unusable(Path::wgmma, a, b)) return Path::wgmma;
-  if (!matmul_cuda_unusable(Path::mma, a, b)) return Path::mma;
+  if (!matmul_cuda_unusable(Path::wgmma, a, b, m, n, k)) return Path::wgmma;
+  if (!matmul_cuda_unusable(Path::mma, a, b, m, n, k)) return Path::mma;
   return path;
 }
 
@@ -75,7 +82,7 @@ int64_t matmul_cuda_workspace(View<T> a, View<T> b, int64_t m, int64_t n, int64_
   bool gemv = false;
   if (takes_gemv(path, a, b, m, n, k, &gemv) != nullptr) return 0;  // matmul_cuda says why
   if (gemv) return gemv_workspace(m, n, k, !rows16(b));
-  return route(path, a, b) == Path::wgmma ? wgmma_workspace(m, n, k) : 0;
+  return route(path, a, b, m, n, k) == Path::wgmma ? wgmma_workspace(m, n, k) : 0;
 }
 
 template <typename T>
@@ -88,7 +95,7 @@ Status matmul_cuda(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
   }
   bool gemv = false;
   if (const Status e = takes_gemv(path, a, b, m, n, k, &gemv)) return e;
-  path = route(path, a, b);
+  path = route(path, a, b, m, n, k);
   if constexpr (kHalf<T>) {
     if (gemv) return matmul_gemv(a, b, c, workspace, m, n, k, stream);
     if (path == Path::wgmma) return matmul_wgmma(a, b, c, workspace, m, n, k, stream);
@@ -97,10 +104,10 @@ Status matmul_cuda(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
   return matmul_simt(a, b, c, m, n, k, stream);
 }
 
-#define WB_MATMUL_ENTRY_(T, _)                                                                  \
-  template const char* matmul_cuda_unusable<T>(Path, View<T>, View<T>);                         \
-  template int64_t matmul_cuda_workspace<T>(View<T>, View<T>, int64_t, int64_t, int64_t, Path); \
-  template Status matmul_cuda<T>(View<T>, View<T>, T*, float*, int64_t, int64_t, int64_t, Path, \
+#define WB_MATMUL_ENTRY_(T, _)                                                                     \
+  template const char* matmul_cuda_unusable<T>(Path, View<T>, View<T>, int64_t, int64_t, int64_t); \
+  template int64_t matmul_cuda_workspace<T>(View<T>, View<T>, int64_t, int64_t, int64_t, Path);    \
+  template Status matmul_cuda<T>(View<T>, View<T>, T*, float*, int64_t, int64_t, int64_t, Path,    \
                                  Stream);
 WB_FLOATING(WB_MATMUL_ENTRY_, )
 

@@ -29,7 +29,8 @@ bool rows16(View<T> v) {
   return v.col == 1 && v.row * static_cast<int64_t>(sizeof(T)) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
 }
-// Columns of v contiguous and 16-byte aligned: b column-major, which the wgmma path reads too.
+// Columns of v contiguous and 16-byte aligned: b column-major, which the wgmma path reads too, and
+// a column-major, which its whole-k kernel reads (wgmma_takes_mmajor_a below).
 template <typename T>
 bool cols16(View<T> v) {
   return v.row == 1 && v.col * static_cast<int64_t>(sizeof(T)) % 16 == 0 &&
@@ -39,10 +40,11 @@ bool cols16(View<T> v) {
 // Which CUDA path ran (or would run) for a call; also the value of WB_MATMUL_PATH to force one.
 enum class Path : int { automatic = 0, simt = 1, mma = 2, wgmma = 3 };
 
-// Why `path` cannot run these operands on the current device, or nullptr when it can
-// (Path::automatic always can).
+// Why `path` cannot run these operands (a: [m, k], b: [k, n]) on the current device, or nullptr
+// when it can (Path::automatic always can). The sizes matter for a column-major a alone, which
+// the wgmma path reads where its route is the whole-k kernel.
 template <typename T>
-const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b);
+const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b, int64_t m, int64_t n, int64_t k);
 
 // The float32 elements of workspace matmul_cuda needs for this call, 0 for none: the wgmma path's
 // split-k partial sums, [splits, m, n] (matmul_wgmma.cu). The caller allocates them (any
@@ -72,6 +74,17 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
                     Stream stream);
 // The float32 workspace matmul_wgmma needs for these sizes on the current device (0: no split).
 int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k);
+// Whether matmul_wgmma runs an m x n x k call on its whole-k kernel on the current device: an
+// sm_90a image, and neither the split-k nor the narrow route of a few-rows shape (which read a
+// row-major a alone).
+bool wgmma_whole_k(int64_t m, int64_t n, int64_t k);
+// Whether the wgmma path reads a ([m, k]) in place as column-major (m-major): its columns
+// contiguous, 16-byte aligned and at least m apart (not overlapping), on the whole-k route.
+// Path::automatic copies any other a that is not row-major (bindings/matmul.cpp).
+template <typename T>
+bool wgmma_takes_mmajor_a(View<T> a, int64_t m, int64_t n, int64_t k) {
+  return cols16(a) && a.col >= m && wgmma_whole_k(m, n, k);
+}
 
 // Whether this device runs a real image of the path's kernel (not the stub compiled for an
 // arch that lacks its instructions): the build's arch list decides, not only the device.

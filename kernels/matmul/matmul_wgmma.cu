@@ -1,14 +1,17 @@
 // matmul_wgmma.cu: the host launcher of the Hopper matmul (the kernel is matmul_wgmma.kernel.cu).
 //
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j]
-//   a: [m, k] row-major; b: [k, n] row-major (n-major) or column-major (k-major); rows 16-byte
-//   aligned, any m, n, k below 2^31; c: [m, n] contiguous. float16 / bfloat16.
+//   a: [m, k] row-major (k-major), or column-major (m-major: a = x.t(), the weight gradient's
+//   x^T @ dy) where the route is the whole-k kernel (wgmma_whole_k); b: [k, n] row-major
+//   (n-major) or column-major (k-major); rows (columns) 16-byte aligned, any m, n, k below 2^31;
+//   c: [m, n] contiguous. float16 / bfloat16.
 //
-// Makes the two TMA tensor maps (a's boxes of 64 k x BM rows; b's of 64 k x BN columns when
-// k-major, else 64 n x 64 k) and launches one persistent block per SM (BLOCKS per SM when the
-// tile is built for more). The tile's sizes come from the module (wgmma_shape, which the kernel's
-// TU defines for the tile it was built with): this file does not change with the tile, so a
-// variant of the family's tuning space or an edit of the kernel compiles the device-only TU alone.
+// Makes the two TMA tensor maps (a's boxes of 64 k x BM rows when k-major, else 64 m x 64 k; b's
+// of 64 k x BN columns when k-major, else 64 n x 64 k) and launches one persistent block per SM
+// (BLOCKS per SM when the tile is built for more). The tile's sizes come from the module
+// (wgmma_shape, which the kernel's TU defines for the tile it was built with): this file does not
+// change with the tile, so a variant of the family's tuning space or an edit of the kernel
+// compiles the device-only TU alone.
 //
 // Split-k (plan_split): where c has fewer tiles than the device has SMs (a short a, as in
 // 16 x 4096 x 4096), the plain build runs a 64 x 256 tile with k cut into S slices so that
@@ -81,9 +84,15 @@ Status launch_smem(const WgmmaShape& tile, std::string_view fallback, unsigned* 
   return nullptr;
 }
 
+// The whole-k kernel for each layout of b and of a (a m-major: wgmma_kernel's AMMajor).
 template <typename T>
-const DeviceKernel& wgmma_kernel(bool b_kmajor) {
-  return b_kmajor ? kernel<&kWgmma, T, Val<true>> : kernel<&kWgmma, T, Val<false>>;
+const DeviceKernel& wgmma_kernel(bool b_kmajor, bool a_mmajor) {
+  if (a_mmajor) {
+    return b_kmajor ? kernel<&kWgmma, T, Val<true>, Val<true>>
+                    : kernel<&kWgmma, T, Val<false>, Val<true>>;
+  }
+  return b_kmajor ? kernel<&kWgmma, T, Val<true>, Val<false>>
+                  : kernel<&kWgmma, T, Val<false>, Val<false>>;
 }
 template <typename T>
 const DeviceKernel& split_kernel(bool b_kmajor) {
@@ -249,6 +258,20 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   return nullptr;
 }
 
+// The route of an m x n x k call: plan_split's plan and, for a few-rows shape, few_rows_route's
+// choice (FewRoute::split otherwise). The whole-k kernel runs where neither splits k nor takes
+// the narrow route (whole_k).
+struct Route {
+  Split plan;
+  FewRoute few = FewRoute::split;
+  bool whole_k() const { return few == FewRoute::split && plan.splits < 2; }
+};
+Status plan_route(int64_t m, int64_t n, int64_t k, Route* route) {
+  *route = Route{};
+  if (const Status e = plan_split(m, n, k, &route->plan)) return e;
+  return route->plan.few ? few_rows_route(m, n, &route->few) : nullptr;
+}
+
 // c = the sum of the slices' partial sums in slice order (the same order every call, so the same
 // bits), rounded once. Four elements a thread where the slices' rows allow 16-byte loads, the
 // slices read kBatch at a time, all of a batch's loads in flight before the first add (a loop of
@@ -291,12 +314,20 @@ __global__ void sum_slices_kernel(const float* __restrict__ partial,  // [splits
   }
 }
 
-// The maps of a and b in boxes of this tile (a's of 64 k x BM rows; b's of 64 k x BN columns
-// when k-major, BN / 2 for a cluster of two blocks that each copy half, else 64 n x 64 k).
+// Whether a is column-major (read m-major), as b_kmajor says of b.
+template <typename T>
+bool mmajor(View<T> a) {
+  return a.row == 1 && a.col != 1;
+}
+
+// The maps of a and b in boxes of this tile (a's of 64 k x BM rows when k-major, else 64 m x 64 k;
+// b's of 64 k x BN columns when k-major, BN / 2 for a cluster of two blocks that each copy half,
+// else 64 n x 64 k).
 template <typename T>
 bool make_maps(CUtensorMap* map_a, CUtensorMap* map_b, View<T> a, View<T> b, int64_t m, int64_t n,
                int64_t k, bool b_kmajor, const WgmmaShape& tile, bool paired = false) {
-  return make_map(map_a, a.data, k, m, a.row, tile.bk, tile.bm) &&
+  return (mmajor(a) ? make_map(map_a, a.data, m, k, a.col, 64, tile.bk)
+                    : make_map(map_a, a.data, k, m, a.row, tile.bk, tile.bm)) &&
          (b_kmajor ? make_map(map_b, b.data, k, n, b.col, tile.bk, paired ? tile.bn / 2 : tile.bn)
                    : make_map(map_b, b.data, n, k, b.row, 64, tile.bk));
 }
@@ -399,7 +430,7 @@ bool wgmma_available() {
     int threads = 0;
     const bool real =
         global<&kShape>.read(&shape) == nullptr &&
-        wgmma_kernel<bf16>(false).attribute(KernelAttr::max_threads, &threads) == nullptr &&
+        wgmma_kernel<bf16>(false, false).attribute(KernelAttr::max_threads, &threads) == nullptr &&
         threads >= shape.threads;
     known[device] = real ? 1 : -1;
   }
@@ -407,26 +438,34 @@ bool wgmma_available() {
 }
 
 int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k) {
-  Split plan;
-  FewRoute route = FewRoute::split;
-  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || plan_split(m, n, k, &plan)) return 0;
-  if (plan.few && (few_rows_route(m, n, &route) != nullptr || route != FewRoute::split)) return 0;
-  return plan.splits >= 2 && !plan.cluster ? plan.splits * m * n : 0;
+  Route route;
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || plan_route(m, n, k, &route)) return 0;
+  const Split& plan = route.plan;
+  const bool launch_sum = route.few == FewRoute::split && plan.splits >= 2 && !plan.cluster;
+  return launch_sum ? plan.splits * m * n : 0;
+}
+
+bool wgmma_whole_k(int64_t m, int64_t n, int64_t k) {
+  Route route;
+  // A bad switch (plan_route's error) reads as no: the call then meets the error in matmul_wgmma.
+  return m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && wgmma_available() &&
+         plan_route(m, n, k, &route) == nullptr && route.whole_k();
 }
 
 template <typename T>
 Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
                     Stream stream) {
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "matmul: wgmma takes sizes < 2^31";
-  const bool b_kmajor = b.row == 1 && b.col != 1;
-  Split plan;
-  if (const Status e = plan_split(m, n, k, &plan)) return e;
-  if (plan.few) {  // a few-rows shape: the split-k route below, or the narrow one
-    FewRoute route = FewRoute::split;
-    if (const Status e = few_rows_route(m, n, &route)) return e;
-    if (route != FewRoute::split) {
-      return matmul_wgmma_narrow(a, b, c, m, n, k, b_kmajor, route == FewRoute::narrow, stream);
-    }
+  const bool b_kmajor = b.row == 1 && b.col != 1, a_mmajor = mmajor(a);
+  Route route;
+  if (const Status e = plan_route(m, n, k, &route)) return e;
+  if (a_mmajor && !route.whole_k()) {  // matmul_cuda_unusable refuses such a call first
+    return "matmul: the wgmma path reads a column-major a on its whole-k route only (this shape "
+           "splits k or takes the narrow route): pass a row-major a";
+  }
+  const Split& plan = route.plan;
+  if (route.few != FewRoute::split) {  // a few-rows shape on the narrow route
+    return matmul_wgmma_narrow(a, b, c, m, n, k, b_kmajor, route.few == FewRoute::narrow, stream);
   }
   if (plan.splits >= 2 && plan.cluster) {
     return run_cluster_split(a, b, c, m, n, k, b_kmajor, plan, stream);
@@ -435,7 +474,7 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
 
   WgmmaShape tile{};
   if (const Status e = global<&kShape>.read(&tile)) return e;
-  const DeviceKernel& kernel = wgmma_kernel<T>(b_kmajor);
+  const DeviceKernel& kernel = wgmma_kernel<T>(b_kmajor, a_mmajor);
   if (const Status e = check_regs(kernel, tile)) return e;
   const int64_t tiles = tiles_of(m, n, tile);
   if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";

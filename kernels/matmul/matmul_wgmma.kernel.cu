@@ -3,14 +3,16 @@
 // host launcher, which makes the TMA tensor maps and launches, is matmul_wgmma.cu).
 //
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j]
-//   a: [m, k] row-major; b: [k, n] row-major (n-major) or column-major (k-major); rows 16-byte
-//   aligned, any m, n, k below 2^31; c: [m, n] contiguous. float16 / bfloat16 in, float32
-//   accumulation, rounded once. sm_90a only (other archs compile a stub, see tensor_core.cuh).
+//   a: [m, k] row-major (k-major), or column-major (m-major) for wgmma_kernel alone; b: [k, n]
+//   row-major (n-major) or column-major (k-major); rows (columns) 16-byte aligned, any m, n, k
+//   below 2^31; c: [m, n] contiguous. float16 / bfloat16 in, float32 accumulation, rounded once.
+//   sm_90a only (other archs compile a stub, see tensor_core.cuh).
 //
 // BLOCKS persistent blocks an SM (one by default) walk tiles of c (BM x BN, BM = 64 * CONSUMERS)
 // with 1 + CONSUMERS warpgroups each:
 //   - warpgroup 0, the producer: one thread issues TMA copies (cp.async.bulk.tensor) of a's
-//     BM x 64 and b's 64 x BN tiles into a ring of STAGES shared-memory stages. Each copy
+//     BM x 64 and b's 64 x BN tiles into a ring of STAGES shared-memory stages (a m-major: one
+//     64 m x 64 k box per consumer, a chunk wholly past m not copied). Each copy
 //     completes on the stage's `full` mbarrier (expect_tx counts the bytes; parts of a box past
 //     m, n or k are filled with zeros, so tails need no masks), and waits on the stage's `empty`
 //     mbarrier before overwriting it;
@@ -38,13 +40,13 @@
 // plan_split).
 //
 // The module holds these three kernels (each for f16 and bf16 and both layouts of b; the cluster
-// sum on both tiles) and wgmma_shape, wgmma_split_shape and wgmma_wide_split_shape. A fourth,
-// wgmma_narrow_kernel, runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64
-// columns, a block a tile, in clusters of two sharing a's or b's tile by TMA multicast (the
-// launcher's WB_WGMMA_FEW=narrow; matmul_wgmma_narrow.cu): it is a device-only TU and module of
-// its own, matmul_wgmma_narrow.kernel.cu, so that an edit of either compiles its own kernels
-// alone. What both use (TensorMap, the sm_90 limits, WB_WGMMA_IMAGE, shape_of) is
-// wgmma_module.cuh.
+// sum on both tiles; wgmma_kernel also for a m-major, the weight gradient's x^T @ dy) and
+// wgmma_shape, wgmma_split_shape and wgmma_wide_split_shape. A fourth, wgmma_narrow_kernel, runs
+// the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64 columns, a block a tile, in
+// clusters of two sharing a's or b's tile by TMA multicast (the launcher's WB_WGMMA_FEW=narrow;
+// matmul_wgmma_narrow.cu): it is a device-only TU and module of its own,
+// matmul_wgmma_narrow.kernel.cu, so that an edit of either compiles its own kernels alone. What
+// both use (TensorMap, the sm_90 limits, WB_WGMMA_IMAGE, shape_of) is wgmma_module.cuh.
 //
 // The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
 // WB_TUNE_CONSUMERS, WB_TUNE_STAGES and WB_TUNE_BLOCKS (blocks an SM) below; the plain build is
@@ -63,6 +65,8 @@
 //     k16 slice kk starts kk * 32 bytes into the row (the hardware applies the swizzle).
 //   - MN-major tile of b (rows of 64 n, one per k, in chunks of 64 columns): SBO = 1024 (8 k
 //     rows), LBO = the distance between 64-column chunks; slice kk starts kk * 16 rows in.
+//   - MN-major tile of a (a m-major): the same, a consumer's 64 rows being one chunk (rows of
+//     64 m, one per k); the instruction's transpose-A immediate is 1, as transpose-B is for b.
 //   - Accumulator fragment of m64nN: thread t of the warpgroup holds, for each 8 columns j,
 //     d[4j], d[4j+1] at row 16 * (t / 32) + (t % 32) / 4, columns 8j + 2 * (t % 4) + {0, 1},
 //     and d[4j+2], d[4j+3] eight rows below.
@@ -87,10 +91,12 @@ namespace wb::matmul {
 #define WB_TUNE_BLOCKS 1  // resident blocks an SM: two overlap one's epilogue with the other's MMAs
 #endif
 
-template <int BN_, int CONSUMERS_, int STAGES_, int BLOCKS_, bool B_KMAJOR_>
+// B_KMAJOR: b column-major, read k-major (else n-major); A_MMAJOR: a column-major, read m-major
+// (else k-major). Either way a stage holds the same bytes; only its layout differs.
+template <int BN_, int CONSUMERS_, int STAGES_, int BLOCKS_, bool B_KMAJOR_, bool A_MMAJOR_ = false>
 struct WgmmaTile {
   static constexpr int BN = BN_, CONSUMERS = CONSUMERS_, STAGES = STAGES_, BLOCKS = BLOCKS_;
-  static constexpr bool B_KMAJOR = B_KMAJOR_;
+  static constexpr bool B_KMAJOR = B_KMAJOR_, A_MMAJOR = A_MMAJOR_;
   static constexpr int BM = 64 * CONSUMERS;
   static constexpr int kThreads = 128 * (1 + CONSUMERS);
   static constexpr int kBytesA = BM * kRowBytes, kBytesB = BN * kRowBytes;  // per stage
@@ -142,10 +148,10 @@ struct WgmmaTile {
 // --- the kernel ---------------------------------------------------------------------------------
 
 // The point this TU is built at; the plain build: 128 x 256 tiles (two consumer warpgroups of
-// 64 x 256), 4 stages of 48 KiB, one block an SM.
-template <bool BKMajor>
+// 64 x 256), 4 stages of 48 KiB, one block an SM. AMMajor: a read m-major (wgmma_kernel alone).
+template <bool BKMajor, bool AMMajor = false>
 using DefaultTile =
-    WgmmaTile<WB_TUNE_BN, WB_TUNE_CONSUMERS, WB_TUNE_STAGES, WB_TUNE_BLOCKS, BKMajor>;
+    WgmmaTile<WB_TUNE_BN, WB_TUNE_CONSUMERS, WB_TUNE_STAGES, WB_TUNE_BLOCKS, BKMajor, AMMajor>;
 
 // The split-k tile (wgmma_split_kernel; not tuned): 64 x 256, one consumer warpgroup, 5 stages of
 // 40 KiB. For a c of few tiles (a short a): 64 rows waste least of the MMA on m <= 64, and the
@@ -253,11 +259,26 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
       const int tile_m = paired ? min(2 * at.m + rank, tiles_m - 1) : at.m;
       const int m0 = tile_m * Tl::BM, n0 = at.n * Tl::BN;
       const int last = (slice + 1) * steps / splits;
+      // a m-major: the consumers' 64-row chunks that start before m (the rest, wholly past m, are
+      // not copied: their consumers' sums are of stale rows, and rows past m are not stored).
+      const int a_chunks = Tl::A_MMAJOR ? min(Tl::CONSUMERS, (m - m0 + 63) / 64) : 1;
+      const int a_bytes = Tl::A_MMAJOR ? a_chunks * kBK * kRowBytes : Tl::kBytesA;
       for (int step = slice * steps / splits; step < last; ++step, ++it) {
         const int s = it % Tl::STAGES;
         if (it >= Tl::STAGES) sm90::bar_wait(&empty[s], (it / Tl::STAGES - 1) & 1);
-        sm90::bar_expect(&full[s], Tl::kBytesA + Tl::kBytesB);
-        sm90::tma_load(stage_a + s * Tl::kBytesA, &map_a, step * kBK, m0, &full[s]);
+        sm90::bar_expect(&full[s], a_bytes + Tl::kBytesB);
+        unsigned char* a_dst = stage_a + s * Tl::kBytesA;
+        if constexpr (Tl::A_MMAJOR) {  // a consumer's 64 rows: one box of 64 m x 64 k rows
+#pragma unroll
+          for (int j = 0; j < Tl::CONSUMERS; ++j) {
+            if (j < a_chunks) {
+              sm90::tma_load(a_dst + j * kBK * kRowBytes, &map_a, m0 + 64 * j, step * kBK,
+                             &full[s]);
+            }
+          }
+        } else {
+          sm90::tma_load(a_dst, &map_a, step * kBK, m0, &full[s]);
+        }
         unsigned char* b_dst = stage_b + s * Tl::kBytesB;
         if (paired) {                    // this block's half of b's tile, into both blocks
           if constexpr (Tl::B_KMAJOR) {  // the map's boxes are BN / 2 rows of b's columns
@@ -330,11 +351,13 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
       sm90::fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t da = sm90::descriptor(a_tile + kk * 32, 16, Tl::kAtomBytes);
+        const uint64_t da = Tl::A_MMAJOR ? sm90::descriptor(a_tile + kk * 16 * kRowBytes,
+                                                            kBK * kRowBytes, Tl::kAtomBytes)
+                                         : sm90::descriptor(a_tile + kk * 32, 16, Tl::kAtomBytes);
         const uint64_t db = Tl::B_KMAJOR ? sm90::descriptor(b_tile + kk * 32, 16, Tl::kAtomBytes)
                                          : sm90::descriptor(b_tile + kk * 16 * kRowBytes,
                                                             kBK * kRowBytes, Tl::kAtomBytes);
-        sm90::Wgmma<Tl::BN, T, Tl::B_KMAJOR ? 0 : 1>::run(d, da, db);
+        sm90::Wgmma<Tl::BN, T, Tl::B_KMAJOR ? 0 : 1, Tl::A_MMAJOR ? 1 : 0>::run(d, da, db);
       }
       sm90::commit();
       sm90::wait<1>();  // the previous step's batch is done: hand its stage back
@@ -371,16 +394,17 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
 }
 
 // c = a @ b on the tile this TU is built at, k whole. T: f16 or bf16; BKMajor: b column-major
-// (read k-major), else row-major (n-major).
-template <typename T, bool BKMajor>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::kThreads : 1,
-                                  WB_WGMMA_IMAGE ? DefaultTile<BKMajor>::BLOCKS : 1)
-    wgmma_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x BM
+// (read k-major), else row-major (n-major); AMMajor: a column-major (read m-major), else
+// row-major (k-major).
+template <typename T, bool BKMajor, bool AMMajor = false>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor, AMMajor>::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? DefaultTile<BKMajor, AMMajor>::BLOCKS : 1)
+    wgmma_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x BM or 64 x 64
                  const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x BN or 64 x 64
                  T* __restrict__ c,                        // [m, n]
                  int m, int n, int k) {
 #if WB_WGMMA_IMAGE
-  using Tl = DefaultTile<BKMajor>;
+  using Tl = DefaultTile<BKMajor, AMMajor>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});

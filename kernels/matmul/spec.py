@@ -90,6 +90,13 @@ def matmul_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generato
     # ... with an odd n: rows of c that are not 4-byte multiples (the wgmma epilogue's 2-byte path).
     w = randn((37, 96), dtype, device, gen)
     samples.insert(6, Sample((randn((150, 96), dtype, device, gen), w.t()), "b_colmajor_odd_n"))
+    # a column-major (a = x.t(), as in the weight gradient x^T @ dy) on a c of more 128 x 256
+    # tiles than a Hopper GPU has SMs (13 x 12 = 156), 8 past a tile in m and n and a 64-k step in
+    # k: the wgmma path's whole-k kernel reads it in place (m-major), where the few-rows shapes
+    # above copy it. On CUDA only, where its 0.9 GFLOP are quick.
+    if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
+        x = randn((200, 1544), dtype, device, gen)
+        samples.append(Sample((x.t(), randn((200, 2824), dtype, device, gen)), "a_colmajor"))
     return samples
 
 

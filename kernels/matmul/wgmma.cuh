@@ -1,11 +1,12 @@
 // matmul/wgmma.cuh: Hopper's warpgroup MMA (sm_90a) as C++ calls, for matmul_wgmma.kernel.cu.
 //
-//   wgmma<N, T, TransB>(d, desc_a, desc_b)   d[64 x N] += A[64 x 16] * B[16 x N]
+//   Wgmma<N, T, TransB, TransA>::run(d, desc_a, desc_b)   d[64 x N] += A[64 x 16] * B[16 x N]
 //
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}: A and B come from shared memory through
 // matrix descriptors (see matmul_wgmma.kernel.cu), the float accumulators d stay in the registers
-// of the warpgroup's 128 threads, N / 2 per thread. A is k-major; B is k-major (TransB = 0) or
-// n-major (TransB = 1, allowed for 16-bit types). The instruction is asynchronous: fence() before
+// of the warpgroup's 128 threads, N / 2 per thread. A is k-major (TransA = 0, the default) or
+// m-major (TransA = 1); B is k-major (TransB = 0) or n-major (TransB = 1); the transposed forms
+// are allowed for 16-bit types. The instruction is asynchronous: fence() before
 // the first of a batch, commit() after it, wait<N>() before reading d or reusing the shared memory.
 // Inline asm needs its operand lists written out, hence one block per N.
 //
@@ -185,22 +186,22 @@ __device__ __forceinline__ TileAt tile_at(int tile, int tiles_m, int tiles_n) {
   return {first_m + tile % group_m, (tile % (kGroupM * tiles_n)) / group_m};
 }
 
-template <int N, typename T, int TransB>
+template <int N, typename T, int TransB, int TransA = 0>
 struct Wgmma;
 
-// One specialisation per (N, T): WB_WGMMA_(N, T, PTX_TYPE, D_LIST, OPERANDS, A, B, TB, SCALE)
+// One specialisation per (N, T): WB_WGMMA_(N, T, PTX_TYPE, D_LIST, OPERANDS, A, B, TB, SCALE, TA)
 // writes the asm with the operand numbers given (the accumulators are %0..%(N/2 - 1)).
-#define WB_WGMMA_(N, T, PTX, D_LIST, OPERANDS, A, B, TB, SCALE)                             \
-  template <int TransB>                                                                     \
-  struct Wgmma<N, T, TransB> {                                                              \
+#define WB_WGMMA_(N, T, PTX, D_LIST, OPERANDS, A, B, TB, SCALE, TA)                         \
+  template <int TransB, int TransA>                                                         \
+  struct Wgmma<N, T, TransB, TransA> {                                                      \
     static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t desc_a,          \
                                                uint64_t desc_b) {                           \
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SCALE                              \
                    ", 0;\n"                                                                 \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " D_LIST \
-                   ", %" #A ", %" #B ", p, 1, 1, 0, %" #TB ";\n}\n"                         \
+                   ", %" #A ", %" #B ", p, 1, 1, %" #TA ", %" #TB ";\n}\n"                  \
                    : OPERANDS                                                               \
-                   : "l"(desc_a), "l"(desc_b), "n"(TransB), "r"(1));                        \
+                   : "l"(desc_a), "l"(desc_b), "n"(TransB), "r"(1), "n"(TransA));           \
     }                                                                                       \
   };
 
@@ -210,8 +211,8 @@ struct Wgmma;
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
       "+f"(d[15])
-WB_WGMMA_(32, bf16, "bf16", "{" WB_WGMMA_R32_ "}", WB_WGMMA_OPERANDS32_, 16, 17, 18, 19)
-WB_WGMMA_(32, f16, "f16", "{" WB_WGMMA_R32_ "}", WB_WGMMA_OPERANDS32_, 16, 17, 18, 19)
+WB_WGMMA_(32, bf16, "bf16", "{" WB_WGMMA_R32_ "}", WB_WGMMA_OPERANDS32_, 16, 17, 18, 19, 20)
+WB_WGMMA_(32, f16, "f16", "{" WB_WGMMA_R32_ "}", WB_WGMMA_OPERANDS32_, 16, 17, 18, 19, 20)
 
 #define WB_WGMMA_R64_ \
   WB_WGMMA_R32_ ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -219,8 +220,8 @@ WB_WGMMA_(32, f16, "f16", "{" WB_WGMMA_R32_ "}", WB_WGMMA_OPERANDS32_, 16, 17, 1
   WB_WGMMA_OPERANDS32_, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),         \
       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-WB_WGMMA_(64, bf16, "bf16", "{" WB_WGMMA_R64_ "}", WB_WGMMA_OPERANDS64_, 32, 33, 34, 35)
-WB_WGMMA_(64, f16, "f16", "{" WB_WGMMA_R64_ "}", WB_WGMMA_OPERANDS64_, 32, 33, 34, 35)
+WB_WGMMA_(64, bf16, "bf16", "{" WB_WGMMA_R64_ "}", WB_WGMMA_OPERANDS64_, 32, 33, 34, 35, 36)
+WB_WGMMA_(64, f16, "f16", "{" WB_WGMMA_R64_ "}", WB_WGMMA_OPERANDS64_, 32, 33, 34, 35, 36)
 
 #define WB_WGMMA_R128_                                                                      \
   WB_WGMMA_R64_                                                                             \
@@ -232,8 +233,8 @@ WB_WGMMA_(64, f16, "f16", "{" WB_WGMMA_R64_ "}", WB_WGMMA_OPERANDS64_, 32, 33, 3
       "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), \
       "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), \
       "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-WB_WGMMA_(128, bf16, "bf16", "{" WB_WGMMA_R128_ "}", WB_WGMMA_OPERANDS128_, 64, 65, 66, 67)
-WB_WGMMA_(128, f16, "f16", "{" WB_WGMMA_R128_ "}", WB_WGMMA_OPERANDS128_, 64, 65, 66, 67)
+WB_WGMMA_(128, bf16, "bf16", "{" WB_WGMMA_R128_ "}", WB_WGMMA_OPERANDS128_, 64, 65, 66, 67, 68)
+WB_WGMMA_(128, f16, "f16", "{" WB_WGMMA_R128_ "}", WB_WGMMA_OPERANDS128_, 64, 65, 66, 67, 68)
 
 #define WB_WGMMA_R256_                                                                         \
   WB_WGMMA_R128_                                                                               \
@@ -253,8 +254,8 @@ WB_WGMMA_(128, f16, "f16", "{" WB_WGMMA_R128_ "}", WB_WGMMA_OPERANDS128_, 64, 65
       "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),        \
       "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),        \
       "+f"(d[127])
-WB_WGMMA_(256, bf16, "bf16", "{" WB_WGMMA_R256_ "}", WB_WGMMA_OPERANDS256_, 128, 129, 130, 131)
-WB_WGMMA_(256, f16, "f16", "{" WB_WGMMA_R256_ "}", WB_WGMMA_OPERANDS256_, 128, 129, 130, 131)
+WB_WGMMA_(256, bf16, "bf16", "{" WB_WGMMA_R256_ "}", WB_WGMMA_OPERANDS256_, 128, 129, 130, 131, 132)
+WB_WGMMA_(256, f16, "f16", "{" WB_WGMMA_R256_ "}", WB_WGMMA_OPERANDS256_, 128, 129, 130, 131, 132)
 #undef WB_WGMMA_
 
 }  // namespace wb::matmul::sm90
