@@ -6,8 +6,9 @@
 // a: [m, k], b: [k, n], one dtype and device, any strides; the output [m, n] is contiguous.
 // The kernels read strided operands in place, with one documented exception: on CUDA, a
 // float16 / bfloat16 operand whose layout the tensor-core paths cannot read (a not row-major,
-// b neither row- nor column-major, or rows not 16-byte aligned) is copied to row-major first
-// when that makes it readable (k and n multiples of 8); matmul_path never copies.
+// b neither row- nor column-major, or rows not 16-byte aligned: k or n not a multiple of 8) is
+// copied to row-major first, its rows padded to 16 bytes (the padding is never read: the TMA
+// boxes stop at k and n), so that every size runs on the tensor cores; matmul_path never copies.
 #include "matmul/matmul.h"
 
 #include <ATen/Parallel.h>
@@ -82,6 +83,16 @@ WB_IMPL(CPU, m) {
 #ifdef WB_WITH_CUDA
 namespace {
 
+// t copied to row-major, each row padded to a multiple of 16 bytes (t's columns are the first
+// t.size(1) of each padded row): what the tensor-core paths read whatever t's size or strides.
+at::Tensor rows_padded(const at::Tensor& t) {
+  const int64_t per16 = 16 / static_cast<int64_t>(t.element_size());
+  const int64_t cols = t.size(1), padded = (cols + per16 - 1) / per16 * per16;
+  at::Tensor out = at::empty({t.size(0), padded}, t.options()).narrow(1, 0, cols);
+  out.copy_(t);
+  return out;
+}
+
 // Path::automatic with the documented copy; a forced path runs on the operands as they are.
 at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
                            Path path) {
@@ -90,14 +101,13 @@ at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Ten
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
   WB_DISPATCH(WB_FLOATING, a_in.scalar_type(), op, "a", [&] {
     at::Tensor a = a_in, b = b_in;
-    const bool copy_helps = sizeof(scalar_t) == 2 && k % 8 == 0 && n % 8 == 0;
-    if (path == Path::automatic && copy_helps) {
+    if (path == Path::automatic && sizeof(scalar_t) == 2 && m > 0 && n > 0 && k > 0) {
       // a column-major stays as it is where wgmma's whole-k kernel reads it (m-major).
       const View<scalar_t> a_view = view_of<scalar_t>(a);
-      if (!rows16(a_view) && !wgmma_takes_mmajor_a(a_view, m, n, k)) a = a.contiguous();
+      if (!rows16(a_view) && !wgmma_takes_mmajor_a(a_view, m, n, k)) a = rows_padded(a);
       if (matmul_cuda_unusable(Path::wgmma, view_of<scalar_t>(a), view_of<scalar_t>(b), m, n, k) &&
           matmul_cuda_unusable(Path::mma, view_of<scalar_t>(a), view_of<scalar_t>(b), m, n, k)) {
-        b = b.contiguous();
+        b = rows_padded(b);
       }
     }
     const View<scalar_t> va = view_of<scalar_t>(a), vb = view_of<scalar_t>(b);
