@@ -1,0 +1,269 @@
+"""The bundled ops on shapes and layouts outside the goal table, each against its eager peer.
+
+The goal table (``python -m bench kernel_goals``) names the shapes an issue set. Users bring
+others: sizes one off a tile (4095, k odd), operands transposed, rows of a vocabulary's length,
+one huge row, a histogram of one bin or a million, norms over a prime number of columns. This
+sweep times each such case against PyTorch's own op on the same tensors (cuBLAS through
+``torch.mm``, ``torch.softmax``, ``torch.histc``, ``F.layer_norm``, ``F.rms_norm``, ``a * b + c``,
+``index_add``), interleaved in one run with the L2 flushed, checks our output against the peer's
+first, and marks every case under ``--floor`` times the peer's speed (0.8 by default): a cliff a
+user would hit. Timing and switches (``--variant``) are kernel_goals's, with one change: each side
+is timed as one CUDA-graph replay of its call (``ours us`` / ``peer us``), and the eager calls'
+times are noted. An eager call of a small op is bound by the host's dispatch, whose cost swings
+with the host's load (the same 1000x1000 softmax measured 7 and 57 us eager on one host in one
+hour); the replays time the kernels. An op that cannot be captured is judged on its eager calls.
+
+Usage: python -m bench shapes [--ops matmul,softmax,histogram,norms,elementwise] [--reps 20]
+       [--floor 0.8] [--variant LABEL:NAME=VALUE[,...]]... [--out DIR]
+Writes shapes.md and shapes.json into --out ($OUT, else the current folder) and prints the table
+last. Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.common import environment, out_dir, parser, write_json, write_text
+from bench.kernel_goals import Row, Timer, parse_variant, rel_err, render, switches_read
+
+OPS = ("matmul", "softmax", "histogram", "norms", "elementwise")
+
+
+def _rows(
+    timer: Timer, op: str, case: str, dtype: Any, ours: Callable[[], Any], peer: Callable[[], Any],
+    peer_name: str, agree: Callable[[Any, Any], bool], floor: float, note: str = "",
+) -> list[Row]:  # fmt: skip
+    """Our fn (under each variant) and the peer timed interleaved, ours judged against the
+    peer's output first; one row a variant."""
+    want = peer()
+    runs, (t_peer,) = timer.ours(ours, lambda got: (agree(got, want), note), peer)
+    graphed = graph_us(timer, ours, peer)
+    dt = str(dtype).replace("torch.", "")
+    rows = []
+    for v, t, ok, n in runs:
+        times = (t, t_peer)
+        if graphed and not v.label:  # the default: judged on its replays, the eager pair noted
+            times = (graphed[0], graphed[1])
+            n = "; ".join(filter(None, [n, f"eager {t:.1f} / {t_peer:.1f} us"]))
+        ratio = times[1] / times[0] if times[0] else 0.0
+        rows.append(Row(v.name(op), case, dt, times[0], peer_name, times[1], ratio, "x", floor,
+                        ok, n))  # fmt: skip
+    return rows
+
+
+def graph_us(timer: Timer, *fns: Callable[[], Any]) -> list[float]:
+    """Each fn's time as one CUDA-graph replay (the same protocol: interleaved, L2 flushed), which
+    leaves out the host's dispatch and launch costs that an eager call of a small op is bound by:
+    the two times say how much of a gap is the kernels' and how much the calls'. Empty where a
+    capture fails."""
+    import torch
+
+    graphs = []
+    try:
+        for fn in fns:
+            fn()  # warm: first-call allocations and module loads stay out of the capture
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            graphs.append(g)
+    except Exception:  # an op that cannot be captured: the eager times stand alone
+        torch.cuda.synchronize()
+        return []
+    return timer.us(*(g.replay for g in graphs))
+
+
+def matmul_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    bf, hf, f32 = torch.bfloat16, torch.float16, torch.float32
+    # (m, n, k, dtype, layout): layout "t" gives a column-major a, "bt" a column-major b.
+    cases = [(4095, 4095, 4095, bf, ""), (4096, 4096, 4095, bf, ""), (4096, 4095, 4096, bf, ""),
+             (4097, 4096, 4096, bf, ""), (4095, 4095, 4095, hf, ""), (4096, 4096, 4096, bf, "t"),
+             (4096, 4096, 4096, bf, "bt"), (1000, 1000, 1000, bf, ""), (2048, 2048, 2048, bf, ""),
+             (512, 512, 512, bf, ""), (128, 128, 128, bf, ""), (4096, 11008, 4096, bf, ""),
+             (4096, 4096, 11008, bf, ""), (3, 4096, 4096, bf, ""), (7, 4096, 4096, bf, ""),
+             (32, 4096, 4096, bf, ""), (256, 4096, 4096, bf, ""), (4096, 16, 4096, bf, ""),
+             (4096, 4096, 16, bf, ""), (1, 4095, 4095, bf, ""), (8192, 8192, 8192, hf, ""),
+             (2048, 2048, 2048, f32, ""), (1000, 1000, 1000, f32, "")]  # fmt: skip
+    rows: list[Row] = []
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for m, n, k, dt, layout in cases:
+            a = torch.randn(m, k, device="cuda", dtype=dt, generator=gen)
+            b = torch.randn(k, n, device="cuda", dtype=dt, generator=gen)
+            if layout == "t":
+                a = a.t().contiguous().t()
+            if layout == "bt":
+                b = b.t().contiguous().t()
+            ref = a.double() @ b.double()
+            err = rel_err(torch.mm(a, b), ref)
+            case = f"{m}x{n}x{k}" + {"t": ", a column-major", "bt": ", b column-major"}.get(
+                layout, ""
+            )
+            rows += _rows(timer, "matmul", case, dt, lambda a=a, b=b: lib.matmul(a, b),
+                          lambda a=a, b=b: torch.mm(a, b), "cuBLAS",
+                          lambda got, _w, r=ref, e=err: rel_err(got, r) <= 2 * e + 1e-3,
+                          floor)  # fmt: skip
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return rows
+
+
+def softmax_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    shapes = [(1, 1 << 20), (2, 1 << 22), (8, 100000), (32, 50257), (1000, 1000), (4096, 4097),
+              (100000, 10), (65536, 128), (1024, 32000)]  # fmt: skip
+    rows: list[Row] = []
+    for dt in (torch.float32, torch.bfloat16):
+        tol = 1e-4 if dt == torch.float32 else 2e-2
+        for r, c in shapes:
+            x = torch.randn(r, c, device="cuda", dtype=dt, generator=gen) * 3
+            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+            rows += _rows(timer, "softmax", f"{r}x{c}", dt, lambda x=x: lib.softmax(x, -1),
+                          lambda x=x: torch.softmax(x, -1), "torch", agree, floor)  # fmt: skip
+        x = torch.randn(4096, 1024, device="cuda", dtype=dt, generator=gen)
+        agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+        rows += _rows(timer, "softmax", "4096x1024, dim 0", dt, lambda x=x: lib.softmax(x, 0),
+                      lambda x=x: torch.softmax(x, 0), "torch", agree, floor)  # fmt: skip
+        for r, c in ((32, 50257), (8, 100000)):
+            g = torch.randn(r, c, device="cuda", dtype=dt, generator=gen)
+            y = torch.softmax(torch.randn(r, c, device="cuda", dtype=dt, generator=gen), -1)
+            rows += _rows(timer, "softmax_backward", f"{r}x{c}", dt,
+                          lambda g=g, y=y: lib.softmax_backward(g, y, -1),
+                          lambda g=g, y=y: torch._softmax_backward_data(g, y, -1, y.dtype),
+                          "torch", agree, floor)  # fmt: skip
+    return rows
+
+
+def histogram_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    rows: list[Row] = []
+    for n, bins in ((4096, 256), (1_000_003, 100), (1 << 24, 1), (1 << 24, 1000),
+                    (1 << 24, 1 << 20), (100_000_000, 256)):  # fmt: skip
+        x = torch.randn(n, device="cuda", generator=gen)
+        want = lib.specs["histogram"].reference(x, bins, -4.0, 4.0)
+        # torch.histc bins in float32, the spec's reference in float64: judged against the latter
+        rows += _rows(timer, "histogram", f"{n:,} elements, {bins:,} bins", torch.float32,
+                      lambda x=x, b=bins: lib.histogram(x, b, -4.0, 4.0),
+                      lambda x=x, b=bins: torch.histc(x, b, -4.0, 4.0), "torch.histc",
+                      lambda got, _w, w=want: torch.equal(got, w), floor)  # fmt: skip
+    return rows
+
+
+def norms_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    rows: list[Row] = []
+    for dt in (torch.float32, torch.bfloat16):
+        tol = 1e-4 if dt == torch.float32 else 2e-2
+        for r, c in ((4095, 4095), (7, 100003), (100000, 100), (32, 4096), (16384, 768),
+                     (1, 1 << 20)):  # fmt: skip
+            x = torch.randn(r, c, device="cuda", dtype=dt, generator=gen) + 1
+            w = torch.randn(c, device="cuda", dtype=dt, generator=gen)
+            b = torch.randn(c, device="cuda", dtype=dt, generator=gen)
+            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+            rows += _rows(timer, "layer_norm", f"{r}x{c}", dt,
+                          lambda x=x, w=w, b=b: lib.layer_norm(x, w, b, 1e-5)[0],
+                          lambda x=x, w=w, b=b, c=c: F.layer_norm(x, (c,), w, b, 1e-5),
+                          "F.layer_norm", agree, floor)  # fmt: skip
+            rows += _rows(timer, "rms_norm", f"{r}x{c}", dt,
+                          lambda x=x, w=w: lib.rms_norm(x, w, 1e-6),
+                          lambda x=x, w=w, c=c: F.rms_norm(x, (c,), w, 1e-6),
+                          "F.rms_norm", agree, floor)  # fmt: skip
+    return rows
+
+
+def elementwise_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    rows: list[Row] = []
+    for dt in (torch.float32, torch.bfloat16):
+        tol = 1e-6 if dt == torch.float32 else 1e-2
+        for shape, layout in (((1_000_003,), ""), ((100_000_000,), ""), ((8192, 8191), "t")):
+            a = torch.randn(*shape, device="cuda", dtype=dt, generator=gen)
+            b = torch.randn(*shape, device="cuda", dtype=dt, generator=gen)
+            if layout:
+                a, b = a.t(), b.t()
+            case = "x".join(map(str, a.shape)) + (", transposed" if layout else "")
+            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+            rows += _rows(timer, "muladd", case, dt, lambda a=a, b=b: lib.muladd(a, b, 0.5),
+                          lambda a=a, b=b: a * b + 0.5, "a * b + c", agree, floor)  # fmt: skip
+    x = torch.zeros(100_000, 256, device="cuda")
+    src = torch.randn(1 << 20, 256, device="cuda", generator=gen)
+    idx = torch.randint(0, 100_000, (1 << 20,), device="cuda", generator=gen)
+    # Sums of floats in another order: compared with a tolerance of the largest output
+    rows += _rows(timer, "index_add", "100000x256, 1 Mi rows added", torch.float32,
+                  lambda: lib.index_add(x, 0, idx, src), lambda: x.index_add(0, idx, src),
+                  "index_add", lambda got, want: rel_err(got, want) <= 1e-5, floor)  # fmt: skip
+    return rows
+
+
+RUNS: dict[str, Callable[[Any, Timer, float], list[Row]]] = {
+    "matmul": matmul_rows,
+    "softmax": softmax_rows,
+    "histogram": histogram_rows,
+    "norms": norms_rows,
+    "elementwise": elementwise_rows,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__name__, __doc__)
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
+    p.add_argument("--reps", type=int, default=20, help="timed calls of each kernel and peer")
+    p.add_argument("--floor", type=float, default=0.8, help="peer time over ours to pass")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL:NAME=VALUE[,...]")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise SystemExit(f"--ops: unknown {', '.join(bad) or '(none)'}; choose from {OPS}")
+    if args.reps < 3:
+        raise SystemExit(f"--reps must be at least 3, got {args.reps}")
+    if args.floor <= 0:
+        raise SystemExit(f"--floor must be above 0 (peer time over ours), got {args.floor}")
+    variants = [parse_variant(v, switches_read()) for v in args.variant]
+    import torch
+
+    if not torch.cuda.is_available():
+        print("python -m bench shapes: needs a CUDA GPU (this host has none)", file=sys.stderr)
+        return 2
+    import workbench
+
+    lib = workbench.load()
+    timer = Timer(args.reps, variants)
+    props = torch.cuda.get_device_properties(0)
+    env = environment()
+    header = (
+        f"{env.date}, {props.name} ({props.multi_processor_count} SMs), torch {env.torch}"
+        f" (CUDA {env.cuda}), commit {env.commit}; medians of {args.reps}, L2 flushed; the goal"
+        f" column is the floor (peer time over ours) under which a case is a cliff"
+        + "".join(f"; [{v.label}] = {v.describe()}" for v in variants)
+    )
+    rows: list[Row] = []
+    folder = out_dir(args.out)
+    text = header
+    for op in ops:
+        rows += RUNS[op](lib, timer, args.floor)
+        print(f"{op}: {len(rows)} rows so far", file=sys.stderr, flush=True)
+        text = render(rows, header).replace("goals met", "cases at or above the floor")
+        write_text(folder / "shapes.md", text)
+        write_json(folder / "shapes.json", {"environment": env.to_dict(),
+                                            "rows": [asdict(r) for r in rows]})  # fmt: skip
+    print(text)
+    return 0 if all(r.ok for r in rows) else 1
