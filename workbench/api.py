@@ -128,6 +128,8 @@ class Library:
         self._reader: resources.Reader | None = None  # a reload's kernels, read meanwhile
         self.eager = knobs.eager() if eager is None else eager
         self._index: warm.Index | None = None  # the warm-start index of the last reload
+        self._ops_key: tuple[int, int, tuple[str, ...]] | None = None  # of _ops_now
+        self._ops_now: frozenset[str] = frozenset()
         self.last = self.reload(_first=True, _started=started)
 
     @property
@@ -143,13 +145,23 @@ class Library:
 
     @property
     def ops(self) -> list[str]:
-        handles = loader.handles(self.namespace)
-        waiting = deferred.pending(self.namespace)
-        return sorted(
-            op
-            for fam in self.families
-            for op in (handles[fam].schemas if fam in handles else waiting[fam].schemas)
-        )
+        return sorted(self._op_names())
+
+    def _op_names(self) -> frozenset[str]:
+        # Remembered until a family is swapped in, removed or deferred anywhere, or this library's
+        # families change: lib.<op> is on every eager call's path (working it out each time cost
+        # 2.7 us a call, where the call of a small op costs 5-20).
+        key = (loader.generation(), deferred.generation(), tuple(self.families))
+        if self._ops_key != key:
+            handles = loader.handles(self.namespace)
+            waiting = deferred.pending(self.namespace)
+            self._ops_now = frozenset(
+                op
+                for fam in self.families
+                for op in (handles[fam].schemas if fam in handles else waiting[fam].schemas)
+            )
+            self._ops_key = key
+        return self._ops_now
 
     def register_all(self) -> None:
         """Register the families still waiting for the first lookup of one of their ops (for a
@@ -157,7 +169,7 @@ class Library:
         deferred.activate_all(self.namespace)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name not in self.ops:
+        if name.startswith("_") or name not in self._op_names():
             raise AttributeError(f"no op {name!r} in this library; ops: {', '.join(self.ops)}")
         import torch
 

@@ -63,6 +63,12 @@ class _State:
 
 
 _states: dict[str, _State] = {}
+_generation = 0  # bumped whenever a family is deferred or leaves the pending set
+
+
+def generation() -> int:
+    """A number that changes whenever :func:`pending` may answer differently."""
+    return _generation
 # One registration at a time, process-wide; re-entered by the thread that holds it (registering
 # a family looks its own ops up).
 _lock = threading.RLock()
@@ -93,6 +99,8 @@ def defer(ns: str, pending: Pending) -> None:
         state = _states.setdefault(ns, _State())
         cancel(ns, pending.family)
         state.pending[pending.family] = pending
+        global _generation
+        _generation += 1
         for name in pending.names():
             state.names[name] = pending.family
         obj = _namespace(ns)
@@ -107,6 +115,8 @@ def cancel(ns: str, family: str) -> Pending | None:
         pending = state.pending.pop(family, None) if state is not None else None
         if state is None or pending is None:
             return None
+        global _generation
+        _generation += 1
         for name in pending.names():
             if state.names.get(name) == family:
                 del state.names[name]

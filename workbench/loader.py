@@ -182,6 +182,13 @@ class _Namespace:
 
 # Process-wide state: torch's dispatcher is process-wide too.
 _namespaces: dict[str, _Namespace] = {}
+_generation = 0  # bumped whenever a namespace's set of open families changes
+
+
+def generation() -> int:
+    """A number that changes whenever a family's library is swapped in or removed (a caller
+    caches what it derives from :func:`handles` under it)."""
+    return _generation
 
 
 class Prefetch:
@@ -396,6 +403,8 @@ def activate(
             raise
         raise LoadError(f"loading the new build of {built.family} failed: {e}") from e
     state.handles[built.family] = new
+    global _generation
+    _generation += 1
     if old is not None:
         old.close()
     swap.swapped = True
@@ -423,6 +432,8 @@ def deactivate(ns: str, family: str) -> Swap:
     if state is None or family not in state.handles:
         return swap
     old = state.handles.pop(family)
+    global _generation
+    _generation += 1
     old.unregister()
     for name in sorted(old.schemas):
         if name in state.defs:
