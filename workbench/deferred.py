@@ -69,6 +69,8 @@ _generation = 0  # bumped whenever a family is deferred or leaves the pending se
 def generation() -> int:
     """A number that changes whenever :func:`pending` may answer differently."""
     return _generation
+
+
 # One registration at a time, process-wide; re-entered by the thread that holds it (registering
 # a family looks its own ops up).
 _lock = threading.RLock()
