@@ -412,11 +412,21 @@ Status run_split(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_
 
 }  // namespace
 
+// Asked once per device (a route reads it several times a call): remembered as resident_clusters
+// remembers its counts, so that a call under CUDA graph capture queries nothing.
 int sm_count() {
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return sms > 0 ? sms : 1;
+  static int known[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
+  if (known[device] == 0) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 1;
+    }
+    known[device] = sms > 0 ? sms : 1;
+  }
+  return known[device];
 }
 
 // Whether this device runs the real kernel: the module's image for it was built for sm_90a (on
