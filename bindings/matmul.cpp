@@ -126,6 +126,18 @@ at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Ten
 }
 
 at::Tensor matmul_cuda_op(const at::Tensor& a, const at::Tensor& b) {
+  const bool half = a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16;
+  if (half && a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) &&
+      a.scalar_type() == b.scalar_type() && a.device() == b.device() && a.stride(1) == 1 &&
+      a.stride(0) % 8 == 0 && a.size(0) > 0 && b.size(1) > 0) {
+    const c10::cuda::CUDAGuard guard(a.device());
+    const char* why = nullptr;
+    const bool swap = matmul_swaps(a.size(0), b.size(1), a.size(1), &why);
+    TORCH_CHECK(why == nullptr, why);
+    if (swap) {  // c = (b^T a^T)^T: a^T is a column-major b, b^T a short row-major a
+      return matmul_cuda_run("matmul", b.t().contiguous(), a.t(), Path::automatic).t().contiguous();
+    }
+  }
   return matmul_cuda_run("matmul", a, b, Path::automatic);
 }
 

@@ -160,6 +160,32 @@ def test_sizes_off_a_multiple_of_8_run_on_the_tensor_cores(
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("swap", ["", "0", "1"])
+@pytest.mark.parametrize(("m", "n", "k"), [(4096, 16, 4096), (2048, 1, 520), (3000, 64, 136)])
+def test_an_output_of_few_columns_is_right_computed_either_way(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, swap: str, m: int, n: int, k: int
+) -> None:
+    """Few columns and many rows: by default (on sm_90) computed as c^T = b^T a^T; WB_MATMUL_SWAP
+    =0 / =1 force either way, and every way gives a @ b, contiguous."""
+    monkeypatch.setenv("WB_MATMUL_SWAP", swap)
+    g = torch.Generator("cuda").manual_seed(n)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g)
+    got = lib.matmul(a, b)
+    assert got.shape == (m, n) and got.is_contiguous()
+    ref = a.double() @ b.double()
+    assert (got.double() - ref).abs().max().item() <= 8e-3 * ref.abs().max().item()
+
+
+@pytest.mark.cuda
+def test_a_bad_swap_switch_is_named(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WB_MATMUL_SWAP", "yes")
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="WB_MATMUL_SWAP must be 0"):
+        lib.matmul(a, a)
+
+
+@pytest.mark.cuda
 def test_a_path_the_device_lacks_is_named(lib: Any) -> None:
     a = torch.randn(8, 8, device="cuda")
     with pytest.raises(RuntimeError, match=r"matmul_path: path 3 cannot run here: .*float16"):

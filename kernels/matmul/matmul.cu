@@ -8,7 +8,12 @@
 //   the rule and its switches, WB_MATMUL_GEMV=0 turns it off, =1 takes up to 8 rows); a forced path
 //   (matmul_path) never does. k == 0 writes zeros. The wgmma path and the GEMV route may need a
 //   float32 workspace (matmul_cuda_workspace: k split across blocks), which the caller allocates.
+//   An output of few columns and many rows is computed as its transpose (matmul_swaps: the
+//   binding calls this entry with b^T and a^T and transposes c^T back).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul matmul_path --dtype bfloat16
+#include <cstdlib>
+#include <string_view>
+
 #include "matmul/matmul.h"
 #include "matmul/matmul_gemv.h"
 #include "wb/cuda.cuh"
@@ -19,6 +24,15 @@ namespace {
 
 template <typename T>
 constexpr bool kHalf = sizeof(T) == 2;  // f16 and bf16: the tensor-core dtypes
+
+// matmul_swaps: n up to kSwapMaxN at all (the few-rows routes' reach); by default n up to
+// kSwapRuleN where m is from kSwapRuleRows times n up to kSwapRuleMaxM. Kernel time a call, L2
+// flushed, bf16, k = 4096, direct / swapped / cuBLAS (H100, 2026-11-26): m = 4096: n = 1 42.9 /
+// 15.6 / 15.4 us, n = 16 34.1 / 21.3 / 14.5, n = 32 34.0 / 21.0 / 14.1, n = 48 20.6 / 19.8, n = 64
+// 17.8 / 20.6; m = 2048 alike; m = 16384 the swap loses at every n (n = 16: 48.9 / 91.7), the
+// transposed call's k-major b of 16384 columns being slow on the few-rows routes; 8192 x 1 x
+// 8192: 89.6 / 53.1 / 50.4 (graph replays).
+constexpr int64_t kSwapMaxN = 128, kSwapRuleN = 32, kSwapRuleRows = 16, kSwapRuleMaxM = 8192;
 
 }  // namespace
 
@@ -75,6 +89,19 @@ Status takes_gemv(Path path, View<T> a, View<T> b, int64_t m, int64_t n, int64_t
 }
 
 }  // namespace
+
+bool matmul_swaps(int64_t m, int64_t n, int64_t k, const char** why) {
+  *why = nullptr;
+  const char* v = std::getenv("WB_MATMUL_SWAP");
+  const std::string_view want = v != nullptr ? v : "";
+  if (!want.empty() && want != "0" && want != "1") {
+    *why = "matmul: WB_MATMUL_SWAP must be 0 (never), 1 (wherever it applies) or unset";
+    return false;
+  }
+  // Applies on the wgmma path only, and where b^T's rows and a^T's columns stay aligned.
+  if (want == "0" || !wgmma_available() || k % 8 != 0 || n > kSwapMaxN) return false;
+  return want == "1" || (n <= kSwapRuleN && m >= kSwapRuleRows * n && m <= kSwapRuleMaxM);
+}
 
 template <typename T>
 int64_t matmul_cuda_workspace(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, Path path) {

@@ -86,6 +86,13 @@ bool wgmma_takes_mmajor_a(View<T> a, int64_t m, int64_t n, int64_t k) {
   return cols16(a) && a.col >= m && wgmma_whole_k(m, n, k);
 }
 
+// Whether Path::automatic computes an m x n x k call as its transpose, c^T = b^T a^T: an output
+// of few columns (n) and many rows, which the few-rows routes serve as n rows of c^T (the
+// tiles of c itself number too few for the SMs and each reads a whole row band of a). The
+// caller copies b^T to row-major (n * k elements) and c^T back (n * m). *why: a bad
+// WB_MATMUL_SWAP (for A/B on a GPU: =0 never, =1 wherever it applies; unset, the rule).
+bool matmul_swaps(int64_t m, int64_t n, int64_t k, const char** why);
+
 // Whether this device runs a real image of the path's kernel (not the stub compiled for an
 // arch that lacks its instructions): the build's arch list decides, not only the device.
 bool mma_available();
