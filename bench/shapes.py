@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import environment, out_dir, parser, write_json, write_text
-from bench.kernel_goals import Row, Timer, parse_variant, rel_err, render, switches_read
+from bench.kernel_goals import (
+    DEFAULT,
+    Row,
+    Timer,
+    Variant,
+    parse_variant,
+    rel_err,
+    render,
+    switches_read,
+)
 
 OPS = ("matmul", "softmax", "histogram", "norms", "elementwise")
 
@@ -41,13 +50,15 @@ def _rows(
     peer's output first; one row a variant."""
     want = peer()
     runs, (t_peer,) = timer.ours(ours, lambda got: (agree(got, want), note), peer)
-    graphed = graph_us(timer, ours, peer)
+    ran = [v for v, t, _, _ in runs if t > 0]  # a variant whose call raised is not timed
+    graphed = graph_us(timer, [(v, ours) for v in ran] + [(DEFAULT, peer)])
+    replays = dict(zip([v.label for v in ran], graphed[:-1], strict=True)) if graphed else {}
     dt = str(dtype).replace("torch.", "")
     rows = []
     for v, t, ok, n in runs:
         times = (t, t_peer)
-        if graphed and not v.label:  # the default: judged on its replays, the eager pair noted
-            times = (graphed[0], graphed[1])
+        if v.label in replays:  # judged on the replays, the eager pair noted
+            times = (replays[v.label], graphed[-1])
             n = "; ".join(filter(None, [n, f"eager {t:.1f} / {t_peer:.1f} us"]))
         ratio = times[1] / times[0] if times[0] else 0.0
         rows.append(Row(v.name(op), case, dt, times[0], peer_name, times[1], ratio, "x", floor,
@@ -55,21 +66,21 @@ def _rows(
     return rows
 
 
-def graph_us(timer: Timer, *fns: Callable[[], Any]) -> list[float]:
-    """Each fn's time as one CUDA-graph replay (the same protocol: interleaved, L2 flushed), which
-    leaves out the host's dispatch and launch costs that an eager call of a small op is bound by:
-    the two times say how much of a gap is the kernels' and how much the calls'. Empty where a
-    capture fails."""
+def graph_us(timer: Timer, fns: list[tuple[Variant, Callable[[], Any]]]) -> list[float]:
+    """Each fn's time as one CUDA-graph replay (the same protocol: interleaved, L2 flushed), each
+    captured under its variant's switches, which leaves out the host's dispatch and launch costs
+    that an eager call of a small op is bound by. Empty where a capture fails."""
     import torch
 
     graphs = []
     try:
-        for fn in fns:
-            fn()  # warm: first-call allocations and module loads stay out of the capture
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
+        for variant, fn in fns:
+            with variant.applied():
+                fn()  # warm: first-call allocations and module loads stay out of the capture
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    fn()
             graphs.append(g)
     except Exception:  # an op that cannot be captured: the eager times stand alone
         torch.cuda.synchronize()
@@ -90,6 +101,8 @@ def matmul_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
              (4096, 4096, 11008, bf, ""), (3, 4096, 4096, bf, ""), (7, 4096, 4096, bf, ""),
              (32, 4096, 4096, bf, ""), (256, 4096, 4096, bf, ""), (4096, 16, 4096, bf, ""),
              (4096, 4096, 16, bf, ""), (1, 4095, 4095, bf, ""), (8192, 8192, 8192, hf, ""),
+             (4096, 64, 4096, bf, ""), (4096, 128, 4096, bf, ""), (16384, 32, 4096, bf, ""),
+             (8192, 1, 8192, bf, ""), (2048, 48, 2048, hf, ""),
              (2048, 2048, 2048, f32, ""), (1000, 1000, 1000, f32, "")]  # fmt: skip
     rows: list[Row] = []
     tf32 = torch.backends.cuda.matmul.allow_tf32
