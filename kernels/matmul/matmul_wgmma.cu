@@ -31,7 +31,10 @@
 // | launch, how the split-k route sums its slices (sum_choice); WB_WGMMA_SPLIT_TILE=64 | 128, the
 // cluster sum's tile rows (wide_choice); WB_WGMMA_FEW=split | narrow | narrow1, the route of a
 // few-rows shape (few_rows_route, wgmma_narrow.h: split-k, or k whole on narrow tiles in
-// clusters of two sharing an operand's tile, or without clusters; matmul_wgmma_narrow.cu).
+// clusters of two sharing an operand's tile, or without clusters; matmul_wgmma_narrow.cu);
+// WB_WGMMA_MID=on | off, the mid-size rule for the square-ish shapes below a wave of built tiles
+// (on, the default: a tiny shape to the narrow route, the 128-row narrow tile of an a past the
+// few-rows sizes paired along n; off: the few-rows rule alone; plan_route, few_rows_route).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -130,6 +133,7 @@ struct Split {
   bool cluster = false;  // the slices summed in clusters of `splits` (one launch, no workspace)
   bool wide = false;     // the cluster sum on the 128-row tile (wgmma_wide_split_shape)
   bool few = false;      // a few-rows shape (fewer built tiles than SMs): few_rows_route decides
+  int64_t tiles = 0;     // of c in the built tile (few shapes)
 };
 constexpr int64_t kMinSteps = 4;
 constexpr int kMaxClusterSlices = 8;  // the portable cluster size (the kernel's kMaxSlices)
@@ -223,8 +227,10 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   *plan = Split{};
   WgmmaShape built{};
   if (const Status e = global<&kShape>.read(&built)) return e;
-  if (built.tuned || tiles_of(m, n, built) >= sm_count()) return nullptr;
+  const int64_t tiles = tiles_of(m, n, built);
+  if (built.tuned || tiles >= sm_count()) return nullptr;
   plan->few = true;
+  plan->tiles = tiles;
   int64_t forced = 0;
   bool cluster = false, wide = false;
   if (const Status e = forced_splits(&forced)) return e;
@@ -248,28 +254,39 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
     const int slices =
         splits >= 2 ? cluster_slices(splits, tiles_of(m, n, own), own, forced > 0) : 0;
     if (slices >= 2) {
-      *plan = Split{slices, own, true, wide, true};
+      *plan = Split{slices, own, true, wide, true, tiles};
       return nullptr;
     }
   }
   // The two-launch sum, on the split tile.
   const int64_t splits = splits_of(m, n, k, tile, forced);
-  if (splits >= 2) *plan = Split{static_cast<int>(splits), tile, false, false, true};
+  if (splits >= 2) *plan = Split{static_cast<int>(splits), tile, false, false, true, tiles};
   return nullptr;
 }
 
 // The route of an m x n x k call: plan_split's plan and, for a few-rows shape, few_rows_route's
 // choice (FewRoute::split otherwise). The whole-k kernel runs where neither splits k nor takes
 // the narrow route (whole_k).
+//
+// A few shape that the plan leaves on the built tile with k whole (k too short to split) and whose
+// tiles fill at most 1 / kTinyShare of the SMs is `tiny` (128^3: one 128 x 256 tile for 132 SMs,
+// 4.8 us of kernel where cuBLAS's 64 x 8 tiles take 2.3, H100): under the mid-size rule
+// (WB_WGMMA_MID, few_rows_route) it takes the narrow route's 64-row tiles, a block a tile. Not for
+// a column-major a (a_mmajor), which the whole-k kernel reads in place: the narrow route would
+// need a copy of it first, a launch more than such a shape gains.
+constexpr int64_t kTinyShare = 4;
 struct Route {
   Split plan;
   FewRoute few = FewRoute::split;
   bool whole_k() const { return few == FewRoute::split && plan.splits < 2; }
 };
-Status plan_route(int64_t m, int64_t n, int64_t k, Route* route) {
+Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) {
   *route = Route{};
   if (const Status e = plan_split(m, n, k, &route->plan)) return e;
-  return route->plan.few ? few_rows_route(m, n, &route->few) : nullptr;
+  if (!route->plan.few) return nullptr;
+  const Split& plan = route->plan;
+  const bool tiny = !a_mmajor && plan.splits < 2 && kTinyShare * plan.tiles <= sm_count();
+  return few_rows_route(m, n, tiny, &route->few);
 }
 
 // c = the sum of the slices' partial sums in slice order (the same order every call, so the same
@@ -341,6 +358,16 @@ Status paired_choice(bool* paired) {
   *paired = cluster == "2";
   if (cluster.empty() || cluster == "1" || cluster == "2") return nullptr;
   return "matmul: WB_WGMMA_CLUSTER must be 1 (the default) or 2; unset it";
+}
+
+// The whole-k kernel's switches, read at every call whichever route runs, so that a bad value is
+// refused by name on a shape that the mid-size rule moved off that kernel too.
+Status check_switches() {
+  WgmmaShape none{};
+  unsigned smem = 0;
+  bool paired = false;
+  if (const Status e = launch_smem(none, "vector", &smem)) return e;
+  return paired_choice(&paired);
 }
 
 // With fewer registers at entry than the split assumes, the pool would be short of what the
@@ -447,9 +474,13 @@ bool wgmma_available() {
   return known[device] == 1;
 }
 
+// The workspace of a row-major a's route: a column-major one runs the same route or, read in
+// place, the whole-k kernel, which takes none.
 int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k) {
   Route route;
-  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || plan_route(m, n, k, &route)) return 0;
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || plan_route(m, n, k, false, &route)) {
+    return 0;
+  }
   const Split& plan = route.plan;
   const bool launch_sum = route.few == FewRoute::split && plan.splits >= 2 && !plan.cluster;
   return launch_sum ? plan.splits * m * n : 0;
@@ -458,8 +489,9 @@ int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k) {
 bool wgmma_whole_k(int64_t m, int64_t n, int64_t k) {
   Route route;
   // A bad switch (plan_route's error) reads as no: the call then meets the error in matmul_wgmma.
+  // Asked for a column-major a (wgmma_takes_mmajor_a): the route it would take.
   return m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && wgmma_available() &&
-         plan_route(m, n, k, &route) == nullptr && route.whole_k();
+         plan_route(m, n, k, true, &route) == nullptr && route.whole_k();
 }
 
 template <typename T>
@@ -468,7 +500,8 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "matmul: wgmma takes sizes < 2^31";
   const bool b_kmajor = b.row == 1 && b.col != 1, a_mmajor = mmajor(a);
   Route route;
-  if (const Status e = plan_route(m, n, k, &route)) return e;
+  if (const Status e = check_switches()) return e;
+  if (const Status e = plan_route(m, n, k, a_mmajor, &route)) return e;
   if (a_mmajor && !route.whole_k()) {  // matmul_cuda_unusable refuses such a call first
     return "matmul: the wgmma path reads a column-major a on its whole-k route only (this shape "
            "splits k or takes the narrow route): pass a row-major a";

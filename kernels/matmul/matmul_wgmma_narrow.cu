@@ -12,7 +12,8 @@
 // (nvjet_sm90_tst_64x32 and _64x64 on an H100); WB_WGMMA_NARROW_BN=32 | 64 forces one. Paired
 // (WB_WGMMA_FEW=narrow), the blocks run in clusters of two that share one operand's tile by TMA
 // multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
-// other); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
+// other; the 128-row tile of an a of more than 256 rows under the mid-size rule, WB_WGMMA_MID:
+// a's); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
 // few_rows_route (the rule, and WB_WGMMA_FEW). Stages of 128 k (NarrowKind, wgmma_narrow.h).
 // WB_WGMMA_NARROW_ROWS=64 | 128 | 256 picks the tile's rows: 128 is the 128-row tile (two consumer
 // warpgroups, kNarrowTall) and BN counts 128-row tiles; unset, the default's (default_rows).
@@ -113,15 +114,18 @@ Status narrow_bn(int64_t m, int64_t n, int rows, int* bn) {
 }
 
 // The clusters' direction: WB_WGMMA_NARROW_PAIR, else along n (sharing a) where a has one row of
-// tiles (no tile below to share b with), else along m (sharing b).
-Status narrow_pair(int64_t m, int rows, int* pair) {
+// tiles (no tile below to share b with) or, under the mid-size rule (mid_choice), on the 128-row
+// tile of an a past the few-rows sizes (a's 128 rows are the larger part of what a block reads:
+// shared, a block reads 64 + 64 rows a stage, where sharing b's 64 columns leaves 128 + 32), else
+// along m (sharing b).
+Status narrow_pair(int64_t m, int rows, bool mid, int* pair) {
   const std::string_view v = env("WB_WGMMA_NARROW_PAIR");
   if (v == "m" || v == "n") {
     *pair = v == "m" ? kNarrowPairM : kNarrowPairN;
     return nullptr;
   }
   if (!v.empty()) return "matmul: WB_WGMMA_NARROW_PAIR must be m or n; unset it for the default";
-  *pair = m <= rows ? kNarrowPairN : kNarrowPairM;
+  *pair = m <= rows || (mid && rows == 128 && m > kMidRows) ? kNarrowPairN : kNarrowPairM;
   return nullptr;
 }
 
@@ -261,7 +265,18 @@ Status narrow_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
 // tile (one row of tiles, k in slices summed in clusters: 160 / 192 / 224 / 256 x 8192: 0.80 /
 // 0.87 / 0.97 / 0.90x against split's 0.63 / 0.65 / 0.69 / 0.62x, H100, 2026-11-26; at 4096 it
 // lost to the rule above: 0.60-0.84x against 0.69-0.89x); else split.
-Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
+//
+// The mid-size rule (WB_WGMMA_MID=on, the default; =off gives the rule above alone), for the
+// square-ish shapes below a wave of built tiles (128^3 to 2048^3 on 132 SMs), as cuBLAS runs them
+// (nvjet 64 x 8 tiles at 128^3, 64 x 128 in clusters of two at 1000^3, H100): `tiny` (the split
+// plan leaves k whole on the built tile, whose tiles fill at most a quarter of the SMs: 128^3 one
+// block, 256^3 two) takes narrow1 on the 64-row tile (128^3: 8 blocks of 64 x 32, 256^3: 32);
+// the 128-row tile of an a of more than kMidRows rows (768^3: 72 blocks, 1000^3 and 1024^3: 128)
+// runs paired along n (narrow, narrow_pair): two tiles side by side share a's 128 rows by TMA
+// multicast, so that a block reads 64 + 64 rows of the operands a stage where it read 128 + 64
+// (1000^3: 33 MB from L2 where it read 49, for 4 MB of operands; by that count the L2's
+// bandwidth, not DRAM's, bounds such a shape: an estimate, which .gpu timings are to confirm).
+Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v == "split" || v == "narrow" || v == "narrow1") {
     *route = v == "split" ? FewRoute::split : v == "narrow" ? FewRoute::narrow : FewRoute::narrow1;
@@ -271,21 +286,34 @@ Status few_rows_route(int64_t m, int64_t n, FewRoute* route) {
     return "matmul: WB_WGMMA_FEW must be split, narrow or narrow1; unset it for the default";
   }
   int rows = 0;
+  bool mid = false;
   if (const Status e = default_rows(m, n, &rows)) return e;
+  if (const Status e = mid_choice(&mid)) return e;
   *route = rows != 0 ? FewRoute::narrow1 : FewRoute::split;
+  if (mid && rows == 0 && tiny) *route = FewRoute::narrow1;
+  if (mid && rows == 128 && m > kMidRows) *route = FewRoute::narrow;
   return nullptr;
+}
+
+Status mid_choice(bool* on) {
+  const std::string_view v = env("WB_WGMMA_MID");
+  *on = v.empty() || v == "on";
+  if (*on || v == "off") return nullptr;
+  return "matmul: WB_WGMMA_MID must be on (the default) or off (the few-rows rule alone); unset it";
 }
 
 template <typename T>
 Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
                            bool b_kmajor, bool paired, Stream stream) {
   int rows = 64, bn = 64, pair = kNarrowAlone, slices = 0;
+  bool mid = false;
   if (const Status e = forced_slices(&slices)) return e;
+  if (const Status e = mid_choice(&mid)) return e;
   if (const Status e = narrow_rows(m, n, &rows)) return e;
   if (rows == 256) return narrow_split(a, b, c, m, n, k, b_kmajor, slices, stream);
   if (const Status e = narrow_bn(m, n, rows, &bn)) return e;
   if (paired) {
-    if (const Status e = narrow_pair(m, rows, &pair)) return e;
+    if (const Status e = narrow_pair(m, rows, mid, &pair)) return e;
   }
   // The block's threads and shared memory: the tile's.
   const DeviceGlobal& shape =

@@ -11,7 +11,9 @@
 // unset, narrow1 where the 64-row tiles make one wave at least half full (and a has 32 rows or
 // more on the 32-column tile), or the 128-row tiles do, or (more than 128 rows) the 64-row tiles
 // make at most a wave and a half, or (129 to 256 rows, past that) on the 256-row split tile; else
-// split (few_rows_route, matmul_wgmma_narrow.cu).
+// split (few_rows_route, matmul_wgmma_narrow.cu). WB_WGMMA_MID=on (the default) adds the mid-size
+// rule for the square-ish shapes below a wave of built tiles (128^3 to 2048^3): a tiny shape
+// takes narrow1, and the 128-row tile of an a past 256 rows narrow, paired along n; =off, not.
 //
 // The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh), each its own
 // instantiation: stages of 128 k (two 64-k boxes of each operand), on the 64-row tile (kNarrowDeep)
@@ -47,8 +49,19 @@ enum class FewRoute { split, narrow, narrow1 };
 // The current device's SM count (matmul_wgmma.cu; its split-k plan and this route both read it).
 int sm_count();
 
-// The route for a few-rows shape of m x n: WB_WGMMA_FEW, else the default rule.
-Status few_rows_route(int64_t m, int64_t n, FewRoute* route);
+// The route for a few-rows shape of m x n: WB_WGMMA_FEW, else the default rule and, under the
+// mid-size rule, narrow1 where `tiny` (the split plan leaves k whole on the built tile, whose
+// tiles fill at most a quarter of the SMs, and a is row-major) and the narrow pairs along n on the
+// 128-row tile of an a of more than kMidRows rows (matmul_wgmma_narrow.cu).
+Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route);
+
+// The rows past which an a is no few-rows one (the 256-row split tile's reach): the mid-size
+// rule pairs the 128-row tile along n only past them.
+constexpr int64_t kMidRows = 256;
+
+// WB_WGMMA_MID in the environment, read at each call (for A/B on a GPU; a bad value is an error
+// naming it): =on (the default, unset) applies the mid-size rule, =off the few-rows rule alone.
+Status mid_choice(bool* on);
 
 // c = a @ b by the narrow route (paired: in clusters of two); a, b as matmul_wgmma takes them.
 template <typename T>

@@ -1,0 +1,282 @@
+"""The wgmma matmul on mid-size and small square-ish shapes (128^3 to 2048^3): the shapes whose
+128 x 256 built tiles number fewer than the SMs, which the few-rows rule routes (kernels/matmul/
+matmul_wgmma_narrow.cu's few_rows_route, matmul_wgmma.cu's plan_route). WB_WGMMA_MID, read at each
+call: =on (the default) applies the mid-size rule, =off gives the few-rows rule alone:
+  - a tiny shape (k whole on the built tile, its tiles at most a quarter of the SMs: 128^3, 256^3)
+    takes the narrow route's 64-row tiles (narrow1), a block a tile, where it ran one or two
+    blocks of the whole-k kernel; not for a column-major a, which the whole-k kernel reads in place;
+  - the 128-row narrow tile of an a of more than 256 rows (768^3, 1000^3, 1024^3) runs in clusters
+    of two side by side that share a's tile (WB_WGMMA_FEW=narrow, pairs along n).
+The other shapes (384^3 and 512^3 on the 64-row tile, 1536^3 and 2048^3 on the whole-k kernel,
+the few-rows goal shapes m = 1 .. 128 x 4096 x 4096) keep their routes.
+
+Without a GPU: the rule's routes and block counts on an H100's 132 SMs (a mirror of the launcher's
+arithmetic, which this file's GPU test holds to the kernels that run).
+On a Hopper GPU (marked cuda): c within 8e-3 of the largest |c| against the float64 product for
+both rules, both dtypes and both layouts of b, at the square sizes and at tails (130 x 250 x 72,
+384 x 384 x 4096, 777 x 1000 x 520); the pairs along n on the 128-row tile at those tails; the
+kernel each rule runs; an m-major a kept in place on a tiny shape; the same bits with and without
+the pairs; a CUDA graph replays both new routes; a bad WB_WGMMA_MID, and a bad whole-k switch on a
+shape the rule moved off that kernel, refused by name.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import torch
+
+from tests.bundled_cubin import (
+    assert_matmul_graph_replays,
+    cuda_kernels_run,
+    hopper,
+    matmul_operands,
+)
+
+DTYPES = [torch.bfloat16, torch.float16]
+SQUARE = [128, 256, 384, 512, 768, 1000, 1024, 1536]
+TAILS = [(1000, 1000, 1000), (130, 250, 72), (384, 384, 4096), (777, 1000, 520)]
+KNOBS = (
+    "WB_WGMMA_MID",
+    "WB_WGMMA_FEW",
+    "WB_WGMMA_NARROW_BN",
+    "WB_WGMMA_NARROW_PAIR",
+    "WB_WGMMA_NARROW_ROWS",
+    "WB_WGMMA_NARROW_SPLIT",
+    "WB_WGMMA_SPLITS",
+    "WB_WGMMA_SPLIT_SUM",
+    "WB_WGMMA_SPLIT_TILE",
+    "WB_WGMMA_STORE",
+    "WB_WGMMA_CLUSTER",
+)
+DEEP, TALL = 4, 12  # the narrow kernels' Kind (wgmma_narrow.h): the 64- and 128-row tiles
+H100_SMS = 132
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _narrow_tiles(m: int, n: int, rows: int, sms: int) -> tuple[int, int]:
+    """narrow_tiles: (BN, tiles) of the rows x BN tile: BN 32 where rows x 64 fill half the SMs."""
+    bn = 32 if 2 * _cdiv(m, rows) * _cdiv(n, 64) <= sms else 64
+    return bn, _cdiv(m, rows) * _cdiv(n, bn)
+
+
+def _few_rows(m: int, n: int, sms: int) -> int:
+    """default_rows: the few-rows rule's tile rows (0: split-k or, k too short, the built tile)."""
+    bn64, t64 = _narrow_tiles(m, n, 64, sms)
+    t128 = _narrow_tiles(m, n, 128, sms)[1]
+    last = m - (m - 1) // 128 * 128
+    if sms <= 2 * t64 <= 2 * sms and (bn64 == 64 or m >= 32):
+        return 64
+    if t64 > sms and sms <= 2 * t128 <= 2 * sms and last > 64:
+        return 128
+    if sms < t64 and 2 * t64 <= 3 * sms and m > 128:
+        return 64
+    return 256 if 2 * t64 > 3 * sms and 128 < m <= 256 else 0
+
+
+def _splits(m: int, n: int, k: int, sms: int) -> int:
+    """plan_split's slices of k where its clusters fit (the wide 128 x 256 tile past 64 rows of a,
+    else the 64 x 256 one), else the two-launch sum's on the 64 x 256 tile (0 or 1: k whole)."""
+    steps = _cdiv(k, 64)
+    own = _cdiv(m, 128 if m > 64 else 64) * _cdiv(n, 256)
+    cluster = min(sms // (2 * own), steps // 4, 8)
+    if cluster >= 2:
+        return cluster
+    return min(sms // (_cdiv(m, 64) * _cdiv(n, 256)), steps // 4)
+
+
+def _route(m: int, n: int, k: int, mid: bool, sms: int = H100_SMS) -> tuple[str, int]:
+    """(the route and tile, its blocks) of an m x n x k call with a row-major a."""
+    built = _cdiv(m, 128) * _cdiv(n, 256)
+    if built >= sms:
+        return "whole-k 128x256", sms
+    rows = _few_rows(m, n, sms)
+    splits = _splits(m, n, k, sms) if rows == 0 else 0
+    if rows == 0 and splits < 2 and not (mid and 4 * built <= sms):
+        return "whole-k 128x256", built
+    if rows == 0 and splits >= 2:
+        return "split-k", splits
+    rows = rows or 64  # a tiny shape under the mid-size rule: the 64-row tile
+    bn, tiles = _narrow_tiles(m, n, rows, sms)
+    if mid and rows == 128 and m > 256:  # pairs side by side: a row of tiles rounds up to even
+        return f"narrow {rows}x{bn} paired n", 2 * _cdiv(m, rows) * _cdiv(_cdiv(n, bn), 2)
+    return f"narrow {rows}x{bn}", tiles
+
+
+def test_the_routes_of_the_square_shapes_on_an_h100() -> None:
+    """What each rule runs at s^3 on 132 SMs, and with how many blocks."""
+    new = {s: _route(s, s, s, True) for s in [*SQUARE, 2048, 4096]}
+    old = {s: _route(s, s, s, False) for s in [*SQUARE, 2048, 4096]}
+    assert new == {
+        128: ("narrow 64x32", 8),
+        256: ("narrow 64x32", 32),
+        384: ("narrow 64x32", 72),
+        512: ("narrow 64x32", 128),
+        768: ("narrow 128x64 paired n", 72),
+        1000: ("narrow 128x64 paired n", 128),
+        1024: ("narrow 128x64 paired n", 128),
+        1536: ("whole-k 128x256", 72),
+        2048: ("whole-k 128x256", 128),
+        4096: ("whole-k 128x256", 132),
+    }
+    changed = {s: old[s] for s in old if old[s] != new[s]}
+    assert changed == {
+        128: ("whole-k 128x256", 1),
+        256: ("whole-k 128x256", 2),
+        768: ("narrow 128x64", 72),
+        1000: ("narrow 128x64", 128),
+        1024: ("narrow 128x64", 128),
+    }
+
+
+def test_the_few_rows_goal_shapes_keep_their_routes() -> None:
+    for m in (1, 16, 64, 128):
+        assert _route(m, 4096, 4096, True) == _route(m, 4096, 4096, False)
+
+
+# --- on a Hopper GPU ------------------------------------------------------------------------
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, variant: dict[str, str]) -> None:
+    """`variant`'s switches, every other wgmma one unset (and no GEMV route)."""
+    monkeypatch.setenv("WB_MATMUL_GEMV", "0")
+    for name in KNOBS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variant.items():
+        monkeypatch.setenv(name, value)
+
+
+def _within(got: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what: Any) -> None:
+    """Within 8e-3 of the largest |c| of the float64 product, everywhere."""
+    ref = a.double() @ b.double()
+    worst = (got.double() - ref).abs().max().item() / ref.abs().max().item()
+    assert worst <= 8e-3, f"{tuple(a.shape)} @ {tuple(b.shape)} {got.dtype} {what}: {worst:.2e}"
+
+
+def _skip_off_hopper() -> None:
+    if not hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+
+
+def _kind(names: str) -> int | None:
+    found = re.search(r"wgmma_narrow_kernel<[^>]*,\s*(?:\(int\))?(\d+)>", names)
+    return int(found.group(1)) if found else None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("col", [False, True])
+@pytest.mark.parametrize("mid", ["on", "off"])
+def test_every_square_size_and_tail_is_right(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, mid: str, col: bool, dtype: Any
+) -> None:
+    _skip_off_hopper()
+    _use(monkeypatch, {"WB_WGMMA_MID": mid})
+    for m, n, k in [(s, s, s) for s in SQUARE] + TAILS:
+        a, b = matmul_operands(m, n, k, col, dtype)
+        _within(lib.matmul(a, b), a, b, mid)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("col", [False, True])
+@pytest.mark.parametrize(("m", "n", "k"), [*TAILS, (768, 768, 768), (300, 4104, 264)])
+def test_the_pairs_along_n_on_the_128_row_tile_are_right(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool
+) -> None:
+    """The mid-size rule's clusters on any shape (a last row of tiles part past m, a last pair
+    half past n, k of one step and 8), and the same bits as the tile unpaired."""
+    _skip_off_hopper()
+    a, b = matmul_operands(m, n, k, col)
+    _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1", "WB_WGMMA_NARROW_ROWS": "128"})
+    alone = lib.matmul(a, b)
+    _use(
+        monkeypatch,
+        {"WB_WGMMA_FEW": "narrow", "WB_WGMMA_NARROW_ROWS": "128", "WB_WGMMA_NARROW_PAIR": "n"},
+    )
+    paired = lib.matmul(a, b)
+    _within(paired, a, b, "paired n")
+    assert torch.equal(alone.view(torch.int16), paired.view(torch.int16))
+
+
+# (size, the narrow kernel's Kind under the mid-size rule, under the few-rows rule; None: whole-k)
+KERNELS = [(128, DEEP, None), (256, DEEP, None), (512, DEEP, DEEP), (1000, TALL, TALL),
+           (1536, None, None), (2048, None, None)]  # fmt: skip
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("size", "new", "old"), KERNELS)
+def test_each_rule_runs_its_kernel(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, size: int, new: int | None, old: int | None
+) -> None:
+    """The narrow kernel of the rule's tile (its Kind) or, None, the whole-k kernel alone."""
+    _skip_off_hopper()
+    a, b = matmul_operands(size, size, size, False)
+    for mid, kind in [("on", new), ("off", old)]:
+        _use(monkeypatch, {"WB_WGMMA_MID": mid})
+        names = cuda_kernels_run(lambda: lib.matmul(a, b))
+        assert _kind(names) == kind, (mid, names)
+        assert ("wgmma_kernel" in names) == (kind is None), (mid, names)
+        assert "split_kernel" not in names, (mid, names)
+
+
+@pytest.mark.cuda
+def test_the_mid_rule_gives_the_pairs_the_bits_of_the_tile_alone(
+    lib: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _skip_off_hopper()
+    a, b = matmul_operands(1000, 1000, 1000, True)
+    _use(monkeypatch, {"WB_WGMMA_MID": "off"})
+    old = lib.matmul(a, b)
+    _use(monkeypatch, {})
+    assert torch.equal(old.view(torch.int16), lib.matmul(a, b).view(torch.int16))
+
+
+@pytest.mark.cuda
+def test_an_mmajor_a_of_a_tiny_shape_is_read_in_place(
+    lib: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column-major a stays on the whole-k kernel (no copy), right; a row-major one moves."""
+    _skip_off_hopper()
+    _use(monkeypatch, {})
+    x, b = matmul_operands(128, 128, 128, False)
+    a = x.t().contiguous().t()  # column-major [128, 128]
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
+    assert "wgmma_kernel" in names and not re.search(r"copy|elementwise", names), names
+    _within(lib.matmul(a, b), a, b, "m-major a")
+    assert _kind(cuda_kernels_run(lambda: lib.matmul(x, b))) == DEEP
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("size", [128, 1000])
+def test_a_cuda_graph_replays_the_new_routes(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    _skip_off_hopper()
+    _use(monkeypatch, {})
+    assert_matmul_graph_replays(lib, *matmul_operands(size, size, size, False))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [("WB_WGMMA_MID", 128), ("WB_WGMMA_MID", 1000), ("WB_WGMMA_MID", 4096),
+     ("WB_WGMMA_STORE", 128), ("WB_WGMMA_CLUSTER", 128), ("WB_WGMMA_STORE", 1000)],
+)  # fmt: skip
+def test_a_bad_switch_is_refused_by_name(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, name: str, size: int
+) -> None:
+    """WB_WGMMA_MID where the rule is asked (a few shape), and the whole-k kernel's switches on
+    shapes that the rule runs elsewhere; a c of many tiles never asks WB_WGMMA_MID."""
+    _skip_off_hopper()
+    _use(monkeypatch, {name: "fast"})
+    a, b = matmul_operands(size, size, size, False)
+    if name == "WB_WGMMA_MID" and size == 4096:
+        _within(lib.matmul(a, b), a, b, "built tile")
+        return
+    with pytest.raises(RuntimeError, match=name):
+        lib.matmul(a, b)
