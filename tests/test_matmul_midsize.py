@@ -7,32 +7,40 @@ call: =on (the default) applies the mid-size rule, =off gives the few-rows rule 
     blocks of the whole-k kernel; not for a column-major a, which the whole-k kernel reads in place;
   - the 128-row narrow tile of an a of more than 256 rows (768^3, 1000^3, 1024^3) runs in clusters
     of two side by side that share a's tile (WB_WGMMA_FEW=narrow, pairs along n).
+=tile runs those (768^3 to 1024^3) on the whole-k kernel's 64 x 128 tile instead (wgmma_mid_kernel,
+cuBLAS's tile there), in clusters of two one above the other sharing b (WB_WGMMA_CLUSTER=1: not);
+WB_WGMMA_FEW=mid runs any few shape on it.
 The other shapes (384^3 and 512^3 on the 64-row tile, 1536^3 and 2048^3 on the whole-k kernel,
 the few-rows goal shapes m = 1 .. 128 x 4096 x 4096) keep their routes.
 
 Without a GPU: the rule's routes and block counts on an H100's 132 SMs (a mirror of the launcher's
-arithmetic, which this file's GPU test holds to the kernels that run).
+arithmetic, which this file's GPU test holds to the kernels that run); the 64 x 128 tile's kernels
+compile for sm_90a without spills, 256 threads at 255 registers, 8 stages, m64n128k16, multicast.
 On a Hopper GPU (marked cuda): c within 8e-3 of the largest |c| against the float64 product for
-both rules, both dtypes and both layouts of b, at the square sizes and at tails (130 x 250 x 72,
-384 x 384 x 4096, 777 x 1000 x 520); the pairs along n on the 128-row tile at those tails; the
-kernel each rule runs; an m-major a kept in place on a tiny shape; the same bits with and without
-the pairs; a CUDA graph replays both new routes; a bad WB_WGMMA_MID, and a bad whole-k switch on a
-shape the rule moved off that kernel, refused by name.
+every rule value, both dtypes and both layouts of b, at the square sizes and at tails
+(130 x 250 x 72, 384 x 384 x 4096, 777 x 1000 x 520); the pairs along n on the 128-row tile and
+the 64 x 128 tile (paired or not, the same bits) at those tails; the kernel each rule runs; an
+m-major a kept in place on a tiny shape; the same bits with and without the pairs; a CUDA graph
+replays the new routes; a bad WB_WGMMA_MID, and a bad whole-k switch on a shape the rule moved off
+that kernel, refused by name.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from tests.bundled_cubin import (
+    WGMMA,
     assert_matmul_graph_replays,
     cuda_kernels_run,
     hopper,
     matmul_operands,
+    nvcc_sm90a,
 )
 
 DTYPES = [torch.bfloat16, torch.float16]
@@ -139,6 +147,37 @@ def test_the_few_rows_goal_shapes_keep_their_routes() -> None:
         assert _route(m, 4096, 4096, True) == _route(m, 4096, 4096, False)
 
 
+@pytest.mark.nvcc
+def test_the_mid_tile_compiles_for_sm90a_without_spills(tmp_path: Path) -> None:
+    maps = "const __grid_constant__ wb::matmul::TensorMap"
+    lines = [f'#include "{WGMMA}"']
+    for t in ("f16", "bf16"):
+        for kmajor in ("true", "false"):
+            lines.append(
+                f"template __global__ void wb::matmul::wgmma_mid_kernel<wb::{t}, {kmajor}>("
+                f"{maps}, {maps}, wb::{t}*, int, int, int);"
+            )
+    source = tmp_path / "mid_instances.cu"
+    source.write_text("\n".join(lines) + "\n")
+    done = nvcc_sm90a(tmp_path, "--ptx", "-o", "mid.ptx", source=source)
+    assert done.returncode == 0, done.stderr
+    entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "mid.ptx").read_text())[1:]
+    assert len(entries) == 4
+    for entry in entries:
+        assert entry.startswith("_ZN2wb6matmul16wgmma_mid_kernel")
+        assert "wgmma.mma_async.sync.aligned.m64n128k16" in entry
+        assert ".maxntid 256, 1, 1" in entry  # a producer and one consumer warpgroup
+        assert re.search(r"E4full\[64\];", entry)  # 8 stages' mbarriers
+        assert ".multicast::cluster" in entry and "st.global.v4" in entry  # pairs, staged stores
+    done = nvcc_sm90a(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "mid.cubin", source=source)
+    assert done.returncode == 0, done.stderr
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
+    assert spills == [("0", "0")] * 4, done.stderr
+    # The launcher's check_regs wants the entry count (255 at 256 threads) at least.
+    assert re.findall(r"Used (\d+) registers", done.stderr) == ["255"] * 4, done.stderr
+    assert "serialized" not in done.stderr, done.stderr
+
+
 # --- on a Hopper GPU ------------------------------------------------------------------------
 
 
@@ -171,7 +210,7 @@ def _kind(names: str) -> int | None:
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("col", [False, True])
-@pytest.mark.parametrize("mid", ["on", "off"])
+@pytest.mark.parametrize("mid", ["on", "off", "tile"])
 def test_every_square_size_and_tail_is_right(
     lib: Any, monkeypatch: pytest.MonkeyPatch, mid: str, col: bool, dtype: Any
 ) -> None:
@@ -225,6 +264,39 @@ def test_each_rule_runs_its_kernel(
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("col", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_mid_tile_is_right_paired_or_not(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, dtype: Any, col: bool
+) -> None:
+    """WB_WGMMA_FEW=mid at every square size and tail (a last pair half past m, n and k tails),
+    in clusters of two and without (WB_WGMMA_CLUSTER=1): right, and the same bits."""
+    _skip_off_hopper()
+    for m, n, k in [(s, s, s) for s in SQUARE] + TAILS + [(300, 4104, 264)]:
+        a, b = matmul_operands(m, n, k, col, dtype)
+        _use(monkeypatch, {"WB_WGMMA_FEW": "mid"})
+        paired = lib.matmul(a, b)
+        _within(paired, a, b, "mid")
+        _use(monkeypatch, {"WB_WGMMA_FEW": "mid", "WB_WGMMA_CLUSTER": "1"})
+        alone = lib.matmul(a, b)
+        assert torch.equal(alone.view(torch.int16), paired.view(torch.int16)), (m, n, k)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("size", [768, 1000, 1024])
+def test_the_tile_value_runs_the_mid_kernel(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    _skip_off_hopper()
+    _use(monkeypatch, {"WB_WGMMA_MID": "tile"})
+    a, b = matmul_operands(size, size, size, False)
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
+    assert "wgmma_mid_kernel" in names and "narrow" not in names, names
+    a, b = matmul_operands(128, 128, 128, False)  # a tiny shape: the narrow tile, as =on
+    assert _kind(cuda_kernels_run(lambda: lib.matmul(a, b))) == DEEP
+
+
+@pytest.mark.cuda
 def test_the_mid_rule_gives_the_pairs_the_bits_of_the_tile_alone(
     lib: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -252,12 +324,12 @@ def test_an_mmajor_a_of_a_tiny_shape_is_read_in_place(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("size", [128, 1000])
+@pytest.mark.parametrize(("size", "mid"), [(128, "on"), (1000, "on"), (1000, "tile")])
 def test_a_cuda_graph_replays_the_new_routes(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, size: int
+    lib: Any, monkeypatch: pytest.MonkeyPatch, size: int, mid: str
 ) -> None:
     _skip_off_hopper()
-    _use(monkeypatch, {})
+    _use(monkeypatch, {"WB_WGMMA_MID": mid})
     assert_matmul_graph_replays(lib, *matmul_operands(size, size, size, False))
 
 

@@ -26,15 +26,19 @@
 //
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
 // error naming it): WB_WGMMA_STORE=vector | bulk | direct, the epilogue (launch_smem);
-// WB_WGMMA_CLUSTER=2, the whole-k kernel in clusters of two blocks sharing b (paired_choice);
+// WB_WGMMA_CLUSTER=2 | 1, the whole-k kernel in clusters of two blocks sharing b or not
+// (paired_choice; unset, not on the built tile, and so on the mid-size tile);
 // WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split); WB_WGMMA_SPLIT_SUM=cluster
 // | launch, how the split-k route sums its slices (sum_choice); WB_WGMMA_SPLIT_TILE=64 | 128, the
 // cluster sum's tile rows (wide_choice); WB_WGMMA_FEW=split | narrow | narrow1, the route of a
 // few-rows shape (few_rows_route, wgmma_narrow.h: split-k, or k whole on narrow tiles in
 // clusters of two sharing an operand's tile, or without clusters; matmul_wgmma_narrow.cu);
-// WB_WGMMA_MID=on | off, the mid-size rule for the square-ish shapes below a wave of built tiles
-// (on, the default: a tiny shape to the narrow route, the 128-row narrow tile of an a past the
-// few-rows sizes paired along n; off: the few-rows rule alone; plan_route, few_rows_route).
+// WB_WGMMA_FEW=mid, a few shape on the whole-k kernel's 64 x 128 mid-size tile (wgmma_mid_kernel,
+// by default in clusters of two sharing b; run_whole_k); WB_WGMMA_MID=on | off | tile, the
+// mid-size rule for the square-ish shapes below a wave of built tiles (on, the default: a tiny
+// shape to the narrow route, the 128-row narrow tile of an a past the few-rows sizes paired along
+// n; tile: those on the mid-size tile instead; off: the few-rows rule alone; plan_route,
+// few_rows_route).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -60,6 +64,8 @@ WB_DEVICE_TEMPLATE(kSplitShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_spl
 WB_DEVICE_TEMPLATE(kClusterSplit, "matmul_wgmma.kernel.cu",
                    "wb::matmul::wgmma_cluster_split_kernel");
 WB_DEVICE_TEMPLATE(kWideShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_wide_split_shape");
+WB_DEVICE_TEMPLATE(kMid, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_mid_kernel");
+WB_DEVICE_TEMPLATE(kMidShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_mid_shape");
 
 namespace {
 
@@ -96,6 +102,11 @@ const DeviceKernel& wgmma_kernel(bool b_kmajor, bool a_mmajor) {
   }
   return b_kmajor ? kernel<&kWgmma, T, Val<true>, Val<false>>
                   : kernel<&kWgmma, T, Val<false>, Val<false>>;
+}
+// The mid-size tile's (64 x 128) whole-k kernel for each layout of b.
+template <typename T>
+const DeviceKernel& mid_kernel(bool b_kmajor) {
+  return b_kmajor ? kernel<&kMid, T, Val<true>> : kernel<&kMid, T, Val<false>>;
 }
 template <typename T>
 const DeviceKernel& split_kernel(bool b_kmajor) {
@@ -351,13 +362,14 @@ bool make_maps(CUtensorMap* map_a, CUtensorMap* map_b, View<T> a, View<T> b, int
 
 // WB_WGMMA_CLUSTER=2 in the environment (read at each call; for A/B on a GPU): the whole-k kernel
 // runs in clusters of two blocks that compute two tiles one above the other and copy b's tile
-// once for both (TMA multicast; see the kernel). Off by default (unset or 1).
-Status paired_choice(bool* paired) {
+// once for both (TMA multicast; see the kernel); =1 without. Unset: `fallback` (off for the built
+// tile, on for the mid-size tile).
+Status paired_choice(bool fallback, bool* paired) {
   const char* v = std::getenv("WB_WGMMA_CLUSTER");
   const std::string_view cluster = v != nullptr ? v : "";
-  *paired = cluster == "2";
+  *paired = cluster.empty() ? fallback : cluster == "2";
   if (cluster.empty() || cluster == "1" || cluster == "2") return nullptr;
-  return "matmul: WB_WGMMA_CLUSTER must be 1 (the default) or 2; unset it";
+  return "matmul: WB_WGMMA_CLUSTER must be 1 or 2; unset it for the default";
 }
 
 // The whole-k kernel's switches, read at every call whichever route runs, so that a bad value is
@@ -367,7 +379,7 @@ Status check_switches() {
   unsigned smem = 0;
   bool paired = false;
   if (const Status e = launch_smem(none, "vector", &smem)) return e;
-  return paired_choice(&paired);
+  return paired_choice(false, &paired);
 }
 
 // With fewer registers at entry than the split assumes, the pool would be short of what the
@@ -435,6 +447,36 @@ Status run_split(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_
   cudaLaunchKernelEx(&sum, sum_slices_kernel<T>, static_cast<const float*>(workspace), c, size,
                      plan.splits);
   return launch_status();
+}
+
+// c = a @ b on `kernel`, the whole-k kernel of `tile` (or the mid-size tile's), k whole;
+// WB_WGMMA_CLUSTER, else `pair`, says whether in clusters of two sharing b.
+template <typename T>
+Status run_whole_k(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, bool b_kmajor,
+                   const DeviceKernel& kernel, const WgmmaShape& tile, bool pair, Stream stream) {
+  if (const Status e = check_regs(kernel, tile)) return e;
+  const int64_t tiles = tiles_of(m, n, tile);
+  if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
+  bool paired = false;
+  if (const Status e = paired_choice(pair, &paired)) return e;
+  paired = paired && tile.bn >= 128 && tiles >= 2;
+  unsigned smem = 0;
+  if (const Status e = launch_smem(tile, "vector", &smem)) return e;
+  CUtensorMap map_a, map_b;
+  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, tile, paired)) {
+    return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  }
+  // Persistent: BLOCKS blocks an SM (one by default), each walking tiles (paired: clusters of two
+  // walking pairs of tiles). With more than one an SM, all of the SM's shared memory goes to
+  // shared memory (carveout 100%), so that they fit.
+  const int64_t slots = sm_count() * int64_t{tile.blocks};
+  const int64_t pairs = (m + 2 * tile.bm - 1) / (2 * tile.bm) * ((n + tile.bn - 1) / tile.bn);
+  const int64_t blocks = paired ? 2 * min_of<int64_t>(pairs, slots / 2) : min_of(tiles, slots);
+  LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads), smem};
+  if (paired) config.cluster = Dim3{2, 1, 1};
+  if (tile.blocks > 1) config.carveout = 100;
+  return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
+                       static_cast<int>(k));
 }
 
 }  // namespace
@@ -507,6 +549,11 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
            "splits k or takes the narrow route): pass a row-major a";
   }
   const Split& plan = route.plan;
+  WgmmaShape tile{};
+  if (route.few == FewRoute::mid) {  // the 64 x 128 tile, by default in clusters of two
+    if (const Status e = global<&kMidShape>.read(&tile)) return e;
+    return run_whole_k(a, b, c, m, n, k, b_kmajor, mid_kernel<T>(b_kmajor), tile, true, stream);
+  }
   if (route.few != FewRoute::split) {  // a few-rows shape on the narrow route
     return matmul_wgmma_narrow(a, b, c, m, n, k, b_kmajor, route.few == FewRoute::narrow, stream);
   }
@@ -514,33 +561,9 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
     return run_cluster_split(a, b, c, m, n, k, b_kmajor, plan, stream);
   }
   if (plan.splits >= 2) return run_split(a, b, c, workspace, m, n, k, b_kmajor, plan, stream);
-
-  WgmmaShape tile{};
   if (const Status e = global<&kShape>.read(&tile)) return e;
-  const DeviceKernel& kernel = wgmma_kernel<T>(b_kmajor, a_mmajor);
-  if (const Status e = check_regs(kernel, tile)) return e;
-  const int64_t tiles = tiles_of(m, n, tile);
-  if (tiles > INT32_MAX) return "matmul: too many tiles for the wgmma grid";
-  bool paired = false;
-  if (const Status e = paired_choice(&paired)) return e;
-  paired = paired && tile.bn >= 128 && tiles >= 2;
-  unsigned smem = 0;
-  if (const Status e = launch_smem(tile, "vector", &smem)) return e;
-  CUtensorMap map_a, map_b;
-  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, tile, paired)) {
-    return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
-  }
-  // Persistent: BLOCKS blocks an SM (one by default), each walking tiles (paired: clusters of two
-  // walking pairs of tiles). With more than one an SM, all of the SM's shared memory goes to
-  // shared memory (carveout 100%), so that they fit.
-  const int64_t slots = sm_count() * int64_t{tile.blocks};
-  const int64_t pairs = (m + 2 * tile.bm - 1) / (2 * tile.bm) * ((n + tile.bn - 1) / tile.bn);
-  const int64_t blocks = paired ? 2 * min_of<int64_t>(pairs, slots / 2) : min_of(tiles, slots);
-  LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads), smem};
-  if (paired) config.cluster = Dim3{2, 1, 1};
-  if (tile.blocks > 1) config.carveout = 100;
-  return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
-                       static_cast<int>(k));
+  return run_whole_k(a, b, c, m, n, k, b_kmajor, wgmma_kernel<T>(b_kmajor, a_mmajor), tile, false,
+                     stream);
 }
 WB_INSTANTIATE(WB_REDUCED, matmul_wgmma)
 

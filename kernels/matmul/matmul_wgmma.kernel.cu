@@ -40,8 +40,10 @@
 // plan_split).
 //
 // The module holds these three kernels (each for f16 and bf16 and both layouts of b; the cluster
-// sum on both tiles; wgmma_kernel also for a m-major, the weight gradient's x^T @ dy) and
-// wgmma_shape, wgmma_split_shape and wgmma_wide_split_shape. A fourth, wgmma_narrow_kernel, runs
+// sum on both tiles; wgmma_kernel also for a m-major, the weight gradient's x^T @ dy), the same
+// whole-k loop on a fixed 64 x 128 tile for the mid-size shapes (wgmma_mid_kernel, MidTile; the
+// launcher's WB_WGMMA_MID=tile or WB_WGMMA_FEW=mid) and wgmma_shape, wgmma_split_shape,
+// wgmma_wide_split_shape and wgmma_mid_shape. A fourth, wgmma_narrow_kernel, runs
 // the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64 columns, a block a tile, in
 // clusters of two sharing a's or b's tile by TMA multicast (the launcher's WB_WGMMA_FEW=narrow;
 // matmul_wgmma_narrow.cu): it is a device-only TU and module of its own,
@@ -175,11 +177,21 @@ struct ClusterSplitTileOf<BKMajor, true> {
 template <bool BKMajor, bool Wide>
 using ClusterSplitTile = typename ClusterSplitTileOf<BKMajor, Wide>::type;
 
+// The mid-size tile (wgmma_mid_kernel; not tuned): 64 x 128, one consumer warpgroup, 8 stages of
+// 24 KiB, one block an SM, the staged epilogue's buffer beside the ring: the tile cuBLAS runs at
+// 1000^3 (nvjet 64 x 128 in clusters of two, H100), for the square shapes whose 128 x 256 tiles
+// fill too few SMs (768^3 to 1024^3: 72 to 128 tiles of 64 x 128). Launched in clusters of two
+// one above the other that share b's tile (the whole-k kernel's pairs), a block reads 64 rows of
+// a and 64 of b's columns a stage.
+template <bool BKMajor>
+using MidTile = WgmmaTile<128, 1, 8, 1, BKMajor>;
+
 // The tiles, for the host launcher (wb/module.h's wb::global; shape_of: wgmma_module.cuh).
 // wgmma_shape.tuned: built at a point of the tuning space, which the launcher runs as it is.
 __constant__ WgmmaShape wgmma_shape = shape_of<DefaultTile<false>>(WB_WGMMA_TUNED);
 __constant__ WgmmaShape wgmma_split_shape = shape_of<SplitTile<false>>(0);
 __constant__ WgmmaShape wgmma_wide_split_shape = shape_of<WideSplitTile<false>>(0);
+__constant__ WgmmaShape wgmma_mid_shape = shape_of<MidTile<false>>(0);
 
 // The shared memory a kernel declares, for the loop below: the ring of stages (dynamic, any
 // alignment; the staged epilogue's buffers follow the ring) and its full and empty mbarriers.
@@ -405,6 +417,23 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor, AMMajor>
                  int m, int n, int k) {
 #if WB_WGMMA_IMAGE
   using Tl = DefaultTile<BKMajor, AMMajor>;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
+  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
+#endif
+}
+
+// c = a @ b on the mid-size tile (MidTile), k whole, a row-major (k-major); the launcher's
+// WB_WGMMA_MID=tile (matmul_wgmma.cu), in clusters of two sharing b.
+template <typename T, bool BKMajor>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? MidTile<BKMajor>::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? MidTile<BKMajor>::BLOCKS : 1)
+    wgmma_mid_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x 64
+                     const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x 128 or 64 x 64
+                     T* __restrict__ c,                        // [m, n]
+                     int m, int n, int k) {
+#if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
+  using Tl = MidTile<BKMajor>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});

@@ -278,42 +278,47 @@ Status narrow_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
 // bandwidth, not DRAM's, bounds such a shape: an estimate, which .gpu timings are to confirm).
 Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
-  if (v == "split" || v == "narrow" || v == "narrow1") {
-    *route = v == "split" ? FewRoute::split : v == "narrow" ? FewRoute::narrow : FewRoute::narrow1;
+  if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid") {
+    *route = v == "split"    ? FewRoute::split
+             : v == "narrow" ? FewRoute::narrow
+             : v == "mid"    ? FewRoute::mid
+                             : FewRoute::narrow1;
     return nullptr;
   }
   if (!v.empty()) {
-    return "matmul: WB_WGMMA_FEW must be split, narrow or narrow1; unset it for the default";
+    return "matmul: WB_WGMMA_FEW must be split, narrow, narrow1 or mid; unset it for the default";
   }
   int rows = 0;
-  bool mid = false;
+  MidRule mid = MidRule::off;
   if (const Status e = default_rows(m, n, &rows)) return e;
   if (const Status e = mid_choice(&mid)) return e;
   *route = rows != 0 ? FewRoute::narrow1 : FewRoute::split;
-  if (mid && rows == 0 && tiny) *route = FewRoute::narrow1;
-  if (mid && rows == 128 && m > kMidRows) *route = FewRoute::narrow;
+  if (mid == MidRule::off) return nullptr;
+  if (rows == 0 && tiny) *route = FewRoute::narrow1;
+  if (rows == 128 && m > kMidRows) *route = mid == MidRule::tile ? FewRoute::mid : FewRoute::narrow;
   return nullptr;
 }
 
-Status mid_choice(bool* on) {
+Status mid_choice(MidRule* rule) {
   const std::string_view v = env("WB_WGMMA_MID");
-  *on = v.empty() || v == "on";
-  if (*on || v == "off") return nullptr;
-  return "matmul: WB_WGMMA_MID must be on (the default) or off (the few-rows rule alone); unset it";
+  *rule = v == "off" ? MidRule::off : v == "tile" ? MidRule::tile : MidRule::on;
+  if (v.empty() || v == "on" || v == "off" || v == "tile") return nullptr;
+  return "matmul: WB_WGMMA_MID must be on (the default), off (the few-rows rule alone) or "
+         "tile (the 64 x 128 whole-k tile where the rule pairs); unset it";
 }
 
 template <typename T>
 Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
                            bool b_kmajor, bool paired, Stream stream) {
   int rows = 64, bn = 64, pair = kNarrowAlone, slices = 0;
-  bool mid = false;
+  MidRule mid = MidRule::off;
   if (const Status e = forced_slices(&slices)) return e;
   if (const Status e = mid_choice(&mid)) return e;
   if (const Status e = narrow_rows(m, n, &rows)) return e;
   if (rows == 256) return narrow_split(a, b, c, m, n, k, b_kmajor, slices, stream);
   if (const Status e = narrow_bn(m, n, rows, &bn)) return e;
   if (paired) {
-    if (const Status e = narrow_pair(m, rows, mid, &pair)) return e;
+    if (const Status e = narrow_pair(m, rows, mid != MidRule::off, &pair)) return e;
   }
   // The block's threads and shared memory: the tile's.
   const DeviceGlobal& shape =

@@ -44,7 +44,9 @@ enum NarrowKind : int { kNarrowDeep = 4, kNarrowTall = 8, kNarrowSplit = 16 };
 constexpr int kNarrowTallKind = kNarrowDeep | kNarrowTall;    // the 128-row tile's kernel
 constexpr int kNarrowSplitKind = kNarrowTall | kNarrowSplit;  // the 256-row tile's, k in slices
 
-enum class FewRoute { split, narrow, narrow1 };
+// mid: the whole-k kernel's 64 x 128 tile (wgmma_mid_kernel, matmul_wgmma.cu) in clusters of two
+// sharing b, k whole (WB_WGMMA_FEW=mid, or WB_WGMMA_MID=tile where the mid-size rule pairs).
+enum class FewRoute { split, narrow, narrow1, mid };
 
 // The current device's SM count (matmul_wgmma.cu; its split-k plan and this route both read it).
 int sm_count();
@@ -60,8 +62,10 @@ Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route);
 constexpr int64_t kMidRows = 256;
 
 // WB_WGMMA_MID in the environment, read at each call (for A/B on a GPU; a bad value is an error
-// naming it): =on (the default, unset) applies the mid-size rule, =off the few-rows rule alone.
-Status mid_choice(bool* on);
+// naming it): =on (the default, unset) applies the mid-size rule, =off the few-rows rule alone,
+// =tile the rule with the whole-k kernel's 64 x 128 tile (FewRoute::mid) where it pairs.
+enum class MidRule { off, on, tile };
+Status mid_choice(MidRule* rule);
 
 // c = a @ b by the narrow route (paired: in clusters of two); a, b as matmul_wgmma takes them.
 template <typename T>

@@ -5,7 +5,8 @@
 // with, and the launcher reads it from the loaded module (wb::global). So a variant of the tile,
 // or an edit of it, compiles the device-only TU alone and the host launcher stays as it is.
 // matmul_wgmma.kernel.cu's module holds wgmma_shape (the tile of wgmma_kernel, the tuning
-// space's), wgmma_split_shape and wgmma_wide_split_shape (the split-k route's fixed tiles);
+// space's), wgmma_split_shape and wgmma_wide_split_shape (the split-k route's fixed tiles),
+// wgmma_mid_shape (wgmma_mid_kernel's fixed 64 x 128 tile);
 // matmul_wgmma_narrow.kernel.cu's holds wgmma_narrow32_shape, wgmma_narrow64_shape,
 // wgmma_narrow_tall32_shape, wgmma_narrow_tall64_shape, wgmma_narrow_split64_shape and
 // wgmma_narrow_split128_shape (the narrow route's 64-, 128- and 256-row tiles, wgmma_narrow.cuh).
