@@ -23,12 +23,19 @@ WGMMA_NAMES = sorted(
         "&wb::matmul::wgmma_shape",
         "&wb::matmul::wgmma_split_shape",
         "&wb::matmul::wgmma_wide_split_shape",
+        "&wb::matmul::wgmma_mid_shape",
     ]
     + [
         f"wb::matmul::{kernel}<wb::{t},{k}>"
-        for kernel in ("wgmma_kernel", "wgmma_split_kernel")
+        for kernel in ("wgmma_split_kernel", "wgmma_mid_kernel")
         for t in ("f16", "bf16")
         for k in ("true", "false")
+    ]
+    + [  # b k-major, a m-major (the whole-k kernel reads a column-major a too)
+        f"wb::matmul::wgmma_kernel<wb::{t},{k},{mm}>"
+        for t in ("f16", "bf16")
+        for k in ("true", "false")
+        for mm in ("true", "false")
     ]
     + [
         f"wb::matmul::wgmma_cluster_split_kernel<wb::{t},{k},{wide}>"
@@ -129,7 +136,8 @@ def test_the_tile_is_a_constant_of_the_module_and_each_point_its_own_cubin() -> 
     options = [*device.NVRTC_FLAGS, "--ptxas-options=-v"]
     options += [f"-I{d}" for d in project.include_dirs]
     regs = {}
-    tuned = [n for n in WGMMA_NAMES if "split" not in n]  # the split-k tile is not tuned
+    # the split-k and 64 x 128 (mid) tiles are not tuned
+    tuned = [n for n in WGMMA_NAMES if "split" not in n and "mid" not in n]
     for label, defines in (("plain", []), ("one consumer", ["-DWB_TUNE_CONSUMERS=1"])):
         result = nvrtc.compile(source, "sm_90a", tuned, options + defines)
         assert set(result.lowered) == set(tuned)
