@@ -6,8 +6,9 @@
 //   columns; b's rows or columns contiguous; each 16-byte aligned); otherwise simt. Path::automatic
 //   takes an a of one row on b n-major to the GEMV route instead (matmul_gemv.cu: gemv_chosen holds
 //   the rule and its switches, WB_MATMUL_GEMV=0 turns it off, =1 takes up to 8 rows); a forced path
-//   (matmul_path) never does. k == 0 writes zeros. The wgmma path and the GEMV route may need a
-//   float32 workspace (matmul_cuda_workspace: k split across blocks), which the caller allocates.
+//   (matmul_path) never does. k == 0 writes zeros. The wgmma path, the GEMV route and the SIMT
+//   path in float32 may need a float32 workspace (matmul_cuda_workspace: k split across blocks),
+//   which the caller allocates.
 //   An output of few columns and many rows is computed as its transpose (matmul_swaps: the
 //   binding calls this entry with b^T and a^T and transposes c^T back).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul matmul_path --dtype bfloat16
@@ -105,7 +106,8 @@ bool matmul_swaps(int64_t m, int64_t n, int64_t k, const char** why) {
 
 template <typename T>
 int64_t matmul_cuda_workspace(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, Path path) {
-  if (m == 0 || n == 0 || k == 0 || !kHalf<T>) return 0;
+  if (m == 0 || n == 0 || k == 0) return 0;
+  if (!kHalf<T>) return simt_workspace<T>(m, n, k);
   bool gemv = false;
   if (takes_gemv(path, a, b, m, n, k, &gemv) != nullptr) return 0;  // matmul_cuda says why
   if (gemv) return gemv_workspace(m, n, k, !rows16(b));
@@ -128,7 +130,7 @@ Status matmul_cuda(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
     if (path == Path::wgmma) return matmul_wgmma(a, b, c, workspace, m, n, k, stream);
     if (path == Path::mma) return matmul_mma(a, b, c, m, n, k, stream);
   }
-  return matmul_simt(a, b, c, m, n, k, stream);
+  return matmul_simt(a, b, c, workspace, m, n, k, stream);
 }
 
 #define WB_MATMUL_ENTRY_(T, _)                                                                     \

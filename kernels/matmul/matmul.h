@@ -46,9 +46,10 @@ enum class Path : int { automatic = 0, simt = 1, mma = 2, wgmma = 3 };
 template <typename T>
 const char* matmul_cuda_unusable(Path path, View<T> a, View<T> b, int64_t m, int64_t n, int64_t k);
 
-// The float32 elements of workspace matmul_cuda needs for this call, 0 for none: the wgmma path's
-// split-k partial sums, [splits, m, n] (matmul_wgmma.cu). The caller allocates them (any
-// contents; the call writes every element it reads) and passes them to matmul_cuda.
+// The float32 elements of workspace matmul_cuda needs for this call, 0 for none: the wgmma or
+// SIMT path's split-k partial sums, [splits, m, n] (matmul_wgmma.cu, matmul_simt.cu). The caller
+// allocates them (any contents; the call writes every element it reads) and passes them to
+// matmul_cuda.
 template <typename T>
 int64_t matmul_cuda_workspace(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, Path path);
 
@@ -66,7 +67,12 @@ void matmul_cpu(View<T> a, View<T> b, T* c, int64_t n, int64_t k, int64_t begin,
 // The paths, each defined in its own TU so that editing one recompiles only it. Each returns
 // nullptr on success. The tensor-core paths need 16-byte aligned rows (see can_use_* below).
 template <typename T>
-Status matmul_simt(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream);
+Status matmul_simt(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
+                   Stream stream);
+// The float32 workspace matmul_simt needs for these sizes on the current device (0: no split; a
+// float32 c of few tiles splits k).
+template <typename T>
+int64_t simt_workspace(int64_t m, int64_t n, int64_t k);
 template <typename T>
 Status matmul_mma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream);
 template <typename T>

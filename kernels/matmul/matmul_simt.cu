@@ -22,20 +22,45 @@
 //   output, whose few elements make the largest error a noisy figure). The check holds float32
 //   within 2x PyTorch's own error (kernels/matmul/spec.py).
 //
+//   Few tiles (float32): where c has fewer tiles than the device has SMs (1000^3: 64 tiles for
+//   132 SMs), k is cut into S slices of whole chunks, S = SMs / tiles, each slice at least
+//   kMinSliceChunks chunks, at most kMaxSlices of them: block z sums its slice, chunk by chunk as
+//   above, into the float32 workspace [S, m, n] the caller allocates (matmul_cuda_workspace), and
+//   simt_sum_slices_kernel adds the slices in slice order into c. The same bits every call and for
+//   every layout of a and b; the slices' sum has the error of S - 1 more additions, no more. A/B
+//   switches, read at each call (a bad value is an error naming it): WB_SIMT_SPLITS=S, S slices
+//   of k wherever (1: k whole; at most one a chunk); WB_SIMT_TILE=64 | 128, the float32 tile's
+//   rows: 64 x 128 (4 x 8 a thread, twice the tiles; see Narrow) or 128 x 128 (the default). The
+//   old behaviour: WB_SIMT_SPLITS=1. A tile changes no element's order of sum.
+//
 //   Global reads: float32 and float64 operands whose contiguous dimension (k, or m for a and n
 //   for b) has 16-byte aligned lines are read 16 bytes at a time (float4 for float32); any other
 //   layout (odd strides, a view of every other column, misaligned rows) element by element,
 //   with the same tiles, and so are float16 / bfloat16, which come here only where the tensor-
 //   core paths cannot read their layout. Either way a warp reads along the contiguous dimension.
-//   Check and time:  wb check matmul --device cuda;  wb bench matmul_path --dtype float32
+//   Check and time:  wb check matmul --device cuda;  wb bench matmul_path --dtype float32;
+//   python -m bench kernel_goals --variant old:WB_SIMT_SPLITS=1
+#include <string_view>
+#include <type_traits>
+
 #include "matmul/matmul.h"
 #include "wb/cuda.cuh"
+#include "wb/cuda_host.h"
 #include "wb/dtypes.h"
 
 namespace wb::matmul {
 namespace {
 
 constexpr int kChunk = 64;  // k summed from zero before it joins the total
+// A slice of k (the float32 split) is whole chunks, at least kMinSliceChunks of them: a block
+// that sums fewer spends more on its start and its stores than on its slice. At most kMaxSlices:
+// simt_sum_slices_kernel's threads read kSumBatch slices at once, so 32 are two waits on memory.
+constexpr int64_t kMinSliceChunks = 2, kMaxSlices = 32;
+constexpr int kSumBatch = 16, kSumThreads = 256;
+
+// Whether the kernel for T splits k (float32 alone: the workspace is float32, its partial sums).
+template <typename T>
+constexpr bool kSplits = std::is_same_v<T, float>;
 
 template <int BM_, int BN_, int TM_, int TN_>
 struct Tile {
@@ -55,6 +80,11 @@ template <typename T>
 struct TileOf : Tile<128, 128, 8, 8> {};
 template <>
 struct TileOf<double> : Tile<64, 64, 4, 4> {};
+// float32's tile under WB_SIMT_TILE=64: twice the tiles of c, for A/B against splitting k; on
+// operands read 16 bytes at a time (others keep the wide tile: a tile changes no element's sum,
+// and the split is planned on Narrow's tiles either way). Two blocks an SM would need 128
+// registers a thread: ptxas spills there.
+struct Narrow : Tile<64, 128, 4, 8> {};
 
 // An operand as an X x k matrix (a: X = m; b: X = n, its transpose): element (x, p) is at
 // data[x * sx + p * sp]. k_fast: p has unit stride, so a warp's copy runs along p; else along x.
@@ -165,14 +195,23 @@ __device__ __forceinline__ void write_run(T* c_row, const A* from, int col, int 
   }
 }
 
+// Block z of gridDim.z sums k's slice [z * slice_k, (z + 1) * slice_k) into c's slice z; with one
+// slice (slice_k >= k), all of k into c.
 template <typename T, typename S, int V>
 __global__ void __launch_bounds__(S::kThreads, 1)
     simt_kernel(Operand<T> a,       // [m, k] as X = m
                 Operand<T> b,       // [k, n] as X = n (its transpose)
-                T* __restrict__ c,  // [m, n]
+                T* __restrict__ c,  // [gridDim.z, m, n]: c, or the slices' partial sums
                 int64_t m, int64_t n, int64_t k,
-                bool c_vec) {  // rows of c take TN / 2 elements a store
+                int64_t slice_k,  // a multiple of kChunk where gridDim.z > 1
+                bool c_vec) {     // rows of c take TN / 2 elements a store
   using A = acc_t<T>;
+  if constexpr (kSplits<T>) {  // this block's slice of k: a and b from its first k, k its length
+    const int64_t p0 = static_cast<int64_t>(blockIdx.z) * slice_k;
+    a.data += p0 * a.sp;
+    b.data += p0 * b.sp;
+    k = k - p0 < slice_k ? k - p0 : slice_k;
+  }
   constexpr int BM = S::BM, BN = S::BN, BK = S::BK, TM = S::TM, TN = S::TN;
   using SlabA = Slab<T, BM, BK, S::kThreads, V>;
   using SlabB = Slab<T, BN, BK, S::kThreads, V>;
@@ -233,7 +272,7 @@ __global__ void __launch_bounds__(S::kThreads, 1)
     for (int i = 0; i < TM; ++i) {
       const int64_t row = row0 + (i < TM / 2 ? 0 : BM / 2) + ty * (TM / 2) + i % (TM / 2);
       if (row >= m) break;  // the rows of a thread grow with i
-      T* c_row = c + row * n + col0;
+      T* c_row = c + (blockIdx.z * m + row) * n + col0;
       write_run<TN / 2>(c_row, acc[i], tx * (TN / 2), cols, c_vec);
       write_run<TN / 2>(c_row, acc[i] + TN / 2, BN / 2 + tx * (TN / 2), cols, c_vec);
     }
@@ -255,30 +294,185 @@ bool lines16(Operand<T> op) {
   return op.sx == 1 && op.sp % kVec16<T> == 0;
 }
 
-template <typename T, int V>
-Status launch(Operand<T> a, Operand<T> b, T* c, int64_t m, int64_t n, int64_t k, bool c_vec,
-              cudaStream_t s) {
-  using S = TileOf<T>;
+// c = the slices' partial sums added in slice order, from 0 to splits - 1 (the same order every
+// call: the same bits), V elements a thread (4 where size is a multiple of 4 and every slice's
+// start and c are 16-byte aligned). A thread's loads of kSumBatch slices are all in flight before
+// the first of their adds.
+template <int V>
+__global__ void __launch_bounds__(kSumThreads)
+    simt_sum_slices_kernel(const float* __restrict__ partial,  // [splits, size]
+                           float* __restrict__ c,              // [size]
+                           int64_t size, int splits) {
+  const int64_t i = V * (static_cast<int64_t>(blockIdx.x) * kSumThreads + threadIdx.x);
+  if (i >= size) return;
+  Vec<float, V> sum = {};
+  for (int s0 = 0; s0 < splits; s0 += kSumBatch) {
+    Vec<float, V> v[kSumBatch];
+#pragma unroll
+    for (int j = 0; j < kSumBatch; ++j) {
+      if (s0 + j < splits)
+        v[j] = *reinterpret_cast<const Vec<float, V>*>(partial + (s0 + j) * size + i);
+    }
+#pragma unroll
+    for (int j = 0; j < kSumBatch; ++j) {
+      if (s0 + j >= splits) break;
+#pragma unroll
+      for (int e = 0; e < V; ++e) sum.v[e] += v[j].v[e];
+    }
+  }
+  *reinterpret_cast<Vec<float, V>*>(c + i) = sum;
+}
+
+// How a float32 call runs: its tile and its slices of k.
+struct Plan {
+  bool narrow = false;  // the Narrow tile (64 x 128), else TileOf<float> (128 x 128)
+  int64_t splits = 1;   // slices of k (gridDim.z)
+  int64_t slice_k = 0;  // k a slice: whole chunks where splits > 1, else k
+};
+
+using detail::env;  // an environment switch's value ("" where unset)
+
+// The current device's SMs, asked once per device.
+int64_t multiprocessors() {
+  static int known[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
+  if (known[device] == 0) {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    known[device] = sms > 0 ? sms : 1;
+  }
+  return known[device];
+}
+
+// WB_SIMT_TILE (for A/B on a GPU): =64, the Narrow tile (64 x 128) wherever; =128 or unset, the
+// 128 x 128 tile.
+Status tile_switch(bool* narrow) {
+  const std::string_view v = env("WB_SIMT_TILE");
+  *narrow = v == "64";
+  if (v.empty() || v == "64" || v == "128") return nullptr;
+  return "matmul: WB_SIMT_TILE must be 128 or 64 (the SIMT float32 tile's rows); unset it";
+}
+
+// WB_SIMT_SPLITS=S (for A/B on a GPU): S slices of k wherever, 1 to 1024 (at most one a chunk of
+// k; 1: k whole). *forced: 0 where unset.
+Status splits_switch(int64_t* forced) {
+  const std::string_view v = env("WB_SIMT_SPLITS");
+  *forced = 0;
+  if (v.empty()) return nullptr;
+  const char* error = "matmul: WB_SIMT_SPLITS must be a whole number from 1 to 1024; unset it";
+  int64_t number = 0;
+  for (const char ch : v) {
+    if (ch < '0' || ch > '9' || v.size() > 4) return error;
+    number = 10 * number + (ch - '0');
+  }
+  if (number < 1 || number > 1024) return error;
+  *forced = number;
+  return nullptr;
+}
+
+template <typename S>
+int64_t tiles_of(int64_t m, int64_t n) {
+  return ((m + S::BM - 1) / S::BM) * ((n + S::BN - 1) / S::BN);
+}
+
+// The float32 plan (see the header): where c has fewer tiles than the device has SMs (one block
+// an SM: the launch bounds let a thread take 255 registers), as many slices of k as fill them,
+// each at least kMinSliceChunks chunks, at most kMaxSlices. The slices are whole chunks of equal
+// length (the last shorter), so their number may come out below the rule's.
+Status plan_float32(int64_t m, int64_t n, int64_t k, Plan* plan) {
+  *plan = Plan{false, 1, k};
+  const int64_t sms = multiprocessors();
+  if (const Status e = tile_switch(&plan->narrow)) return e;
+  int64_t forced = 0;
+  if (const Status e = splits_switch(&forced)) return e;
+  const int64_t tiles = plan->narrow ? tiles_of<Narrow>(m, n) : tiles_of<TileOf<float>>(m, n);
+  const int64_t chunks = (k + kChunk - 1) / kChunk;
+  int64_t want = forced;
+  if (forced == 0) {
+    want = min_of(min_of(sms / tiles, chunks / kMinSliceChunks), kMaxSlices);
+  }
+  want = min_of(want, chunks);
+  if (want < 2) return nullptr;
+  const int64_t per = (chunks + want - 1) / want;  // chunks a slice
+  plan->slice_k = per * kChunk;
+  plan->splits = (chunks + per - 1) / per;
+  if (plan->splits < 2) *plan = Plan{plan->narrow, 1, k};
+  return nullptr;
+}
+
+template <typename T, typename S, int V>
+Status launch(Operand<T> a, Operand<T> b, T* c, int64_t m, int64_t n, int64_t k, int64_t splits,
+              int64_t slice_k, cudaStream_t s) {
+  constexpr int64_t run = S::TN / 2;
+  const bool c_vec = n % run == 0 && reinterpret_cast<uintptr_t>(c) % (run * sizeof(T)) == 0;
   const int64_t col_tiles = (n + S::BN - 1) / S::BN, row_tiles = (m + S::BM - 1) / S::BM;
   if (col_tiles > INT32_MAX) return "matmul: n is too large for the simt path's grid";
   const dim3 grid(static_cast<unsigned>(col_tiles),
-                  static_cast<unsigned>(min_of<int64_t>(row_tiles, 65535)));  // gridDim.y limit
-  simt_kernel<T, S, V><<<grid, S::kThreads, 0, s>>>(a, b, c, m, n, k, c_vec);
+                  static_cast<unsigned>(min_of<int64_t>(row_tiles, 65535)),  // gridDim.y limit
+                  static_cast<unsigned>(splits));
+  simt_kernel<T, S, V><<<grid, S::kThreads, 0, s>>>(a, b, c, m, n, k, slice_k, c_vec);
+  return launch_status();
+}
+
+// The float32 launch: the plan's tile into c, or its slices into the workspace and then their sum.
+template <int V>
+Status launch_float32(Operand<float> a, Operand<float> b, float* c, float* workspace, int64_t m,
+                      int64_t n, int64_t k, const Plan& plan, cudaStream_t s) {
+  float* out = plan.splits > 1 ? workspace : c;
+  if (out == nullptr) {
+    return "matmul: the SIMT path's split of k was given no workspace (matmul_cuda_workspace)";
+  }
+  Status e = nullptr;
+  if constexpr (V > 1) {  // Narrow reads 16 bytes at a time alone (the same sums as the wide tile)
+    if (plan.narrow) e = launch<float, Narrow, V>(a, b, out, m, n, k, plan.splits, plan.slice_k, s);
+  }
+  if (!(V > 1 && plan.narrow)) {
+    e = launch<float, TileOf<float>, V>(a, b, out, m, n, k, plan.splits, plan.slice_k, s);
+  }
+  if (e != nullptr || plan.splits == 1) return e;
+  const int64_t size = m * n;
+  const bool vec = size % 4 == 0 && aligned16(workspace) && aligned16(c);
+  const int64_t per_block = (vec ? 4 : 1) * int64_t{kSumThreads};
+  const dim3 grid(static_cast<unsigned>((size + per_block - 1) / per_block));
+  const int splits = static_cast<int>(plan.splits);
+  if (vec) {
+    simt_sum_slices_kernel<4><<<grid, kSumThreads, 0, s>>>(workspace, c, size, splits);
+  } else {
+    simt_sum_slices_kernel<1><<<grid, kSumThreads, 0, s>>>(workspace, c, size, splits);
+  }
   return launch_status();
 }
 
 }  // namespace
 
 template <typename T>
-Status matmul_simt(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream) {
+int64_t simt_workspace(int64_t m, int64_t n, int64_t k) {
+  if (!std::is_same_v<T, float> || m == 0 || n == 0 || k == 0) return 0;
+  Plan plan{};
+  if (plan_float32(m, n, k, &plan) != nullptr) return 0;  // matmul_simt says why
+  return plan.splits > 1 ? plan.splits * m * n : 0;
+}
+WB_INSTANTIATE(WB_FLOATING, simt_workspace)
+
+template <typename T>
+Status matmul_simt(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
+                   Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const Operand<T> oa = operand(a, false), ob = operand(b, true);
-  constexpr int64_t run = TileOf<T>::TN / 2;
-  const bool c_vec = n % run == 0 && reinterpret_cast<uintptr_t>(c) % (run * sizeof(T)) == 0;
-  if constexpr (sizeof(T) >= 4) {  // float16 / bfloat16: element by element (see the header)
-    if (lines16(oa) && lines16(ob)) return launch<T, kVec16<T>>(oa, ob, c, m, n, k, c_vec, s);
+  // float16 / bfloat16: element by element (see the header).
+  const bool vec = sizeof(T) >= 4 && lines16(oa) && lines16(ob);
+  if constexpr (kSplits<T>) {
+    Plan plan{};
+    if (const Status e = plan_float32(m, n, k, &plan)) return e;
+    if (vec) return launch_float32<kVec16<T>>(oa, ob, c, workspace, m, n, k, plan, s);
+    return launch_float32<1>(oa, ob, c, workspace, m, n, k, plan, s);
+  } else {
+    if constexpr (sizeof(T) >= 4) {
+      if (vec) return launch<T, TileOf<T>, kVec16<T>>(oa, ob, c, m, n, k, 1, k, s);
+    }
+    return launch<T, TileOf<T>, 1>(oa, ob, c, m, n, k, 1, k, s);
   }
-  return launch<T, 1>(oa, ob, c, m, n, k, c_vec, s);
 }
 WB_INSTANTIATE(WB_FLOATING, matmul_simt)
 
