@@ -34,11 +34,11 @@
 // few-rows shape (few_rows_route, wgmma_narrow.h: split-k, or k whole on narrow tiles in
 // clusters of two sharing an operand's tile, or without clusters; matmul_wgmma_narrow.cu);
 // WB_WGMMA_FEW=mid, a few shape on the whole-k kernel's 64 x 128 mid-size tile (wgmma_mid_kernel,
-// by default in clusters of two sharing b; run_whole_k); WB_WGMMA_MID=on | off | tile, the
+// by default in clusters of two sharing b; run_whole_k); WB_WGMMA_MID=on | pairs | tile | off, the
 // mid-size rule for the square-ish shapes below a wave of built tiles (on, the default: a tiny
-// shape to the narrow route, the 128-row narrow tile of an a past the few-rows sizes paired along
-// n; tile: those on the mid-size tile instead; off: the few-rows rule alone; plan_route,
-// few_rows_route).
+// shape to the narrow route; pairs: also the 128-row narrow tile of an a past the few-rows sizes
+// paired along n; tile: those on the mid-size tile instead; off: the few-rows rule alone;
+// plan_route, few_rows_route).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>

@@ -12,8 +12,7 @@
 // (nvjet_sm90_tst_64x32 and _64x64 on an H100); WB_WGMMA_NARROW_BN=32 | 64 forces one. Paired
 // (WB_WGMMA_FEW=narrow), the blocks run in clusters of two that share one operand's tile by TMA
 // multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
-// other; the 128-row tile of an a of more than 256 rows under the mid-size rule, WB_WGMMA_MID:
-// a's); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
+// other; the 128-row tile of an a of more than 256 rows under WB_WGMMA_MID=pairs: a's); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
 // few_rows_route (the rule, and WB_WGMMA_FEW). Stages of 128 k (NarrowKind, wgmma_narrow.h).
 // WB_WGMMA_NARROW_ROWS=64 | 128 | 256 picks the tile's rows: 128 is the 128-row tile (two consumer
 // warpgroups, kNarrowTall) and BN counts 128-row tiles; unset, the default's (default_rows).
@@ -270,12 +269,15 @@ Status narrow_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
 // square-ish shapes below a wave of built tiles (128^3 to 2048^3 on 132 SMs), as cuBLAS runs them
 // (nvjet 64 x 8 tiles at 128^3, 64 x 128 in clusters of two at 1000^3, H100): `tiny` (the split
 // plan leaves k whole on the built tile, whose tiles fill at most a quarter of the SMs: 128^3 one
-// block, 256^3 two) takes narrow1 on the 64-row tile (128^3: 8 blocks of 64 x 32, 256^3: 32);
-// the 128-row tile of an a of more than kMidRows rows (768^3: 72 blocks, 1000^3 and 1024^3: 128)
-// runs paired along n (narrow, narrow_pair): two tiles side by side share a's 128 rows by TMA
-// multicast, so that a block reads 64 + 64 rows of the operands a stage where it read 128 + 64
-// (1000^3: 33 MB from L2 where it read 49, for 4 MB of operands; by that count the L2's
-// bandwidth, not DRAM's, bounds such a shape: an estimate, which .gpu timings are to confirm).
+// block, 256^3 two) takes narrow1 on the 64-row tile (128^3: 8 blocks of 64 x 32, 256^3: 32).
+// WB_WGMMA_MID=pairs also runs the 128-row tile of an a of more than kMidRows rows (768^3: 72
+// blocks, 1000^3 and 1024^3: 128) paired along n (narrow, narrow_pair): two tiles side by side
+// share a's 128 rows by TMA multicast, so that a block reads 64 + 64 rows of the operands a stage
+// where it read 128 + 64; =tile runs those on the whole-k kernel's 64 x 128 tile. Graph replays,
+// L2 flushed, bf16, H100, 2026-11-26, us, off / on (tiny) / pairs / tile (cuBLAS): 128^3 12.2 /
+// 11.0 (10.9); 256^3 9.5 / 8.0 (9.5); 768^3 9.2 / - / 10.0 / 9.5 (7.2); 1000^3 15.8 / - / 13.6 /
+// 13.3 (11.4); 1024^3 10.5 / - / 12.0 / 10.5 (9.4): the pairs and the tile win at 1000^3 alone,
+// so neither is the default.
 Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid") {
@@ -295,16 +297,21 @@ Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route) {
   *route = rows != 0 ? FewRoute::narrow1 : FewRoute::split;
   if (mid == MidRule::off) return nullptr;
   if (rows == 0 && tiny) *route = FewRoute::narrow1;
-  if (rows == 128 && m > kMidRows) *route = mid == MidRule::tile ? FewRoute::mid : FewRoute::narrow;
+  if (mid == MidRule::on || rows != 128 || m <= kMidRows) return nullptr;
+  *route = mid == MidRule::tile ? FewRoute::mid : FewRoute::narrow;
   return nullptr;
 }
 
 Status mid_choice(MidRule* rule) {
   const std::string_view v = env("WB_WGMMA_MID");
-  *rule = v == "off" ? MidRule::off : v == "tile" ? MidRule::tile : MidRule::on;
-  if (v.empty() || v == "on" || v == "off" || v == "tile") return nullptr;
-  return "matmul: WB_WGMMA_MID must be on (the default), off (the few-rows rule alone) or "
-         "tile (the 64 x 128 whole-k tile where the rule pairs); unset it";
+  *rule = v == "off"     ? MidRule::off
+          : v == "tile"  ? MidRule::tile
+          : v == "pairs" ? MidRule::pairs
+                         : MidRule::on;
+  if (v.empty() || v == "on" || v == "off" || v == "pairs" || v == "tile") return nullptr;
+  return "matmul: WB_WGMMA_MID must be on (the default), pairs (also the 128-row narrow tile "
+         "paired along n), tile (those on the 64 x 128 whole-k tile) or off (the few-rows rule "
+         "alone); unset it";
 }
 
 template <typename T>
@@ -318,7 +325,7 @@ Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int
   if (rows == 256) return narrow_split(a, b, c, m, n, k, b_kmajor, slices, stream);
   if (const Status e = narrow_bn(m, n, rows, &bn)) return e;
   if (paired) {
-    if (const Status e = narrow_pair(m, rows, mid != MidRule::off, &pair)) return e;
+    if (const Status e = narrow_pair(m, rows, mid == MidRule::pairs, &pair)) return e;
   }
   // The block's threads and shared memory: the tile's.
   const DeviceGlobal& shape =

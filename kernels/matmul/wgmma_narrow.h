@@ -13,7 +13,8 @@
 // make at most a wave and a half, or (129 to 256 rows, past that) on the 256-row split tile; else
 // split (few_rows_route, matmul_wgmma_narrow.cu). WB_WGMMA_MID=on (the default) adds the mid-size
 // rule for the square-ish shapes below a wave of built tiles (128^3 to 2048^3): a tiny shape
-// takes narrow1, and the 128-row tile of an a past 256 rows narrow, paired along n; =off, not.
+// takes narrow1; =pairs also runs the 128-row tile of an a past 256 rows narrow, paired along n;
+// =off, neither.
 //
 // The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh), each its own
 // instantiation: stages of 128 k (two 64-k boxes of each operand), on the 64-row tile (kNarrowDeep)
@@ -64,7 +65,7 @@ constexpr int64_t kMidRows = 256;
 // WB_WGMMA_MID in the environment, read at each call (for A/B on a GPU; a bad value is an error
 // naming it): =on (the default, unset) applies the mid-size rule, =off the few-rows rule alone,
 // =tile the rule with the whole-k kernel's 64 x 128 tile (FewRoute::mid) where it pairs.
-enum class MidRule { off, on, tile };
+enum class MidRule { off, on, pairs, tile };
 Status mid_choice(MidRule* rule);
 
 // c = a @ b by the narrow route (paired: in clusters of two); a, b as matmul_wgmma takes them.
