@@ -12,7 +12,8 @@
 // (nvjet_sm90_tst_64x32 and _64x64 on an H100); WB_WGMMA_NARROW_BN=32 | 64 forces one. Paired
 // (WB_WGMMA_FEW=narrow), the blocks run in clusters of two that share one operand's tile by TMA
 // multicast: a's (two tiles side by side) where a has one row of tiles, else b's (one above the
-// other; the 128-row tile of an a of more than 256 rows under WB_WGMMA_MID=pairs: a's); WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
+// other; the 128-row tile of an a of more than 256 rows under WB_WGMMA_MID=pairs: a's);
+// WB_WGMMA_NARROW_PAIR=m | n forces the direction. Which route a few-rows shape takes:
 // few_rows_route (the rule, and WB_WGMMA_FEW). Stages of 128 k (NarrowKind, wgmma_narrow.h).
 // WB_WGMMA_NARROW_ROWS=64 | 128 | 256 picks the tile's rows: 128 is the 128-row tile (two consumer
 // warpgroups, kNarrowTall) and BN counts 128-row tiles; unset, the default's (default_rows).
