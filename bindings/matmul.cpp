@@ -8,7 +8,8 @@
 // float16 / bfloat16 operand whose layout the tensor-core paths cannot read (a not row-major,
 // b neither row- nor column-major, or rows not 16-byte aligned: k or n not a multiple of 8) is
 // copied to row-major first, its rows padded to 16 bytes (the padding is never read: the TMA
-// boxes stop at k and n), so that every size runs on the tensor cores; matmul_path never copies.
+// boxes stop at k and n), so that every size runs on the tensor cores, but for a b that the GEMV
+// route reads in place (an a of one row on an n-major b: matmul_gemv.h); matmul_path never copies.
 #include "matmul/matmul.h"
 
 #include <ATen/Parallel.h>
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 
+#include "matmul/matmul_gemv.h"
 #include "wb/binding.h"
 #ifdef WB_WITH_CUDA
 #include "wb/binding_cuda.h"
@@ -93,6 +95,18 @@ at::Tensor rows_padded(const at::Tensor& t) {
   return out;
 }
 
+// Whether Path::automatic's GEMV route takes a and b as they are (matmul_gemv.h: it reads an
+// n-major b whose rows are off 16 bytes in place, where a copy of b would cost twice the GEMV). A
+// bad switch says no here; matmul_cuda then names it.
+template <typename T>
+bool gemv_reads(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k) {
+  bool chosen = false;
+  if constexpr (sizeof(T) == 2) {
+    if (gemv_chosen(a, b, m, n, k, &chosen) != nullptr) return false;
+  }
+  return chosen;
+}
+
 // Path::automatic with the documented copy; a forced path runs on the operands as they are.
 at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
                            Path path) {
@@ -106,7 +120,8 @@ at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Ten
       const View<scalar_t> a_view = view_of<scalar_t>(a);
       if (!rows16(a_view) && !wgmma_takes_mmajor_a(a_view, m, n, k)) a = rows_padded(a);
       if (matmul_cuda_unusable(Path::wgmma, view_of<scalar_t>(a), view_of<scalar_t>(b), m, n, k) &&
-          matmul_cuda_unusable(Path::mma, view_of<scalar_t>(a), view_of<scalar_t>(b), m, n, k)) {
+          matmul_cuda_unusable(Path::mma, view_of<scalar_t>(a), view_of<scalar_t>(b), m, n, k) &&
+          !gemv_reads(view_of<scalar_t>(a), view_of<scalar_t>(b), m, n, k)) {
         b = rows_padded(b);
       }
     }

@@ -2,9 +2,11 @@
 // are gemv_kernel and gemv_sum_kernel, in the device-only TU matmul_gemv.kernel.cu).
 //
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j], 1 <= m <= 8
-//   a: [m, k] row-major; b: [k, n] row-major (n-major) or column-major (k-major); rows 16-byte
-//   aligned (as the wgmma path takes them); c: [m, n] contiguous. float16 / bfloat16, float32
-//   sums, rounded once; any n, k below 2^31.
+//   a: [m, k] row-major, rows 16-byte aligned; b: [k, n] row-major (n-major) or column-major
+//   (k-major), rows (columns) 16-byte aligned as the wgmma path takes them, or n-major with rows
+//   off 16 bytes (any row stride and base: gemv_unaligned_kernel reads it in place, where the
+//   binding would copy it); c: [m, n] contiguous. float16 / bfloat16, float32 sums, rounded
+//   once; any n, k below 2^31.
 //
 // A grid of column tiles x slices of k (plan_gemv): the slices are doubled, up to 8, while the
 // blocks still fit the SMs at once (gemv_blocks_per_sm each: one wave) and each slice keeps
@@ -28,6 +30,9 @@
 //                                where resident; cluster forces it, resident or not)
 //   WB_MATMUL_GEMV_KIND=0 | 1    for an a of one row on b n-major: 1 (unset) the one-row kernel
 //                                (gemv_row_kernel, matmul_gemv.h), 0 gemv_kernel as for m rows
+//   WB_MATMUL_GEMV_UNALIGNED=0 | 1   an n-major b whose rows are off 16 bytes: 1 (unset) the
+//                                route reads it in place (gemv_unaligned_kernel, whatever the
+//                                kind), 0 the route takes it only as the binding's padded copy
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
 //   tests/test_matmul_gemv.py
 #include <string_view>
@@ -45,6 +50,7 @@ namespace wb::matmul {
 WB_DEVICE_TEMPLATE(kGemv, "matmul_gemv.kernel.cu", "wb::matmul::gemv_kernel");
 WB_DEVICE_TEMPLATE(kGemvSum, "matmul_gemv.kernel.cu", "wb::matmul::gemv_sum_kernel");
 WB_DEVICE_TEMPLATE(kGemvRow, "matmul_gemv.kernel.cu", "wb::matmul::gemv_row_kernel");
+WB_DEVICE_TEMPLATE(kGemvUnaligned, "matmul_gemv.kernel.cu", "wb::matmul::gemv_unaligned_kernel");
 
 namespace {
 
@@ -140,6 +146,25 @@ Status gemv_kind(int64_t m, bool b_kmajor, int* kind) {
   return nullptr;
 }
 
+// How the route reads b: n-major with 16-byte aligned rows (as the wgmma path, where both
+// layouts hold), k-major (columns aligned), or n-major with rows off 16 bytes, read in place.
+enum class BLayout { nmajor, kmajor, unaligned };
+template <typename T>
+BLayout layout_of(View<T> b) {
+  if (rows16(b)) return BLayout::nmajor;
+  if (cols16(b)) return BLayout::kmajor;
+  return b.col == 1 ? BLayout::unaligned : BLayout::kmajor;  // kmajor: gemv_chosen refused it
+}
+
+// WB_MATMUL_GEMV_UNALIGNED (unset: 1): whether the route takes an n-major b whose rows are off
+// 16 bytes as it is.
+Status unaligned_switch(int* on) {
+  return number_switch("WB_MATMUL_GEMV_UNALIGNED", 0, 1, 1,
+                       "matmul: WB_MATMUL_GEMV_UNALIGNED must be 0 (such a b is copied) or 1 "
+                       "(read in place); unset it for the default (1)",
+                       on);
+}
+
 Status plan_gemv(int64_t m, int64_t n, int64_t k, bool b_kmajor, int kind, GemvPlan* plan) {
   int forced = 0;
   if (const Status e = number_switch("WB_MATMUL_GEMV_SPLITS", 1, kGemvMaxLaunchSlices, 0,
@@ -210,12 +235,21 @@ const DeviceKernel& gemv_kernel_of(int64_t m) {
 }
 static_assert(kGemvMaxRows == 8, "gemv_kernel_of's tiers end at kGemvMaxRows");
 
-// The one-row kernel (kind 1), or gemv_kernel's for m rows (kind 0).
+// The one-row kernel (kind 1), or gemv_kernel's for m rows (kind 0); for an unaligned b,
+// gemv_unaligned_kernel's tier (1, 4, 8: a tier of 4 for m = 2 has gemv_kernel<2>'s blocks an SM,
+// so the plan and the bits are the same; a tier of 2 of its own would add two instantiations).
 template <typename T>
-const DeviceKernel& gemv_kernel_for(int kind, int64_t m, bool b_kmajor) {
+const DeviceKernel& gemv_kernel_for(int kind, int64_t m, BLayout layout) {
+  if (layout == BLayout::unaligned) {
+    if (m <= 1) return kernel<&kGemvUnaligned, T, Val<1>>;
+    return m <= 4 ? kernel<&kGemvUnaligned, T, Val<4>> : kernel<&kGemvUnaligned, T, Val<8>>;
+  }
   if (kind == 1) return kernel<&kGemvRow, T>;
-  return b_kmajor ? gemv_kernel_of<T, true>(m) : gemv_kernel_of<T, false>(m);
+  return layout == BLayout::kmajor ? gemv_kernel_of<T, true>(m) : gemv_kernel_of<T, false>(m);
 }
+static_assert(gemv_blocks_per_sm(2, false) == gemv_blocks_per_sm(4, false) &&
+                  gemv_blocks_per_sm(5, false) == gemv_blocks_per_sm(8, false),
+              "gemv_unaligned_kernel's tiers hold the blocks an SM of the m they serve");
 
 }  // namespace
 
@@ -243,19 +277,34 @@ Status gemv_chosen(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, bool* 
   // The default rule, from one H100 run (2026-11-26, against the split-k and narrow routes it
   // replaces, cuBLAS in the same run): a of one row on b n-major, 1 x 4096^2 0.92-0.95x cuBLAS
   // against 0.91-0.92x, 1 x 8192^2 0.99x against 0.96x; it lost at 2 to 8 rows (0.26-0.84x
-  // against 0.88-0.91x) and on b k-major (1 x 4096^2 0.87-0.90x against 1.00-1.05x).
-  const bool layout = rows16(b) || (on == 1 && cols16(b));
+  // against 0.88-0.91x) and on b k-major (1 x 4096^2 0.87-0.90x against 1.00-1.05x). An n-major
+  // b whose rows are off 16 bytes is read in place, as any aligned one (the binding copied it
+  // into padded rows before: at 1 x 4095^2, 69 us against cuBLAS's 22, the copy twice the GEMV).
+  int unaligned = 1;
+  if (const Status e = unaligned_switch(&unaligned)) return e;
+  const bool layout =
+      rows16(b) || (on == 1 && cols16(b)) || (unaligned == 1 && layout_of(b) == BLayout::unaligned);
   *chosen =
       on != 0 && m >= 1 && m <= rows && n <= INT32_MAX && k <= INT32_MAX && rows16(a) && layout;
   return nullptr;
 }
 
-int64_t gemv_workspace(int64_t m, int64_t n, int64_t k, bool b_kmajor) {
+namespace {
+
+int64_t workspace_of(int64_t m, int64_t n, int64_t k, bool b_kmajor) {
   GemvPlan plan;
   int kind = 0;
   if (gemv_kind(m, b_kmajor, &kind) != nullptr) return 0;  // matmul_gemv says why
   if (plan_gemv(m, n, k, b_kmajor, kind, &plan) != nullptr || plan.sum != kGemvWorkspace) return 0;
   return plan.slices * m * n;
+}
+
+}  // namespace
+
+int64_t gemv_workspace(int64_t m, int64_t n, int64_t k, bool b_not_rows16) {
+  const int64_t nmajor = workspace_of(m, n, k, false);
+  const int64_t kmajor = b_not_rows16 ? workspace_of(m, n, k, true) : 0;
+  return kmajor > nmajor ? kmajor : nmajor;
 }
 
 template <typename T>
@@ -264,7 +313,11 @@ Status matmul_gemv(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
   if (m < 1 || m > kGemvMaxRows || n > INT32_MAX || k > INT32_MAX) {
     return "matmul: the GEMV route takes 1 to 8 rows of a and n, k below 2^31";
   }
-  const bool b_kmajor = !rows16(b);  // as the wgmma path: n-major where both hold
+  const BLayout layout = layout_of(b);
+  const bool b_kmajor = layout == BLayout::kmajor;
+  if (b_kmajor && !cols16(b)) {
+    return "matmul: the GEMV route reads b with its rows or its columns contiguous";
+  }
   int kind = 0;
   if (const Status e = gemv_kind(m, b_kmajor, &kind)) return e;
   GemvPlan plan;
@@ -277,7 +330,7 @@ Status matmul_gemv(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
                       Dim3(kGemvThreads)};
   if (plan.sum == kGemvCluster) config.cluster = Dim3{1, static_cast<unsigned>(plan.slices), 1};
   const int64_t ldb = b_kmajor ? b.col : b.row;
-  const DeviceKernel& gemv = gemv_kernel_for<T>(kind, m, b_kmajor);
+  const DeviceKernel& gemv = gemv_kernel_for<T>(kind, m, layout);
   const Status launched = gemv.launch(config, stream, a.data, a.row, b.data, ldb, c, workspace,
                                       static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
                                       static_cast<int>(plan.slice_k), plan.sum);

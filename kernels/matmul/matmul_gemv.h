@@ -3,8 +3,9 @@
 // share, and the launcher's entry points. Torch-free and device-safe: the kernel TU includes it.
 //
 // At m = 1..8 a matmul reads b (k x n) once and does 2 m flops an element of it: the time is that
-// of streaming b from memory. The route streams b with 16-byte loads, accumulates in float32, and
-// sums k's slices in slice order (see matmul_gemv.cu): the same bits every call.
+// of streaming b from memory. The route streams b with 16-byte loads (aligned ones also where b's
+// rows are not: matmul/gemv_unaligned.cuh), accumulates in float32, and sums k's slices in slice
+// order (see matmul_gemv.cu): the same bits every call.
 #pragma once
 
 #include "matmul/matmul.h"
@@ -45,14 +46,19 @@ enum GemvSum : int {
 
 #if !defined(__CUDACC_RTC__)  // host code
 
-// Whether Path::automatic runs this call on the GEMV route: by default an a of one row on b
-// n-major (rows 16-byte aligned); WB_MATMUL_GEMV=0 never, =1 any m up to WB_MATMUL_GEMV_ROWS
-// (1..8; unset: 8) on either layout of b; WB_MATMUL_GEMV_ROWS alone sets the default's largest m.
+// Whether Path::automatic runs this call on the GEMV route: by default an a of one row (rows
+// 16-byte aligned) on b n-major, its rows 16-byte aligned or not (gemv_unaligned_kernel reads the
+// latter in place, so the binding does not copy such a b where this says yes;
+// WB_MATMUL_GEMV_UNALIGNED=0 leaves it to the copy); WB_MATMUL_GEMV=0 never, =1 any m up to
+// WB_MATMUL_GEMV_ROWS (1..8; unset: 8) on any of those layouts of b or b k-major (columns
+// aligned); WB_MATMUL_GEMV_ROWS alone sets the default's largest m.
 template <typename T>
 Status gemv_chosen(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, bool* chosen);
 
-// The float32 elements of workspace the route needs for these sizes (0: none).
-int64_t gemv_workspace(int64_t m, int64_t n, int64_t k, bool b_kmajor);
+// The float32 elements of workspace the route needs for these sizes (0: none). b_not_rows16:
+// !rows16(b), as matmul_cuda_workspace passes it; such a b is k-major or n-major with rows off 16
+// bytes (both read in place), so the count is the larger of those two layouts' needs.
+int64_t gemv_workspace(int64_t m, int64_t n, int64_t k, bool b_not_rows16);
 
 // c = a @ b by the GEMV route; gemv_chosen said yes, workspace holds gemv_workspace's count.
 template <typename T>

@@ -3,7 +3,8 @@
 //
 //   matmul: c[i, j] = sum_p a[i, p] * b[p, j], m <= kGemvMaxRows (8)
 //   a: [m, k] row-major, rows 16-byte aligned; b: [k, n] row-major (n-major) or column-major
-//   (k-major), rows (columns) 16-byte aligned; c: [m, n] contiguous. float16 / bfloat16 in,
+//   (k-major), rows (columns) 16-byte aligned, or n-major with rows off 16 bytes
+//   (gemv_unaligned_kernel); c: [m, n] contiguous. float16 / bfloat16 in,
 //   float32 sums, rounded once. Any m <= 8, n, k below 2^31 (tails included). Every arch (no
 //   sm_90 feature but the cluster sum, compiled for sm_90 and launched only there).
 //
@@ -16,14 +17,20 @@
 //                             and their sums meet in a fixed tree (half-warps, then warps).
 //   gemv_kernel<T, M, true>   b k-major: a warp owns 4 columns of a 32-column tile and walks k
 //                             256 at a time (a lane 8 k), then sums its lanes (warp_sum).
-// M is the tier of m the kernel holds sums for (1, 2, 4, 8; m itself may be less). The block's
-// sums of its slice then reach c (GemvSum, `sum`): rounded straight into c (one slice); summed
-// across the tile's slices in distributed shared memory (the launch's cluster is the tile's
-// slices, sm_90); or written to a float32 workspace [slices, m, n] that gemv_sum_kernel adds into
-// c. Both sums add the slices in slice order from the first: the same bits every call, and the
-// same bits as each other.
+//   gemv_unaligned_kernel<T, M>  b n-major with rows off 16 bytes (any row stride and base),
+//                             read in place by aligned 16-byte loads realigned across lanes
+//                             (matmul/gemv_unaligned.cuh): gemv_kernel<T, M, false>'s rows,
+//                             order and sums (the one-row kernel's for m = 1), the same bits.
+// M is the tier of m the kernel holds sums for (1, 2, 4, 8; gemv_unaligned_kernel's 1, 4, 8; m
+// itself may be less). The block's sums of its slice then reach c (GemvSum, `sum`): rounded
+// straight into c (one slice); summed across the tile's slices in distributed shared memory (the
+// launch's cluster is the tile's slices, sm_90); or written to a float32 workspace
+// [slices, m, n] that gemv_sum_kernel adds into c. Both sums add the slices in slice order from
+// the first: the same bits every call, and the same bits as each other.
 //   Check and time:  wb check matmul --device cuda;  python -m pytest -m cuda
-//   tests/test_matmul_gemv.py
+//   tests/test_matmul_gemv.py tests/test_matmul_gemv_unaligned.py
+#include "matmul/gemv_device.cuh"
+#include "matmul/gemv_unaligned.cuh"
 #include "matmul/matmul_gemv.h"
 #include "wb/device.cuh"
 #include "wb/types.h"
@@ -31,80 +38,12 @@
 namespace wb::matmul {
 namespace gemv {
 
-template <typename T>
-using Vec8 = Vec<T, 8>;  // 8 elements: one 16-byte load
-
 // Rows of b a half-warp loads before it uses them: 16 for one row of a, whose sums leave the
 // registers for it; else 8 (16 rows spill at m = 2 within 128 registers).
 template <int M>
 constexpr int kGroupRows = M == 1 ? 16 : 8;
-constexpr int kStreams = kGemvThreads / 16;  // half-warps of a block (b n-major)
-constexpr int kStep = 32 * 8;                // k a warp reads of a column at a time (b k-major)
-constexpr int kUnroll = 2;                   // such steps loaded before they are used
-
-// The smaller of two values on the device (wb::min_of is a host constexpr function, which nvcc
-// does not call from device code).
-template <typename U>
-__device__ __forceinline__ U smaller(U x, U y) {
-  return y < x ? y : x;
-}
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// The float at this block's shared address `local` in the shared memory of the cluster's block
-// `rank` (distributed shared memory, sm_90).
-__device__ __forceinline__ float load_cluster(uint32_t local, uint32_t rank) {
-  float v = 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-#endif
-  return v;
-}
-
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
-#endif
-}
-
-// The block's float32 sums of its slice, part[i][j] for row i of c and column col0 + j, into c:
-// see the top of this file. A cluster's block of rank r (the slice blockIdx.y: the cluster is
-// the grid's column of slices) sums the r-th share of the tile for every rank.
-template <typename T, int M, int BN>
-__device__ __forceinline__ void finish(float (*part)[BN], T* __restrict__ c,
-                                       float* __restrict__ partial, int m, int n, int64_t col0,
-                                       int sum) {
-  const int slice = static_cast<int>(blockIdx.y), slices = static_cast<int>(gridDim.y);
-  const int live = smaller(m, M) * BN;  // part's rows of a
-  int begin = 0, end = live;
-  if (sum == kGemvCluster) {
-    cluster_sync();  // every block's sums are in its shared memory
-    const int share = (live + slices - 1) / slices;
-    begin = smaller(slice * share, live);
-    end = smaller(begin + share, live);
-  }
-  for (int e = begin + static_cast<int>(threadIdx.x); e < end; e += kGemvThreads) {
-    const int i = e / BN, j = e % BN;
-    if (col0 + j >= n) continue;
-    float v = part[i][j];
-    if (sum == kGemvCluster) {
-      const uint32_t local = shared_address(&part[i][j]);
-      v = load_cluster(local, 0);
-      for (int s = 1; s < slices; ++s) v += load_cluster(local, static_cast<uint32_t>(s));
-    }
-    if (sum == kGemvWorkspace) {
-      partial[(static_cast<int64_t>(slice) * m + i) * n + col0 + j] = v;
-    } else {
-      c[static_cast<int64_t>(i) * n + col0 + j] = from_acc<T>(v);
-    }
-  }
-  if (sum == kGemvCluster) cluster_sync();  // no block leaves while another reads its sums
-}
+constexpr int kStep = 32 * 8;  // k a warp reads of a column at a time (b k-major)
+constexpr int kUnroll = 2;     // such steps loaded before they are used
 
 // b n-major: rows [p, p + R) of b at columns col .. col + 7 (all inside b) into the sums of a's
 // rows, by 16-byte loads of b and of a.
@@ -295,22 +234,6 @@ __device__ __forceinline__ void kmajor(const T* __restrict__ a, int64_t lda,
 // --- The one-row kernel (gemv_row_kernel; matmul_gemv.h)
 // -------------------------------------------
 
-constexpr int kRowGroup = 8;  // rows of b a half-warp loads at a time; two such groups in flight
-
-// The two elements of T in a 32-bit word (the lower first) as floats: to_acc's values, taken from
-// the word in place (unpacking the 16-bit halves first holds twice the registers).
-__device__ __forceinline__ void unpack(uint32_t w, bf16, float& lo, float& hi) {
-  lo = __uint_as_float(w << 16);
-  hi = __uint_as_float(w & 0xffff0000u);
-}
-__device__ __forceinline__ void unpack(uint32_t w, f16, float& lo, float& hi) {
-  asm("{\n.reg .f16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}"
-      : "=f"(lo), "=f"(hi)
-      : "r"(w));
-}
-
-using Words = Vec<uint32_t, 4>;  // 16 bytes: 8 elements of T
-
 // A group of rows of b in registers, and the 8 elements of a they meet.
 struct RowGroup {
   Words b[kRowGroup];
@@ -464,6 +387,23 @@ __global__ void __launch_bounds__(kGemvThreads, gemv_blocks_per_sm(M, BKMajor))
   } else {
     gemv::nmajor<T, M>(a, lda, b, ldb, c, partial, m, n, begin, end, sum);
   }
+}
+
+// c = a @ b as gemv_kernel<T, M, false> (M the tier of m: 1, 4, 8) for a b n-major whose rows
+// are not 16-byte aligned, read in place (matmul/gemv_unaligned.cuh); for m = 1 the one-row
+// kernel's rows and order. The grid and the sums as gemv_kernel's.
+template <typename T, int M>
+__global__ void __launch_bounds__(kGemvThreads, gemv_blocks_per_sm(M, false))
+    gemv_unaligned_kernel(const T* __restrict__ a,  // [m, k], rows lda apart, 16-byte aligned
+                          int64_t lda,
+                          const T* __restrict__ b,  // [k, n], rows ldb apart (any ldb, any base)
+                          int64_t ldb,
+                          T* __restrict__ c,            // [m, n] contiguous
+                          float* __restrict__ partial,  // [slices, m, n] for kGemvWorkspace
+                          int m, int n, int k, int slice_k, int sum) {
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * slice_k;
+  const int64_t end = gemv::smaller<int64_t>(k, begin + slice_k);
+  gemv::unaligned_block<T, M>(a, lda, b, ldb, c, partial, m, n, begin, end, sum);
 }
 
 // c[e] = partial[0][e] + partial[1][e] + ... in slice order, rounded once.
