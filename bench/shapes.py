@@ -13,7 +13,8 @@ times are noted. An eager call of a small op is bound by the host's dispatch, wh
 with the host's load (the same 1000x1000 softmax measured 7 and 57 us eager on one host in one
 hour); the replays time the kernels. An op that cannot be captured is judged on its eager calls.
 
-Usage: python -m bench shapes [--ops matmul,softmax,histogram,norms,elementwise] [--reps 20]
+Usage: python -m bench shapes [--ops matmul,softmax,histogram,norms,elementwise,backward]
+       [--reps 20]
        [--floor 0.8] [--variant LABEL:NAME=VALUE[,...]]... [--out DIR]
 Writes shapes.md and shapes.json into --out ($OUT, else the current folder) and prints the table
 last. Needs a CUDA GPU.
@@ -39,7 +40,7 @@ from bench.kernel_goals import (
     switches_read,
 )
 
-OPS = ("matmul", "softmax", "histogram", "norms", "elementwise")
+OPS = ("matmul", "softmax", "histogram", "norms", "elementwise", "backward")
 
 
 def _rows(
@@ -225,12 +226,61 @@ def elementwise_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
     return rows
 
 
+def backward_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
+    """layer_norm's backward against ATen's native_layer_norm_backward (from the same saved mean
+    and rstd), softmax's against _softmax_backward_data, index_add in 2-byte floats and along
+    dim 1."""
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    rows: list[Row] = []
+    for dt in (torch.float32, torch.bfloat16):
+        tol = 1e-4 if dt == torch.float32 else 2e-2
+        agree3 = lambda got, want, t=tol: all(  # noqa: E731
+            rel_err(g, w.float()) <= t for g, w in zip(got, want, strict=True)
+        )
+        for r, c in ((4095, 4095), (16384, 768), (32, 4096), (100000, 100), (7, 100003)):
+            x = torch.randn(r, c, device="cuda", dtype=dt, generator=gen) + 1
+            w = torch.randn(c, device="cuda", dtype=dt, generator=gen)
+            b = torch.randn(c, device="cuda", dtype=dt, generator=gen)
+            g = torch.randn(r, c, device="cuda", dtype=dt, generator=gen)
+            _, mean, rstd = torch.ops.aten.native_layer_norm(x, [c], w, b, 1e-5)
+            rows += _rows(timer, "layer_norm_backward", f"{r}x{c}", dt,
+                          lambda g=g, x=x, m=mean, s=rstd, w=w: lib.layer_norm_backward(
+                              g, x, m.view(-1), s.view(-1), w),
+                          lambda g=g, x=x, m=mean, s=rstd, w=w, b=b, c=c:
+                              torch.ops.aten.native_layer_norm_backward(
+                                  g, x, [c], m, s, w, b, [True, True, True]),
+                          "native_layer_norm_backward", agree3, floor)  # fmt: skip
+        for r, c in ((4096, 4097), (100000, 10), (1, 1 << 20), (64, 262144)):
+            y = torch.softmax(torch.randn(r, c, device="cuda", dtype=dt, generator=gen), -1)
+            g = torch.randn(r, c, device="cuda", dtype=dt, generator=gen)
+            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+            rows += _rows(timer, "softmax_backward", f"{r}x{c}", dt,
+                          lambda g=g, y=y: lib.softmax_backward(g, y, -1),
+                          lambda g=g, y=y: torch._softmax_backward_data(g, y, -1, y.dtype),
+                          "torch", agree, floor)  # fmt: skip
+        for dim, shape, n in ((0, (100_000, 256), 1 << 20), (1, (256, 100_000), 1 << 16)):
+            x = torch.zeros(*shape, device="cuda", dtype=dt)
+            src_shape = (n, 256) if dim == 0 else (256, n)
+            src = torch.randn(*src_shape, device="cuda", dtype=dt, generator=gen)
+            idx = torch.randint(0, shape[dim], (n,), device="cuda", generator=gen)
+            # sums in another order, and 2-byte sums rounded at each add on PyTorch's side
+            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= 5 * t  # noqa: E731
+            rows += _rows(timer, "index_add", f"{shape[0]}x{shape[1]}, dim {dim}, {n} added",
+                          dt, lambda x=x, d=dim, i=idx, s=src: lib.index_add(x, d, i, s),
+                          lambda x=x, d=dim, i=idx, s=src: x.index_add(d, i, s), "index_add",
+                          agree, floor)  # fmt: skip
+    return rows
+
+
 RUNS: dict[str, Callable[[Any, Timer, float], list[Row]]] = {
     "matmul": matmul_rows,
     "softmax": softmax_rows,
     "histogram": histogram_rows,
     "norms": norms_rows,
     "elementwise": elementwise_rows,
+    "backward": backward_rows,
 }
 
 
