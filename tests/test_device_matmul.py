@@ -76,6 +76,11 @@ GEMV_NAMES = sorted(
     ]
     + [f"wb::matmul::gemv_sum_kernel<wb::{t}>" for t in ("f16", "bf16")]
     + [f"wb::matmul::gemv_row_kernel<wb::{t}>" for t in ("f16", "bf16")]
+    + [
+        f"wb::matmul::gemv_unaligned_kernel<wb::{t},{m}>"
+        for t in ("f16", "bf16")
+        for m in (1, 4, 8)
+    ]
 )
 # A point of the space other than the default (kernels/matmul/spec.py): 64 x 128 tiles.
 POINT = {"BN": 128, "CONSUMERS": 1, "STAGES": 4, "BLOCKS": 1}

@@ -139,7 +139,8 @@ def test_sizes_off_a_multiple_of_8_run_on_the_tensor_cores(
 ) -> None:
     """k or n not a multiple of 8 leaves rows off 16 bytes, which the tensor-core paths cannot
     read: such an operand is copied with its rows padded (the SIMT kernel it used to fall to was
-    10x slower than cuBLAS at 4095^3), and the answer stays right."""
+    10x slower than cuBLAS at 4095^3), or read in place by the GEMV route's unaligned kernel (one
+    row of a), and the answer stays right."""
     from torch.profiler import ProfilerActivity, profile
 
     g = torch.Generator("cuda").manual_seed(m + n + k)

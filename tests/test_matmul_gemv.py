@@ -46,7 +46,7 @@ NAMES = [
 KINDS = ("0", "1")
 ROW_NAMES = [f"wb::matmul::gemv_row_kernel<wb::{t}>" for t in ("f16", "bf16")]
 # The GEMV route's kernels, as a profile names them (gemv_kernel, gemv_row_kernel)
-RAN = re.compile(r"gemv_(row_)?kernel")
+RAN = re.compile(r"gemv_(row_|unaligned_)?kernel")
 KNOBS = (
     "WB_MATMUL_GEMV",
     "WB_MATMUL_GEMV_ROWS",
@@ -165,8 +165,8 @@ def test_the_route_runs_where_its_rule_says(
     lib: Any, monkeypatch: pytest.MonkeyPatch, col: bool
 ) -> None:
     """By default m = 1 on b n-major; WB_MATMUL_GEMV=1: m <= 8 (or WB_MATMUL_GEMV_ROWS) on either
-    layout, not m = 9; not WB_MATMUL_GEMV=0, not a forced path, not b's rows unaligned (n = 1001
-    contiguous: the simt path reads it)."""
+    layout, not m = 9; not WB_MATMUL_GEMV=0, not a forced path; b's rows unaligned too (n = 1001
+    contiguous: read in place, gemv_unaligned_kernel)."""
 
     def runs(m: int, variant: dict[str, str], n: int = 4096, path: int | None = None) -> bool:
         _use(monkeypatch, variant, forced=False)
@@ -188,7 +188,7 @@ def test_the_route_runs_where_its_rule_says(
     if torch.cuda.get_device_capability() == (9, 0):
         assert not runs(1, on, path=3)  # matmul_path(..., wgmma) keeps the wgmma path
     if not col:
-        assert not runs(1, on, n=1001)
+        assert runs(1, on, n=1001)
 
 
 # (m, n, k, b column-major): one row; k tails (slices of unequal length); 8 rows, n wide.
