@@ -8,7 +8,8 @@ for matmul, a device copy of the same bytes for softmax (the share of that copy'
 kernel is marked, not timed as a win. matmul float32 also gets its error against a float64 truth
 over cuBLAS's own. Times are medians of CUDA-event pairs after 0.2 s of warm-up rounds, each call
 after a write and a read of a buffer twice the L2 (so the call reads from DRAM and pays no
-write-back of the flush).
+write-back of the flush) and a spin of the GPU (so the events time the call's kernels, not the
+host's dispatch of it: the time an op's dispatch costs the host is a measurement of its own).
 
 A/B of a kernel's switches: each ``--variant LABEL:NAME=VALUE[,NAME=VALUE...]`` adds, for every
 case, a row of our op run with those environment variables set (the bundled launchers read their
@@ -38,6 +39,7 @@ from typing import Any
 from bench.common import environment, markdown_table, out_dir, parser, write_json, write_text
 
 OPS = ("matmul", "softmax", "histogram", "layer_norm")
+SPIN_CYCLES = 200_000  # about 100 us of GPU clock: longer than a call's dispatch on the host
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 
 
@@ -201,6 +203,12 @@ class Timer:
             for i, (variant, fn) in enumerate(pairs):
                 with variant.applied():
                     flush_l2(self.device)  # a write, then a read, of twice the L2
+                    # The GPU spins while the host issues the start event and the call, so that
+                    # the interval holds the call's GPU work, not the host's dispatch of it: after
+                    # a flush the GPU idled until the call's kernels arrived, and a small call
+                    # (the few-rows matmuls' 17 us) measured the host's 15-23 us of dispatch,
+                    # which swings with the host's load, instead of its kernels.
+                    torch.cuda._sleep(SPIN_CYCLES)  # type: ignore[no-untyped-call]
                     start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
                     start.record()
                     fn()

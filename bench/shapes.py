@@ -9,9 +9,10 @@ sweep times each such case against PyTorch's own op on the same tensors (cuBLAS 
 first, and marks every case under ``--floor`` times the peer's speed (0.8 by default): a cliff a
 user would hit. Timing and switches (``--variant``) are kernel_goals's, with one change: each side
 is timed as one CUDA-graph replay of its call (``ours us`` / ``peer us``), and the eager calls'
-times are noted. An eager call of a small op is bound by the host's dispatch, whose cost swings
-with the host's load (the same 1000x1000 softmax measured 7 and 57 us eager on one host in one
-hour); the replays time the kernels. An op that cannot be captured is judged on its eager calls.
+times are noted. The replays leave out the host's launches between a call's kernels as well as
+its dispatch (which kernel_goals's spin keeps out of the eager times: before it, the same
+1000x1000 softmax measured 7 and 57 us eager on one host in one hour). An op that cannot be
+captured is judged on its eager calls.
 
 Usage: python -m bench shapes [--ops matmul,softmax,histogram,norms,elementwise,backward]
        [--reps 20]
