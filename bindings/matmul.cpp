@@ -9,7 +9,9 @@
 // b neither row- nor column-major, or rows not 16-byte aligned: k or n not a multiple of 8) is
 // copied to row-major first, its rows padded to 16 bytes (the padding is never read: the TMA
 // boxes stop at k and n), so that every size runs on the tensor cores, but for a b that the GEMV
-// route reads in place (an a of one row on an n-major b: matmul_gemv.h); matmul_path never copies.
+// route reads in place (an a of one row on an n-major b: matmul_gemv.h) and a column-major a that
+// the wgmma whole-k kernel reads in place (wgmma_takes_mmajor_a); matmul_path never copies. An
+// output of few columns and many rows is computed as c^T = b^T a^T (matmul_swaps, matmul.h).
 #include "matmul/matmul.h"
 
 #include <ATen/Parallel.h>
