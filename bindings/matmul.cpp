@@ -11,7 +11,7 @@
 // boxes stop at k and n), so that every size runs on the tensor cores, but for a b that the GEMV
 // route reads in place (an a of one row on an n-major b: matmul_gemv.h) and a column-major a that
 // the wgmma whole-k kernel reads in place (wgmma_takes_mmajor_a); matmul_path never copies. An
-// output of few columns and many rows is computed as c^T = b^T a^T (matmul_swaps, matmul.h).
+// output of one column and many rows is computed as c^T = b^T a^T (matmul_swaps, matmul.h).
 #include "matmul/matmul.h"
 
 #include <ATen/Parallel.h>

@@ -166,8 +166,8 @@ def test_sizes_off_a_multiple_of_8_run_on_the_tensor_cores(
 def test_an_output_of_few_columns_is_right_computed_either_way(
     lib: Any, monkeypatch: pytest.MonkeyPatch, swap: str, m: int, n: int, k: int
 ) -> None:
-    """Few columns and many rows: by default (on sm_90) computed as c^T = b^T a^T; WB_MATMUL_SWAP
-    =0 / =1 force either way, and every way gives a @ b, contiguous."""
+    """Few columns and many rows: one column by default (on sm_90) computed as c^T = b^T a^T;
+    WB_MATMUL_SWAP=0 / =1 force either way, and every way gives a @ b, contiguous."""
     monkeypatch.setenv("WB_MATMUL_SWAP", swap)
     g = torch.Generator("cuda").manual_seed(n)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)

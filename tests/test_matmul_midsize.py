@@ -49,6 +49,8 @@ SQUARE = [128, 256, 384, 512, 768, 1000, 1024, 1536]
 TAILS = [(1000, 1000, 1000), (130, 250, 72), (384, 384, 4096), (777, 1000, 520)]
 KNOBS = (
     "WB_WGMMA_MID",
+    "WB_WGMMA_TALL",
+    "WB_MATMUL_SWAP",
     "WB_WGMMA_FEW",
     "WB_WGMMA_NARROW_BN",
     "WB_WGMMA_NARROW_PAIR",
@@ -351,4 +353,40 @@ def test_a_bad_switch_is_refused_by_name(
         _within(lib.matmul(a, b), a, b, "built tile")
         return
     with pytest.raises(RuntimeError, match=name):
+        lib.matmul(a, b)
+
+
+# --- the tall rule: outputs of few columns and many rows --------------------------------------
+
+TALL = [(1024, 16, 4096), (2048, 64, 4096), (8192, 32, 520), (3000, 40, 136)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("col", [False, True])
+@pytest.mark.parametrize(("m", "n", "k"), TALL)
+def test_the_tall_rule_runs_the_narrow_tiles_unclustered_and_is_right(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool
+) -> None:
+    """n <= 64 and 1024 <= m <= 8192: the narrow kernel, no split-k (WB_WGMMA_TALL=on, the
+    default), the same bits as WB_WGMMA_FEW=narrow1 forces; =off gives the few-rows rule's route,
+    also right."""
+    _skip_off_hopper()
+    a, b = matmul_operands(m, n, k, col)
+    _use(monkeypatch, {})
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
+    assert _kind(names) is not None and "split_kernel" not in names, names
+    got = lib.matmul(a, b)
+    _within(got, a, b, "tall rule")
+    _use(monkeypatch, {"WB_WGMMA_FEW": "narrow1"})
+    assert torch.equal(got.view(torch.int16), lib.matmul(a, b).view(torch.int16))
+    _use(monkeypatch, {"WB_WGMMA_TALL": "off"})
+    _within(lib.matmul(a, b), a, b, "tall rule off")
+
+
+@pytest.mark.cuda
+def test_a_bad_tall_switch_is_refused_by_name(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _skip_off_hopper()
+    _use(monkeypatch, {"WB_WGMMA_TALL": "yes"})
+    a, b = matmul_operands(2048, 64, 4096, False)
+    with pytest.raises(RuntimeError, match="WB_WGMMA_TALL must be on"):
         lib.matmul(a, b)

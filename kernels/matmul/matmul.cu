@@ -9,8 +9,9 @@
 //   (matmul_path) never does. k == 0 writes zeros. The wgmma path, the GEMV route and the SIMT
 //   path in float32 may need a float32 workspace (matmul_cuda_workspace: k split across blocks),
 //   which the caller allocates.
-//   An output of few columns and many rows is computed as its transpose (matmul_swaps: the
-//   binding calls this entry with b^T and a^T and transposes c^T back).
+//   An output of one column and many rows is computed as its transpose (matmul_swaps: the
+//   binding calls this entry with b^T and a^T and transposes c^T back); one of a few columns
+//   takes the narrow route (the tall rule, matmul_wgmma_narrow.cu).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul matmul_path --dtype bfloat16
 #include <cstdlib>
 #include <string_view>
@@ -26,14 +27,13 @@ namespace {
 template <typename T>
 constexpr bool kHalf = sizeof(T) == 2;  // f16 and bf16: the tensor-core dtypes
 
-// matmul_swaps: n up to kSwapMaxN at all (the few-rows routes' reach); by default n up to
-// kSwapRuleN where m is from kSwapRuleRows times n up to kSwapRuleMaxM. Kernel time a call, L2
-// flushed, bf16, k = 4096, direct / swapped / cuBLAS (H100, 2026-11-26): m = 4096: n = 1 42.9 /
-// 15.6 / 15.4 us, n = 16 34.1 / 21.3 / 14.5, n = 32 34.0 / 21.0 / 14.1, n = 48 20.6 / 19.8, n = 64
-// 17.8 / 20.6; m = 2048 alike; m = 16384 the swap loses at every n (n = 16: 48.9 / 91.7), the
-// transposed call's k-major b of 16384 columns being slow on the few-rows routes; 8192 x 1 x
-// 8192: 89.6 / 53.1 / 50.4 (graph replays).
-constexpr int64_t kSwapMaxN = 128, kSwapRuleN = 32, kSwapRuleRows = 16, kSwapRuleMaxM = 8192;
+// matmul_swaps: n up to kSwapMaxN at all (the few-rows routes' reach); by default a c of one
+// column (n <= kSwapRuleN) where m is from kSwapRuleRows times n up to kSwapRuleMaxM: the
+// transposed call is a GEMV. Graph replays, L2 flushed, bf16, H100, 2026-11-26, direct / swapped /
+// cuBLAS, us: 2048 x 1 x 4096 22.9 / 10.1 / 10.0; 4096 x 1 x 4096 42.9 / 15.6 / 15.4; 8192 x 1 x
+// 8192 89.6 / 53.1 / 50.4; at m = 16384 the swap lost (66.4 / 85.1). For n from 16 to 128 the
+// narrow route unswapped won (the tall rule, matmul_wgmma_narrow.cu).
+constexpr int64_t kSwapMaxN = 128, kSwapRuleN = 1, kSwapRuleRows = 16, kSwapRuleMaxM = 8192;
 
 }  // namespace
 

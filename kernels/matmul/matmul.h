@@ -92,9 +92,9 @@ bool wgmma_takes_mmajor_a(View<T> a, int64_t m, int64_t n, int64_t k) {
   return cols16(a) && a.col >= m && wgmma_whole_k(m, n, k);
 }
 
-// Whether Path::automatic computes an m x n x k call as its transpose, c^T = b^T a^T: an output
-// of few columns (n) and many rows, which the few-rows routes serve as n rows of c^T (the
-// tiles of c itself number too few for the SMs and each reads a whole row band of a). The
+// Whether Path::automatic computes an m x n x k call as its transpose, c^T = b^T a^T: by default
+// a c of one column and many rows, whose transpose the GEMV route serves (WB_MATMUL_SWAP=1 swaps
+// any output of up to 128 columns, for A/B; the tall rule serves those unswapped). The
 // caller copies b^T to row-major (n * k elements) and c^T back (n * m). *why: a bad
 // WB_MATMUL_SWAP (for A/B on a GPU: =0 never, =1 wherever it applies; unset, the rule).
 bool matmul_swaps(int64_t m, int64_t n, int64_t k, const char** why);

@@ -279,6 +279,22 @@ Status narrow_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
 // 11.0 (10.9); 256^3 9.5 / 8.0 (9.5); 768^3 9.2 / - / 10.0 / 9.5 (7.2); 1000^3 15.8 / - / 13.6 /
 // 13.3 (11.4); 1024^3 10.5 / - / 12.0 / 10.5 (9.4): the pairs and the tile win at 1000^3 alone,
 // so neither is the default.
+//
+// The tall rule (WB_WGMMA_TALL=on, the default; =off, not): an output of few columns and many
+// rows (n <= kTallMaxN, kTallMinRows <= m <= kTallMaxRows, the LoRA-like x @ A) takes narrow1,
+// whatever the rules above say. Graph replays, L2 flushed, bf16, k = 4096, H100, 2026-11-26, us,
+// the route the rules above gave / narrow1 (cuBLAS): 1024 x 16 15.5 / 14.8 (11.7); 2048 x 16 22.3 /
+// 14.9 (14.0); 2048 x 64 21.3 / 14.8 (12.6); 4096 x 16 37.3 / 20.9 (18.1); 4096 x 64 21.2 / 21.6
+// (18.2); 8192 x 32 29.4 / 29.6 (28.4); n = 128: mixed (2048: 18.3 / 18.6, 8192: 35.8 / 35.4,
+// the mid tile 30.5), so not there. It also beat computing c^T = b^T a^T (matmul_swaps) at every
+// n from 16 to 128 (4096 x 16: 25.5).
+Status tall_choice(bool* on) {
+  const std::string_view v = env("WB_WGMMA_TALL");
+  *on = v.empty() || v == "on";
+  if (*on || v == "off") return nullptr;
+  return "matmul: WB_WGMMA_TALL must be on (the default) or off; unset it";
+}
+
 Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid") {
@@ -293,8 +309,14 @@ Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route) {
   }
   int rows = 0;
   MidRule mid = MidRule::off;
+  bool tall = true;
   if (const Status e = default_rows(m, n, &rows)) return e;
   if (const Status e = mid_choice(&mid)) return e;
+  if (const Status e = tall_choice(&tall)) return e;
+  if (tall && n <= kTallMaxN && m >= kTallMinRows && m <= kTallMaxRows) {
+    *route = FewRoute::narrow1;
+    return nullptr;
+  }
   *route = rows != 0 ? FewRoute::narrow1 : FewRoute::split;
   if (mid == MidRule::off) return nullptr;
   if (rows == 0 && tiny) *route = FewRoute::narrow1;

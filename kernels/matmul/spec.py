@@ -55,7 +55,8 @@ _SHAPES: list[tuple[str, tuple[int, int, int]]] = [
     ("primes", (127, 131, 257)),
     ("k1024", (8, 1024, 16)),
     ("k8192", (8, 8192, 24)),
-    ("tall_narrow", (2048, 136, 24)),  # few columns, many rows: on sm_90 computed as c^T = b^T a^T
+    ("tall_narrow", (2048, 136, 24)),  # few columns, many rows: on sm_90 the tall rule's narrow1
+    ("one_column", (2048, 136, 1)),  # on sm_90 computed as c^T = b^T a^T (a GEMV)
 ]
 # float32 only, whose bound is PyTorch's own error at the sample's k: long k that is not a multiple
 # of a step (16) or of a summed slice (128), over more than one tile of c (the SIMT path's
