@@ -14,7 +14,7 @@ its dispatch (which kernel_goals's spin keeps out of the eager times: before it,
 1000x1000 softmax measured 7 and 57 us eager on one host in one hour). An op that cannot be
 captured is judged on its eager calls.
 
-Usage: python -m bench shapes [--ops matmul,softmax,histogram,norms,elementwise,backward]
+Usage: python -m bench shapes [--ops matmul,softmax,histogram,norms,elementwise,backward,tall]
        [--reps 20]
        [--floor 0.8] [--variant LABEL:NAME=VALUE[,...]]... [--out DIR]
 Writes shapes.md and shapes.json into --out ($OUT, else the current folder) and prints the table
@@ -41,7 +41,7 @@ from bench.kernel_goals import (
     switches_read,
 )
 
-OPS = ("matmul", "softmax", "histogram", "norms", "elementwise", "backward")
+OPS = ("matmul", "softmax", "histogram", "norms", "elementwise", "backward", "tall")
 
 
 def _rows(
@@ -128,6 +128,25 @@ def matmul_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
                           floor)  # fmt: skip
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
+    return rows
+
+
+def tall_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
+    """Outputs of few columns and many rows (LoRA's x @ A): m 1024 to 8192, n 16 to 128."""
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    rows: list[Row] = []
+    for m in (1024, 2048, 4096, 8192):
+        for n in (16, 32, 64, 128):
+            a = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16, generator=gen)
+            b = torch.randn(4096, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+            ref = a.double() @ b.double()
+            err = rel_err(torch.mm(a, b), ref)
+            rows += _rows(timer, "matmul", f"{m}x{n}x4096", torch.bfloat16,
+                          lambda a=a, b=b: lib.matmul(a, b), lambda a=a, b=b: torch.mm(a, b),
+                          "cuBLAS", lambda got, _w, r=ref, e=err: rel_err(got, r) <= 2 * e + 1e-3,
+                          floor)  # fmt: skip
     return rows
 
 
@@ -282,6 +301,7 @@ RUNS: dict[str, Callable[[Any, Timer, float], list[Row]]] = {
     "norms": norms_rows,
     "elementwise": elementwise_rows,
     "backward": backward_rows,
+    "tall": tall_rows,
 }
 
 
