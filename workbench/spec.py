@@ -206,3 +206,24 @@ def size_label(n: int) -> str:
         if n >= 1 << shift and n % (1 << shift) == 0:
             return f"{n >> shift}{unit}"
     return str(n)
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense, as ATen's ``is_non_overlapping_and_dense``: ordered by stride,
+    the dimensions longer than 1 step through one block of storage with no gap and no overlap."""
+    step = 1
+    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape, strict=True) if n > 1):
+        if stride != step:
+            return False
+        step *= size
+    return True
+
+
+def empty_elementwise(a: torch.Tensor) -> torch.Tensor:
+    """An elementwise op's result for a first operand ``a``, as the bundled bindings give it
+    (bindings/include/wb/layout.h) and a fake function should: ``a``'s strides when ``a`` is
+    non-overlapping and dense (transposed, channels-last, ...), else contiguous. ATen's own
+    elementwise ops give the first operand's dense layout too."""
+    if is_dense(a):
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+    return torch.empty(a.shape, dtype=a.dtype, device=a.device)

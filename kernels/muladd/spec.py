@@ -10,7 +10,15 @@ from typing import Any
 import torch
 
 from workbench import TuneSpace
-from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
+from workbench.spec import (
+    OpSpec,
+    Sample,
+    bench_numels,
+    elementwise_shapes,
+    empty_elementwise,
+    randn,
+    size_label,
+)
 
 
 def muladd_reference(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:
@@ -60,26 +68,6 @@ def muladd_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
 
 def mul_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
     return out.numel()
-
-
-def is_dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense, as ATen's ``is_non_overlapping_and_dense``: ordered by stride,
-    the dimensions longer than 1 step through one block of storage with no gap and no overlap."""
-    step = 1
-    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape, strict=True) if n > 1):
-        if stride != step:
-            return False
-        step *= size
-    return True
-
-
-def empty_elementwise(a: torch.Tensor) -> torch.Tensor:
-    """The binding's result for a first operand ``a`` (bindings/include/wb/layout.h): ``a``'s
-    strides when ``a`` is non-overlapping and dense (transposed, channels-last, ...), else
-    contiguous. ATen's own elementwise ops give the first operand's dense layout too."""
-    if is_dense(a):
-        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
-    return torch.empty(a.shape, dtype=a.dtype, device=a.device)
 
 
 def muladd_fake(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:

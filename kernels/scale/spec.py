@@ -10,7 +10,15 @@ from typing import Any
 import torch
 
 from workbench import TuneSpace
-from workbench.spec import OpSpec, Sample, bench_numels, elementwise_shapes, randn, size_label
+from workbench.spec import (
+    OpSpec,
+    Sample,
+    bench_numels,
+    elementwise_shapes,
+    empty_elementwise,
+    randn,
+    size_label,
+)
 
 # Not exactly representable in any dtype, so the rounding of s to the compute type is exercised.
 _S = 0.3
@@ -42,23 +50,10 @@ def scale_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
     return out.numel()
 
 
-def is_dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense, as ATen's ``is_non_overlapping_and_dense``: ordered by stride,
-    the dimensions longer than 1 step through one block of storage with no gap and no overlap."""
-    step = 1
-    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape, strict=True) if n > 1):
-        if stride != step:
-            return False
-        step *= size
-    return True
-
-
 def scale_fake(x: torch.Tensor, s: float) -> torch.Tensor:
     """The binding's result (bindings/include/wb/layout.h): x's strides when x is non-overlapping
     and dense (transposed, channels-last, ...), as ``x * s`` gives them, else contiguous."""
-    if is_dense(x):
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return empty_elementwise(x)
 
 
 def scale_setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
