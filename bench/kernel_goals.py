@@ -457,21 +457,42 @@ def main(argv: list[str] | None = None) -> int:
 
     lib = workbench.load()
     timer = Timer(args.reps, variants)
+    rows = run_ops(
+        [lambda op=op: RUNS[op](lib, timer) for op in ops], ops, timer, "", args.out, "kernel-goals"
+    )
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def run_ops(
+    runs: Sequence[Callable[[], list[Row]]],
+    names: Sequence[str],
+    timer: Timer,
+    note: str,
+    out: Path | None,
+    stem: str,
+    met: str = "goals met",
+) -> list[Row]:
+    """Each run's rows in turn under one header (the date, the GPU, torch, the commit, the
+    timing; ``note`` after it), the report (``stem``.md and .json in ``out``) rewritten after each
+    run, so that a run cut short keeps what it timed, and printed last; the rows."""
+    import torch
+
     props = torch.cuda.get_device_properties(0)
     env = environment()
     header = (
         f"{env.date}, {props.name} ({props.multi_processor_count} SMs), torch {env.torch}"
-        f" (CUDA {env.cuda}), commit {env.commit}; medians of {args.reps}, L2 flushed"
-        + "".join(f"; [{v.label}] = {v.describe()}" for v in variants)
+        f" (CUDA {env.cuda}), commit {env.commit}; medians of {timer.reps}, L2 flushed{note}"
+        + "".join(f"; [{v.label}] = {v.describe()}" for v in timer.variants if v.label)
     )
     rows: list[Row] = []
-    folder = out_dir(args.out)
-    for op in ops:
-        rows += RUNS[op](lib, timer)
-        print(f"{op}: {len(rows)} rows so far", file=sys.stderr, flush=True)
-        text = render(rows, header)  # written after each op: a run cut short keeps what it timed
-        write_text(folder / "kernel-goals.md", text)
-        rows_json = [asdict(r) for r in rows]
-        write_json(folder / "kernel-goals.json", {"environment": env.to_dict(), "rows": rows_json})
+    folder = out_dir(out)
+    text = header
+    for name, run in zip(names, runs, strict=True):
+        rows += run()
+        print(f"{name}: {len(rows)} rows so far", file=sys.stderr, flush=True)
+        text = render(rows, header).replace("goals met", met)
+        write_text(folder / f"{stem}.md", text)
+        write_json(folder / f"{stem}.json", {"environment": env.to_dict(),
+                                             "rows": [asdict(r) for r in rows]})  # fmt: skip
     print(text)
-    return 0 if all(r.ok for r in rows) else 1
+    return rows

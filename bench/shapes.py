@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import environment, out_dir, parser, write_json, write_text
+from bench.common import parser
 from bench.kernel_goals import (
     DEFAULT,
     Row,
@@ -37,7 +36,7 @@ from bench.kernel_goals import (
     Variant,
     parse_variant,
     rel_err,
-    render,
+    run_ops,
     switches_read,
 )
 
@@ -331,23 +330,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lib = workbench.load()
     timer = Timer(args.reps, variants)
-    props = torch.cuda.get_device_properties(0)
-    env = environment()
-    header = (
-        f"{env.date}, {props.name} ({props.multi_processor_count} SMs), torch {env.torch}"
-        f" (CUDA {env.cuda}), commit {env.commit}; medians of {args.reps}, L2 flushed; the goal"
-        f" column is the floor (peer time over ours) under which a case is a cliff"
-        + "".join(f"; [{v.label}] = {v.describe()}" for v in variants)
-    )
-    rows: list[Row] = []
-    folder = out_dir(args.out)
-    text = header
-    for op in ops:
-        rows += RUNS[op](lib, timer, args.floor)
-        print(f"{op}: {len(rows)} rows so far", file=sys.stderr, flush=True)
-        text = render(rows, header).replace("goals met", "cases at or above the floor")
-        write_text(folder / "shapes.md", text)
-        write_json(folder / "shapes.json", {"environment": env.to_dict(),
-                                            "rows": [asdict(r) for r in rows]})  # fmt: skip
-    print(text)
+    note = "; the goal column is the floor (peer time over ours) under which a case is a cliff"
+    runs = [lambda op=op: RUNS[op](lib, timer, args.floor) for op in ops]
+    rows = run_ops(runs, ops, timer, note, args.out, "shapes", "cases at or above the floor")
     return 0 if all(r.ok for r in rows) else 1
