@@ -43,6 +43,7 @@ from tests.bundled_cubin import (
     matmul_operands,
     nvcc_sm90a,
 )
+from tests.test_matmul_narrow import default_rows, narrow_tiles
 
 DTYPES = [torch.bfloat16, torch.float16]
 SQUARE = [128, 256, 384, 512, 768, 1000, 1024, 1536]
@@ -70,26 +71,6 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _narrow_tiles(m: int, n: int, rows: int, sms: int) -> tuple[int, int]:
-    """narrow_tiles: (BN, tiles) of the rows x BN tile: BN 32 where rows x 64 fill half the SMs."""
-    bn = 32 if 2 * _cdiv(m, rows) * _cdiv(n, 64) <= sms else 64
-    return bn, _cdiv(m, rows) * _cdiv(n, bn)
-
-
-def _few_rows(m: int, n: int, sms: int) -> int:
-    """default_rows: the few-rows rule's tile rows (0: split-k or, k too short, the built tile)."""
-    bn64, t64 = _narrow_tiles(m, n, 64, sms)
-    t128 = _narrow_tiles(m, n, 128, sms)[1]
-    last = m - (m - 1) // 128 * 128
-    if sms <= 2 * t64 <= 2 * sms and (bn64 == 64 or m >= 32):
-        return 64
-    if t64 > sms and sms <= 2 * t128 <= 2 * sms and last > 64:
-        return 128
-    if sms < t64 and 2 * t64 <= 3 * sms and m > 128:
-        return 64
-    return 256 if 2 * t64 > 3 * sms and 128 < m <= 256 else 0
-
-
 def _splits(m: int, n: int, k: int, sms: int) -> int:
     """plan_split's slices of k where its clusters fit (the wide 128 x 256 tile past 64 rows of a,
     else the 64 x 256 one), else the two-launch sum's on the 64 x 256 tile (0 or 1: k whole)."""
@@ -108,14 +89,14 @@ def _route(
     built = _cdiv(m, 128) * _cdiv(n, 256)
     if built >= sms:
         return "whole-k 128x256", sms
-    rows = _few_rows(m, n, sms)
+    rows = default_rows(m, n, sms)
     splits = _splits(m, n, k, sms) if rows == 0 else 0
     if rows == 0 and splits < 2 and not (mid and 4 * built <= sms):
         return "whole-k 128x256", built
     if rows == 0 and splits >= 2:
         return "split-k", splits
     rows = rows or 64  # a tiny shape under the mid-size rule: the 64-row tile
-    bn, tiles = _narrow_tiles(m, n, rows, sms)
+    bn, tiles = narrow_tiles(m, n, rows, sms)
     if pairs and rows == 128 and m > 256:  # pairs side by side: a row of tiles rounds up to even
         return f"narrow {rows}x{bn} paired n", 2 * _cdiv(m, rows) * _cdiv(_cdiv(n, bn), 2)
     return f"narrow {rows}x{bn}", tiles

@@ -239,20 +239,20 @@ def test_the_switch_runs_the_kernel_it_names(
     assert "wgmma_kernel" in names and "narrow" not in names, names
 
 
-def _tiles(m: int, n: int, rows: int, sms: int) -> tuple[int, int]:
+def narrow_tiles(m: int, n: int, rows: int, sms: int) -> tuple[int, int]:
     """narrow_tiles: (BN, tiles) of the rows x BN tile, BN 32 where rows x 64 tiles would fill at
     most half the SMs, else 64."""
     bn = 32 if 2 * -(-m // rows) * -(-n // 64) <= sms else 64
     return bn, -(-m // rows) * -(-n // bn)
 
 
-def _default_rows(m: int, n: int, sms: int) -> int:
+def default_rows(m: int, n: int, sms: int) -> int:
     """few_rows_route's rule (default_rows): 64 where the 64-row tiles make one wave at least half
     full (a of 32 rows or more on the 32-column tile); 128 where they pass one wave but the 128-row
     tiles make one, the last more than half full; 64 for more than 128 rows up to a wave and a
     half; 256 (the split tile) past that for 129 to 256 rows; else 0, split-k."""
-    bn64, t64 = _tiles(m, n, 64, sms)
-    t128 = _tiles(m, n, 128, sms)[1]
+    bn64, t64 = narrow_tiles(m, n, 64, sms)
+    t128 = narrow_tiles(m, n, 128, sms)[1]
     last = m - (m - 1) // 128 * 128
     if sms <= 2 * t64 <= 2 * sms and (bn64 == 64 or m >= 32):
         return 64
@@ -271,7 +271,7 @@ def test_the_default_rule_on_an_h100() -> None:
             256: [(160, 8192), (192, 8192), (224, 8192), (256, 8192)],
             0: [(1, 4096), (16, 4096), (64, 1024), (48, 2048), (384, 4096)]}  # fmt: skip
     for rows, shapes in want.items():
-        assert [(_default_rows(m, n, 132), m, n) for m, n in shapes] == [
+        assert [(default_rows(m, n, 132), m, n) for m, n in shapes] == [
             (rows, m, n) for m, n in shapes
         ]
 
@@ -294,7 +294,7 @@ def test_the_default_route_of_a_few_rows_shape(
     _use(monkeypatch, {})
     a, b = matmul_operands(m, n, 4096, False, torch.bfloat16)
     names = cuda_kernels_run(lambda: lib.matmul(a, b))
-    rows = _default_rows(m, n, torch.cuda.get_device_properties(0).multi_processor_count)
+    rows = default_rows(m, n, torch.cuda.get_device_properties(0).multi_processor_count)
     if rows:
         assert "wgmma_narrow_kernel" in names and "split_kernel" not in names, names
         kind = {64: DEEP, 128: TALL, 256: SPLIT}[rows]
