@@ -167,3 +167,23 @@ def assert_matmul_graph_replays(lib: Any, a: Any, b: Any) -> None:
         torch.cuda.synchronize()
         expected = lib.matmul(a, b)
         assert torch.equal(c.view(torch.int16), expected.view(torch.int16))
+
+
+def nvrtc_entries(file: Path, arch: str, names: list[str]) -> list[tuple[str, int]]:
+    """NVRTC's build of ``names`` from the device-only TU ``file`` for ``arch``, as the workbench
+    compiles it: each entry's mangled name and registers, every name lowered, none spilling."""
+    import re
+
+    from workbench import device, nvrtc
+    from workbench.project import discover
+
+    options = [*device.NVRTC_FLAGS, *(f"-I{d}" for d in discover().include_dirs)]
+    result = nvrtc.compile(file, arch, names, options)
+    assert set(result.lowered) == set(names)
+    entries = result.log.split("Compiling entry function")[1:]
+    assert len(entries) == len(names), result.log
+    found = []
+    for entry in entries:
+        assert "0 bytes spill stores, 0 bytes spill loads" in entry, entry
+        found.append((entry.split("'")[1], int(re.findall(r"Used (\d+) registers", entry)[0])))
+    return found

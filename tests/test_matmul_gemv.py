@@ -30,9 +30,14 @@ from typing import Any
 import pytest
 import torch
 
-from tests.bundled_cubin import assert_matmul_graph_replays, cuda_kernels_run, nvcc_sm90a
-from workbench import device, nvrtc
-from workbench.project import BUNDLED_KERNELS, discover
+from tests.bundled_cubin import (
+    assert_matmul_graph_replays,
+    cuda_kernels_run,
+    nvcc_sm90a,
+    nvrtc_entries,
+)
+from workbench import nvrtc
+from workbench.project import BUNDLED_KERNELS
 
 FILE = BUNDLED_KERNELS / "matmul" / "matmul_gemv.kernel.cu"
 TIERS = (1, 2, 4, 8)  # the kernels' M: the rows of sums a thread holds
@@ -63,17 +68,7 @@ DTYPES = [torch.bfloat16, torch.float16]
 def test_the_kernels_compile_within_their_launch_bounds(arch: str) -> None:
     """Two blocks of 256 threads an SM (at most 128 registers), but one for 8 rows of a on b
     n-major (gemv_blocks_per_sm); the one-row kernel two of 256; no spills."""
-    project = discover()
-    options = [*device.NVRTC_FLAGS, *(f"-I{d}" for d in project.include_dirs)]
-    names = NAMES + ROW_NAMES
-    result = nvrtc.compile(FILE, arch, names, options)
-    assert set(result.lowered) == set(names)
-    entries = result.log.split("Compiling entry function")[1:]
-    assert len(entries) == len(names), result.log
-    for entry in entries:
-        mangled = entry.split("'")[1]
-        assert "0 bytes spill stores, 0 bytes spill loads" in entry, entry
-        regs = int(re.findall(r"Used (\d+) registers", entry)[0])
+    for mangled, regs in nvrtc_entries(FILE, arch, NAMES + ROW_NAMES):
         if "gemv_row_kernel" in mangled:
             assert regs <= 128, (mangled, regs)
             continue

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import torch
 
-from tests.bundled_cubin import assert_matmul_graph_replays, cuda_kernels_run
-from workbench import device, nvrtc
-from workbench.project import BUNDLED_KERNELS, discover
+from tests.bundled_cubin import assert_matmul_graph_replays, cuda_kernels_run, nvrtc_entries
+from workbench import nvrtc
+from workbench.project import BUNDLED_KERNELS
 
 FILE = BUNDLED_KERNELS / "matmul" / "matmul_gemv.kernel.cu"
 TIERS = (1, 4, 8)  # gemv_unaligned_kernel's M: m = 1, 2..4, 5..8
@@ -53,16 +53,7 @@ LAYOUTS = ("row-major", "slice")
 def test_the_kernels_compile_within_their_launch_bounds(arch: str) -> None:
     """gemv_kernel's blocks an SM for the m each tier serves: two (128 registers) for M = 1 and
     4, one for M = 8; no spills."""
-    project = discover()
-    options = [*device.NVRTC_FLAGS, *(f"-I{d}" for d in project.include_dirs)]
-    result = nvrtc.compile(FILE, arch, NAMES, options)
-    assert set(result.lowered) == set(NAMES)
-    entries = result.log.split("Compiling entry function")[1:]
-    assert len(entries) == len(NAMES), result.log
-    for entry in entries:
-        mangled = entry.split("'")[1]
-        assert "0 bytes spill stores, 0 bytes spill loads" in entry, entry
-        regs = int(re.findall(r"Used (\d+) registers", entry)[0])
+    for mangled, regs in nvrtc_entries(FILE, arch, NAMES):
         tier = re.search(r"gemv_unaligned_kernelINS_\w+?ELi(\d)E", mangled)
         assert tier is not None, mangled
         assert regs <= (255 if tier.group(1) == "8" else 128), (mangled, regs)
