@@ -30,31 +30,39 @@ def compile_cubin(tmp: Path, source: Path, arch: str) -> dict[str, cubin.Kernel]
     return cubin.with_spills(cubin.read(out.read_bytes(), arch), done.stderr)
 
 
+def whole_k_line(kernel: str, args: tuple[str, ...], out: str | None = None) -> str:
+    """The explicit instantiation of the wgmma module's ``kernel`` (two tensor maps, the output,
+    then its ints: m, n, k) at template arguments ``args``, the first a wb:: type name; ``out``:
+    the output's type where it is not that type (the split kernel's float workspace)."""
+    maps = "const __grid_constant__ wb::matmul::TensorMap"
+    t = args[0]
+    ints = "int, int, int, int" if out == "float" else "int, int, int"
+    return (
+        f"template __global__ void wb::matmul::{kernel}<wb::{', '.join(args)}>("
+        f"{maps}, {maps}, {out or f'wb::{t}'}*, {ints});"
+    )
+
+
+def whole_k_instances(folder: Path, name: str, lines: list[str]) -> Path:
+    """A TU (folder/name) of the wgmma module with ``lines`` (:func:`whole_k_line`): nvcc
+    compiles only what a TU instantiates (the workbench names them to NVRTC)."""
+    path = folder / name
+    path.write_text("\n".join([f'#include "{WGMMA}"', *lines]) + "\n")
+    return path
+
+
 def wgmma_instances(folder: Path, dtypes: tuple[str, ...], cluster: bool) -> Path:
     """The wgmma TU with its whole-k and split-k kernels instantiated for each of ``dtypes``
-    (wb:: type names) and layout of b, and with ``cluster`` the cluster-sum kernels on both tiles
-    (the workbench names them to NVRTC; nvcc compiles only what a TU instantiates)."""
-    maps = "const __grid_constant__ wb::matmul::TensorMap"
-    lines = [f'#include "{WGMMA}"']
+    (wb:: type names) and layout of b, and with ``cluster`` the cluster-sum kernels on both
+    tiles."""
+    lines = []
     for t in dtypes:
         for kmajor in ("true", "false"):
-            lines.append(
-                f"template __global__ void wb::matmul::wgmma_kernel<wb::{t}, {kmajor}>("
-                f"{maps}, {maps}, wb::{t}*, int, int, int);"
-            )
-            lines.append(
-                f"template __global__ void wb::matmul::wgmma_split_kernel<wb::{t}, {kmajor}>("
-                f"{maps}, {maps}, float*, int, int, int, int);"
-            )
+            lines.append(whole_k_line("wgmma_kernel", (t, kmajor)))
+            lines.append(whole_k_line("wgmma_split_kernel", (t, kmajor), out="float"))
             for wide in ("true", "false") if cluster else ():
-                lines.append(
-                    "template __global__ void "
-                    f"wb::matmul::wgmma_cluster_split_kernel<wb::{t}, {kmajor}, {wide}>("
-                    f"{maps}, {maps}, wb::{t}*, int, int, int);"
-                )
-    path = folder / "wgmma_instances.cu"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+                lines.append(whole_k_line("wgmma_cluster_split_kernel", (t, kmajor, wide)))
+    return whole_k_instances(folder, "wgmma_instances.cu", lines)
 
 
 def narrow_instances(folder: Path, shapes: list[tuple[int, int]], name: str) -> Path:

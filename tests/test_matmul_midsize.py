@@ -36,12 +36,13 @@ import pytest
 import torch
 
 from tests.bundled_cubin import (
-    WGMMA,
     assert_matmul_graph_replays,
     cuda_kernels_run,
     hopper,
     matmul_operands,
     nvcc_sm90a,
+    whole_k_instances,
+    whole_k_line,
 )
 from tests.test_matmul_narrow import default_rows, narrow_tiles
 
@@ -132,16 +133,12 @@ def test_the_few_rows_goal_shapes_keep_their_routes() -> None:
 
 @pytest.mark.nvcc
 def test_the_mid_tile_compiles_for_sm90a_without_spills(tmp_path: Path) -> None:
-    maps = "const __grid_constant__ wb::matmul::TensorMap"
-    lines = [f'#include "{WGMMA}"']
-    for t in ("f16", "bf16"):
-        for kmajor in ("true", "false"):
-            lines.append(
-                f"template __global__ void wb::matmul::wgmma_mid_kernel<wb::{t}, {kmajor}>("
-                f"{maps}, {maps}, wb::{t}*, int, int, int);"
-            )
-    source = tmp_path / "mid_instances.cu"
-    source.write_text("\n".join(lines) + "\n")
+    lines = [
+        whole_k_line("wgmma_mid_kernel", (t, kmajor))
+        for t in ("f16", "bf16")
+        for kmajor in ("true", "false")
+    ]
+    source = whole_k_instances(tmp_path, "mid_instances.cu", lines)
     done = nvcc_sm90a(tmp_path, "--ptx", "-o", "mid.ptx", source=source)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "mid.ptx").read_text())[1:]

@@ -23,11 +23,12 @@ import pytest
 import torch
 
 from tests.bundled_cubin import (
-    WGMMA,
     assert_matmul_graph_replays,
     cuda_kernels_run,
     hopper,
     nvcc_sm90a,
+    whole_k_instances,
+    whole_k_line,
 )
 
 # (m, n, k): few-rows shapes (fewer 128 x 256 tiles than SMs: split-k or narrow, a copied) and
@@ -39,17 +40,12 @@ WHOLE = [(4096, 4096, 4096), (1544, 2824, 200), (1640, 2824, 72)]
 
 def _mmajor_instances(folder: Path) -> Path:
     """The wgmma TU with wgmma_kernel instantiated for bfloat16 on each layout of a and b."""
-    maps = "const __grid_constant__ wb::matmul::TensorMap"
-    lines = [f'#include "{WGMMA}"']
-    for bk in ("true", "false"):
-        for am in ("true", "false"):
-            lines.append(
-                f"template __global__ void wb::matmul::wgmma_kernel<wb::bf16, {bk}, {am}>("
-                f"{maps}, {maps}, wb::bf16*, int, int, int);"
-            )
-    path = folder / "mmajor_instances.cu"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    lines = [
+        whole_k_line("wgmma_kernel", ("bf16", bk, am))
+        for bk in ("true", "false")
+        for am in ("true", "false")
+    ]
+    return whole_k_instances(folder, "mmajor_instances.cu", lines)
 
 
 @pytest.mark.nvcc

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bundled_cubin import whole_k_instances, whole_k_line
 from workbench import toolchain
 from workbench.config import cuda_flags
 from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
@@ -105,17 +106,12 @@ def test_every_point_fits_the_kernels_limits() -> None:
 def _instantiated(folder: Path) -> Path:
     """The device-only TU with the four kernels the launcher names instantiated (NVRTC gets
     them as name expressions; nvcc compiles only what a TU instantiates)."""
-    lines = [f'#include "{WGMMA}"']
-    for t in ("f16", "bf16"):
-        for kmajor in ("true", "false"):
-            lines.append(
-                f"template __global__ void wb::matmul::wgmma_kernel<wb::{t}, {kmajor}>("
-                f"const __grid_constant__ wb::matmul::TensorMap, const __grid_constant__ "
-                f"wb::matmul::TensorMap, wb::{t}*, int, int, int);"
-            )
-    path = folder / "wgmma_instances.cu"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    lines = [
+        whole_k_line("wgmma_kernel", (t, kmajor))
+        for t in ("f16", "bf16")
+        for kmajor in ("true", "false")
+    ]
+    return whole_k_instances(folder, "wgmma_instances.cu", lines)
 
 
 def _nvcc_ptx(point: dict, out: Path) -> subprocess.CompletedProcess[str]:
