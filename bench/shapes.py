@@ -67,6 +67,30 @@ def _rows(
     return rows
 
 
+def _within(tol: float) -> Callable[[Any, Any], bool]:
+    """Ours agrees with the peer's output within ``tol`` of its largest element."""
+    return lambda got, want: rel_err(got, want.float()) <= tol
+
+
+def _within_each(tol: float) -> Callable[[Any, Any], bool]:
+    """Each of ours (a tuple) agrees with the peer's of its place, as :func:`_within`."""
+    each = _within(tol)
+    return lambda got, want: all(each(g, w) for g, w in zip(got, want, strict=True))
+
+
+def _matmul(
+    lib: Any, timer: Timer, a: Any, b: Any, case: str, floor: float
+) -> list[Row]:  # fmt: skip
+    """matmul(a, b) against torch.mm, within twice cuBLAS's own error against a float64 truth."""
+    import torch
+
+    ref = a.double() @ b.double()
+    err = rel_err(torch.mm(a, b), ref)
+    return _rows(timer, "matmul", case, a.dtype, lambda: lib.matmul(a, b),
+                 lambda: torch.mm(a, b), "cuBLAS",
+                 lambda got, _w: rel_err(got, ref) <= 2 * err + 1e-3, floor)  # fmt: skip
+
+
 def graph_us(timer: Timer, fns: list[tuple[Variant, Callable[[], Any]]]) -> list[float]:
     """Each fn's time as one CUDA-graph replay (the same protocol: interleaved, L2 flushed), each
     captured under its variant's switches, which leaves out the host's dispatch and launch costs
@@ -116,15 +140,10 @@ def matmul_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
                 a = a.t().contiguous().t()
             if layout == "bt":
                 b = b.t().contiguous().t()
-            ref = a.double() @ b.double()
-            err = rel_err(torch.mm(a, b), ref)
             case = f"{m}x{n}x{k}" + {"t": ", a column-major", "bt": ", b column-major"}.get(
                 layout, ""
             )
-            rows += _rows(timer, "matmul", case, dt, lambda a=a, b=b: lib.matmul(a, b),
-                          lambda a=a, b=b: torch.mm(a, b), "cuBLAS",
-                          lambda got, _w, r=ref, e=err: rel_err(got, r) <= 2 * e + 1e-3,
-                          floor)  # fmt: skip
+            rows += _matmul(lib, timer, a, b, case, floor)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     return rows
@@ -140,12 +159,7 @@ def tall_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
         for n in (16, 32, 64, 128):
             a = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16, generator=gen)
             b = torch.randn(4096, n, device="cuda", dtype=torch.bfloat16, generator=gen)
-            ref = a.double() @ b.double()
-            err = rel_err(torch.mm(a, b), ref)
-            rows += _rows(timer, "matmul", f"{m}x{n}x4096", torch.bfloat16,
-                          lambda a=a, b=b: lib.matmul(a, b), lambda a=a, b=b: torch.mm(a, b),
-                          "cuBLAS", lambda got, _w, r=ref, e=err: rel_err(got, r) <= 2 * e + 1e-3,
-                          floor)  # fmt: skip
+            rows += _matmul(lib, timer, a, b, f"{m}x{n}x4096", floor)
     return rows
 
 
@@ -160,11 +174,11 @@ def softmax_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
         tol = 1e-4 if dt == torch.float32 else 2e-2
         for r, c in shapes:
             x = torch.randn(r, c, device="cuda", dtype=dt, generator=gen) * 3
-            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+            agree = _within(tol)
             rows += _rows(timer, "softmax", f"{r}x{c}", dt, lambda x=x: lib.softmax(x, -1),
                           lambda x=x: torch.softmax(x, -1), "torch", agree, floor)  # fmt: skip
         x = torch.randn(4096, 1024, device="cuda", dtype=dt, generator=gen)
-        agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+        agree = _within(tol)
         rows += _rows(timer, "softmax", "4096x1024, dim 0", dt, lambda x=x: lib.softmax(x, 0),
                       lambda x=x: torch.softmax(x, 0), "torch", agree, floor)  # fmt: skip
         for r, c in ((32, 50257), (8, 100000)):
@@ -207,7 +221,7 @@ def norms_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
             x = torch.randn(r, c, device="cuda", dtype=dt, generator=gen) + 1
             w = torch.randn(c, device="cuda", dtype=dt, generator=gen)
             b = torch.randn(c, device="cuda", dtype=dt, generator=gen)
-            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+            agree = _within(tol)
             rows += _rows(timer, "layer_norm", f"{r}x{c}", dt,
                           lambda x=x, w=w, b=b: lib.layer_norm(x, w, b, 1e-5)[0],
                           lambda x=x, w=w, b=b, c=c: F.layer_norm(x, (c,), w, b, 1e-5),
@@ -232,7 +246,7 @@ def elementwise_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
             if layout:
                 a, b = a.t(), b.t()
             case = "x".join(map(str, a.shape)) + (", transposed" if layout else "")
-            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+            agree = _within(tol)
             rows += _rows(timer, "muladd", case, dt, lambda a=a, b=b: lib.muladd(a, b, 0.5),
                           lambda a=a, b=b: a * b + 0.5, "a * b + c", agree, floor)  # fmt: skip
     x = torch.zeros(100_000, 256, device="cuda")
@@ -255,9 +269,6 @@ def backward_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
     rows: list[Row] = []
     for dt in (torch.float32, torch.bfloat16):
         tol = 1e-4 if dt == torch.float32 else 2e-2
-        agree3 = lambda got, want, t=tol: all(  # noqa: E731
-            rel_err(g, w.float()) <= t for g, w in zip(got, want, strict=True)
-        )
         for r, c in ((4095, 4095), (16384, 768), (32, 4096), (100000, 100), (7, 100003)):
             x = torch.randn(r, c, device="cuda", dtype=dt, generator=gen) + 1
             w = torch.randn(c, device="cuda", dtype=dt, generator=gen)
@@ -270,11 +281,11 @@ def backward_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
                           lambda g=g, x=x, m=mean, s=rstd, w=w, b=b, c=c:
                               torch.ops.aten.native_layer_norm_backward(
                                   g, x, [c], m, s, w, b, [True, True, True]),
-                          "native_layer_norm_backward", agree3, floor)  # fmt: skip
+                          "native_layer_norm_backward", _within_each(tol), floor)  # fmt: skip
         for r, c in ((4096, 4097), (100000, 10), (1, 1 << 20), (64, 262144)):
             y = torch.softmax(torch.randn(r, c, device="cuda", dtype=dt, generator=gen), -1)
             g = torch.randn(r, c, device="cuda", dtype=dt, generator=gen)
-            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= t  # noqa: E731
+            agree = _within(tol)
             rows += _rows(timer, "softmax_backward", f"{r}x{c}", dt,
                           lambda g=g, y=y: lib.softmax_backward(g, y, -1),
                           lambda g=g, y=y: torch._softmax_backward_data(g, y, -1, y.dtype),
@@ -285,7 +296,7 @@ def backward_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
             src = torch.randn(*src_shape, device="cuda", dtype=dt, generator=gen)
             idx = torch.randint(0, shape[dim], (n,), device="cuda", generator=gen)
             # sums in another order, and 2-byte sums rounded at each add on PyTorch's side
-            agree = lambda got, want, t=tol: rel_err(got, want.float()) <= 5 * t  # noqa: E731
+            agree = _within(5 * tol)
             rows += _rows(timer, "index_add", f"{shape[0]}x{shape[1]}, dim {dim}, {n} added",
                           dt, lambda x=x, d=dim, i=idx, s=src: lib.index_add(x, d, i, s),
                           lambda x=x, d=dim, i=idx, s=src: x.index_add(d, i, s), "index_add",
