@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tests: lint and types (pre-commit), then pytest, which includes the nvcc smoke compile of
-# every kernel for sm_80 and sm_90a. pytest runs on WB_TEST_WORKERS processes (default 2; 0 runs
-# it in this process), each test file on one of them. Extra arguments go to pytest. Each stage's
-# seconds print at the end (and are appended to $WB_STAGE_LOG when set: .ci/run's summary).
+# every kernel for every target arch (sm_80, sm_86, sm_89, sm_90a). pytest runs on WB_TEST_WORKERS
+# processes (default 2; 0 runs it in this process), each test file on one of them. Extra arguments
+# go to pytest. Each stage's seconds print at the end (and are appended to $WB_STAGE_LOG when set:
+# .ci/run's summary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stages=()
