@@ -77,6 +77,51 @@ __device__ __forceinline__ void finish(float (*part)[BN], T* __restrict__ c,
   if (sum == kGemvCluster) cluster_sync();  // no block leaves while another reads its sums
 }
 
+// The end of every kernel on b n-major: the block's sums of its column tile into c. acc[i][j] is
+// a lane's sum for row i of a and column col0 + lane * 8 + j (lane: the thread's place in its
+// half-warp); the two half-warps of a warp hold the same columns and are added first (x + y ==
+// y + x: both get the same bits), then the warps in a fixed tree, the upper half's sums onto the
+// lower half's until warp 0, through buf (the block's __shared__ [kGemvThreads / 64][M]
+// [kGemvTileN]); then finish. One order for every such kernel: the same bits for the same b.
+template <typename T, int M>
+__device__ __forceinline__ void tree_finish(float (&acc)[M][8], float (*buf)[M][kGemvTileN],
+                                            T* __restrict__ c, float* __restrict__ partial, int m,
+                                            int n, int64_t col0, int sum) {
+  const int lane = static_cast<int>(threadIdx.x % 16), warp = static_cast<int>(threadIdx.x / 32);
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], 16);
+  }
+  for (int half = kGemvThreads / 64; half >= 1; half /= 2) {
+    if (warp >= half && warp < 2 * half && threadIdx.x % 32 < 16) {
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) buf[warp - half][i][lane * 8 + j] = acc[i][j];
+      }
+    }
+    __syncthreads();
+    if (warp < half) {
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] += buf[warp][i][lane * 8 + j];
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x < 16) {
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) buf[0][i][lane * 8 + j] = acc[i][j];
+    }
+  }
+  __syncthreads();
+  finish<T, M, kGemvTileN>(buf[0], c, partial, m, n, col0, sum);
+}
+
 constexpr int kRowGroup = 8;  // rows of b a half-warp loads at a time; two such groups in flight
 
 // The two elements of T in a 32-bit word (the lower first) as floats: to_acc's values, taken from

@@ -173,7 +173,7 @@ __device__ __forceinline__ void unaligned_stream(const T* __restrict__ a, int64_
 }
 
 // One block: a column tile of 128 and a slice [begin, end) of k, its half-warps' sums met in
-// nmajor's fixed tree, then finish (the slices' sum into c).
+// tree_finish's fixed tree, then finish (the slices' sum into c).
 template <typename T, int M>
 __device__ __forceinline__ void unaligned_block(const T* __restrict__ a, int64_t lda,
                                                 const T* __restrict__ b, int64_t ldb,
@@ -182,43 +182,11 @@ __device__ __forceinline__ void unaligned_block(const T* __restrict__ a, int64_t
   __shared__ float buf[kGemvThreads / 64][M][kGemvTileN];  // the tree's upper halves
   __shared__ Words slots[kStreams][2][kRowGroup];          // the 17th chunks, for lane 15
   const int lane = static_cast<int>(threadIdx.x % 16), stream = static_cast<int>(threadIdx.x / 16);
-  const int warp = static_cast<int>(threadIdx.x / 32);
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGemvTileN;
   float acc[M][8] = {};
   unaligned_stream<T, M>(a, lda, b, ldb, m, n, col0, lane, begin + stream * kRowGroup, end,
                          slots[stream], acc);
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], 16);
-  }
-  for (int half = kGemvThreads / 64; half >= 1; half /= 2) {
-    if (warp >= half && warp < 2 * half && threadIdx.x % 32 < 16) {
-#pragma unroll
-      for (int i = 0; i < M; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) buf[warp - half][i][lane * 8 + j] = acc[i][j];
-      }
-    }
-    __syncthreads();
-    if (warp < half) {
-#pragma unroll
-      for (int i = 0; i < M; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] += buf[warp][i][lane * 8 + j];
-      }
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x < 16) {
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) buf[0][i][lane * 8 + j] = acc[i][j];
-    }
-  }
-  __syncthreads();
-  finish<T, M, kGemvTileN>(buf[0], c, partial, m, n, col0, sum);
+  tree_finish<T, M>(acc, buf, c, partial, m, n, col0, sum);
 }
 
 }  // namespace wb::matmul::gemv

@@ -107,7 +107,6 @@ __device__ __forceinline__ void nmajor(const T* __restrict__ a, int64_t lda,
   constexpr int R = kGroupRows<M>;
   __shared__ float buf[kGemvThreads / 64][M][kGemvTileN];  // the tree's upper halves
   const int lane = static_cast<int>(threadIdx.x % 16), stream = static_cast<int>(threadIdx.x / 16);
-  const int warp = static_cast<int>(threadIdx.x / 32);
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGemvTileN;
   const int64_t col = col0 + lane * 8;
   float acc[M][8] = {};
@@ -120,40 +119,7 @@ __device__ __forceinline__ void nmajor(const T* __restrict__ a, int64_t lda,
       }
     }
   }
-  // The two half-warps of a warp hold the same columns (x + y == y + x: both get the same bits).
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], 16);
-  }
-  // Then the warps, in a tree: the upper half's sums onto the lower half's, until warp 0.
-  for (int half = kGemvThreads / 64; half >= 1; half /= 2) {
-    if (warp >= half && warp < 2 * half && threadIdx.x % 32 < 16) {
-#pragma unroll
-      for (int i = 0; i < M; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) buf[warp - half][i][lane * 8 + j] = acc[i][j];
-      }
-    }
-    __syncthreads();
-    if (warp < half) {
-#pragma unroll
-      for (int i = 0; i < M; ++i) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] += buf[warp][i][lane * 8 + j];
-      }
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x < 16) {
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) buf[0][i][lane * 8 + j] = acc[i][j];
-    }
-  }
-  __syncthreads();
-  finish<T, M, kGemvTileN>(buf[0], c, partial, m, n, col0, sum);
+  tree_finish<T, M>(acc, buf, c, partial, m, n, col0, sum);
 }
 
 // b k-major: a warp's columns (column pointers in cols) over k [p, p + 8) of its lane, for
@@ -322,33 +288,12 @@ __device__ __forceinline__ void row_block(const T* __restrict__ a, const T* __re
                                           int64_t ldb, T* __restrict__ c,
                                           float* __restrict__ partial, int n, int64_t begin,
                                           int64_t end, int sum) {
-  __shared__ float buf[kGemvThreads / 64][kGemvTileN];  // the tree's upper halves
+  __shared__ float buf[kGemvThreads / 64][1][kGemvTileN];  // the tree's upper halves
   const int lane = static_cast<int>(threadIdx.x % 16), stream = static_cast<int>(threadIdx.x / 16);
-  const int warp = static_cast<int>(threadIdx.x / 32);
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kGemvTileN;
-  float acc[8] = {};
-  row_stream<T>(a, b, ldb, n, col0, lane, begin + stream * kRowGroup, end, acc);
-  // As nmajor's: the half-warps of a warp, then the warps in a fixed tree, then finish.
-#pragma unroll
-  for (int j = 0; j < 8; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], 16);
-  for (int half = kGemvThreads / 64; half >= 1; half /= 2) {
-    if (warp >= half && warp < 2 * half && threadIdx.x % 32 < 16) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) buf[warp - half][lane * 8 + j] = acc[j];
-    }
-    __syncthreads();
-    if (warp < half) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] += buf[warp][lane * 8 + j];
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x < 16) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) buf[0][lane * 8 + j] = acc[j];
-  }
-  __syncthreads();
-  finish<T, 1, kGemvTileN>(buf, c, partial, 1, n, col0, sum);
+  float acc[1][8] = {};
+  row_stream<T>(a, b, ldb, n, col0, lane, begin + stream * kRowGroup, end, acc[0]);
+  tree_finish<T, 1>(acc, buf, c, partial, 1, n, col0, sum);
 }
 
 }  // namespace gemv
