@@ -109,11 +109,32 @@ bool gemv_reads(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k) {
   return chosen;
 }
 
-// Path::automatic with the documented copy; a forced path runs on the operands as they are.
+// Whether Path::automatic computes this call as c^T = b^T a^T (matmul_swaps): float16 / bfloat16,
+// a row-major with rows 16-byte aligned (a^T is then a column-major b the tensor-core paths read),
+// no dimension empty. A bad WB_MATMUL_SWAP is an error naming it.
+bool swapped(const at::Tensor& a, const at::Tensor& b) {
+  const bool half = a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16;
+  if (!half || a.stride(1) != 1 || a.stride(0) % 8 != 0 || a.numel() == 0 || b.numel() == 0) {
+    return false;
+  }
+  const char* why = nullptr;
+  const bool swap = matmul_swaps(a.size(0), b.size(1), a.size(1), &why);
+  TORCH_CHECK(why == nullptr, why);  // names the switch and the op
+  return swap;
+}
+
+// Path::automatic with the documented copy and, where matmul_swaps says so (may_swap: not again
+// for the transposed call), the transposed product; a forced path runs on the operands as they
+// are.
 at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
-                           Path path) {
+                           Path path, bool may_swap = false) {
   at::Tensor c = check_and_allocate(op, a_in, b_in);
   const c10::cuda::CUDAGuard guard(a_in.device());
+  if (may_swap && path == Path::automatic && swapped(a_in, b_in)) {
+    // c = (b^T a^T)^T: b^T (copied) is a short row-major a, a^T a column-major b.
+    c.copy_(matmul_cuda_run(op, b_in.t().contiguous(), a_in.t(), Path::automatic).t());
+    return c;
+  }
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
   WB_DISPATCH(WB_FLOATING, a_in.scalar_type(), op, "a", [&] {
     at::Tensor a = a_in, b = b_in;
@@ -143,19 +164,7 @@ at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Ten
 }
 
 at::Tensor matmul_cuda_op(const at::Tensor& a, const at::Tensor& b) {
-  const bool half = a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16;
-  if (half && a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) &&
-      a.scalar_type() == b.scalar_type() && a.device() == b.device() && a.stride(1) == 1 &&
-      a.stride(0) % 8 == 0 && a.size(0) > 0 && b.size(1) > 0) {
-    const c10::cuda::CUDAGuard guard(a.device());
-    const char* why = nullptr;
-    const bool swap = matmul_swaps(a.size(0), b.size(1), a.size(1), &why);
-    TORCH_CHECK(why == nullptr, why);
-    if (swap) {  // c = (b^T a^T)^T: a^T is a column-major b, b^T a short row-major a
-      return matmul_cuda_run("matmul", b.t().contiguous(), a.t(), Path::automatic).t().contiguous();
-    }
-  }
-  return matmul_cuda_run("matmul", a, b, Path::automatic);
+  return matmul_cuda_run("matmul", a, b, Path::automatic, /*may_swap=*/true);
 }
 
 at::Tensor matmul_path_cuda_op(const at::Tensor& a, const at::Tensor& b, int64_t path) {

@@ -107,11 +107,14 @@ bool matmul_swaps(int64_t m, int64_t n, int64_t k, const char** why) {
 template <typename T>
 int64_t matmul_cuda_workspace(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, Path path) {
   if (m == 0 || n == 0 || k == 0) return 0;
-  if (!kHalf<T>) return simt_workspace<T>(m, n, k);
-  bool gemv = false;
-  if (takes_gemv(path, a, b, m, n, k, &gemv) != nullptr) return 0;  // matmul_cuda says why
-  if (gemv) return gemv_workspace(m, n, k, !rows16(b));
-  return route(path, a, b, m, n, k) == Path::wgmma ? wgmma_workspace(m, n, k) : 0;
+  if constexpr (!kHalf<T>) {
+    return simt_workspace<T>(m, n, k);
+  } else {
+    bool gemv = false;
+    if (takes_gemv(path, a, b, m, n, k, &gemv) != nullptr) return 0;  // matmul_cuda says why
+    if (gemv) return gemv_workspace(b, m, n, k);
+    return route(path, a, b, m, n, k) == Path::wgmma ? wgmma_workspace(m, n, k) : 0;
+  }
 }
 
 template <typename T>

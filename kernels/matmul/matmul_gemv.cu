@@ -301,10 +301,9 @@ int64_t workspace_of(int64_t m, int64_t n, int64_t k, bool b_kmajor) {
 
 }  // namespace
 
-int64_t gemv_workspace(int64_t m, int64_t n, int64_t k, bool b_not_rows16) {
-  const int64_t nmajor = workspace_of(m, n, k, false);
-  const int64_t kmajor = b_not_rows16 ? workspace_of(m, n, k, true) : 0;
-  return kmajor > nmajor ? kmajor : nmajor;
+template <typename T>
+int64_t gemv_workspace(View<T> b, int64_t m, int64_t n, int64_t k) {
+  return workspace_of(m, n, k, layout_of(b) == BLayout::kmajor);  // as matmul_gemv plans it
 }
 
 template <typename T>
@@ -346,6 +345,7 @@ Status matmul_gemv(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
 
 #define WB_GEMV_ENTRY_(T, _)                                                          \
   template Status gemv_chosen<T>(View<T>, View<T>, int64_t, int64_t, int64_t, bool*); \
+  template int64_t gemv_workspace<T>(View<T>, int64_t, int64_t, int64_t);             \
   template Status matmul_gemv<T>(View<T>, View<T>, T*, float*, int64_t, int64_t, int64_t, Stream);
 WB_REDUCED(WB_GEMV_ENTRY_, )
 

@@ -55,10 +55,9 @@ enum GemvSum : int {
 template <typename T>
 Status gemv_chosen(View<T> a, View<T> b, int64_t m, int64_t n, int64_t k, bool* chosen);
 
-// The float32 elements of workspace the route needs for these sizes (0: none). b_not_rows16:
-// !rows16(b), as matmul_cuda_workspace passes it; such a b is k-major or n-major with rows off 16
-// bytes (both read in place), so the count is the larger of those two layouts' needs.
-int64_t gemv_workspace(int64_t m, int64_t n, int64_t k, bool b_not_rows16);
+// The float32 elements of workspace the route needs for these sizes and b's layout (0: none).
+template <typename T>
+int64_t gemv_workspace(View<T> b, int64_t m, int64_t n, int64_t k);
 
 // c = a @ b by the GEMV route; gemv_chosen said yes, workspace holds gemv_workspace's count.
 template <typename T>
