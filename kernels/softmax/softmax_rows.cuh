@@ -510,10 +510,11 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
   // Scalar rows of 2-byte elements that one block of up to kMaxThreads holds stay on the block
   // path: the long paths' default for them (split) cost 160 us at 4096 x 4097 bfloat16 backward,
   // against PyTorch's 92 (H100, 2026-11-26).
-  const bool short_scalar = N == 1 && sizeof(typename Op::T) == 2 && threads <= kMaxThreads &&
-                            long_path() == LongPath::kDefault;
+  // WB_SOFTMAX_PATH, read once a launch and only for rows past a block of kBlockThreads.
+  LongPath path = threads > kBlockThreads ? long_path() : LongPath::kDefault;
+  const bool short_scalar =
+      N == 1 && sizeof(typename Op::T) == 2 && threads <= kMaxThreads && path == LongPath::kDefault;
   if (threads > kBlockThreads && !short_scalar) {
-    LongPath path = long_path();
     if (path == LongPath::kInvalid) return cudaErrorInvalidValue;  // launch_rows names it
     if (path == LongPath::kDefault) {
       path = N > 1 && sizeof(typename Op::A) == 4 ? wide_default<Op>(rows)
