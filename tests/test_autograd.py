@@ -111,6 +111,29 @@ def test_no_python_runs_in_the_forward_or_the_backward(lib: Any) -> None:
     assert any("_library" in f for f in called), called
 
 
+def test_a_python_formula_runs_torchs_autograd_layers_only_for_a_gradient(lib: Any) -> None:
+    """scale's formula is Python (its spec's backward). A call whose inputs need no gradient, or
+    made under no_grad, goes below autograd straight from the workbench's autograd kernel: none
+    of torch's autograd layers for custom ops run (they cost microseconds a call). A call that
+    needs one runs them, and its gradient is right."""
+    import torch._library
+
+    layers = str(Path(torch._library.__file__).parent / "autograd.py")
+    op = torch.ops.wb.scale.default
+    x = torch.randn(8)
+    xg = x.clone().requires_grad_()
+    op(x, 2.0)
+
+    def under_no_grad() -> None:
+        with torch.no_grad():
+            assert op(xg, 2.0).grad_fn is None
+
+    assert layers not in _python_called(lambda: op(x, 2.0))
+    assert layers not in _python_called(under_no_grad)
+    assert layers in _python_called(lambda: op(xg, 3.0).sum().backward())
+    assert xg.grad is not None and torch.equal(xg.grad, torch.full_like(x, 3.0))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradients_match_f_layer_norm_and_only_the_asked_ones_are_made(
     lib: Any, device: str

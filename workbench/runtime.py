@@ -387,14 +387,39 @@ def _register_autograd(
         torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)
         return
     impl: Any = None
+    op: Any = None
+    grad_enabled, below = torch._C.is_grad_enabled, torch._C._AutoDispatchBelowAutograd
+    after_autograd = torch._C._after_autograd_keyset
 
     def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal impl
+        nonlocal impl, op
+        if op is None:
+            op = utils.lookup_op(qualname)
+        # Where no input needs a gradient, what torch's kernel runs then (its forward_no_grad),
+        # without its layers: every eager call of the op passes here, and those layers cost a
+        # few microseconds a call. (An out= op whose out requires grad goes on to torch's kernel,
+        # which refuses it as torch does.)
+        if not (grad_enabled() and _any_requires_grad(*args, **kwargs)):
+            with below():
+                return op.redispatch(keyset & after_autograd, *args, **kwargs)
         if impl is None:
-            impl = make(utils.lookup_op(qualname), info)
+            impl = make(op, info)
         return impl(keyset, *args, **kwargs)
 
     lib.impl(qualname.split("::", 1)[1], autograd_kernel, "Autograd", with_keyset=True)
+
+
+def _any_tensor_requires_grad(*args: Any, **kwargs: Any) -> bool:
+    """Whether a tensor argument, or a tensor of a list argument, requires grad: torch's
+    ``_C._any_requires_grad``, for a torch that lacks it."""
+    for a in (*args, *kwargs.values()):
+        items = a if isinstance(a, (list, tuple)) else (a,)
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in items):
+            return True
+    return False
+
+
+_any_requires_grad = getattr(torch._C, "_any_requires_grad", _any_tensor_requires_grad)
 
 
 # An ahead-of-time package (what ``wb wheel`` ships):
