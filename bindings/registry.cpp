@@ -18,10 +18,21 @@
 // wb_autograd_recorded() says whether one has recorded a graph: its nodes run this library's
 // code for as long as the graph lives, so the driver never unmaps such a library.
 //
+// wb_register also puts a C++ kernel at dispatch key Autograd (a gate) in front of each of its ops
+// whose formula is Python (the driver registers that formula's kernel on the op, and again on
+// its twin ns::<op>_autograd): a call in which no argument needs a gradient goes below autograd
+// in C++, as torch's kernel would send it, and only a call that needs one enters Python, through
+// the twin. wb_autograd_gate(ns) makes them again after the driver redefined twins. Removed by
+// wb_unregister(ns); the Python kernel on the op serves again until a gate is.
+//
 // wb_route(ns, op, key, ...) registers a router for a tuned op (workbench/tuning/route.py): the
 // family's builds are registered under private namespaces, and ns::op sends each call to the
 // variant chosen for its first tensor argument's (device, dtype, numel bucket) by redispatching
 // straight to that namespace's kernel for the same dispatch key. No Python runs in the call.
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -114,6 +125,83 @@ int guarded(char* err, size_t err_size, Body&& body) {
   }
   return 1;
 }
+
+// --- the autograd gate of ops with a Python formula -------------------------------------------
+
+// Whether an argument is, or holds, a tensor that requires grad (torch's _any_requires_grad).
+bool requires_grad(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    return t.defined() && t.requires_grad();
+  }
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) {
+      if (t.defined() && t.requires_grad()) return true;
+    }
+    return false;
+  }
+  if (v.isList()) {  // lists of optional tensors
+    for (const c10::IValue& e : v.toListRef()) {
+      if (requires_grad(e)) return true;
+    }
+  }
+  return false;
+}
+
+// The Autograd kernel of an op whose formula is Python. Without grad mode or an argument that
+// requires grad it does what torch's kernel for such an op does then (forward_no_grad in
+// torch/_library/autograd.py): dispatch below autograd, here without entering Python. Otherwise
+// the twin's Autograd kernel, the same formula's, runs the call at this dispatch level.
+class AutogradGate final : public c10::OperatorKernel {
+ public:
+  explicit AutogradGate(std::string twin) : twin_(std::move(twin)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                  torch::jit::Stack* stack) {
+    const size_t nargs = op.schema().arguments().size();
+    bool grad = false;
+    if (at::GradMode::is_enabled()) {
+      for (size_t i = stack->size() - nargs; i < stack->size() && !grad; ++i) {
+        grad = requires_grad((*stack)[i]);
+      }
+    }
+    if (!grad) {
+      at::AutoDispatchBelowAutograd below;
+      op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+      return;
+    }
+    // Looked up at each such call: a spec edit defines the twin anew.
+    const auto twin = c10::Dispatcher::singleton().findOp({twin_, ""});
+    TORCH_CHECK(twin.has_value(), op.operator_name().name, ": its autograd formula (", twin_,
+                ") is not registered; reload the family");
+    twin->redispatchBoxed(keys, stack);
+  }
+
+ private:
+  std::string twin_;  // "ns::op_autograd"
+};
+
+// The registrations of the gates under each namespace (see wb_autograd_gate).
+std::map<std::string, Registrations>& gates() {
+  static std::map<std::string, Registrations> by_namespace;
+  return by_namespace;
+}
+
+// Drops the "Overriding a previously registered kernel" warning that a gate's registration gives
+// (it overrides the Python kernel on purpose); any other warning goes to the handler before it.
+class QuietOverride final : public c10::WarningHandler {
+ public:
+  QuietOverride() : previous_(c10::WarningUtils::get_warning_handler()) {}
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("Overriding a previously registered kernel") != std::string::npos) {
+      return;
+    }
+    previous_->process(warning);
+  }
+
+ private:
+  c10::WarningHandler* previous_;
+};
 
 // --- routing tuned ops ------------------------------------------------------------------------
 
@@ -231,6 +319,25 @@ std::vector<Table> parse_tables(const std::string& text, const std::string& op) 
   return tables;
 }
 
+// The gates of this library's ops under ns whose twin ns::<op>_autograd is defined (the driver
+// defines it with the op's Python formula), into regs.
+void make_gates(const char* ns, Registrations& regs) {
+  QuietOverride quiet;
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  for (const char* schema : schemas()) {
+    const size_t end = std::strcspn(schema, "(.");
+    if (schema[end] != '(') continue;  // an overload name: no twin (runtime.py)
+    std::string op(schema, end);
+    while (!op.empty() && op.back() == ' ') op.pop_back();
+    const std::string twin = std::string(ns) + "::" + op + "_autograd";
+    if (op.empty() || !c10::Dispatcher::singleton().findOp({twin, ""}).has_value()) continue;
+    regs.push_back(std::make_unique<torch::Library>(
+        torch::Library::IMPL, ns, c10::DispatchKey::Autograd, __FILE__, __LINE__));
+    regs.back()->impl(
+        op.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradGate>(twin)));
+  }
+}
+
 }  // namespace
 
 namespace wb::detail {
@@ -245,7 +352,7 @@ void note_autograd_recorded() { autograd_recorded.store(true, std::memory_order_
 }  // namespace wb::detail
 
 // Bumped when the meaning of these entry points changes; the driver refuses other versions.
-WB_EXPORT int wb_abi_version() { return 7; }
+WB_EXPORT int wb_abi_version() { return 8; }
 
 // What the driver reads when it opens the library, in one call: lines of the entry-point
 // version, then "schema\t" + each schema, then "autograd\t" + each op with a C++ autograd
@@ -273,11 +380,29 @@ WB_EXPORT int wb_register(const char* ns, char* err, size_t err_size) {
       e.fn(*regs.back());
     }
     register_autograd(ns, regs);
+    Registrations gated;
+    make_gates(ns, gated);
     live()[ns] = std::move(regs);
+    gates()[ns] = std::move(gated);
   });
 }
 
-WB_EXPORT void wb_unregister(const char* ns) { live().erase(ns); }
+WB_EXPORT void wb_unregister(const char* ns) {
+  gates().erase(ns);
+  live().erase(ns);
+}
+
+// Makes the autograd gates of this library's ops under ns again (see make_gates; wb_register
+// makes them too): after the driver defined or dropped a twin. Removed by wb_unregister(ns).
+// Returns 0, or 1 with the error in err.
+WB_EXPORT int wb_autograd_gate(const char* ns, char* err, size_t err_size) {
+  Registrations regs;
+  return guarded(err, err_size, [&] {
+    gates().erase(ns);
+    make_gates(ns, regs);
+    gates()[ns] = std::move(regs);
+  });
+}
 
 // Registers only this library's autograd kernels under ns (the public namespace of a routed
 // family: its routers redispatch below autograd). Removed by wb_unregister(ns). Returns 0, or 1

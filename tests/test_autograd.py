@@ -54,13 +54,15 @@ def _reference_grads(x: Any, w: Any, b: Any, g: Any) -> tuple[torch.Tensor, ...]
 
 def test_the_autograd_kernel_is_the_bindings(lib: Any) -> None:
     """Autograd of layer_norm is registered from its binding; layer_norm_backward keeps the
-    spec's Python formula (the double backward of layer_norm)."""
+    spec's Python formula (the double backward of layer_norm), behind its library's gate."""
+    assert torch.ops.wb.layer_norm.default is not None  # a lookup registers deferred kernels
     dump = torch._C._dispatch_dump("wb::layer_norm")
     (line,) = [line for line in dump.splitlines() if line.startswith("Autograd")]
     assert "bindings/layer_norm.cpp" in line, dump
     dump = torch._C._dispatch_dump("wb::layer_norm_backward")
-    (line,) = [line for line in dump.splitlines() if line.startswith("Autograd")]
-    assert "runtime.py" in line, dump
+    (gate, formula) = [line for line in dump.splitlines() if line.startswith("Autograd")]
+    assert "registry.cpp" in gate and "(inactive)" not in gate, dump  # in front of the formula
+    assert "runtime.py" in formula and "(inactive)" in formula, dump
     spec = lib.specs["layer_norm"]
     assert spec.cpp_autograd and spec.backward is None and spec.differentiable
 
@@ -111,15 +113,19 @@ def test_no_python_runs_in_the_forward_or_the_backward(lib: Any) -> None:
     assert any("_library" in f for f in called), called
 
 
-def test_a_python_formula_runs_torchs_autograd_layers_only_for_a_gradient(lib: Any) -> None:
-    """scale's formula is Python (its spec's backward). A call whose inputs need no gradient, or
-    made under no_grad, goes below autograd straight from the workbench's autograd kernel: none
-    of torch's autograd layers for custom ops run (they cost microseconds a call). A call that
-    needs one runs them, and its gradient is right."""
+def test_a_python_formula_runs_python_only_for_a_gradient(lib: Any) -> None:
+    """scale's formula is Python (its spec's backward). Its library's autograd gate, a C++ kernel
+    at Autograd in front of that formula, sends a call whose inputs need no gradient, or one made
+    under no_grad, below autograd without running any Python (torch's layers for custom ops cost
+    microseconds a call); a call that needs one runs the formula, and its gradient is right."""
     import torch._library
 
+    op = torch.ops.wb.scale.default  # a lookup registers a deferred family's kernels
+    dump = torch._C._dispatch_dump("wb::scale")
+    (active,) = [line for line in dump.splitlines() if line.startswith("Autograd[alias]:")]
+    assert "registry.cpp" in active, dump  # the gate; the Python kernel is inactive under it
+    assert "runtime.py" in dump.split(active, 1)[1], dump
     layers = str(Path(torch._library.__file__).parent / "autograd.py")
-    op = torch.ops.wb.scale.default
     x = torch.randn(8)
     xg = x.clone().requires_grad_()
     op(x, 2.0)
@@ -128,10 +134,11 @@ def test_a_python_formula_runs_torchs_autograd_layers_only_for_a_gradient(lib: A
         with torch.no_grad():
             assert op(xg, 2.0).grad_fn is None
 
-    assert layers not in _python_called(lambda: op(x, 2.0))
-    assert layers not in _python_called(under_no_grad)
+    assert _ours(_python_called(lambda: op(x, 2.0))) == []
+    assert _ours(_python_called(under_no_grad)) == []
     assert layers in _python_called(lambda: op(xg, 3.0).sum().backward())
     assert xg.grad is not None and torch.equal(xg.grad, torch.full_like(x, 3.0))
+    assert "scale" in type(op(xg, 1.0).grad_fn).__name__  # the op's own node, not the twin's
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -345,3 +352,24 @@ def test_a_graph_recorded_by_an_old_build_runs_after_reloads(
     assert out["no_grad_recorded"] is False and out["recorded"] is True
     assert out["second_kept"] is True
     assert out["old_is_2x"] is True and out["new_is_3x"] is True
+
+
+def test_an_edited_spec_gets_the_gate_in_front_of_its_new_formula(
+    restored: workbench.Library, registry: Path
+) -> None:
+    """layer_norm_backward's formula is Python: a spec.py edit that leaves the build as it is
+    registers the formula anew, and the library's gate goes back in front of it."""
+    spec = registry / "layer_norm" / "spec.py"
+    spec.write_text(spec.read_text() + "\n# edited: the same build, a new spec module\n")
+    restored.reload()
+    dump = torch._C._dispatch_dump(f"{NS}::layer_norm_backward")
+    (active,) = [line for line in dump.splitlines() if line.startswith("Autograd[alias]:")]
+    assert "registry.cpp" in active, dump
+    x, w, b, g = _inputs()
+    y = restored.layer_norm(x, w, b, EPS)[0]
+    (gx,) = torch.autograd.grad(y, (x,), g, create_graph=True)
+    (ggx,) = torch.autograd.grad(gx.sum(), (x,))  # through layer_norm_backward's formula
+    yr = F.layer_norm(x, x.shape[-1:], w, b, EPS)
+    (rx,) = torch.autograd.grad(yr, (x,), g, create_graph=True)
+    (rrx,) = torch.autograd.grad(rx.sum(), (x,))
+    torch.testing.assert_close(ggx, rrx)

@@ -27,7 +27,7 @@ ENTRY_POINTS = {
     *("wb_abi_version", "wb_describe"),
     *("wb_register", "wb_unregister", "wb_route"),
     *("wb_kernel_count", "wb_kernel_name", "wb_kernel_used", "wb_module_load", "wb_module_hook"),
-    *("wb_register_autograd", "wb_autograd_recorded"),
+    *("wb_register_autograd", "wb_autograd_recorded", "wb_autograd_gate"),
 }
 
 

@@ -118,8 +118,9 @@ def test_a_damaged_library_is_never_taken_from_the_index(
 def test_an_autograd_formula_is_made_on_first_use_and_differentiates(
     lib: workbench.Library, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A warm start defers torch's autograd kernel for each formula to the op's first call
-    (with or without grad: the Autograd dispatch key runs either way)."""
+    """A warm start defers torch's autograd kernel for each formula to the op's first call that
+    may record a graph: a call without one (no_grad, or no input that requires grad, as mul's
+    inside muladd's backward) goes below autograd through the library's gate and makes none."""
     from torch._library import autograd as torch_autograd
 
     made: list[str] = []
@@ -141,7 +142,11 @@ def test_an_autograd_formula_is_made_on_first_use_and_differentiates(
     y = torch.randn(64, dtype=torch.float64)
     (grad,) = torch.autograd.grad(fresh.muladd(x, y, 0.5).sum(), x)
     torch.testing.assert_close(grad, y)
-    assert sorted(made) == ["mul", "muladd", "rms_norm"]  # muladd's backward calls mul
+    assert sorted(made) == ["muladd", "rms_norm"]  # muladd's backward called mul without grad
+    with torch.no_grad():
+        fresh.mul(x, y)
+    assert sorted(made) == ["muladd", "rms_norm"]
+    fresh.mul(x, y)  # x requires grad: mul's kernel is made now
     fresh.muladd(x, y, 0.5)  # made once per op, then reused
     fresh.mul(x, y)
     assert sorted(made) == ["mul", "muladd", "rms_norm"]

@@ -113,6 +113,13 @@ class Handle:
             raise LoadError(f"registering the kernels of {self.built.family} failed: {error}")
         self.namespace = ns
 
+    def gate_autograd(self) -> None:
+        """Put the library's autograd gates in front of its ops' Python formulas again."""
+        if self.namespace is not None:
+            error = runtime.gate_autograd(self.cdll, self.namespace)
+            if error is not None:
+                raise LoadError(f"the autograd gates of {self.built.family}: {error}")
+
     def unregister(self) -> None:
         self.cdll.wb_unregister.argtypes = [ctypes.c_char_p]
         if self.routed is not None:  # its routers, registered under the public namespace
@@ -368,10 +375,14 @@ def activate(
     swap = Swap()
     if old is not None and old.built.library == built.library:
         old.check_autograd(specs)
+        edited = False
         for name in old.schemas:  # the same build, but spec.py may have changed
             op_def = state.defs[name]
             if op_def.spec is not specs.get(name):
                 op_def.register_python(ns, specs.get(name))
+                edited = True
+        if edited:  # new Python formulas: the library's autograd gates go in front of them again
+            old.gate_autograd()
         return swap
     new = open_library(built)
     if prepare is not None:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 # The meaning of the libraries' C entry points (bindings/registry.cpp, wb_abi_version).
-ABI_VERSION = 7
+ABI_VERSION = 8
 # What an ahead-of-time package records about its build, beside its __init__.py.
 BUILD_INFO = "_build.json"
 
@@ -118,6 +118,16 @@ def register_kernels(cdll: ctypes.CDLL, ns: str) -> str | None:
     err = ctypes.create_string_buffer(8192)
     cdll.wb_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     if cdll.wb_register(ns.encode(), err, len(err)) != 0:
+        return err.value.decode()
+    return None
+
+
+def gate_autograd(cdll: ctypes.CDLL, ns: str) -> str | None:
+    """Make the library's autograd gates under ``ns`` again (``wb_autograd_gate``), after its ops'
+    Python registrations were made anew: None, or the library's error."""
+    err = ctypes.create_string_buffer(8192)
+    cdll.wb_autograd_gate.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    if cdll.wb_autograd_gate(ns.encode(), err, len(err)) != 0:
         return err.value.decode()
     return None
 
@@ -227,6 +237,13 @@ def register_python(ns: str, spec: Any, schema: str) -> torch.library.Library:
 
         _register_autograd(lib, qualname, schema, spec.backward, setup_context)
     return lib
+
+
+def autograd_twin(name: str) -> str:
+    """The op that carries ``name``'s Python formula for its library's gate (``wb_register``,
+    bindings/registry.cpp): the gate, a C++ Autograd kernel, sends there the calls that need a
+    gradient and every other call straight below autograd."""
+    return f"{name}_autograd"
 
 
 def returns_alias(schema: str) -> bool:
@@ -383,9 +400,16 @@ def _register_autograd(
         make, info = torch_autograd.make_autograd_impl, torch_autograd.Info(backward, setup_context)
     except (ImportError, AttributeError, TypeError):
         refused = True
-    if refused:  # torch raises its own error for an op it refuses
+    if refused:  # torch raises its own error for an op it refuses (and it gets no gate)
         torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)
         return
+    name = qualname.split("::", 1)[1]
+    # The twin: the op's schema under another name, with the kernel below (the op's) as its only
+    # one: the gate calls it at the Autograd key alone. An overloaded name gets none (no gate).
+    head, args = schema.split("(", 1)
+    twin = autograd_twin(name) if "." not in head else None
+    if twin is not None:
+        lib.define(f"{twin}({args}")
     impl: Any = None
     op: Any = None
     grad_enabled, below = torch._C.is_grad_enabled, torch._C._AutoDispatchBelowAutograd
@@ -406,7 +430,9 @@ def _register_autograd(
             impl = make(op, info)
         return impl(keyset, *args, **kwargs)
 
-    lib.impl(qualname.split("::", 1)[1], autograd_kernel, "Autograd", with_keyset=True)
+    lib.impl(name, autograd_kernel, "Autograd", with_keyset=True)  # where no gate is
+    if twin is not None:
+        lib.impl(twin, autograd_kernel, "Autograd", with_keyset=True)
 
 
 def _any_tensor_requires_grad(*args: Any, **kwargs: Any) -> bool:
