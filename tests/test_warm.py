@@ -158,6 +158,8 @@ def test_a_fake_function_names_its_own_source_and_traces(lib: workbench.Library)
     from torch._library import simple_registry
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    # A lookup registers a deferred family (where the load deferred it: a CUDA host's warm load).
+    assert getattr(torch.ops, lib.namespace).muladd.default is not None
     spec = lib.specs["muladd"]
     kernel = simple_registry.singleton.find(f"{lib.namespace}::muladd").fake_impl.kernel
     assert kernel is not None  # the spec's fake, or its stand-in (workbench.specfile)
