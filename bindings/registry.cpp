@@ -20,7 +20,7 @@
 //
 // wb_register also puts a C++ kernel at dispatch key Autograd (a gate) in front of each of its ops
 // whose formula is Python (the driver registers that formula's kernel on the op, and again on
-// its twin ns::<op>_autograd): a call in which no argument needs a gradient goes below autograd
+// its twin ns::_wb_autograd_<op>): a call in which no argument needs a gradient goes below autograd
 // in C++, as torch's kernel would send it, and only a call that needs one enters Python, through
 // the twin. wb_autograd_gate(ns) makes them again after the driver redefined twins. Removed by
 // wb_unregister(ns); the Python kernel on the op serves again until a gate is.
@@ -178,7 +178,7 @@ class AutogradGate final : public c10::OperatorKernel {
   }
 
  private:
-  std::string twin_;  // "ns::op_autograd"
+  std::string twin_;  // "ns::_wb_autograd_op"
 };
 
 // The registrations of the gates under each namespace (see wb_autograd_gate).
@@ -319,7 +319,7 @@ std::vector<Table> parse_tables(const std::string& text, const std::string& op) 
   return tables;
 }
 
-// The gates of this library's ops under ns whose twin ns::<op>_autograd is defined (the driver
+// The gates of this library's ops under ns whose twin ns::_wb_autograd_<op> is defined (the driver
 // defines it with the op's Python formula), into regs.
 void make_gates(const char* ns, Registrations& regs) {
   QuietOverride quiet;
@@ -329,7 +329,7 @@ void make_gates(const char* ns, Registrations& regs) {
     if (schema[end] != '(') continue;  // an overload name: no twin (runtime.py)
     std::string op(schema, end);
     while (!op.empty() && op.back() == ' ') op.pop_back();
-    const std::string twin = std::string(ns) + "::" + op + "_autograd";
+    const std::string twin = std::string(ns) + "::_wb_autograd_" + op;
     if (op.empty() || !c10::Dispatcher::singleton().findOp({twin, ""}).has_value()) continue;
     regs.push_back(std::make_unique<torch::Library>(
         torch::Library::IMPL, ns, c10::DispatchKey::Autograd, __FILE__, __LINE__));

@@ -243,7 +243,7 @@ def autograd_twin(name: str) -> str:
     """The op that carries ``name``'s Python formula for its library's gate (``wb_register``,
     bindings/registry.cpp): the gate, a C++ Autograd kernel, sends there the calls that need a
     gradient and every other call straight below autograd."""
-    return f"{name}_autograd"
+    return f"_wb_autograd_{name}"  # a prefix no user op takes: the gate finds its twin by name
 
 
 def returns_alias(schema: str) -> bool:
