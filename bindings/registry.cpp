@@ -134,13 +134,7 @@ bool requires_grad(const c10::IValue& v) {
     const at::Tensor& t = v.toTensor();
     return t.defined() && t.requires_grad();
   }
-  if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) {
-      if (t.defined() && t.requires_grad()) return true;
-    }
-    return false;
-  }
-  if (v.isList()) {  // lists of optional tensors
+  if (v.isList()) {  // Tensor[] and Tensor?[] alike: their elements are IValues
     for (const c10::IValue& e : v.toListRef()) {
       if (requires_grad(e)) return true;
     }
