@@ -41,32 +41,26 @@ def per_call(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> flo
     return best
 
 
-def cases(device: str) -> list[tuple[str, str, Callable[..., Any], Callable[..., Any]]]:
-    """(name, shape, ours(tensors), torch's(tensors)) with the tensors made by ``inputs``."""
+def cases(device: str) -> list[tuple[str, str, Callable[..., Any], Callable[..., Any], tuple]]:
+    """(name, shape, ours, torch's, the arguments both take) of each case."""
     import torch
 
     ops = torch.ops.wb
     half = torch.bfloat16 if device == "cuda" else torch.float32
+
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, device=device, dtype=dtype)
+
     return [
-        ("matmul", f"64x64x64 {str(half)[6:]}", ops.matmul.default, torch.mm),
-        ("softmax", "64x1024 float32", lambda x: ops.softmax.default(x), lambda x: x.softmax(-1)),
-        ("scale", "4096 float32", lambda x: ops.scale.default(x, 2.0), lambda x: x * 2.0),
+        ("matmul", f"64x64x64 {str(half).removeprefix('torch.')}", ops.matmul.default, torch.mm,
+         (randn(64, 64, dtype=half), randn(64, 64, dtype=half))),
+        ("softmax", "64x1024 float32", lambda x: ops.softmax.default(x), lambda x: x.softmax(-1),
+         (randn(64, 1024),)),
+        ("scale", "4096 float32", lambda x: ops.scale.default(x, 2.0), lambda x: x * 2.0,
+         (randn(4096),)),
         ("muladd", "4096 float32", lambda a, b: ops.muladd.default(a, b, 1.0),
-         lambda a, b: a * b + 1.0),
+         lambda a, b: a * b + 1.0, (randn(4096), randn(4096))),
     ]  # fmt: skip
-
-
-def inputs(name: str, device: str) -> tuple[Any, ...]:
-    import torch
-
-    if name == "matmul":
-        dtype = torch.bfloat16 if device == "cuda" else torch.float32
-        return tuple(torch.randn(64, 64, device=device, dtype=dtype) for _ in range(2))
-    if name == "softmax":
-        return (torch.randn(64, 1024, device=device),)
-    if name == "scale":
-        return (torch.randn(4096, device=device),)
-    return tuple(torch.randn(4096, device=device) for _ in range(2))
 
 
 def time_case(
@@ -108,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     workbench.load(BUNDLED_KERNELS, families=families, devices=device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
-    for name, shape, ours, theirs in cases(device):
-        times = time_case(ours, theirs, inputs(name, device), args.calls, sync)
+    for name, shape, ours, theirs, inputs in cases(device):
+        times = time_case(ours, theirs, inputs, args.calls, sync)
         rows.append([name, shape, *(f"{t:.2f}" for t in times), f"{times[0] / times[1]:.2f}x"])
     env = environment()
     head = ["op", "shape", "ours us", "torch us", "ours, inference", "torch, inference",
