@@ -8,7 +8,7 @@
 //
 // wb_kernel_count / wb_kernel_name list the kernels that host launchers name in device-only TUs
 // (wb/module.h), wb_kernel_used says which of them this process has launched; wb_module_load
-// hands over their cubins and wb_module_hook the driver's wait for a module's second step
+// hands over their cubins and wb_module_hook asks the driver for a kernel its module lacks
 // (wb/registry_modules.h).
 //
 // WB_AUTOGRAD kernels (wb/autograd.h) are registered by wb_register under dispatch key Autograd,
@@ -346,7 +346,7 @@ void note_autograd_recorded() { autograd_recorded.store(true, std::memory_order_
 }  // namespace wb::detail
 
 // Bumped when the meaning of these entry points changes; the driver refuses other versions.
-WB_EXPORT int wb_abi_version() { return 8; }
+WB_EXPORT int wb_abi_version() { return 9; }
 
 // What the driver reads when it opens the library, in one call: lines of the entry-point
 // version, then "schema\t" + each schema, then "autograd\t" + each op with a C++ autograd

@@ -129,6 +129,32 @@ def test_a_kernel_of_the_rest_that_does_not_compile_fails_at_its_launch_and_next
     assert "no halves here" in str(report.failed["op00"])
 
 
+def test_a_module_of_some_kernels_compiles_another_at_the_launch_that_needs_it(
+    lib: workbench.Library, registry: Path
+) -> None:
+    # What wb tune gives a variant: a module of the kernels the plain build launched (float).
+    handle = loader.live_handles(NS)["op01"]
+    assert handle.kernels is not None
+    floats = {k for k in handle.kernels if k[1].endswith(",float>")}
+    family = lib.project.family("op01")
+    device.sync(lib.project, family, lib.config, handle, only=floats)
+    assert module_names("op01", "op01.kernel.cu") == {e for _, e in floats}
+    x = torch.arange(8.0, device="cuda")
+    assert torch.equal(lib.op01(x, 2.0), 2 * x + 1)
+    xd = x.double()  # not in the module: its launch compiles that one kernel, then runs it
+    assert torch.equal(lib.op01(xd, 2.0), 2 * xd + 1)
+    added = module_names("op01", "op01.kernel.cu") - {e for _, e in floats}
+    assert len(added) == 1 and "double" in added.pop()
+    # A kernel that does not compile fails its launch with the compiler's message, and the
+    # kernels the module holds keep running.
+    edit(registry / "op01" / "op01.kernel.cu", "  wb::detail::elementwise_body<N, NoL1>",
+         '  static_assert(sizeof(T) != 2, "no halves here");\n'
+         "  wb::detail::elementwise_body<N, NoL1>")  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"(?s)completing its module failed.*no halves here"):
+        lib.op01(x.half(), 2.0)
+    assert torch.equal(lib.op01(xd, 2.0), 2 * xd + 1)
+
+
 def test_a_device_compile_error_names_the_line_and_keeps_the_old_kernel(
     lib: workbench.Library, registry: Path
 ) -> None:

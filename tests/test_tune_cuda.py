@@ -134,26 +134,24 @@ def test_a_matmul_tune_compiles_the_tuned_dtypes_kernels_and_completes_its_winne
     }
     a = torch.randn(64, 96, device="cuda", dtype=torch.float16)
     b = torch.randn(96, 80, device="cuda", dtype=torch.float16)
-    losers = 0
+    variants = 0
     for pns, handle in route._variants.items():
         if handle.built.family != "matmul" or handle.built.library == plain:
             continue
+        variants += 1
         op = getattr(torch.ops, pns).matmul
-        # bfloat16, b row-major and column-major: what the tune checked, in every variant.
+        # bfloat16, b row-major and column-major: what the tune checked, in every variant. A
+        # tuned module runs its tile on these small shapes where the plain build, whose launches
+        # chose the variant's kernels, took other routes: a kernel it lacked compiled at launch.
         x = torch.randn(64, 96, device="cuda", dtype=torch.bfloat16)
         for y in (torch.randn(96, 80, device="cuda", dtype=torch.bfloat16),
                   torch.randn(80, 96, device="cuda", dtype=torch.bfloat16).t()):  # fmt: skip
             torch.testing.assert_close(
                 op(x, y).float(), x.float() @ y.float(), rtol=1e-2, atol=1e-1
             )
-        if handle.built.key in winners:  # routed to: its modules were completed
+        if handle.built.key in winners or variants == 1:
+            # A winner's modules were completed; another compiles float16 at its first launch.
             torch.testing.assert_close(
                 op(a, b).float(), a.float() @ b.float(), rtol=1e-2, atol=1e-1
             )
-        else:  # float16 was never compiled for it: a launch names the missing kernel
-            losers += 1
-            with pytest.raises(
-                RuntimeError, match="compiled without wb::matmul::wgmma_kernel<wb::f16"
-            ):
-                op(a, b)
-    assert losers > 0
+    assert variants > 1

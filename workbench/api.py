@@ -21,7 +21,7 @@ from workbench.tuning import store as tune_store
 if TYPE_CHECKING:  # the team cache's module is imported only where a build used it
     from workbench import launcher as team
     from workbench import resources
-    from workbench.device import Module
+    from workbench.device_live import Module
     from workbench.spec import OpSpec
 
 # Called with the builds a load is about to open, under its use locks: tests use it to hold a
@@ -53,7 +53,7 @@ class LoadReport:
         self.device_only: list[str] = []
         self.device_compiled: list[Path] = []
         self.device_seconds = 0.0
-        # (TU, kernels) of each module whose other kernels compile behind the reload (device.Rest)
+        # (TU, kernels) of each module whose rest compiles behind the reload (device_live.Rest)
         self.device_behind: list[tuple[Path, int]] = []
         # The kernels a reload changed (workbench.resources): a line each, what got worse, the
         # seconds after the swap, by step ("in thread": read beside the build, not counted).

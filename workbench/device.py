@@ -27,7 +27,6 @@ Hopper matmul's) reloads in the time of the kernels the user runs.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import os
@@ -36,14 +35,21 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from workbench import cache, events
+from workbench.device_live import Completion, Handle, Module, Rest, complete_later, failed, install
+from workbench.device_live import hooked as _hooked
+from workbench.device_live import kernel_names as kernel_names
+from workbench.device_live import listed as _listed
+from workbench.device_live import load as load
+from workbench.device_live import settle as settle
+from workbench.device_live import used_kernels as used_kernels
 from workbench.device_record import Image
 from workbench.device_record import cached as _cached
 from workbench.device_record import cubin_path as cubin_path
 from workbench.device_record import warm as _warm
-from workbench.errors import BuildError, LoadError
+from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
 from workbench.project import DEVICE_SUFFIX, Family, Project, mentions_tune
 
@@ -61,67 +67,6 @@ if TYPE_CHECKING:
 # resources a reload prints, workbench.cubin; wb smoke's table).
 NVRTC_FLAGS = ("-std=c++17", "-lineinfo", "-default-device", "--ptxas-options=-v")
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
-
-
-class Built(Protocol):
-    """What this layer reads of a build: the path of its library (None before the link)."""
-
-    @property
-    def library(self) -> Path | None: ...
-
-
-class Handle(Protocol):
-    """What this layer needs of an opened library (``workbench.loader.Handle`` is one): the
-    library, its registry entry points, and the slots where the modules it holds are noted."""
-
-    @property
-    def built(self) -> Built: ...
-
-    cdll: ctypes.CDLL
-    kernels: list[tuple[str, str]] | None  # what its launchers name, once read
-    modules: dict[str, tuple[str, ...]]  # the module key loaded per device-only TU
-
-
-class Module:
-    """The cubins of one device-only TU for the current sources, one per architecture; or, where
-    ``rest`` is set, those of the kernels a live process has launched, with the rest to come."""
-
-    def __init__(
-        self, file: str, source: Path, images: list[Image], rest: Rest | None = None
-    ) -> None:
-        self.file = file  # relative to the family's folder, as the launchers name it
-        self.source = source
-        self.images = images
-        self.rest = rest
-
-    @property
-    def key(self) -> tuple[str, ...]:
-        return tuple(i.key for i in self.images)
-
-    @property
-    def compiled(self) -> bool:
-        return any(i.seconds > 0 for i in self.images)
-
-
-def kernel_names(handle: Handle) -> list[tuple[str, str]]:
-    """(file, name expression) of every kernel the library's launchers name."""
-    cdll = handle.cdll
-    count = cdll.wb_kernel_count()
-    cdll.wb_kernel_name.restype = ctypes.c_char_p
-    out = []
-    for i in range(count):
-        raw = cdll.wb_kernel_name(i)
-        file, _, expression = (raw or b"").decode().partition("\t")
-        out.append((file, expression))
-    return out
-
-
-def used_kernels(handle: Handle) -> set[tuple[str, str]]:
-    """(file, name expression) of each kernel of the library that this process has launched (or
-    global it has read), on any device: what the calls so far needed of its modules."""
-    cdll = handle.cdll
-    names = handle.kernels if handle.kernels is not None else kernel_names(handle)
-    return {names[i] for i in range(len(names)) if cdll.wb_kernel_used(i)}
 
 
 def includes(source: Path, include_dirs: tuple[Path, ...]) -> list[str]:
@@ -273,7 +218,7 @@ def ensure(
         if images is None and first is not None:
             used = first() if used is None else used
             early = [n for n in names if (file, n) in used]
-        if early and len(early) < len(names) and content not in _failed:  # its kernels first
+        if early and len(early) < len(names) and not failed(content):  # its kernels first
             # The rest on as many programs as the cores run (its keys are listed, not derived).
             later = [n for n in names if n not in early]
             rest = jobs(later, max(MAX_PROGRAMS, os.cpu_count() or 1))
@@ -401,146 +346,6 @@ def _compile(
     return image
 
 
-# A reload's modules in two steps (the module's docstring). The whole module's cubins are listed
-# by its inputs' content (cubin/modules/KEY.json), so a warm start or the next reload finds them,
-# and a second ensure of the same content waits for the compile under way.
-_rest_lock = threading.Lock()
-_in_flight: dict[str, Rest] = {}  # by the module's content key
-_failed: set[str] = set()  # content keys whose rest failed to compile
-_waiting: dict[int, dict[str, Rest]] = {}  # by id(library): each file's rest to come
-_hooks: dict[int, tuple[Any, Any]] = {}  # by id(library): (the library, its hook), kept alive
-_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char), ctypes.c_int)
-
-
-class Rest:
-    """The kernels of a device-only TU compiled after those a live process has launched."""
-
-    def __init__(self, content: str, file: str, source: Path, first: list[Image], n: int) -> None:
-        self.content, self.file, self.source, self.first = content, file, source, first
-        self.count = n  # the kernels it compiles
-        self.images: list[Image] | None = None  # the whole module's, once compiled
-        self.error = ""
-        self.finished = False  # compiled (or failed); done: and swapped into its holders
-        self.done = threading.Event()
-        self.holders: dict[int, tuple[Handle, tuple[str, ...]]] = {}
-
-    def start(self, compile_rest: Callable[[], list[Image]]) -> None:
-        with _rest_lock:
-            _in_flight[self.content] = self
-        # Not a daemon: a process that ends meanwhile waits for it, so the cache keeps the work.
-        threading.Thread(target=self._run, args=(compile_rest,), name="wb-module-rest").start()
-
-    def _run(self, compile_rest: Callable[[], list[Image]]) -> None:
-        try:
-            images = [*self.first, *compile_rest()]
-            path = _listing(self.content)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_atomic(path, json.dumps([[i.arch, i.key] for i in images]))
-            self.images = images
-        except Exception as e:  # shown at the launch that needs them, and at the next reload
-            self.error = str(e)
-            with _rest_lock:
-                _failed.add(self.content)  # its next ensure compiles it whole: the error raised
-        with _rest_lock:
-            self.finished = True
-            holders = [handle for handle, _ in self.holders.values()]
-        for handle in holders:
-            self.swap_into(handle)
-        with _rest_lock:
-            if _in_flight.get(self.content) is self:
-                del _in_flight[self.content]
-            self.done.set()
-
-    def hold(self, handle: Handle, key: tuple[str, ...]) -> None:
-        """``handle`` loaded the first kernels as ``key``: swap the whole module in when done."""
-        with _rest_lock:
-            self.holders[id(handle)] = (handle, key)
-            _waiting.setdefault(id(handle.cdll), {})[self.file] = self
-            finished = self.finished
-        if finished:
-            self.swap_into(handle)
-
-    def swap_into(self, handle: Handle) -> bool:
-        """Load the whole module into ``handle`` if its live module is still the first step's;
-        whether the whole module compiled (and is live, unless a later load replaced it)."""
-        with _rest_lock:
-            held = self.holders.pop(id(handle), None)
-            if self.images is not None and held and handle.modules.get(self.file) == held[1]:
-                try:
-                    load(handle, Module(self.file, self.source, self.images))
-                except LoadError as e:
-                    self.error, self.images = str(e), None
-            return self.images is not None
-
-
-def settle(timeout: float | None = None) -> bool:
-    """Wait for the second step of the modules that reloads are compiling; whether all are done
-    (compiled and swapped in, or failed) within ``timeout`` seconds."""
-    with _rest_lock:
-        rests = list(_in_flight.values())
-    return all(rest.done.wait(timeout) for rest in rests)
-
-
-def _listing(content: str) -> Path:
-    return cache.root() / "cubin" / "modules" / f"{content}.json"
-
-
-def _listed(content: str) -> list[Image] | None:
-    """The images of the module of ``content``: when a rest compiles it now, once it is done."""
-    with _rest_lock:
-        rest = _in_flight.get(content)
-    if rest is not None:
-        rest.done.wait()
-        if rest.images is None:
-            return None  # it failed: compiled again, and the error raised
-        return [Image(i.arch, i.key, i.file, i.lowered) for i in rest.images]  # compiled there
-    listed = cache.read_json(_listing(content))
-    if not isinstance(listed, list):
-        return None
-    images = [_cached(str(arch), str(key)) for arch, key in listed]
-    return None if any(i is None for i in images) else [i for i in images if i is not None]
-
-
-def _hooked(handle: Handle) -> bool:
-    """Whether the library of ``handle`` calls the completion hook (libraries built before it do
-    not: a reload then compiles every kernel at once)."""
-    key = id(handle.cdll)
-    if key in _hooks:
-        return True
-    setter = getattr(handle.cdll, "wb_module_hook", None)
-    if setter is None:
-        return False
-
-    def complete(file: bytes, message: Any, capacity: int) -> int:
-        with _rest_lock:
-            rest = _waiting.get(key, {}).get(file.decode())
-        if rest is None:
-            return 0
-        rest.done.wait()  # without the GIL: the compile's threads run
-        if rest.swap_into(handle):
-            return 1
-        text = f"{rest.source}: compiling its other kernels failed: {rest.error}".encode()
-        ctypes.memmove(message, text, min(len(text), capacity - 1))
-        return -1
-
-    hook = _HOOK(complete)
-    setter.argtypes, setter.restype = [_HOOK], None
-    setter(hook)
-    _hooks[key] = (handle.cdll, hook)
-    return True
-
-
-def load(handle: Handle, module: Module) -> None:
-    """Make ``module`` the live module of its file in the library of ``handle``."""
-    from workbench import runtime
-
-    images = [(i.arch, i.file, i.lowered) for i in module.images]
-    error = runtime.load_module(handle.cdll, module.file, images)
-    if error is not None:
-        raise LoadError(f"loading the module of {module.source} failed: {error}")
-    handle.modules[module.file] = module.key
-
-
 def sync(
     project: Project,
     family: Family,
@@ -553,32 +358,51 @@ def sync(
     """Compile and load what changed among the family's device-only TUs; the modules swapped.
 
     ``seen``: stamps already read by this load (see :func:`ensure`). ``only``: compile just
-    these of the kernels the launchers name (``wb tune``'s variants, which are checked and timed
-    on inputs that launch no other); a launch of any other kernel then fails and names it, until
-    a ``sync`` without ``only`` completes the modules. ``ready``: the modules :func:`prepare`
-    found for this library (a deferred family's), loaded as they are."""
+    these of the kernels the launchers name (``wb tune``'s variants, checked and timed on the
+    inputs on which the plain build launched only these); a launch of any other kernel compiles
+    it then (:class:`workbench.device_live.Completion`), until a ``sync`` without ``only``
+    completes the modules. ``ready``: the modules :func:`prepare` found for this library (a
+    deferred family's), loaded as they are."""
     if handle.kernels is None:
         handle.kernels = _warm().kernels_of(handle.built.library, lambda: kernel_names(handle))
     kernels = handle.kernels if only is None else [k for k in handle.kernels if k in only]
-    if not kernels:
-        _warm().save()
-        return []
     swapped = []
-    # A reload of a library whose kernels ran: those first (ensure's ``first``).
-    early = only is None and bool(handle.modules) and _hooked(handle)
-    first = (lambda: used_kernels(handle)) if early else None
-    if ready is None:
-        ready = ensure(project, family, config, kernels, seen, first=first)
-    for module in ready:
-        with _rest_lock:
-            if handle.modules.get(module.file) != module.key:
-                load(handle, module)
-                swapped.append(module)
-            waiting = _waiting.get(id(handle.cdll), {})
-            waiting.pop(module.file, None)
-        if module.rest is not None:
-            module.rest.hold(handle, module.key)
+    if kernels:
+        # A reload of a library whose kernels ran: those first (ensure's ``first``).
+        early = only is None and bool(handle.modules) and _hooked(handle)
+        first = (lambda: used_kernels(handle)) if early else None
+        if ready is None:
+            ready = ensure(project, family, config, kernels, seen, first=first)
+        swapped = [module for module in ready if install(handle, module)]
+    else:
+        _warm().save()
+    if only is not None:
+        _complete_on_launch(project, family, config, handle, ready or [])
     return swapped
+
+
+def _complete_on_launch(
+    project: Project, family: Family, config: Config, handle: Handle, loaded: list[Module]
+) -> None:
+    """Each device-only TU of ``handle`` whose module lacks some of the kernels the launchers
+    name compiles one of them at the launch that needs it."""
+    named: dict[str, set[str]] = {}
+    for file, expression in handle.kernels or []:
+        named.setdefault(file, set()).add(expression)
+    have = {m.file: m for m in loaded}
+    sources = {file: source for file, source, _ in plan(family, handle.kernels or [])}
+
+    def compile_one(file: str, expression: str) -> list[Image]:
+        return [i for m in ensure(project, family, config, [(file, expression)]) for i in m.images]
+
+    for file, names in named.items():
+        module = have.get(file)
+        images = module.images if module is not None else []
+        if names - {n for i in images for n in i.lowered}:
+            completion = Completion(
+                file, sources[file], images, names, functools.partial(compile_one, file)
+            )
+            complete_later(handle, completion)
 
 
 def prepare(

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 # The meaning of the libraries' C entry points (bindings/registry.cpp, wb_abi_version).
-ABI_VERSION = 8
+ABI_VERSION = 9
 # What an ahead-of-time package records about its build, beside its __init__.py.
 BUILD_INFO = "_build.json"
 

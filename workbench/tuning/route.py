@@ -38,7 +38,7 @@ from workbench.errors import BuildError, LoadError
 
 if TYPE_CHECKING:
     from workbench.config import Config
-    from workbench.device import Handle
+    from workbench.device_live import Handle
     from workbench.project import Family, Project
 
 # Private namespace -> its op definitions (kept for the process; see the module docstring).

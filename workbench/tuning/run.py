@@ -8,7 +8,8 @@ Lifecycle of one run (one op, one device, one dtype):
    cached library (a variant compiles only the TUs its parameters reach). A variant that fails
    to compile is reported with its first error and skipped. Where the family has device-only
    TUs, the plain build is first run on the inputs the variants will be checked and timed on,
-   and each variant's modules hold only the kernels that run launched (:func:`launched_kernels`).
+   and each variant's modules hold only the kernels that run launched (:func:`launched_kernels`);
+   a variant's launch of another compiles it then.
 3. **Check** each built variant, registered under a private namespace: the checker's value rows
    for the tuned dtype on this device (special values included, one trial): the router sends a
    variant no other dtype. A wrong
@@ -312,9 +313,11 @@ def launched_kernels(
     sizes); None where the family has no modules here.
 
     A variant serves only the dtype it is tuned for (the router sends every other dtype to the
-    plain build), so its modules need only these kernels until it wins: routing to a winner
-    compiles the rest (``device.sync``). Its launchers are the plain build's whenever the
-    variant compiles only device-only TUs, and then name the same kernels for the same inputs.
+    plain build), so its modules start with these kernels: routing to a winner compiles the rest
+    (``device.sync``). A variant may launch others on the same inputs (its launchers read its
+    tile from its module, and a tuned matmul runs that tile where the plain build took a split-k
+    or narrow route): such a launch compiles its kernel then, in the check, before any timing
+    (:class:`workbench.device_live.Completion`).
     """
     from workbench import device
     from workbench.verify.runner import value_samples

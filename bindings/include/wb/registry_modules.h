@@ -92,10 +92,11 @@ struct KernelSlot {
   PerDevice devices[kMaxDevices];
 };
 
-// The driver's completion hook: for `file`, whose live module lacks a kernel, waits for the
-// module with all of its kernels and loads it. Returns 1 once it is loaded, 0 when none is coming,
-// -1 when its compile failed (the error in message, at most capacity bytes with its NUL).
-using CompleteHook = int (*)(const char* file, char* message, int capacity);
+// The driver's completion hook: for `file`, whose live module lacks the kernel `expression` (or
+// which has no module yet), loads a module that holds it: a reload's whole module once compiled,
+// or a tune variant's module with that kernel added. Returns 1 once it is loaded, 0 when none is
+// coming, -1 when its compile failed (the error in message, at most capacity bytes with its NUL).
+using CompleteHook = int (*)(const char* file, const char* expression, char* message, int capacity);
 
 struct ModuleTable {
   std::mutex mutex;  // taken to register, load, and look a kernel up: never on a launch's fast path
@@ -294,6 +295,7 @@ inline Status resolve(KernelSlot* slot, int device, const size_t* sizes, int cou
   if (!d.error.empty()) return fail(d.error + " (a CUDA 12 driver is needed for device-only TUs)");
   ModuleFile& f = *slot->file;
   if (f.modules.empty()) {
+    if (missing != nullptr) *missing = true;  // a tune variant's file no kernel was compiled of
     return fail("no module is loaded for " + f.file + " (kernel " + slot->expression +
                 "); the workbench loads it with the library: was the library opened by hand?");
   }
@@ -401,12 +403,14 @@ inline Status ready(KernelSlot* slot, int* device, const size_t* sizes, int coun
       if (!missing) return err;
       lacking = err;
     }
-    // The live module lacks the kernel: the first step of a two-step load. The hook runs without
-    // the mutex (it loads the whole module through load_module, and other threads may launch).
+    // The live module lacks the kernel: the first step of a two-step load, or a tune variant's
+    // module. The hook runs without the mutex (it loads a module through load_module, and other
+    // threads may launch).
     const CompleteHook hook = modules().complete.load(std::memory_order_acquire);
     char message[2048] = {};
-    const int loaded =
-        hook != nullptr ? hook(slot->file->file.c_str(), message, sizeof message) : 0;
+    const int loaded = hook != nullptr ? hook(slot->file->file.c_str(), slot->expression.c_str(),
+                                              message, sizeof message)
+                                       : 0;
     if (loaded < 0) return fail(message);
     if (loaded == 0) return fail(lacking);
     std::lock_guard<std::mutex> lock(modules().mutex);
