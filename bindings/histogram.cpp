@@ -23,6 +23,7 @@
 #include "wb/binding.h"
 #ifdef WB_WITH_CUDA
 #include "wb/binding_cuda.h"
+#include "wb/cuda_host.h"
 #endif
 
 WB_DEF("histogram(Tensor x, int bins, float lo, float hi) -> Tensor");
@@ -111,6 +112,7 @@ namespace {
 at::Tensor histogram_cuda_op(const at::Tensor& x_in, int64_t bins, double lo, double hi) {
   const Range r = check_range(bins, lo, hi);
   const c10::cuda::CUDAGuard guard(x_in.device());
+  const wb::detail::EnvScope switches;  // the launchers' switches: one scan of the environment
   // Not zeroed here: the launcher clears it (in the kernel where it can: one launch).
   at::Tensor counts = at::empty({bins}, x_in.options().dtype(at::kLong));
   const at::Tensor x = x_in.contiguous();

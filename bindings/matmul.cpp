@@ -23,6 +23,7 @@
 #include "wb/binding.h"
 #ifdef WB_WITH_CUDA
 #include "wb/binding_cuda.h"
+#include "wb/cuda_host.h"
 #endif
 
 WB_DEF("matmul(Tensor a, Tensor b) -> Tensor");
@@ -130,6 +131,7 @@ at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Ten
                            Path path, bool may_swap = false) {
   at::Tensor c = check_and_allocate(op, a_in, b_in);
   const c10::cuda::CUDAGuard guard(a_in.device());
+  const wb::detail::EnvScope switches;  // the launchers' switches: one scan of the environment
   if (may_swap && path == Path::automatic && swapped(a_in, b_in)) {
     // c = (b^T a^T)^T: b^T (copied) is a short row-major a, a^T a column-major b.
     c.copy_(matmul_cuda_run(op, b_in.t().contiguous(), a_in.t(), Path::automatic).t());

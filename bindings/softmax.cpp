@@ -21,6 +21,7 @@
 #include "wb/binding.h"
 #ifdef WB_WITH_CUDA
 #include "wb/binding_cuda.h"
+#include "wb/cuda_host.h"
 #endif
 
 WB_DEF("softmax(Tensor x, int dim=-1) -> Tensor");
@@ -125,6 +126,7 @@ CudaWorkspace cuda_workspace(const at::Tensor& like, int64_t cols) {
 at::Tensor softmax_cuda_op(const at::Tensor& x_in, int64_t dim_in) {
   const int64_t dim = wrap_dim("softmax", "x", x_in, dim_in);
   const c10::cuda::CUDAGuard guard(x_in.device());
+  const wb::detail::EnvScope switches;  // the launchers' switches: one scan of the environment
   const at::Tensor x = rows_of(x_in, dim);
   at::Tensor y = at::empty(x.sizes(), x.options());
   const CudaWorkspace ws = cuda_workspace(x, x.size(-1));
@@ -141,6 +143,7 @@ at::Tensor softmax_backward_cuda_op(const at::Tensor& grad_in, const at::Tensor&
   check_backward(grad_in, y_in);
   const int64_t dim = wrap_dim("softmax_backward", "y", y_in, dim_in);
   const c10::cuda::CUDAGuard guard(y_in.device());
+  const wb::detail::EnvScope switches;  // the launchers' switches: one scan of the environment
   const at::Tensor grad = rows_of(grad_in, dim), y = rows_of(y_in, dim);
   at::Tensor dx = at::empty(y.sizes(), y.options());
   const CudaWorkspace ws = cuda_workspace(y, y.size(-1));

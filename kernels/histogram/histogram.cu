@@ -36,6 +36,7 @@
 #include "histogram/histogram_probe.cuh"
 #include "histogram/histogram_shared.cuh"
 #include "histogram/histogram_wide.cuh"
+#include "wb/cuda_host.h"
 
 namespace wb::histogram {
 namespace {
@@ -114,8 +115,8 @@ Status bad_switch(const char* name, const char* value, const char* takes) {
 // nullptr-ended list); an error naming them otherwise.
 Status switch_value(const char* name, const char* const* takes, const char* listed,
                     const char** value) {
-  const char* v = std::getenv(name);
-  *value = v != nullptr && v[0] != '\0' ? v : nullptr;
+  const char* v = wb::detail::env(name).data();
+  *value = v[0] != '\0' ? v : nullptr;
   if (*value == nullptr) return nullptr;
   for (const char* const* t = takes; *t != nullptr; ++t) {
     if (std::strcmp(*value, *t) == 0) return nullptr;

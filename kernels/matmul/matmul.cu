@@ -19,6 +19,7 @@
 #include "matmul/matmul.h"
 #include "matmul/matmul_gemv.h"
 #include "wb/cuda.cuh"
+#include "wb/cuda_host.h"
 #include "wb/dtypes.h"
 
 namespace wb::matmul {
@@ -93,8 +94,7 @@ Status takes_gemv(Path path, View<T> a, View<T> b, int64_t m, int64_t n, int64_t
 
 bool matmul_swaps(int64_t m, int64_t n, int64_t k, const char** why) {
   *why = nullptr;
-  const char* v = std::getenv("WB_MATMUL_SWAP");
-  const std::string_view want = v != nullptr ? v : "";
+  const std::string_view want = wb::detail::env("WB_MATMUL_SWAP");
   if (!want.empty() && want != "0" && want != "1") {
     *why = "matmul: WB_MATMUL_SWAP must be 0 (never), 1 (wherever it applies) or unset";
     return false;

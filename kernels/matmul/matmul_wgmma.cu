@@ -52,6 +52,7 @@
 #include "matmul/wgmma_shape.h"
 #include "matmul/wgmma_tma.h"
 #include "wb/cuda.cuh"
+#include "wb/cuda_host.h"
 #include "wb/dtypes.h"
 #include "wb/module.h"
 
@@ -79,8 +80,8 @@ namespace {
 // each call) overrides it, for A/B on a GPU. A tile without the buffer (stage_smem 0) stores from
 // registers.
 Status launch_smem(const WgmmaShape& tile, std::string_view fallback, unsigned* smem) {
-  const char* v = std::getenv("WB_WGMMA_STORE");
-  const std::string_view store = v != nullptr && *v != 0 ? v : fallback;
+  const std::string_view v = wb::detail::env("WB_WGMMA_STORE");
+  const std::string_view store = !v.empty() ? v : fallback;
   *smem = static_cast<unsigned>(tile.smem);
   if (store == "bulk") return nullptr;
   if (store == "direct") {
@@ -175,8 +176,7 @@ int resident_clusters(int size, int threads, int smem) {
 // default) sums the slices in clusters, one launch; =launch writes them to the workspace and
 // sums them in a second launch (sum_slices_kernel).
 Status sum_choice(bool* cluster) {
-  const char* v = std::getenv("WB_WGMMA_SPLIT_SUM");
-  const std::string_view sum = v != nullptr ? v : "";
+  const std::string_view sum = wb::detail::env("WB_WGMMA_SPLIT_SUM");
   *cluster = sum.empty() || sum == "cluster";
   if (*cluster || sum == "launch") return nullptr;
   return "matmul: WB_WGMMA_SPLIT_SUM must be cluster (the default) or launch; unset it";
@@ -203,8 +203,7 @@ int cluster_slices(int64_t splits, int64_t tiles, const WgmmaShape& tile, bool f
 // cluster sum's tile, =64 (the split tile) or =128 (the wide one); unset, 128 where a has more
 // than 64 rows (its stages of b serve 128 rows: half the bytes from L2), else 64.
 Status wide_choice(int64_t m, bool* wide) {
-  const char* v = std::getenv("WB_WGMMA_SPLIT_TILE");
-  const std::string_view rows = v != nullptr ? v : "";
+  const std::string_view rows = wb::detail::env("WB_WGMMA_SPLIT_TILE");
   *wide = rows.empty() ? m > 64 : rows == "128";
   if (rows.empty() || rows == "64" || rows == "128") return nullptr;
   return "matmul: WB_WGMMA_SPLIT_TILE must be 64 or 128 (the cluster sum's tile rows); unset it";
@@ -215,8 +214,8 @@ Status wide_choice(int64_t m, bool* wide) {
 // *forced: 0 where unset.
 Status forced_splits(int64_t* forced) {
   *forced = 0;
-  const char* v = std::getenv("WB_WGMMA_SPLITS");
-  if (v == nullptr || *v == '\0') return nullptr;
+  const char* v = wb::detail::env("WB_WGMMA_SPLITS").data();
+  if (*v == '\0') return nullptr;
   char* end = nullptr;
   const long want = std::strtol(v, &end, 10);
   if (*end != '\0' || want < 2 || want > 4096) {
@@ -365,8 +364,7 @@ bool make_maps(CUtensorMap* map_a, CUtensorMap* map_b, View<T> a, View<T> b, int
 // once for both (TMA multicast; see the kernel); =1 without. Unset: `fallback` (off for the built
 // tile, on for the mid-size tile).
 Status paired_choice(bool fallback, bool* paired) {
-  const char* v = std::getenv("WB_WGMMA_CLUSTER");
-  const std::string_view cluster = v != nullptr ? v : "";
+  const std::string_view cluster = wb::detail::env("WB_WGMMA_CLUSTER");
   *paired = cluster.empty() ? fallback : cluster == "2";
   if (cluster.empty() || cluster == "1" || cluster == "2") return nullptr;
   return "matmul: WB_WGMMA_CLUSTER must be 1 or 2; unset it for the default";

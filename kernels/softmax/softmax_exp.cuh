@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "wb/cuda_host.h"
 #include "wb/device.cuh"
 
 namespace wb::softmax {
@@ -35,8 +36,8 @@ enum ExpMode : int { kExpTwice = 0, kExpFma = 1, kExpPoly = 2 };
 
 // WB_SOFTMAX_EXP as an ExpMode; -1 for a value other than the three (kBadExp names it).
 inline int exp_mode() {
-  const char* v = std::getenv("WB_SOFTMAX_EXP");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "fma") == 0) return kExpFma;
+  const char* v = wb::detail::env("WB_SOFTMAX_EXP").data();
+  if (*v == '\0' || std::strcmp(v, "fma") == 0) return kExpFma;
   if (std::strcmp(v, "twice") == 0) return kExpTwice;
   if (std::strcmp(v, "poly") == 0) return kExpPoly;
   return -1;

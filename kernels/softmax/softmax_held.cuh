@@ -35,8 +35,8 @@ enum BlockMode : int { kBlockConvert = 0, kBlockHeld = 1, kBlockHeld64 = 2, kBlo
 
 // WB_SOFTMAX_BLOCK as a BlockMode; -1 for another value (kBadBlock names it).
 inline int block_mode() {
-  const char* v = std::getenv("WB_SOFTMAX_BLOCK");
-  if (v == nullptr || *v == '\0') return kBlockDefault;
+  const char* v = wb::detail::env("WB_SOFTMAX_BLOCK").data();
+  if (*v == '\0') return kBlockDefault;
   if (std::strcmp(v, "convert") == 0) return kBlockConvert;
   if (std::strcmp(v, "held") == 0) return kBlockHeld;
   if (std::strcmp(v, "held64") == 0) return kBlockHeld64;

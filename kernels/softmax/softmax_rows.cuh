@@ -61,6 +61,7 @@
 
 #include "wb/bulk.cuh"
 #include "wb/cuda.cuh"
+#include "wb/cuda_host.h"
 #include "wb/types.h"
 
 // The cluster kernels exist only where the instructions do (sm_90 and later). Other archs
@@ -437,7 +438,7 @@ inline LongPath parse_long_path(const char* s) {
   return LongPath::kInvalid;
 }
 
-inline LongPath long_path() { return parse_long_path(std::getenv("WB_SOFTMAX_PATH")); }
+inline LongPath long_path() { return parse_long_path(wb::detail::env("WB_SOFTMAX_PATH").data()); }
 
 constexpr const char* kBadPath =
     "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe or deep (or unset for the "

@@ -155,8 +155,8 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
 // 16 such blocks hold the row, else 1024), for timing the choice; read at each launch. A value
 // other than those is refused (wide_threads() < 0), naming the variable.
 inline int wide_threads() {
-  const char* v = std::getenv("WB_SOFTMAX_WIDE_THREADS");
-  if (v == nullptr || *v == '\0') return 0;
+  const char* v = wb::detail::env("WB_SOFTMAX_WIDE_THREADS").data();
+  if (*v == '\0') return 0;
   if (std::strcmp(v, "512") == 0) return 512;
   if (std::strcmp(v, "1024") == 0) return 1024;
   return -1;
@@ -364,8 +364,8 @@ inline int deep_cluster_size(int64_t rows, int64_t nvec, int k, int threads,
 // that is not resident here, leaves the rows to the wide path; another value is refused
 // (deep_forced() < 0, kBadDeepCluster names it).
 inline int deep_forced() {
-  const char* v = std::getenv("WB_SOFTMAX_DEEP_CLUSTER");
-  if (v == nullptr || *v == '\0') return 0;
+  const char* v = wb::detail::env("WB_SOFTMAX_DEEP_CLUSTER").data();
+  if (*v == '\0') return 0;
   char* end = nullptr;
   const long c = std::strtol(v, &end, 10);
   return *end == '\0' && c >= 1 && c <= kMaxCluster ? static_cast<int>(c) : -1;

@@ -2,13 +2,18 @@
 //
 //   wb::detail::l2_bytes()   bytes of L2 on the current device (0 when it cannot be read)
 //   wb::detail::env(name)    an environment switch's value, "" where unset
+//   wb::detail::EnvScope     a call's one scan of the environment, which env() reads within it
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
+#include <vector>
+
+extern "C" char** environ;  // POSIX
 
 namespace wb {
 namespace detail {
@@ -28,10 +33,51 @@ inline int64_t l2_bytes() {
   return cached_bytes;
 }
 
+// The environment's WB_ entries ("NAME=value") as a call's EnvScope found them.
+struct EnvSnapshot {
+  int depth = 0;  // EnvScopes open on this thread
+  std::vector<std::string_view> entries;
+};
+
+inline EnvSnapshot& env_snapshot() {
+  thread_local EnvSnapshot snapshot;
+  return snapshot;
+}
+
+// Held by an op's CUDA entry for the call: the outermost scope scans the environment once and
+// keeps its WB_ entries, so the few dozen switches a launch reads cost one pass over the
+// environment rather than a getenv (a pass) each. Read again at every call: a switch set between
+// two calls (os.environ in Python) takes effect at the next.
+class EnvScope {
+ public:
+  EnvScope() {
+    EnvSnapshot& s = env_snapshot();
+    if (s.depth++ > 0) return;
+    s.entries.clear();
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const char* v = *e;
+      if (v[0] == 'W' && v[1] == 'B' && v[2] == '_') s.entries.emplace_back(v);
+    }
+  }
+  ~EnvScope() { --env_snapshot().depth; }
+  EnvScope(const EnvScope&) = delete;
+  EnvScope& operator=(const EnvScope&) = delete;
+};
+
 // An environment switch's value ("" where unset): the A/B switches launchers read at each call.
+// Within an EnvScope, from its scan; elsewhere, getenv. The value ends at a NUL either way
+// (data() is a C string).
 inline std::string_view env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : "";
+  const EnvSnapshot& s = env_snapshot();
+  if (s.depth == 0) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  }
+  const size_t n = std::strlen(name);
+  for (const std::string_view e : s.entries) {
+    if (e.size() > n && e[n] == '=' && e.compare(0, n, name) == 0) return e.substr(n + 1);
+  }
+  return "";
 }
 
 }  // namespace detail
