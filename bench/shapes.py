@@ -155,8 +155,8 @@ def tall_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
 
     gen = torch.Generator("cuda").manual_seed(0)
     rows: list[Row] = []
-    for m in (1024, 2048, 4096, 8192):
-        for n in (16, 32, 64, 128):
+    for m in (1024, 2048, 4096, 6144, 8192):
+        for n in (16, 32, 64, 96, 128):
             a = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16, generator=gen)
             b = torch.randn(4096, n, device="cuda", dtype=torch.bfloat16, generator=gen)
             rows += _matmul(lib, timer, a, b, f"{m}x{n}x4096", floor)

@@ -361,6 +361,33 @@ def test_the_tall_rule_runs_the_narrow_tiles_unclustered_and_is_right(
     _within(lib.matmul(a, b), a, b, "tall rule off")
 
 
+# n of 65 to 128: by the 64-row narrow tiles' count on the device's SMs (132 on an H100): at
+# most half, narrow1; at most one wave, the pairs; past it, the 64 x 128 whole-k tile (mid).
+TALL_WIDE = [(1024, 128, 4096, "narrow1"), (2048, 96, 4096, "narrow"), (8192, 128, 4096, "mid"),
+             (6000, 72, 520, "mid")]  # fmt: skip
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("col", [False, True])
+@pytest.mark.parametrize(("m", "n", "k", "route"), TALL_WIDE)
+def test_the_tall_rule_takes_its_wider_outputs_by_the_narrow_tiles_count(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, route: str, col: bool
+) -> None:
+    """65 to 128 columns: the route the rule names gives the bits WB_WGMMA_FEW forces there."""
+    _skip_off_hopper()
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the routes named are those of 132 SMs")
+    a, b = matmul_operands(m, n, k, col)
+    _use(monkeypatch, {})
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
+    assert "split_kernel" not in names, names
+    assert ("wgmma_mid_kernel" in names) == (route == "mid"), names
+    got = lib.matmul(a, b)
+    _within(got, a, b, f"tall rule, {route}")
+    _use(monkeypatch, {"WB_WGMMA_FEW": route})
+    assert torch.equal(got.view(torch.int16), lib.matmul(a, b).view(torch.int16))
+
+
 @pytest.mark.cuda
 def test_a_bad_tall_switch_is_refused_by_name(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     _skip_off_hopper()

@@ -288,6 +288,14 @@ Status narrow_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
 // (18.2); 8192 x 32 29.4 / 29.6 (28.4); n = 128: mixed (2048: 18.3 / 18.6, 8192: 35.8 / 35.4,
 // the mid tile 30.5), so not there. It also beat computing c^T = b^T a^T (matmul_swaps) at every
 // n from 16 to 128 (4096 x 16: 25.5).
+//
+// The tall rule's wider outputs (kTallMaxN < n <= kTallWideMaxN) go by the count of the 64-row
+// narrow tiles (narrow_tiles): at most half the SMs, narrow1; at most one wave, the pairs
+// (narrow); past one wave, the whole-k kernel's 64 x 128 tile in pairs (mid: m / 64 tiles, about
+// one wave where the narrow ones make two). n = 128, k = 4096, bf16, H100, us, the few-rows rule
+// before it / the new route (cuBLAS), two runs on two hosts: 1024 rows (64 tiles: narrow1) 16.4,
+// 16.5 / 14.7, 14.8 (11.9); 2048 (128: narrow) 18.3, 18.6 / 16.3, 15.9 (14.3); 4096 (128: narrow)
+// 21.1, 21.3 / 21.6, 21.6 (18.4); 8192 (256: mid) 38.6, 35.8 / 30.4, 30.4 (29.6).
 Status tall_choice(bool* on) {
   const std::string_view v = env("WB_WGMMA_TALL");
   *on = v.empty() || v == "on";
@@ -313,8 +321,13 @@ Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route) {
   if (const Status e = default_rows(m, n, &rows)) return e;
   if (const Status e = mid_choice(&mid)) return e;
   if (const Status e = tall_choice(&tall)) return e;
-  if (tall && n <= kTallMaxN && m >= kTallMinRows && m <= kTallMaxRows) {
-    *route = FewRoute::narrow1;
+  if (tall && m >= kTallMinRows && m <= kTallMaxRows && n <= kTallWideMaxN) {
+    int bn = 0;
+    int64_t tiles = 0;
+    if (const Status e = narrow_tiles(m, n, 64, &bn, &tiles)) return e;
+    *route = n <= kTallMaxN || 2 * tiles <= sm_count() ? FewRoute::narrow1
+             : tiles <= sm_count()                     ? FewRoute::narrow
+                                                       : FewRoute::mid;
     return nullptr;
   }
   *route = rows != 0 ? FewRoute::narrow1 : FewRoute::split;

@@ -56,6 +56,7 @@ _SHAPES: list[tuple[str, tuple[int, int, int]]] = [
     ("k1024", (8, 1024, 16)),
     ("k8192", (8, 8192, 24)),
     ("tall_narrow", (2048, 136, 24)),  # few columns, many rows: on sm_90 the tall rule's narrow1
+    ("tall_wide", (6000, 136, 96)),  # 96 columns past a wave of narrow tiles: the 64 x 128 tile
     ("one_column", (2048, 136, 1)),  # on sm_90 computed as c^T = b^T a^T (a GEMV)
 ]
 # float32 only, whose bound is PyTorch's own error at the sample's k: long k that is not a multiple

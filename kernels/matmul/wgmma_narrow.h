@@ -62,8 +62,9 @@ Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route);
 // rule pairs the 128-row tile along n only past them.
 constexpr int64_t kMidRows = 256;
 // The tall rule (few_rows_route, WB_WGMMA_TALL): at most kTallMaxN columns of c, and from
-// kTallMinRows to kTallMaxRows rows, take the narrow route's tiles unclustered (narrow1).
-constexpr int64_t kTallMaxN = 64, kTallMinRows = 1024, kTallMaxRows = 8192;
+// kTallMinRows to kTallMaxRows rows, take the narrow route's tiles unclustered (narrow1); up to
+// kTallWideMaxN columns, narrow1, the pairs or the 64 x 128 tile by the narrow tiles' count.
+constexpr int64_t kTallMaxN = 64, kTallWideMaxN = 128, kTallMinRows = 1024, kTallMaxRows = 8192;
 
 // WB_WGMMA_MID in the environment, read at each call (for A/B on a GPU; a bad value is an error
 // naming it): =on (the default, unset) applies the mid-size rule, =off the few-rows rule alone,
