@@ -5,12 +5,15 @@ call: =on (the default) applies the mid-size rule, =off gives the few-rows rule 
   - a tiny shape (k whole on the built tile, its tiles at most a quarter of the SMs: 128^3, 256^3)
     takes the narrow route's 64-row tiles (narrow1), a block a tile, where it ran one or two
     blocks of the whole-k kernel; not for a column-major a, which the whole-k kernel reads in place;
-  - =pairs also runs the 128-row narrow tile of an a of more than 256 rows (768^3, 1000^3,
-    1024^3) in clusters of two side by side that share a's tile (WB_WGMMA_FEW=narrow, pairs
+  - an a of more than 256 rows, row-major, and more than 128 columns of c run on the whole-k
+    kernel's 64 x 128 tile in pairs (wgmma_mid_kernel) where its tiles make half a wave to 1.85
+    waves (768^3 to 1408^3 on 132 SMs); where they are fewer or more, the rules below;
+  - =pairs (instead of the tile) the 128-row narrow tile of an a of more than 256 rows (768^3,
+    1000^3, 1024^3) in clusters of two side by side that share a's tile (WB_WGMMA_FEW=narrow, pairs
     along n); they won at 1000^3 alone on an H100, so they are not the default.
-=tile runs those (768^3 to 1024^3) on the whole-k kernel's 64 x 128 tile instead (wgmma_mid_kernel,
-cuBLAS's tile there), in clusters of two one above the other sharing b (WB_WGMMA_CLUSTER=1: not);
-WB_WGMMA_FEW=mid runs any few shape on it.
+=tile runs only those (768^3 to 1024^3) on the 64 x 128 tile (cuBLAS's tile there), in clusters of
+two one above the other sharing b (WB_WGMMA_CLUSTER=1: not); WB_WGMMA_FEW=mid runs any few shape on
+it.
 The other shapes (384^3 and 512^3 on the 64-row tile, 1536^3 and 2048^3 on the whole-k kernel,
 the few-rows goal shapes m = 1 .. 128 x 4096 x 4096) keep their routes.
 
@@ -90,6 +93,18 @@ def _route(
     built = _cdiv(m, 128) * _cdiv(n, 256)
     if built >= sms:
         return "whole-k 128x256", sms
+    mid_tiles = _cdiv(m, 64) * _cdiv(
+        n, 128
+    )  # the mid-size rule's 64 x 128 tile, half to 1.85 waves
+    if (
+        mid
+        and not pairs
+        and m > 256
+        and n > 128
+        and sms <= 2 * mid_tiles
+        and 20 * mid_tiles <= 37 * sms
+    ):
+        return "mid 64x128", mid_tiles
     rows = default_rows(m, n, sms)
     splits = _splits(m, n, k, sms) if rows == 0 else 0
     if rows == 0 and splits < 2 and not (mid and 4 * built <= sms):
@@ -112,15 +127,17 @@ def test_the_routes_of_the_square_shapes_on_an_h100() -> None:
         256: ("narrow 64x32", 32),
         384: ("narrow 64x32", 72),
         512: ("narrow 64x32", 128),
-        768: ("narrow 128x64", 72),
-        1000: ("narrow 128x64", 128),
-        1024: ("narrow 128x64", 128),
+        768: ("mid 64x128", 72),
+        1000: ("mid 64x128", 128),
+        1024: ("mid 64x128", 128),
         1536: ("whole-k 128x256", 72),
         2048: ("whole-k 128x256", 128),
         4096: ("whole-k 128x256", 132),
     }
     changed = {s: old[s] for s in old if old[s] != new[s]}
-    assert changed == {128: ("whole-k 128x256", 1), 256: ("whole-k 128x256", 2)}
+    assert changed == {128: ("whole-k 128x256", 1), 256: ("whole-k 128x256", 2),
+                       768: ("narrow 128x64", 72), 1000: ("narrow 128x64", 128),
+                       1024: ("narrow 128x64", 128)}  # fmt: skip
     pairs = {s: _route(s, s, s, True, pairs=True) for s in (768, 1000, 1024)}
     assert pairs == {768: ("narrow 128x64 paired n", 72), 1000: ("narrow 128x64 paired n", 128),
                      1024: ("narrow 128x64 paired n", 128)}  # fmt: skip
@@ -222,8 +239,10 @@ def test_the_pairs_along_n_on_the_128_row_tile_are_right(
     assert torch.equal(alone.view(torch.int16), paired.view(torch.int16))
 
 
-# (size, the narrow kernel's Kind under the mid-size rule, under the few-rows rule; None: whole-k)
-KERNELS = [(128, DEEP, None), (256, DEEP, None), (512, DEEP, DEEP), (1000, TALL, TALL),
+# (size, the narrow kernel's Kind under the mid-size rule, under the few-rows rule; None: whole-k;
+# MID: the whole-k kernel's 64 x 128 tile)
+MID = -1
+KERNELS = [(128, DEEP, None), (256, DEEP, None), (512, DEEP, DEEP), (1000, MID, TALL),
            (1536, None, None), (2048, None, None)]  # fmt: skip
 
 
@@ -238,7 +257,8 @@ def test_each_rule_runs_its_kernel(
     for mid, kind in [("on", new), ("off", old)]:
         _use(monkeypatch, {"WB_WGMMA_MID": mid})
         names = cuda_kernels_run(lambda: lib.matmul(a, b))
-        assert _kind(names) == kind, (mid, names)
+        assert ("wgmma_mid_kernel" in names) == (kind == MID), (mid, names)
+        assert _kind(names) == (None if kind == MID else kind), (mid, names)
         assert ("wgmma_kernel" in names) == (kind is None), (mid, names)
         assert "split_kernel" not in names, (mid, names)
 

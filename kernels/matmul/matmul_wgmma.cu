@@ -296,7 +296,7 @@ Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) 
   if (!route->plan.few) return nullptr;
   const Split& plan = route->plan;
   const bool tiny = !a_mmajor && plan.splits < 2 && kTinyShare * plan.tiles <= sm_count();
-  return few_rows_route(m, n, tiny, &route->few);
+  return few_rows_route(m, n, tiny, a_mmajor, &route->few);
 }
 
 // c = the sum of the slices' partial sums in slice order (the same order every call, so the same

@@ -280,6 +280,21 @@ Status narrow_split(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
 // 13.3 (11.4); 1024^3 10.5 / - / 12.0 / 10.5 (9.4): the pairs and the tile win at 1000^3 alone,
 // so neither is the default.
 //
+// Since then the 64 x 128 tile (mid) is the default of the mid-size rule for an a of more than
+// kMidRows rows, row-major, and more than kTallWideMaxN columns, where its m / 64 x n / 128
+// tiles make from half a wave to kMidWaves (1.85) waves (below, 512^3's 32 tiles: the narrow
+// tiles' 128 blocks, 0.98x cuBLAS). Graph replays, L2 flushed, bf16, H100, 2026-11-27, us,
+// the route before / mid (cuBLAS), its tiles: 896^3 11.2 / 10.8 (9.5), 98; 960^3 16.8 / 11.3
+// (9.8), 120; 1000^3 16.1 / 13.5 (11.9), 128; 1024^3 11.0 / 10.9 (9.8); 1088^3 17.2 / 15.4
+// (11.1), 153; 1152^3 18.7 / 17.0 (11.6), 162; 1280^3 19.1 / 17.3 (11.9), 200; 1408^3 19.9 /
+// 17.8 (15.0), 242; 1000 x 1000 x 4096 32.8 / 28.3 (26.6); 768 x 1536 x 768 14.4 / 13.4 (8.9);
+// 1536 x 768 x 4096 44.1 / 36.9 (18.6); 1152 x 1152 x 4096 46.5 / 38.5 (22.5); 2048 x 512 x 2048
+// 17.3 / 15.1 (12.7); level at 768^3, 1200 x 1000 x 1000 and 512 x 2048 x 2048; lost at 1000 x 1200
+// x 3000 (160 tiles: 34.2 / 35.9, cuBLAS 18.9). Past the reach: 1536^3 (288 tiles) 22.6 / 26.0,
+// 1000 x 2000 x 1000 (256) 16.9 / 19.0, 2048^3 28.6 / 40.1. Where k is long, a split of k on the
+// built tile did better still (1152 x 1152 x 4096: two slices 32.7, 1536 x 768 x 4096: three
+// 25.2) but lost elsewhere (1000 x 1000 x 4096: 32.9): not a rule yet.
+//
 // The tall rule (WB_WGMMA_TALL=on, the default; =off, not): an output of few columns and many
 // rows (n <= kTallMaxN, kTallMinRows <= m <= kTallMaxRows, the LoRA-like x @ A) takes narrow1,
 // whatever the rules above say. Graph replays, L2 flushed, bf16, k = 4096, H100, 2026-11-26, us,
@@ -303,7 +318,7 @@ Status tall_choice(bool* on) {
   return "matmul: WB_WGMMA_TALL must be on (the default) or off; unset it";
 }
 
-Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route) {
+Status few_rows_route(int64_t m, int64_t n, bool tiny, bool a_mmajor, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
   if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid") {
     *route = v == "split"    ? FewRoute::split
@@ -332,6 +347,12 @@ Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route) {
   }
   *route = rows != 0 ? FewRoute::narrow1 : FewRoute::split;
   if (mid == MidRule::off) return nullptr;
+  const int64_t mid_tiles = (m + 63) / 64 * ((n + 127) / 128);
+  if (mid == MidRule::on && !a_mmajor && m > kMidRows && n > kTallWideMaxN &&
+      2 * mid_tiles >= sm_count() && kMidWavesDen * mid_tiles <= kMidWavesNum * sm_count()) {
+    *route = FewRoute::mid;
+    return nullptr;
+  }
   if (rows == 0 && tiny) *route = FewRoute::narrow1;
   if (mid == MidRule::on || rows != 128 || m <= kMidRows) return nullptr;
   *route = mid == MidRule::tile ? FewRoute::mid : FewRoute::narrow;

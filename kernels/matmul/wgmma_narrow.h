@@ -12,9 +12,10 @@
 // more on the 32-column tile), or the 128-row tiles do, or (more than 128 rows) the 64-row tiles
 // make at most a wave and a half, or (129 to 256 rows, past that) on the 256-row split tile; else
 // split (few_rows_route, matmul_wgmma_narrow.cu). WB_WGMMA_MID=on (the default) adds the mid-size
-// rule for the square-ish shapes below a wave of built tiles (128^3 to 2048^3): a tiny shape
-// takes narrow1; =pairs also runs the 128-row tile of an a past 256 rows narrow, paired along n;
-// =off, neither.
+// rule for the shapes below a wave of built tiles (128^3 to 2048^3): an a of more than 256 rows,
+// row-major, and more than 128 columns of c take the whole-k kernel's 64 x 128 tile in pairs
+// (mid) where its tiles make half a wave to 1.85 waves (kMidWaves); else a tiny shape narrow1;
+// =pairs runs the 128-row tile of an a past 256 rows narrow, paired along n; =off, none of these.
 //
 // The narrow kernel's kinds (wgmma_narrow_kernel's Kind, wgmma_narrow.cuh), each its own
 // instantiation: stages of 128 k (two 64-k boxes of each operand), on the 64-row tile (kNarrowDeep)
@@ -53,14 +54,19 @@ enum class FewRoute { split, narrow, narrow1, mid };
 int sm_count();
 
 // The route for a few-rows shape of m x n: WB_WGMMA_FEW, else the default rule and, under the
-// mid-size rule, narrow1 where `tiny` (the split plan leaves k whole on the built tile, whose
-// tiles fill at most a quarter of the SMs, and a is row-major) and the narrow pairs along n on the
-// 128-row tile of an a of more than kMidRows rows (matmul_wgmma_narrow.cu).
-Status few_rows_route(int64_t m, int64_t n, bool tiny, FewRoute* route);
+// mid-size rule, the 64 x 128 tile (mid) for an a of more than kMidRows rows, not m-major
+// (a_mmajor: the whole-k kernel reads it in place), and more than kTallWideMaxN columns of c,
+// where that tile's count is half a wave to kMidWaves waves; narrow1 where `tiny` (the split plan
+// leaves k whole on the built tile, whose tiles fill at most a quarter of the SMs, and a is
+// row-major); and the narrow pairs along n on the 128-row tile of an a of more than kMidRows rows
+// (matmul_wgmma_narrow.cu).
+Status few_rows_route(int64_t m, int64_t n, bool tiny, bool a_mmajor, FewRoute* route);
 
 // The rows past which an a is no few-rows one (the 256-row split tile's reach): the mid-size
 // rule pairs the 128-row tile along n only past them.
 constexpr int64_t kMidRows = 256;
+// The mid-size rule's reach in waves of 64 x 128 tiles, as a fraction (37 / 20 = 1.85).
+constexpr int64_t kMidWavesNum = 37, kMidWavesDen = 20;
 // The tall rule (few_rows_route, WB_WGMMA_TALL): at most kTallMaxN columns of c, and from
 // kTallMinRows to kTallMaxRows rows, take the narrow route's tiles unclustered (narrow1); up to
 // kTallWideMaxN columns, narrow1, the pairs or the 64 x 128 tile by the narrow tiles' count.
