@@ -93,17 +93,14 @@ def _route(
     built = _cdiv(m, 128) * _cdiv(n, 256)
     if built >= sms:
         return "whole-k 128x256", sms
-    mid_tiles = _cdiv(m, 64) * _cdiv(
-        n, 128
-    )  # the mid-size rule's 64 x 128 tile, half to 1.85 waves
-    if (
-        mid
-        and not pairs
-        and m > 256
-        and n > 128
-        and sms <= 2 * mid_tiles
-        and 20 * mid_tiles <= 37 * sms
-    ):
+    # The mid-size rule's 64 x 128 tile, half a wave to 1.85 waves; past one wave with k long, two
+    # slices of k on the wide tile where their blocks fill at most 4/5 of the SMs.
+    mid_tiles = _cdiv(m, 64) * _cdiv(n, 128)
+    reach = sms <= 2 * mid_tiles and 20 * mid_tiles <= 37 * sms
+    if mid and not pairs and m > 256 and n > 128 and reach:
+        wide = _cdiv(m, 128) * _cdiv(n, 256)
+        if k >= 2048 and mid_tiles > sms and 5 * 2 * wide <= 4 * sms:
+            return "split-k", 2
         return "mid 64x128", mid_tiles
     rows = default_rows(m, n, sms)
     splits = _splits(m, n, k, sms) if rows == 0 else 0
@@ -352,6 +349,34 @@ def test_a_bad_switch_is_refused_by_name(
         return
     with pytest.raises(RuntimeError, match=name):
         lib.matmul(a, b)
+
+
+# The mid-size rule past one wave of its tiles with k of 2048 or more: two slices of k on the
+# wide tile, summed in clusters (wgmma_cluster_split_kernel), where those blocks fill at most 4/5
+# of the SMs (1408^2 x 4096: 132 blocks, the tile); at one wave or less, the tile.
+LONG_K = [(1152, 1152, 4096, "split"), (1536, 768, 4096, "split"), (1000, 1200, 3000, "split"),
+          (1000, 1000, 4096, "mid"), (1152, 1152, 1152, "mid"),
+          (1408, 1408, 4096, "mid")]  # fmt: skip
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("col", [False, True])
+@pytest.mark.parametrize(("m", "n", "k", "route"), LONG_K)
+def test_long_k_past_a_wave_of_mid_tiles_splits_k_on_the_wide_tile(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, route: str, col: bool
+) -> None:
+    _skip_off_hopper()
+    if torch.cuda.get_device_properties(0).multi_processor_count != H100_SMS:
+        pytest.skip("the routes named are those of 132 SMs")
+    assert _route(m, n, k, True)[0] == ("split-k" if route == "split" else "mid 64x128")
+    a, b = matmul_operands(m, n, k, col)
+    _use(monkeypatch, {})
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
+    assert ("cluster_split_kernel" in names) == (route == "split"), names
+    assert ("wgmma_mid_kernel" in names) == (route == "mid"), names
+    _within(lib.matmul(a, b), a, b, route)
+    _use(monkeypatch, {"WB_WGMMA_FEW": "mid"})  # a route switch set: the rule stands aside
+    assert "wgmma_mid_kernel" in cuda_kernels_run(lambda: lib.matmul(a, b))
 
 
 # --- the tall rule: outputs of few columns and many rows --------------------------------------
