@@ -105,6 +105,8 @@ def _route(
     rows = default_rows(m, n, sms)
     splits = _splits(m, n, k, sms) if rows == 0 else 0
     if rows == 0 and splits < 2 and not (mid and 4 * built <= sms):
+        if k >= 2048 and m > 256 and 2 * built <= sms:  # long k: two slices fill the wave
+            return "split-k", 2
         return "whole-k 128x256", built
     if rows == 0 and splits >= 2:
         return "split-k", splits
@@ -353,10 +355,13 @@ def test_a_bad_switch_is_refused_by_name(
 
 # The mid-size rule past one wave of its tiles with k of 2048 or more: two slices of k on the
 # wide tile, summed in clusters (wgmma_cluster_split_kernel), where those blocks fill at most 4/5
-# of the SMs (1408^2 x 4096: 132 blocks, the tile); at one wave or less, the tile.
+# of the SMs (1408^2 x 4096: 132 blocks, the tile); at one wave or less, the tile. Past the
+# tile's reach, a whole-k plan of more than 256 rows takes the slices where they fit one wave
+# (1536^2 x 2048: 144 blocks, whole-k).
 LONG_K = [(1152, 1152, 4096, "split"), (1536, 768, 4096, "split"), (1000, 1200, 3000, "split"),
-          (1000, 1000, 4096, "mid"), (1152, 1152, 1152, "mid"),
-          (1408, 1408, 4096, "mid")]  # fmt: skip
+          (1000, 1000, 4096, "mid"), (1152, 1152, 1152, "mid"), (1408, 1408, 4096, "mid"),
+          (1024, 2048, 8192, "split"), (4096, 512, 4096, "split"),
+          (1536, 1536, 2048, "whole")]  # fmt: skip
 
 
 @pytest.mark.cuda
@@ -368,7 +373,8 @@ def test_long_k_past_a_wave_of_mid_tiles_splits_k_on_the_wide_tile(
     _skip_off_hopper()
     if torch.cuda.get_device_properties(0).multi_processor_count != H100_SMS:
         pytest.skip("the routes named are those of 132 SMs")
-    assert _route(m, n, k, True)[0] == ("split-k" if route == "split" else "mid 64x128")
+    named = {"split": "split-k", "mid": "mid 64x128", "whole": "whole-k 128x256"}
+    assert _route(m, n, k, True)[0] == named[route]
     a, b = matmul_operands(m, n, k, col)
     _use(monkeypatch, {})
     names = cuda_kernels_run(lambda: lib.matmul(a, b))
@@ -376,7 +382,7 @@ def test_long_k_past_a_wave_of_mid_tiles_splits_k_on_the_wide_tile(
     assert ("wgmma_mid_kernel" in names) == (route == "mid"), names
     _within(lib.matmul(a, b), a, b, route)
     _use(monkeypatch, {"WB_WGMMA_FEW": "mid"})  # a route switch set: the rule stands aside
-    assert "wgmma_mid_kernel" in cuda_kernels_run(lambda: lib.matmul(a, b))
+    assert "cluster_split_kernel" not in cuda_kernels_run(lambda: lib.matmul(a, b))
 
 
 # --- the tall rule: outputs of few columns and many rows --------------------------------------

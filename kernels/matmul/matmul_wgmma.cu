@@ -285,26 +285,26 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
 // a column-major a (a_mmajor), which the whole-k kernel reads in place: the narrow route would
 // need a copy of it first, a launch more than such a shape gains.
 //
-// The mid-size rule's 64 x 128 tile (FewRoute::mid) past one wave of its tiles, with k of at least
-// kLongK, runs two slices of k on the wide 128 x 256 tile instead, summed in clusters of two, where
-// those blocks fill at most 4/5 of the SMs and all their clusters are resident (long_k_split),
-// unless a switch of the route is set. H100, 2026-11-27, us, the tile / two slices (cuBLAS), the
-// slices' blocks: 2048 x 768 x 8192 71.2 / 51.9 (45.7), 96; 1152^2 x 4096 37.1 / 31.0 (21.4), 90;
-// 1024 x 1536 x 4096 37.2 / 32.0 (25.7), 96; seven more won, two lost where the slices filled the
-// SMs (1408^2 x 4096 37.6 / 42.6, 132; 4096 x 384 x 4096 38.3 / 40.8, 128):
-// bench/results/shapes.md.
+// Two slices of k on the wide 128 x 256 tile, summed in clusters of two (long_k_split), for k of
+// at least kLongK, unless a switch of the route is set: where the mid-size rule's 64 x 128 tile
+// passes one wave and the slices' blocks fill at most 4/5 of the SMs; and where a plan of more
+// than kMidRows rows, a row-major, leaves k whole on its built tiles and the slices fit one wave.
+// H100, 2026-11-27, us, before / two slices (cuBLAS), the slices' blocks: 2048 x 768 x 8192 71.2 /
+// 51.9 (45.7), 96; 1152^2 x 4096 37.1 / 31.0 (21.4), 90; 1024 x 2048 x 8192 (whole k) 82.9 / 60.6
+// (47.2), 128. Against the tile they lost where they filled the SMs (1408^2 x 4096 37.6 / 42.6,
+// 132 blocks): the 4/5. The rest: bench/results/shapes.md.
 constexpr int64_t kTinyShare = 4, kLongK = 2048;
 struct Route {
   Split plan;
   FewRoute few = FewRoute::split;
   bool whole_k() const { return few == FewRoute::split && plan.splits < 2; }
 };
-Status long_k_split(int64_t m, int64_t n, int64_t k, Route* route) {
+Status long_k_split(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) {
   using wb::detail::env;
-  if (route->few != FewRoute::mid || k < kLongK ||
-      (m + 63) / 64 * ((n + 127) / 128) <= sm_count()) {
-    return nullptr;
-  }
+  const bool past_mid =
+      route->few == FewRoute::mid && (m + 63) / 64 * ((n + 127) / 128) > sm_count();
+  const bool starved = route->whole_k() && !a_mmajor && m > kMidRows;
+  if (k < kLongK || (!past_mid && !starved)) return nullptr;
   for (const char* name :
        {"WB_WGMMA_FEW", "WB_WGMMA_SPLITS", "WB_WGMMA_SPLIT_SUM", "WB_WGMMA_SPLIT_TILE"}) {
     if (!env(name).empty()) return nullptr;  // an A/B run asked for its own route
@@ -312,7 +312,8 @@ Status long_k_split(int64_t m, int64_t n, int64_t k, Route* route) {
   WgmmaShape wide{};
   if (const Status e = global<&kWideShape>.read(&wide)) return e;
   const int64_t tiles = tiles_of(m, n, wide);
-  if ((k + wide.bk - 1) / wide.bk < 2 * kMinSteps || 5 * 2 * tiles > 4 * sm_count() ||
+  const int64_t most = past_mid ? 4 * sm_count() / 5 : sm_count();  // the slices' blocks
+  if ((k + wide.bk - 1) / wide.bk < 2 * kMinSteps || 2 * tiles > most ||
       cluster_slices(2, tiles, wide, false) != 2) {
     return nullptr;
   }
@@ -327,7 +328,7 @@ Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) 
   const Split& plan = route->plan;
   const bool tiny = !a_mmajor && plan.splits < 2 && kTinyShare * plan.tiles <= sm_count();
   if (const Status e = few_rows_route(m, n, tiny, a_mmajor, &route->few)) return e;
-  return long_k_split(m, n, k, route);
+  return long_k_split(m, n, k, a_mmajor, route);
 }
 
 // c = the sum of the slices' partial sums in slice order (the same order every call, so the same
