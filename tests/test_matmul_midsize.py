@@ -353,6 +353,19 @@ def test_a_bad_switch_is_refused_by_name(
         lib.matmul(a, b)
 
 
+def _default_route_on_132_sms(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool
+) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """a and b of m x n x k, and the kernels the default route ran on them; skipped but on a
+    Hopper GPU of 132 SMs (an H100's: the routes the tests name are those of its SM count)."""
+    _skip_off_hopper()
+    if torch.cuda.get_device_properties(0).multi_processor_count != H100_SMS:
+        pytest.skip("the routes named are those of 132 SMs")
+    a, b = matmul_operands(m, n, k, col)
+    _use(monkeypatch, {})
+    return a, b, cuda_kernels_run(lambda: lib.matmul(a, b))
+
+
 # The mid-size rule past one wave of its tiles with k of 2048 or more: two slices of k on the
 # wide tile, summed in clusters (wgmma_cluster_split_kernel), where those blocks fill at most 4/5
 # of the SMs (1408^2 x 4096: 132 blocks, the tile); at one wave or less, the tile. Past the
@@ -370,14 +383,9 @@ LONG_K = [(1152, 1152, 4096, "split"), (1536, 768, 4096, "split"), (1000, 1200, 
 def test_long_k_past_a_wave_of_mid_tiles_splits_k_on_the_wide_tile(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, route: str, col: bool
 ) -> None:
-    _skip_off_hopper()
-    if torch.cuda.get_device_properties(0).multi_processor_count != H100_SMS:
-        pytest.skip("the routes named are those of 132 SMs")
     named = {"split": "split-k", "mid": "mid 64x128", "whole": "whole-k 128x256"}
     assert _route(m, n, k, True)[0] == named[route]
-    a, b = matmul_operands(m, n, k, col)
-    _use(monkeypatch, {})
-    names = cuda_kernels_run(lambda: lib.matmul(a, b))
+    a, b, names = _default_route_on_132_sms(lib, monkeypatch, m, n, k, col)
     assert ("cluster_split_kernel" in names) == (route == "split"), names
     assert ("wgmma_mid_kernel" in names) == (route == "mid"), names
     _within(lib.matmul(a, b), a, b, route)
@@ -387,12 +395,12 @@ def test_long_k_past_a_wave_of_mid_tiles_splits_k_on_the_wide_tile(
 
 # --- the tall rule: outputs of few columns and many rows --------------------------------------
 
-TALL = [(1024, 16, 4096), (2048, 64, 4096), (8192, 32, 520), (3000, 40, 136)]
+TALL_SHAPES = [(1024, 16, 4096), (2048, 64, 4096), (8192, 32, 520), (3000, 40, 136)]
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("col", [False, True])
-@pytest.mark.parametrize(("m", "n", "k"), TALL)
+@pytest.mark.parametrize(("m", "n", "k"), TALL_SHAPES)
 def test_the_tall_rule_runs_the_narrow_tiles_unclustered_and_is_right(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool
 ) -> None:
@@ -425,12 +433,7 @@ def test_the_tall_rule_takes_its_wider_outputs_by_the_narrow_tiles_count(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, route: str, col: bool
 ) -> None:
     """65 to 128 columns: the route the rule names gives the bits WB_WGMMA_FEW forces there."""
-    _skip_off_hopper()
-    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
-        pytest.skip("the routes named are those of 132 SMs")
-    a, b = matmul_operands(m, n, k, col)
-    _use(monkeypatch, {})
-    names = cuda_kernels_run(lambda: lib.matmul(a, b))
+    a, b, names = _default_route_on_132_sms(lib, monkeypatch, m, n, k, col)
     assert "split_kernel" not in names, names
     assert ("wgmma_mid_kernel" in names) == (route == "mid"), names
     got = lib.matmul(a, b)
