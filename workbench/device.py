@@ -386,21 +386,16 @@ def _complete_on_launch(
 ) -> None:
     """Each device-only TU of ``handle`` whose module lacks some of the kernels the launchers
     name compiles one of them at the launch that needs it."""
-    named: dict[str, set[str]] = {}
-    for file, expression in handle.kernels or []:
-        named.setdefault(file, set()).add(expression)
-    have = {m.file: m for m in loaded}
-    sources = {file: source for file, source, _ in plan(family, handle.kernels or [])}
+    have = {m.file: m.images for m in loaded}
 
     def compile_one(file: str, expression: str) -> list[Image]:
         return [i for m in ensure(project, family, config, [(file, expression)]) for i in m.images]
 
-    for file, names in named.items():
-        module = have.get(file)
-        images = module.images if module is not None else []
-        if names - {n for i in images for n in i.lowered}:
+    for file, source, names in plan(family, handle.kernels or []):
+        images = have.get(file, [])
+        if set(names) - {n for i in images for n in i.lowered}:
             completion = Completion(
-                file, sources[file], images, names, functools.partial(compile_one, file)
+                file, source, images, set(names), functools.partial(compile_one, file)
             )
             complete_later(handle, completion)
 

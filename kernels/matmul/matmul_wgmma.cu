@@ -301,8 +301,7 @@ struct Route {
 };
 Status long_k_split(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) {
   using wb::detail::env;
-  const bool past_mid =
-      route->few == FewRoute::mid && (m + 63) / 64 * ((n + 127) / 128) > sm_count();
+  const bool past_mid = route->few == FewRoute::mid && mid_tiles(m, n) > sm_count();
   const bool starved = route->whole_k() && !a_mmajor && m > kMidRows;
   if (k < kLongK || (!past_mid && !starved)) return nullptr;
   for (const char* name :

@@ -347,9 +347,9 @@ Status few_rows_route(int64_t m, int64_t n, bool tiny, bool a_mmajor, FewRoute* 
   }
   *route = rows != 0 ? FewRoute::narrow1 : FewRoute::split;
   if (mid == MidRule::off) return nullptr;
-  const int64_t mid_tiles = (m + 63) / 64 * ((n + 127) / 128);
+  const int64_t tiles = mid_tiles(m, n);
   if (mid == MidRule::on && !a_mmajor && m > kMidRows && n > kTallWideMaxN &&
-      2 * mid_tiles >= sm_count() && kMidWavesDen * mid_tiles <= kMidWavesNum * sm_count()) {
+      2 * tiles >= sm_count() && kMidWavesDen * tiles <= kMidWavesNum * sm_count()) {
     *route = FewRoute::mid;
     return nullptr;
   }

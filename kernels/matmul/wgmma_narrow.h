@@ -67,6 +67,9 @@ Status few_rows_route(int64_t m, int64_t n, bool tiny, bool a_mmajor, FewRoute* 
 constexpr int64_t kMidRows = 256;
 // The mid-size rule's reach in waves of 64 x 128 tiles, as a fraction (37 / 20 = 1.85).
 constexpr int64_t kMidWavesNum = 37, kMidWavesDen = 20;
+// The 64 x 128 tiles (FewRoute::mid's, wgmma_mid_shape) of a c of m x n: what the mid-size rule
+// and the long-k split (matmul_wgmma.cu) count in waves.
+constexpr int64_t mid_tiles(int64_t m, int64_t n) { return (m + 63) / 64 * ((n + 127) / 128); }
 // The tall rule (few_rows_route, WB_WGMMA_TALL): at most kTallMaxN columns of c, and from
 // kTallMinRows to kTallMaxRows rows, take the narrow route's tiles unclustered (narrow1); up to
 // kTallWideMaxN columns, narrow1, the pairs or the 64 x 128 tile by the narrow tiles' count.
