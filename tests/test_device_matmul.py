@@ -24,10 +24,11 @@ WGMMA_NAMES = sorted(
         "&wb::matmul::wgmma_split_shape",
         "&wb::matmul::wgmma_wide_split_shape",
         "&wb::matmul::wgmma_mid_shape",
+        "&wb::matmul::wgmma_square_shape",
     ]
     + [
         f"wb::matmul::{kernel}<wb::{t},{k}>"
-        for kernel in ("wgmma_split_kernel", "wgmma_mid_kernel")
+        for kernel in ("wgmma_split_kernel", "wgmma_mid_kernel", "wgmma_square_kernel")
         for t in ("f16", "bf16")
         for k in ("true", "false")
     ]

@@ -66,6 +66,7 @@ KNOBS = (
     "WB_WGMMA_SPLIT_TILE",
     "WB_WGMMA_STORE",
     "WB_WGMMA_CLUSTER",
+    "WB_WGMMA_SQUARE",
 )
 DEEP, TALL = 4, 12  # the narrow kernels' Kind (wgmma_narrow.h): the 64- and 128-row tiles
 H100_SMS = 132
@@ -87,12 +88,23 @@ def _splits(m: int, n: int, k: int, sms: int) -> int:
 
 
 def _route(
-    m: int, n: int, k: int, mid: bool, sms: int = H100_SMS, pairs: bool = False
+    m: int,
+    n: int,
+    k: int,
+    mid: bool,
+    sms: int = H100_SMS,
+    pairs: bool = False,
+    square: bool = True,
 ) -> tuple[str, int]:
-    """(the route and tile, its blocks) of an m x n x k call with a row-major a."""
+    """(the route and tile, its blocks) of an m x n x k call with a row-major a; ``square``:
+    WB_WGMMA_SQUARE=on (the default), which applies under the mid-size rule (``mid``)."""
     built = _cdiv(m, 128) * _cdiv(n, 256)
     if built >= sms:
         return "whole-k 128x256", sms
+    # The square rule: more than 256 rows and 128 columns, 128 x 128 tiles in (half a wave, one].
+    squares = _cdiv(m, 128) * _cdiv(n, 128)
+    if mid and not pairs and square and m > 256 and n > 128 and sms < 2 * squares <= 2 * sms:
+        return "square 128x128", squares
     # The mid-size rule's 64 x 128 tile, half a wave to 1.85 waves; past one wave with k long, two
     # slices of k on the wide tile where their blocks fill at most 4/5 of the SMs.
     mid_tiles = _cdiv(m, 64) * _cdiv(n, 128)
@@ -354,19 +366,27 @@ def test_a_bad_switch_is_refused_by_name(
 
 
 def _default_route_on_132_sms(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool
+    lib: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    m: int,
+    n: int,
+    k: int,
+    col: bool,
+    square: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """a and b of m x n x k, and the kernels the default route ran on them; skipped but on a
-    Hopper GPU of 132 SMs (an H100's: the routes the tests name are those of its SM count)."""
+    """a and b of m x n x k, and the kernels the default route ran on them (``square``: with the
+    square rule, else WB_WGMMA_SQUARE=off); skipped but on a Hopper GPU of 132 SMs (an H100's: the
+    routes the tests name are those of its SM count)."""
     _skip_off_hopper()
     if torch.cuda.get_device_properties(0).multi_processor_count != H100_SMS:
         pytest.skip("the routes named are those of 132 SMs")
     a, b = matmul_operands(m, n, k, col)
-    _use(monkeypatch, {})
+    _use(monkeypatch, {} if square else {"WB_WGMMA_SQUARE": "off"})
     return a, b, cuda_kernels_run(lambda: lib.matmul(a, b))
 
 
-# The mid-size rule past one wave of its tiles with k of 2048 or more: two slices of k on the
+# With the square rule off (it takes most of these shapes by default: test_matmul_square.py), the
+# mid-size rule past one wave of its tiles with k of 2048 or more: two slices of k on the
 # wide tile, summed in clusters (wgmma_cluster_split_kernel), where those blocks fill at most 4/5
 # of the SMs (1408^2 x 4096: 132 blocks, the tile); at one wave or less, the tile. Past the
 # tile's reach, a whole-k plan of more than 256 rows takes the slices where they fit one wave
@@ -384,8 +404,8 @@ def test_long_k_past_a_wave_of_mid_tiles_splits_k_on_the_wide_tile(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, route: str, col: bool
 ) -> None:
     named = {"split": "split-k", "mid": "mid 64x128", "whole": "whole-k 128x256"}
-    assert _route(m, n, k, True)[0] == named[route]
-    a, b, names = _default_route_on_132_sms(lib, monkeypatch, m, n, k, col)
+    assert _route(m, n, k, True, square=False)[0] == named[route]
+    a, b, names = _default_route_on_132_sms(lib, monkeypatch, m, n, k, col, square=False)
     assert ("cluster_split_kernel" in names) == (route == "split"), names
     assert ("wgmma_mid_kernel" in names) == (route == "mid"), names
     _within(lib.matmul(a, b), a, b, route)

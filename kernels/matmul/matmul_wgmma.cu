@@ -38,7 +38,9 @@
 // mid-size rule for the square-ish shapes below a wave of built tiles (on, the default: a tiny
 // shape to the narrow route; pairs: also the 128-row narrow tile of an a past the few-rows sizes
 // paired along n; tile: those on the mid-size tile instead; off: the few-rows rule alone;
-// plan_route, few_rows_route).
+// plan_route, few_rows_route); WB_WGMMA_FEW=square, a few shape on the 128 x 128 tile
+// (wgmma_square_kernel, unpaired unless WB_WGMMA_CLUSTER=2); WB_WGMMA_SQUARE=on | off, the square
+// rule that runs it where its tiles make half a wave to one (square_rule).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -48,6 +50,7 @@
 
 #include "matmul/cluster_occupancy.h"
 #include "matmul/matmul.h"
+#include "matmul/sum_slices.cuh"
 #include "matmul/wgmma_narrow.h"
 #include "matmul/wgmma_shape.h"
 #include "matmul/wgmma_tma.h"
@@ -67,6 +70,8 @@ WB_DEVICE_TEMPLATE(kClusterSplit, "matmul_wgmma.kernel.cu",
 WB_DEVICE_TEMPLATE(kWideShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_wide_split_shape");
 WB_DEVICE_TEMPLATE(kMid, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_mid_kernel");
 WB_DEVICE_TEMPLATE(kMidShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_mid_shape");
+WB_DEVICE_TEMPLATE(kSquare, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_kernel");
+WB_DEVICE_TEMPLATE(kSquareShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_shape");
 
 namespace {
 
@@ -104,9 +109,11 @@ const DeviceKernel& wgmma_kernel(bool b_kmajor, bool a_mmajor) {
   return b_kmajor ? kernel<&kWgmma, T, Val<true>, Val<false>>
                   : kernel<&kWgmma, T, Val<false>, Val<false>>;
 }
-// The mid-size tile's (64 x 128) whole-k kernel for each layout of b.
+// The mid-size tile's (64 x 128) or the square tile's (128 x 128) whole-k kernel for each layout
+// of b.
 template <typename T>
-const DeviceKernel& mid_kernel(bool b_kmajor) {
+const DeviceKernel& mid_kernel(bool b_kmajor, bool square) {
+  if (square) return b_kmajor ? kernel<&kSquare, T, Val<true>> : kernel<&kSquare, T, Val<false>>;
   return b_kmajor ? kernel<&kMid, T, Val<true>> : kernel<&kMid, T, Val<false>>;
 }
 template <typename T>
@@ -320,6 +327,36 @@ Status long_k_split(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route
   route->few = FewRoute::split;
   return nullptr;
 }
+// The square rule (WB_WGMMA_SQUARE=on, the default; =off leaves the routes above), unless a
+// switch of the route is set: a few shape of more than kMidRows rows, a row-major, and more than
+// kTallWideMaxN columns whose 128 x 128 tiles make more than half a wave and at most one runs
+// them, k whole, a block a tile, unpaired (wgmma_square_kernel), in place of the routes above (the
+// built tile with k whole or in two slices, or the 64 x 128 tile): cuBLAS's tile on such shapes.
+// H100, 2026-11-27, us, the route before / the square tile (cuBLAS), its tiles: 1152^3 16.4 /
+// 12.4 (11.4), 81; 1408^3 18.0 / 13.5 (15.7), 121; 2048 x 1024 x 2048 22.8 / 17.7 (17.5), 128;
+// 4096 x 384 x 4096 38.7 / 27.8 (25.6), 96; 1024 x 2048 x 8192 61.6 / 53.0 (52.8), 128. At half a
+// wave or less it lost (1024^3, 64: 10.9 / 11.5) and past one wave (1536^3, 144: 22.1 / 22.7);
+// in clusters of two sharing b (WB_WGMMA_CLUSTER=2) it lost to itself alone at most of these
+// shapes. The rest: bench/results/shapes.md.
+constexpr int64_t square_tiles(int64_t m, int64_t n) { return (m + 127) / 128 * ((n + 127) / 128); }
+Status square_rule(int64_t m, int64_t n, bool a_mmajor, Route* route) {
+  using wb::detail::env;
+  const std::string_view v = env("WB_WGMMA_SQUARE");
+  if (!v.empty() && v != "on" && v != "off") {
+    return "matmul: WB_WGMMA_SQUARE must be on (the default) or off; unset it";
+  }
+  if (v == "off" || a_mmajor || m <= kMidRows || n <= kTallWideMaxN) return nullptr;
+  for (const char* name : {"WB_WGMMA_FEW", "WB_WGMMA_SPLITS", "WB_WGMMA_SPLIT_SUM",
+                           "WB_WGMMA_SPLIT_TILE", "WB_WGMMA_NARROW_ROWS"}) {
+    if (!env(name).empty()) return nullptr;  // an A/B run asked for its own route
+  }
+  const std::string_view mid = env("WB_WGMMA_MID");
+  const int64_t tiles = square_tiles(m, n);
+  if ((mid.empty() || mid == "on") && 2 * tiles > sm_count() && tiles <= sm_count()) {
+    route->few = FewRoute::square;
+  }
+  return nullptr;
+}
 Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) {
   *route = Route{};
   if (const Status e = plan_split(m, n, k, &route->plan)) return e;
@@ -327,49 +364,8 @@ Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) 
   const Split& plan = route->plan;
   const bool tiny = !a_mmajor && plan.splits < 2 && kTinyShare * plan.tiles <= sm_count();
   if (const Status e = few_rows_route(m, n, tiny, a_mmajor, &route->few)) return e;
-  return long_k_split(m, n, k, a_mmajor, route);
-}
-
-// c = the sum of the slices' partial sums in slice order (the same order every call, so the same
-// bits), rounded once. Four elements a thread where the slices' rows allow 16-byte loads, the
-// slices read kBatch at a time, all of a batch's loads in flight before the first add (a loop of
-// load-then-add waits a memory latency a slice; the sum is of up to SMs / tiles slices).
-// Launched as a programmatic dependent of the split kernel (sm_90): its blocks are scheduled while
-// that kernel still runs, and wait here until it has finished and its stores are visible.
-constexpr int kBatch = 8;
-
-template <typename T>
-__global__ void sum_slices_kernel(const float* __restrict__ partial,  // [splits, size]
-                                  T* __restrict__ c,                  // [size]
-                                  int64_t size, int splits) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-  const int64_t i = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
-  if (i >= size) return;
-  if (size % 4 == 0) {
-    float4 sum = reinterpret_cast<const float4*>(partial + i)[0];
-    for (int s0 = 1; s0 < splits; s0 += kBatch) {
-      float4 v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (s0 + j < splits)
-          v[j] = reinterpret_cast<const float4*>(partial + (s0 + j) * size + i)[0];
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (s0 + j < splits) sum.x += v[j].x, sum.y += v[j].y, sum.z += v[j].z, sum.w += v[j].w;
-      }
-    }
-    c[i] = from_acc<T>(sum.x), c[i + 1] = from_acc<T>(sum.y);
-    c[i + 2] = from_acc<T>(sum.z), c[i + 3] = from_acc<T>(sum.w);
-    return;
-  }
-  for (int64_t j = i; j < i + 4 && j < size; ++j) {
-    float sum = partial[j];
-    for (int s = 1; s < splits; ++s) sum += partial[s * size + j];
-    c[j] = from_acc<T>(sum);
-  }
+  if (const Status e = long_k_split(m, n, k, a_mmajor, route)) return e;
+  return square_rule(m, n, a_mmajor, route);
 }
 
 // Whether a is column-major (read m-major), as b_kmajor says of b.
@@ -579,9 +575,12 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   }
   const Split& plan = route.plan;
   WgmmaShape tile{};
-  if (route.few == FewRoute::mid) {  // the 64 x 128 tile, by default in clusters of two
-    if (const Status e = global<&kMidShape>.read(&tile)) return e;
-    return run_whole_k(a, b, c, m, n, k, b_kmajor, mid_kernel<T>(b_kmajor), tile, true, stream);
+  if (route.few == FewRoute::mid || route.few == FewRoute::square) {  // by default in pairs
+    const bool square = route.few == FewRoute::square;                // 128 x 128, else 64 x 128
+    const Status e = square ? global<&kSquareShape>.read(&tile) : global<&kMidShape>.read(&tile);
+    if (e != nullptr) return e;
+    return run_whole_k(a, b, c, m, n, k, b_kmajor, mid_kernel<T>(b_kmajor, square), tile, !square,
+                       stream);
   }
   if (route.few != FewRoute::split) {  // a few-rows shape on the narrow route
     return matmul_wgmma_narrow(a, b, c, m, n, k, b_kmajor, route.few == FewRoute::narrow, stream);

@@ -320,15 +320,17 @@ Status tall_choice(bool* on) {
 
 Status few_rows_route(int64_t m, int64_t n, bool tiny, bool a_mmajor, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
-  if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid") {
+  if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid" || v == "square") {
     *route = v == "split"    ? FewRoute::split
              : v == "narrow" ? FewRoute::narrow
              : v == "mid"    ? FewRoute::mid
+             : v == "square" ? FewRoute::square
                              : FewRoute::narrow1;
     return nullptr;
   }
   if (!v.empty()) {
-    return "matmul: WB_WGMMA_FEW must be split, narrow, narrow1 or mid; unset it for the default";
+    return "matmul: WB_WGMMA_FEW must be split, narrow, narrow1, mid or square; unset it for the "
+           "default";
   }
   int rows = 0;
   MidRule mid = MidRule::off;

@@ -47,8 +47,10 @@ constexpr int kNarrowTallKind = kNarrowDeep | kNarrowTall;    // the 128-row til
 constexpr int kNarrowSplitKind = kNarrowTall | kNarrowSplit;  // the 256-row tile's, k in slices
 
 // mid: the whole-k kernel's 64 x 128 tile (wgmma_mid_kernel, matmul_wgmma.cu) in clusters of two
-// sharing b, k whole (WB_WGMMA_FEW=mid, or WB_WGMMA_MID=tile where the mid-size rule pairs).
-enum class FewRoute { split, narrow, narrow1, mid };
+// sharing b, k whole (WB_WGMMA_FEW=mid, or WB_WGMMA_MID=tile where the mid-size rule pairs);
+// square: the same on its 128 x 128 tile (wgmma_square_kernel; WB_WGMMA_FEW=square, or the square
+// rule, matmul_wgmma.cu).
+enum class FewRoute { split, narrow, narrow1, mid, square };
 
 // The current device's SM count (matmul_wgmma.cu; its split-k plan and this route both read it).
 int sm_count();

@@ -1,0 +1,197 @@
+"""The wgmma matmul's square tile: the whole-k loop on a fixed 128 x 128 tile (two consumer
+warpgroups, 6 stages; wgmma_square_kernel in kernels/matmul/matmul_wgmma.kernel.cu), a block a
+tile (WB_WGMMA_CLUSTER=2: in clusters of two one above the other that share b's tile). cuBLAS runs
+this tile on shapes whose 128 x 256 tiles fill about half the SMs (2048 x 1024 x 2048: 64 of them,
+128 of 128 x 128). WB_WGMMA_FEW=square runs any few shape (fewer 128 x 256 tiles than SMs) on it.
+The square rule (matmul_wgmma.cu's square_rule; WB_WGMMA_SQUARE=on, the default, or off): a few
+shape of more than 256 rows (a row-major) and more than 128 columns whose square tiles make more
+than half a wave and at most one takes it, unless a route switch is set.
+
+Without a GPU: its kernels compile for sm_90a without spills (384 threads, 6 stages' mbarriers,
+m64n128k16, multicast, the staged epilogue's 16-byte stores); the rule's reach on an H100's 132
+SMs (the mirror in test_matmul_midsize.py, which the GPU test below holds to the kernels run).
+On a Hopper GPU (marked cuda): forced, it runs that kernel, and its c is within the family's bound
+of the float64 product at tiles and tails (m, n and k not multiples of 128, 128 and 64), both
+layouts of b and both dtypes; paired and alone give the same bits; a CUDA graph replays it. The
+rule runs it where the mirror says, with the bits the switch forces, and not on the shapes past
+its reach, for a column-major a, with a route switch set or with WB_WGMMA_SQUARE=off; a bad value
+is refused by name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.bundled_cubin import (
+    assert_matmul_graph_replays,
+    cuda_kernels_run,
+    hopper,
+    matmul_operands,
+    nvcc_sm90a,
+    whole_k_instances,
+    whole_k_line,
+)
+from tests.test_matmul_midsize import H100_SMS, KNOBS, _route
+
+DTYPES = [torch.bfloat16, torch.float16]
+# (m, n, k, b column-major): one wave of tiles (2048 x 1024 x 2048: 128), tails in every size, a
+# single tile, an odd number of rows of tiles (the last pair's lower tile lies past m), n odd with
+# b column-major (the epilogue stores from registers).
+SHAPES = [
+    (2048, 1024, 2048, False),
+    (1536, 1536, 1536, True),
+    (1000, 1200, 3000, False),
+    (130, 250, 72, True),
+    (100, 100, 100, False),
+    (1152, 1152, 1152, False),
+    (777, 1001, 520, True),
+]
+
+
+@pytest.mark.nvcc
+def test_the_square_tile_compiles_for_sm90a_without_spills(tmp_path: Path) -> None:
+    lines = [
+        whole_k_line("wgmma_square_kernel", (t, kmajor))
+        for t in ("f16", "bf16")
+        for kmajor in ("true", "false")
+    ]
+    source = whole_k_instances(tmp_path, "square_instances.cu", lines)
+    done = nvcc_sm90a(tmp_path, "--ptx", "-o", "square.ptx", source=source)
+    assert done.returncode == 0, done.stderr
+    entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "square.ptx").read_text())[1:]
+    assert len(entries) == 4
+    for entry in entries:
+        assert entry.startswith("_ZN2wb6matmul19wgmma_square_kernel")
+        assert "wgmma.mma_async.sync.aligned.m64n128k16" in entry
+        assert ".maxntid 384, 1, 1" in entry  # a producer and two consumer warpgroups
+        assert re.search(r"E4full\[48\];", entry)  # 6 stages' mbarriers
+        assert ".multicast::cluster" in entry and "st.global.v4" in entry  # pairs, staged stores
+    done = nvcc_sm90a(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "square.cubin", source=source)
+    assert done.returncode == 0, done.stderr
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
+    assert spills == [("0", "0")] * 4, done.stderr
+
+
+def _square(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    monkeypatch.setenv("WB_WGMMA_FEW", "square")
+
+
+def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """The family's bound against the float64 product."""
+    ref = a.double() @ b.double()
+    rtol, atol = lib.specs["matmul"].tolerances[got.dtype]
+    bound = atol * max(1.0, ref.abs().max().item()) + rtol * ref.abs()
+    worst = ((got.double() - ref).abs() / bound).max().item()
+    assert worst <= 1.0, f"{tuple(a.shape)} @ {tuple(b.shape)} {got.dtype}: err/tol {worst:.2f}"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k", "col"), SHAPES)
+def test_the_square_tile_is_right(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool, dtype: Any
+) -> None:
+    _square(monkeypatch)
+    a, b = matmul_operands(m, n, k, col, dtype)
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
+    assert "wgmma_square_kernel" in names, names
+    alone = lib.matmul(a, b)
+    _within_tolerance(lib, alone, a, b)
+    monkeypatch.setenv("WB_WGMMA_CLUSTER", "2")
+    paired = lib.matmul(a, b)
+    assert torch.equal(paired.view(torch.int16), alone.view(torch.int16))
+
+
+@pytest.mark.cuda
+def test_a_cuda_graph_replays_the_square_tile(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _square(monkeypatch)
+    assert_matmul_graph_replays(lib, *matmul_operands(1000, 1200, 3000, True))
+
+
+# (m, n, k): the rule's shapes on 132 SMs (81 to 128 square tiles) and the shapes past its reach:
+# at most half a wave (1024^3: 64), past one (1536^2: 144), few rows (256 x 8192: the 256-row split
+# tile's), few columns (the tall rule's 2048 x 128).
+RULE = [(1152, 1152, 1152), (2048, 1024, 2048), (4096, 384, 4096), (1024, 2048, 8192),
+        (3000, 300, 1000), (1000, 1200, 3000)]  # fmt: skip
+PAST = [(1024, 1024, 1024), (1536, 1536, 2048), (256, 8192, 8192), (2048, 128, 4096)]
+
+
+def test_the_rule_reaches_half_a_wave_to_one_of_square_tiles_on_an_h100() -> None:
+    for m, n, k in RULE:
+        route, tiles = _route(m, n, k, True)
+        assert route == "square 128x128" and H100_SMS < 2 * tiles <= 2 * H100_SMS, (m, n, k)
+        assert _route(m, n, k, True, square=False)[0] != route
+    for m, n, k in PAST:
+        assert _route(m, n, k, True)[0] != "square 128x128", (m, n, k)
+    assert _route(1152, 1152, 1152, False)[0] != "square 128x128"  # WB_WGMMA_MID=off
+
+
+def _on_132_sms(monkeypatch: pytest.MonkeyPatch, switches: dict[str, str]) -> None:
+    if not hopper():
+        pytest.skip("the wgmma path runs on sm_90")
+    if torch.cuda.get_device_properties(0).multi_processor_count != H100_SMS:
+        pytest.skip("the routes named are those of 132 SMs")
+    monkeypatch.setenv("WB_MATMUL_GEMV", "0")
+    for name in KNOBS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("col", [False, True])
+@pytest.mark.parametrize(("m", "n", "k"), RULE)
+def test_the_rule_runs_the_square_tile(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool
+) -> None:
+    _on_132_sms(monkeypatch, {})
+    a, b = matmul_operands(m, n, k, col)
+    assert "wgmma_square_kernel" in cuda_kernels_run(lambda: lib.matmul(a, b))
+    got = lib.matmul(a, b)
+    _within_tolerance(lib, got, a, b)
+    _on_132_sms(monkeypatch, {"WB_WGMMA_FEW": "square"})
+    assert torch.equal(got.view(torch.int16), lib.matmul(a, b).view(torch.int16))
+    for switches in ({"WB_WGMMA_SQUARE": "off"}, {"WB_WGMMA_FEW": "mid"}, {"WB_WGMMA_MID": "off"}):
+        _on_132_sms(monkeypatch, switches)  # the rule stands aside
+        names = cuda_kernels_run(lambda: lib.matmul(a, b))
+        assert "wgmma_square_kernel" not in names, (switches, names)
+        _within_tolerance(lib, lib.matmul(a, b), a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("m", "n", "k"), PAST)
+def test_shapes_past_its_reach_keep_their_route(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int
+) -> None:
+    _on_132_sms(monkeypatch, {})
+    a, b = matmul_operands(m, n, k, False)
+    assert "wgmma_square_kernel" not in cuda_kernels_run(lambda: lib.matmul(a, b))
+    _within_tolerance(lib, lib.matmul(a, b), a, b)
+
+
+@pytest.mark.cuda
+def test_a_column_major_a_stays_in_place_on_the_whole_k_kernel(
+    lib: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x^T @ dy (the weight gradient) of a rule shape: the whole-k kernel reads x in place."""
+    _on_132_sms(monkeypatch, {})
+    x = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    names = cuda_kernels_run(lambda: lib.matmul(x.t(), dy))
+    assert "wgmma_kernel" in names and "wgmma_square_kernel" not in names, names
+    _within_tolerance(lib, lib.matmul(x.t(), dy), x.t(), dy)
+
+
+@pytest.mark.cuda
+def test_a_bad_square_switch_is_refused_by_name(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _on_132_sms(monkeypatch, {"WB_WGMMA_SQUARE": "yes"})
+    a, b = matmul_operands(1152, 1152, 1152, False)
+    with pytest.raises(RuntimeError, match="WB_WGMMA_SQUARE must be on"):
+        lib.matmul(a, b)
