@@ -25,10 +25,17 @@ WGMMA_NAMES = sorted(
         "&wb::matmul::wgmma_wide_split_shape",
         "&wb::matmul::wgmma_mid_shape",
         "&wb::matmul::wgmma_square_shape",
+        "&wb::matmul::wgmma_square192_shape",
+    ]
+    + [  # the square tiles: two consumer warpgroups (128 x 128), three (192 x 128)
+        f"wb::matmul::wgmma_square_kernel<wb::{t},{k},{c}>"
+        for t in ("f16", "bf16")
+        for k in ("true", "false")
+        for c in (2, 3)
     ]
     + [
         f"wb::matmul::{kernel}<wb::{t},{k}>"
-        for kernel in ("wgmma_split_kernel", "wgmma_mid_kernel", "wgmma_square_kernel")
+        for kernel in ("wgmma_split_kernel", "wgmma_mid_kernel")
         for t in ("f16", "bf16")
         for k in ("true", "false")
     ]

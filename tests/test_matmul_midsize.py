@@ -101,10 +101,14 @@ def _route(
     built = _cdiv(m, 128) * _cdiv(n, 256)
     if built >= sms:
         return "whole-k 128x256", sms
-    # The square rule: more than 256 rows and 128 columns, 128 x 128 tiles in (half a wave, one].
-    squares = _cdiv(m, 128) * _cdiv(n, 128)
-    if mid and not pairs and square and m > 256 and n > 128 and sms < 2 * squares <= 2 * sms:
-        return "square 128x128", squares
+    # The square rule: more than 256 rows and 128 columns, 128 x 128 tiles in (half a wave, one];
+    # past one wave of those, 192 x 128 ones in (half a wave, one].
+    squares, squares192 = _cdiv(m, 128) * _cdiv(n, 128), _cdiv(m, 192) * _cdiv(n, 128)
+    if mid and not pairs and square and m > 256 and n > 128:
+        if sms < 2 * squares <= 2 * sms:
+            return "square 128x128", squares
+        if squares > sms and sms < 2 * squares192 <= 2 * sms:
+            return "square 192x128", squares192
     # The mid-size rule's 64 x 128 tile, half a wave to 1.85 waves; past one wave with k long, two
     # slices of k on the wide tile where their blocks fill at most 4/5 of the SMs.
     mid_tiles = _cdiv(m, 64) * _cdiv(n, 128)
@@ -141,14 +145,14 @@ def test_the_routes_of_the_square_shapes_on_an_h100() -> None:
         768: ("mid 64x128", 72),
         1000: ("mid 64x128", 128),
         1024: ("mid 64x128", 128),
-        1536: ("whole-k 128x256", 72),
+        1536: ("square 192x128", 96),
         2048: ("whole-k 128x256", 128),
         4096: ("whole-k 128x256", 132),
     }
     changed = {s: old[s] for s in old if old[s] != new[s]}
     assert changed == {128: ("whole-k 128x256", 1), 256: ("whole-k 128x256", 2),
                        768: ("narrow 128x64", 72), 1000: ("narrow 128x64", 128),
-                       1024: ("narrow 128x64", 128)}  # fmt: skip
+                       1024: ("narrow 128x64", 128), 1536: ("whole-k 128x256", 72)}  # fmt: skip
     pairs = {s: _route(s, s, s, True, pairs=True) for s in (768, 1000, 1024)}
     assert pairs == {768: ("narrow 128x64 paired n", 72), 1000: ("narrow 128x64 paired n", 128),
                      1024: ("narrow 128x64 paired n", 128)}  # fmt: skip
@@ -266,7 +270,7 @@ def test_each_rule_runs_its_kernel(
     _skip_off_hopper()
     a, b = matmul_operands(size, size, size, False)
     for mid, kind in [("on", new), ("off", old)]:
-        _use(monkeypatch, {"WB_WGMMA_MID": mid})
+        _use(monkeypatch, {"WB_WGMMA_MID": mid, "WB_WGMMA_SQUARE": "off"})  # 1536^3: 192 x 128
         names = cuda_kernels_run(lambda: lib.matmul(a, b))
         assert ("wgmma_mid_kernel" in names) == (kind == MID), (mid, names)
         assert _kind(names) == (None if kind == MID else kind), (mid, names)

@@ -1,15 +1,18 @@
-"""The wgmma matmul's square tile: the whole-k loop on a fixed 128 x 128 tile (two consumer
-warpgroups, 6 stages; wgmma_square_kernel in kernels/matmul/matmul_wgmma.kernel.cu), a block a
-tile (WB_WGMMA_CLUSTER=2: in clusters of two one above the other that share b's tile). cuBLAS runs
-this tile on shapes whose 128 x 256 tiles fill about half the SMs (2048 x 1024 x 2048: 64 of them,
-128 of 128 x 128). WB_WGMMA_FEW=square runs any few shape (fewer 128 x 256 tiles than SMs) on it.
-The square rule (matmul_wgmma.cu's square_rule; WB_WGMMA_SQUARE=on, the default, or off): a few
-shape of more than 256 rows (a row-major) and more than 128 columns whose square tiles make more
-than half a wave and at most one takes it, unless a route switch is set.
+"""The wgmma matmul's square tiles: the whole-k loop on a fixed tile of 128 columns and 128 rows
+(two consumer warpgroups, 6 stages) or 192 (three, 4 stages): wgmma_square_kernel in
+kernels/matmul/matmul_wgmma.kernel.cu, a block a tile (WB_WGMMA_CLUSTER=2: in clusters of two one
+above the other that share b's tile). cuBLAS runs 128 x 128 on shapes whose 128 x 256 tiles fill
+about half the SMs (2048 x 1024 x 2048: 64 of them, 128 of 128 x 128), 192 x 96 at 1536^3.
+WB_WGMMA_FEW=square | square192 runs any few shape (fewer 128 x 256 tiles than SMs) on one. The
+square rule (matmul_wgmma_narrow.cu's square_route; WB_WGMMA_SQUARE=on, the default, or off): a
+few shape of more than 256 rows (a row-major) and more than 128 columns whose 128 x 128 tiles make
+more than half a wave and at most one takes that tile, else, past a wave of those, the 192 x 128
+one where its tiles make that; unless a route switch is set.
 
-Without a GPU: its kernels compile for sm_90a without spills (384 threads, 6 stages' mbarriers,
-m64n128k16, multicast, the staged epilogue's 16-byte stores); the rule's reach on an H100's 132
-SMs (the mirror in test_matmul_midsize.py, which the GPU test below holds to the kernels run).
+Without a GPU: the kernels compile for sm_90a without spills (384 and 512 threads, 6 and 4 stages'
+mbarriers, m64n128k16, multicast, the staged epilogue's 16-byte stores); the rule's reach on an
+H100's 132 SMs (the mirror in test_matmul_midsize.py, which the GPU test below holds to the kernels
+run).
 On a Hopper GPU (marked cuda): forced, it runs that kernel, and its c is within the family's bound
 of the float64 product at tiles and tails (m, n and k not multiples of 128, 128 and 64), both
 layouts of b and both dtypes; paired and alone give the same bits; a CUDA graph replays it. The
@@ -54,33 +57,39 @@ SHAPES = [
 
 
 @pytest.mark.nvcc
-def test_the_square_tile_compiles_for_sm90a_without_spills(tmp_path: Path) -> None:
+def test_the_square_tiles_compile_for_sm90a_without_spills(tmp_path: Path) -> None:
     lines = [
-        whole_k_line("wgmma_square_kernel", (t, kmajor))
+        whole_k_line("wgmma_square_kernel", (t, kmajor, consumers))
         for t in ("f16", "bf16")
         for kmajor in ("true", "false")
+        for consumers in ("2", "3")
     ]
     source = whole_k_instances(tmp_path, "square_instances.cu", lines)
     done = nvcc_sm90a(tmp_path, "--ptx", "-o", "square.ptx", source=source)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "square.ptx").read_text())[1:]
-    assert len(entries) == 4
+    assert len(entries) == 8
+    threads = []
     for entry in entries:
         assert entry.startswith("_ZN2wb6matmul19wgmma_square_kernel")
         assert "wgmma.mma_async.sync.aligned.m64n128k16" in entry
-        assert ".maxntid 384, 1, 1" in entry  # a producer and two consumer warpgroups
-        assert re.search(r"E4full\[48\];", entry)  # 6 stages' mbarriers
+        found = re.search(r"\.maxntid (\d+), 1, 1", entry)
+        assert found is not None
+        threads.append(int(found.group(1)))
+        stages = 6 if threads[-1] == 384 else 4  # a producer and two / three consumer warpgroups
+        assert re.search(rf"E4full\[{8 * stages}\];", entry), threads[-1]
         assert ".multicast::cluster" in entry and "st.global.v4" in entry  # pairs, staged stores
+    assert sorted(threads) == [384] * 4 + [512] * 4
     done = nvcc_sm90a(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "square.cubin", source=source)
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
-    assert spills == [("0", "0")] * 4, done.stderr
+    assert spills == [("0", "0")] * 8, done.stderr
 
 
-def _square(monkeypatch: pytest.MonkeyPatch) -> None:
+def _square(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
     if not hopper():
         pytest.skip("the wgmma path runs on sm_90")
-    monkeypatch.setenv("WB_WGMMA_FEW", "square")
+    monkeypatch.setenv("WB_WGMMA_FEW", route)
 
 
 def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -93,15 +102,24 @@ def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Ten
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("route", ["square", "square192"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "n", "k", "col"), SHAPES)
-def test_the_square_tile_is_right(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool, dtype: Any
+def test_the_square_tiles_are_right(
+    lib: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    m: int,
+    n: int,
+    k: int,
+    col: bool,
+    dtype: Any,
+    route: str,
 ) -> None:
-    _square(monkeypatch)
+    _square(monkeypatch, route)
     a, b = matmul_operands(m, n, k, col, dtype)
     names = cuda_kernels_run(lambda: lib.matmul(a, b))
-    assert "wgmma_square_kernel" in names, names
+    consumers = 2 if route == "square" else 3
+    assert re.search(rf"wgmma_square_kernel<[^>]*,\s*(?:\(int\))?{consumers}>", names), names
     alone = lib.matmul(a, b)
     _within_tolerance(lib, alone, a, b)
     monkeypatch.setenv("WB_WGMMA_CLUSTER", "2")
@@ -110,8 +128,11 @@ def test_the_square_tile_is_right(
 
 
 @pytest.mark.cuda
-def test_a_cuda_graph_replays_the_square_tile(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    _square(monkeypatch)
+@pytest.mark.parametrize("route", ["square", "square192"])
+def test_a_cuda_graph_replays_the_square_tiles(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    _square(monkeypatch, route)
     assert_matmul_graph_replays(lib, *matmul_operands(1000, 1200, 3000, True))
 
 
@@ -120,14 +141,19 @@ def test_a_cuda_graph_replays_the_square_tile(lib: Any, monkeypatch: pytest.Monk
 # tile's), few columns (the tall rule's 2048 x 128).
 RULE = [(1152, 1152, 1152), (2048, 1024, 2048), (4096, 384, 4096), (1024, 2048, 8192),
         (3000, 300, 1000), (1000, 1200, 3000)]  # fmt: skip
-PAST = [(1024, 1024, 1024), (1536, 1536, 2048), (256, 8192, 8192), (2048, 128, 4096)]
+# Past a wave of 128 x 128 tiles, about one of 192 x 128: 1536^2 (144 and 96), 768 x 3072 (144
+# and 96), 1024 x 2560 (160 and 120).
+RULE192 = [(1536, 1536, 1536), (1536, 1536, 2048), (768, 3072, 768), (1024, 2560, 1024)]
+PAST = [(1024, 1024, 1024), (2048, 2048, 2048), (1792, 1792, 1792), (256, 8192, 8192),
+        (2048, 128, 4096)]  # fmt: skip
 
 
 def test_the_rule_reaches_half_a_wave_to_one_of_square_tiles_on_an_h100() -> None:
-    for m, n, k in RULE:
-        route, tiles = _route(m, n, k, True)
-        assert route == "square 128x128" and H100_SMS < 2 * tiles <= 2 * H100_SMS, (m, n, k)
-        assert _route(m, n, k, True, square=False)[0] != route
+    for shapes, tile in [(RULE, "square 128x128"), (RULE192, "square 192x128")]:
+        for m, n, k in shapes:
+            route, tiles = _route(m, n, k, True)
+            assert route == tile and H100_SMS < 2 * tiles <= 2 * H100_SMS, (m, n, k)
+            assert _route(m, n, k, True, square=False)[0] != route
     for m, n, k in PAST:
         assert _route(m, n, k, True)[0] != "square 128x128", (m, n, k)
     assert _route(1152, 1152, 1152, False)[0] != "square 128x128"  # WB_WGMMA_MID=off
@@ -147,16 +173,21 @@ def _on_132_sms(monkeypatch: pytest.MonkeyPatch, switches: dict[str, str]) -> No
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("col", [False, True])
-@pytest.mark.parametrize(("m", "n", "k"), RULE)
-def test_the_rule_runs_the_square_tile(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, col: bool
+@pytest.mark.parametrize(
+    ("m", "n", "k", "route"),
+    [(*s, "square") for s in RULE] + [(*s, "square192") for s in RULE192],
+)
+def test_the_rule_runs_the_square_tiles(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, route: str, col: bool
 ) -> None:
     _on_132_sms(monkeypatch, {})
     a, b = matmul_operands(m, n, k, col)
-    assert "wgmma_square_kernel" in cuda_kernels_run(lambda: lib.matmul(a, b))
+    consumers = 2 if route == "square" else 3
+    names = cuda_kernels_run(lambda: lib.matmul(a, b))
+    assert re.search(rf"wgmma_square_kernel<[^>]*,\s*(?:\(int\))?{consumers}>", names), names
     got = lib.matmul(a, b)
     _within_tolerance(lib, got, a, b)
-    _on_132_sms(monkeypatch, {"WB_WGMMA_FEW": "square"})
+    _on_132_sms(monkeypatch, {"WB_WGMMA_FEW": route})
     assert torch.equal(got.view(torch.int16), lib.matmul(a, b).view(torch.int16))
     for switches in ({"WB_WGMMA_SQUARE": "off"}, {"WB_WGMMA_FEW": "mid"}, {"WB_WGMMA_MID": "off"}):
         _on_132_sms(monkeypatch, switches)  # the rule stands aside

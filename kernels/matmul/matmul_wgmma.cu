@@ -38,9 +38,9 @@
 // mid-size rule for the square-ish shapes below a wave of built tiles (on, the default: a tiny
 // shape to the narrow route; pairs: also the 128-row narrow tile of an a past the few-rows sizes
 // paired along n; tile: those on the mid-size tile instead; off: the few-rows rule alone;
-// plan_route, few_rows_route); WB_WGMMA_FEW=square, a few shape on the 128 x 128 tile
-// (wgmma_square_kernel, unpaired unless WB_WGMMA_CLUSTER=2); WB_WGMMA_SQUARE=on | off, the square
-// rule that runs it where its tiles make half a wave to one (square_rule).
+// plan_route, few_rows_route); WB_WGMMA_FEW=square | square192, a few shape on the 128 x 128 or
+// 192 x 128 tile (wgmma_square_kernel, unpaired unless WB_WGMMA_CLUSTER=2); WB_WGMMA_SQUARE=on |
+// off, the square rule that runs them where their tiles make about one wave (square_route).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -72,6 +72,7 @@ WB_DEVICE_TEMPLATE(kMid, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_mid_kernel
 WB_DEVICE_TEMPLATE(kMidShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_mid_shape");
 WB_DEVICE_TEMPLATE(kSquare, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_kernel");
 WB_DEVICE_TEMPLATE(kSquareShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_shape");
+WB_DEVICE_TEMPLATE(kSquare192Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square192_shape");
 
 namespace {
 
@@ -109,11 +110,18 @@ const DeviceKernel& wgmma_kernel(bool b_kmajor, bool a_mmajor) {
   return b_kmajor ? kernel<&kWgmma, T, Val<true>, Val<false>>
                   : kernel<&kWgmma, T, Val<false>, Val<false>>;
 }
-// The mid-size tile's (64 x 128) or the square tile's (128 x 128) whole-k kernel for each layout
-// of b.
+// The whole-k kernel of a fixed tile for each layout of b: the mid-size tile's (64 x 128) or a
+// square tile's (128 x 128, 192 x 128).
 template <typename T>
-const DeviceKernel& mid_kernel(bool b_kmajor, bool square) {
-  if (square) return b_kmajor ? kernel<&kSquare, T, Val<true>> : kernel<&kSquare, T, Val<false>>;
+const DeviceKernel& fixed_tile_kernel(bool b_kmajor, FewRoute route) {
+  if (route == FewRoute::square) {
+    return b_kmajor ? kernel<&kSquare, T, Val<true>, Val<2>>
+                    : kernel<&kSquare, T, Val<false>, Val<2>>;
+  }
+  if (route == FewRoute::square192) {
+    return b_kmajor ? kernel<&kSquare, T, Val<true>, Val<3>>
+                    : kernel<&kSquare, T, Val<false>, Val<3>>;
+  }
   return b_kmajor ? kernel<&kMid, T, Val<true>> : kernel<&kMid, T, Val<false>>;
 }
 template <typename T>
@@ -327,36 +335,6 @@ Status long_k_split(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route
   route->few = FewRoute::split;
   return nullptr;
 }
-// The square rule (WB_WGMMA_SQUARE=on, the default; =off leaves the routes above), unless a
-// switch of the route is set: a few shape of more than kMidRows rows, a row-major, and more than
-// kTallWideMaxN columns whose 128 x 128 tiles make more than half a wave and at most one runs
-// them, k whole, a block a tile, unpaired (wgmma_square_kernel), in place of the routes above (the
-// built tile with k whole or in two slices, or the 64 x 128 tile): cuBLAS's tile on such shapes.
-// H100, 2026-11-27, us, the route before / the square tile (cuBLAS), its tiles: 1152^3 16.4 /
-// 12.4 (11.4), 81; 1408^3 18.0 / 13.5 (15.7), 121; 2048 x 1024 x 2048 22.8 / 17.7 (17.5), 128;
-// 4096 x 384 x 4096 38.7 / 27.8 (25.6), 96; 1024 x 2048 x 8192 61.6 / 53.0 (52.8), 128. At half a
-// wave or less it lost (1024^3, 64: 10.9 / 11.5) and past one wave (1536^3, 144: 22.1 / 22.7);
-// in clusters of two sharing b (WB_WGMMA_CLUSTER=2) it lost to itself alone at most of these
-// shapes. The rest: bench/results/shapes.md.
-constexpr int64_t square_tiles(int64_t m, int64_t n) { return (m + 127) / 128 * ((n + 127) / 128); }
-Status square_rule(int64_t m, int64_t n, bool a_mmajor, Route* route) {
-  using wb::detail::env;
-  const std::string_view v = env("WB_WGMMA_SQUARE");
-  if (!v.empty() && v != "on" && v != "off") {
-    return "matmul: WB_WGMMA_SQUARE must be on (the default) or off; unset it";
-  }
-  if (v == "off" || a_mmajor || m <= kMidRows || n <= kTallWideMaxN) return nullptr;
-  for (const char* name : {"WB_WGMMA_FEW", "WB_WGMMA_SPLITS", "WB_WGMMA_SPLIT_SUM",
-                           "WB_WGMMA_SPLIT_TILE", "WB_WGMMA_NARROW_ROWS"}) {
-    if (!env(name).empty()) return nullptr;  // an A/B run asked for its own route
-  }
-  const std::string_view mid = env("WB_WGMMA_MID");
-  const int64_t tiles = square_tiles(m, n);
-  if ((mid.empty() || mid == "on") && 2 * tiles > sm_count() && tiles <= sm_count()) {
-    route->few = FewRoute::square;
-  }
-  return nullptr;
-}
 Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) {
   *route = Route{};
   if (const Status e = plan_split(m, n, k, &route->plan)) return e;
@@ -365,7 +343,7 @@ Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) 
   const bool tiny = !a_mmajor && plan.splits < 2 && kTinyShare * plan.tiles <= sm_count();
   if (const Status e = few_rows_route(m, n, tiny, a_mmajor, &route->few)) return e;
   if (const Status e = long_k_split(m, n, k, a_mmajor, route)) return e;
-  return square_rule(m, n, a_mmajor, route);
+  return square_route(m, n, a_mmajor, &route->few);
 }
 
 // Whether a is column-major (read m-major), as b_kmajor says of b.
@@ -575,12 +553,14 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   }
   const Split& plan = route.plan;
   WgmmaShape tile{};
-  if (route.few == FewRoute::mid || route.few == FewRoute::square) {  // by default in pairs
-    const bool square = route.few == FewRoute::square;                // 128 x 128, else 64 x 128
-    const Status e = square ? global<&kSquareShape>.read(&tile) : global<&kMidShape>.read(&tile);
+  if (route.few == FewRoute::mid || route.few == FewRoute::square ||
+      route.few == FewRoute::square192) {  // a fixed tile: 64 x 128 in pairs, a square one alone
+    const Status e = route.few == FewRoute::square      ? global<&kSquareShape>.read(&tile)
+                     : route.few == FewRoute::square192 ? global<&kSquare192Shape>.read(&tile)
+                                                        : global<&kMidShape>.read(&tile);
     if (e != nullptr) return e;
-    return run_whole_k(a, b, c, m, n, k, b_kmajor, mid_kernel<T>(b_kmajor, square), tile, !square,
-                       stream);
+    return run_whole_k(a, b, c, m, n, k, b_kmajor, fixed_tile_kernel<T>(b_kmajor, route.few), tile,
+                       route.few == FewRoute::mid, stream);
   }
   if (route.few != FewRoute::split) {  // a few-rows shape on the narrow route
     return matmul_wgmma_narrow(a, b, c, m, n, k, b_kmajor, route.few == FewRoute::narrow, stream);

@@ -42,10 +42,10 @@
 // The module holds these three kernels (each for f16 and bf16 and both layouts of b; the cluster
 // sum on both tiles; wgmma_kernel also for a m-major, the weight gradient's x^T @ dy), the same
 // whole-k loop on a fixed 64 x 128 tile for the mid-size shapes (wgmma_mid_kernel, MidTile; the
-// launcher's WB_WGMMA_MID=tile or WB_WGMMA_FEW=mid) and on a fixed 128 x 128 one
+// launcher's WB_WGMMA_MID=tile or WB_WGMMA_FEW=mid) and on fixed 128 x 128 and 192 x 128 ones
 // (wgmma_square_kernel, SquareTile), and wgmma_shape, wgmma_split_shape, wgmma_wide_split_shape,
-// wgmma_mid_shape and wgmma_square_shape. A fourth, wgmma_narrow_kernel, runs
-// the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64 columns, a block a tile, in
+// wgmma_mid_shape, wgmma_square_shape and wgmma_square192_shape. A fourth, wgmma_narrow_kernel,
+// runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64 columns, a block a tile, in
 // clusters of two sharing a's or b's tile by TMA multicast (the launcher's WB_WGMMA_FEW=narrow;
 // matmul_wgmma_narrow.cu): it is a device-only TU and module of its own,
 // matmul_wgmma_narrow.kernel.cu, so that an edit of either compiles its own kernels alone. What
@@ -187,12 +187,14 @@ using ClusterSplitTile = typename ClusterSplitTileOf<BKMajor, Wide>::type;
 template <bool BKMajor>
 using MidTile = WgmmaTile<128, 1, 8, 1, BKMajor>;
 
-// The square tile (wgmma_square_kernel; not tuned): 128 x 128, two consumer warpgroups, 6 stages
-// of 32 KiB, the staged epilogue's buffer beside the ring: the tile cuBLAS runs at 2048 x 1024 x
-// 2048 and 1024 x 2048 x 4096 (nvjet 128 x 128 in clusters of two, H100), for the shapes whose
-// 128 x 256 tiles fill about half the SMs, where its tiles make about one wave.
-template <bool BKMajor>
-using SquareTile = WgmmaTile<128, 2, 6, 1, BKMajor>;
+// The square tiles (wgmma_square_kernel; not tuned): 128 columns and CONSUMERS x 64 rows, the
+// staged epilogue's buffer beside the ring. 128 x 128 (two consumer warpgroups, 6 stages of 32 KiB)
+// is the tile cuBLAS runs at 2048 x 1024 x 2048 and 1024 x 2048 x 4096 (nvjet 128 x 128, H100),
+// for the shapes whose 128 x 256 tiles fill about half the SMs, where its tiles make about one
+// wave; 192 x 128 (three, 4 stages of 40 KiB) for those past a wave of 128 x 128 tiles whose
+// 192 x 128 ones make one (1536^2: 144 and 96; cuBLAS runs 192 x 96 there).
+template <bool BKMajor, int CONSUMERS>
+using SquareTile = WgmmaTile<128, CONSUMERS, CONSUMERS == 2 ? 6 : 4, 1, BKMajor>;
 
 // The tiles, for the host launcher (wb/module.h's wb::global; shape_of: wgmma_module.cuh).
 // wgmma_shape.tuned: built at a point of the tuning space, which the launcher runs as it is.
@@ -200,7 +202,8 @@ __constant__ WgmmaShape wgmma_shape = shape_of<DefaultTile<false>>(WB_WGMMA_TUNE
 __constant__ WgmmaShape wgmma_split_shape = shape_of<SplitTile<false>>(0);
 __constant__ WgmmaShape wgmma_wide_split_shape = shape_of<WideSplitTile<false>>(0);
 __constant__ WgmmaShape wgmma_mid_shape = shape_of<MidTile<false>>(0);
-__constant__ WgmmaShape wgmma_square_shape = shape_of<SquareTile<false>>(0);
+__constant__ WgmmaShape wgmma_square_shape = shape_of<SquareTile<false, 2>>(0);
+__constant__ WgmmaShape wgmma_square192_shape = shape_of<SquareTile<false, 3>>(0);
 
 // The shared memory a kernel declares, for the loop below: the ring of stages (dynamic, any
 // alignment; the staged epilogue's buffers follow the ring) and its full and empty mbarriers.
@@ -449,18 +452,18 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? MidTile<BKMajor>::kThreads : 
 #endif
 }
 
-// c = a @ b on the square tile (SquareTile), k whole, a row-major (k-major); the launcher's square
-// rule or WB_WGMMA_FEW=square (matmul_wgmma.cu), a block a tile (WB_WGMMA_CLUSTER=2: in clusters
-// of two sharing b).
-template <typename T, bool BKMajor>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SquareTile<BKMajor>::kThreads : 1,
-                                  WB_WGMMA_IMAGE ? SquareTile<BKMajor>::BLOCKS : 1)
-    wgmma_square_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x 128
+// c = a @ b on a square tile (SquareTile: Consumers 2, 128 x 128; 3, 192 x 128), k whole, a
+// row-major (k-major); the launcher's square rule or WB_WGMMA_FEW=square | square192
+// (matmul_wgmma.cu), a block a tile (WB_WGMMA_CLUSTER=2: in clusters of two sharing b).
+template <typename T, bool BKMajor, int Consumers>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SquareTile<BKMajor, Consumers>::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? SquareTile<BKMajor, Consumers>::BLOCKS : 1)
+    wgmma_square_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x BM
                         const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x 128 or 64 x 64
                         T* __restrict__ c,                        // [m, n]
                         int m, int n, int k) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
-  using Tl = SquareTile<BKMajor>;
+  using Tl = SquareTile<BKMajor, Consumers>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});

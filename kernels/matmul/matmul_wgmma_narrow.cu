@@ -320,17 +320,19 @@ Status tall_choice(bool* on) {
 
 Status few_rows_route(int64_t m, int64_t n, bool tiny, bool a_mmajor, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
-  if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid" || v == "square") {
-    *route = v == "split"    ? FewRoute::split
-             : v == "narrow" ? FewRoute::narrow
-             : v == "mid"    ? FewRoute::mid
-             : v == "square" ? FewRoute::square
-                             : FewRoute::narrow1;
+  if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid" || v == "square" ||
+      v == "square192") {
+    *route = v == "split"       ? FewRoute::split
+             : v == "narrow"    ? FewRoute::narrow
+             : v == "mid"       ? FewRoute::mid
+             : v == "square"    ? FewRoute::square
+             : v == "square192" ? FewRoute::square192
+                                : FewRoute::narrow1;
     return nullptr;
   }
   if (!v.empty()) {
-    return "matmul: WB_WGMMA_FEW must be split, narrow, narrow1, mid or square; unset it for the "
-           "default";
+    return "matmul: WB_WGMMA_FEW must be split, narrow, narrow1, mid, square or square192; unset "
+           "it for the default";
   }
   int rows = 0;
   MidRule mid = MidRule::off;
@@ -373,6 +375,39 @@ Status mid_choice(MidRule* rule) {
          "alone); unset it";
 }
 
+// The square rule (WB_WGMMA_SQUARE=on, the default; =off: not), unless a switch of the route is
+// set: a few shape of more than kMidRows rows, a row-major, and more than kTallWideMaxN columns
+// whose 128 x 128 tiles make more than half a wave and at most one runs them (square), else, past
+// one wave of those, whose 192 x 128 ones make that (square192), k whole, a block a tile,
+// unpaired (wgmma_square_kernel), in place of the route plan_route had (matmul_wgmma.cu: the built
+// tile with k whole or in two slices, or the 64 x 128 tile): cuBLAS's tiles on such shapes are
+// 128 x 128 and 192 x 96. H100, 2026-11-27, us, the route before / the square tile (cuBLAS), its
+// tiles: 1152^3 16.4 / 12.4 (11.4), 81; 1408^3 18.0 / 13.5 (15.7), 121; 2048 x 1024 x 2048 22.8 /
+// 17.7 (17.5), 128; 4096 x 384 x 4096 38.7 / 27.8 (25.6), 96; 1024 x 2048 x 8192 61.6 / 53.0
+// (52.8), 128. At half a wave or less it lost (1024^3, 64: 10.9 / 11.5), and in clusters of two
+// sharing b (WB_WGMMA_CLUSTER=2) to itself alone at most of these shapes. The rest:
+// bench/results/shapes.md.
+Status square_route(int64_t m, int64_t n, bool a_mmajor, FewRoute* route) {
+  const std::string_view v = env("WB_WGMMA_SQUARE");
+  if (!v.empty() && v != "on" && v != "off") {
+    return "matmul: WB_WGMMA_SQUARE must be on (the default) or off; unset it";
+  }
+  if (v == "off" || a_mmajor || m <= kMidRows || n <= kTallWideMaxN) return nullptr;
+  for (const char* name : {"WB_WGMMA_FEW", "WB_WGMMA_SPLITS", "WB_WGMMA_SPLIT_SUM",
+                           "WB_WGMMA_SPLIT_TILE", "WB_WGMMA_NARROW_ROWS"}) {
+    if (!env(name).empty()) return nullptr;  // an A/B run asked for its own route
+  }
+  const std::string_view mid = env("WB_WGMMA_MID");
+  if (!mid.empty() && mid != "on") return nullptr;
+  const auto one_wave = [](int64_t tiles) { return 2 * tiles > sm_count() && tiles <= sm_count(); };
+  const int64_t tiles = square_tiles(m, n, 128), tiles192 = square_tiles(m, n, 192);
+  if (one_wave(tiles)) {
+    *route = FewRoute::square;
+  } else if (tiles > sm_count() && one_wave(tiles192)) {
+    *route = FewRoute::square192;
+  }
+  return nullptr;
+}
 template <typename T>
 Status matmul_wgmma_narrow(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k,
                            bool b_kmajor, bool paired, Stream stream) {

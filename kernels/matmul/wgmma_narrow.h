@@ -48,9 +48,9 @@ constexpr int kNarrowSplitKind = kNarrowTall | kNarrowSplit;  // the 256-row til
 
 // mid: the whole-k kernel's 64 x 128 tile (wgmma_mid_kernel, matmul_wgmma.cu) in clusters of two
 // sharing b, k whole (WB_WGMMA_FEW=mid, or WB_WGMMA_MID=tile where the mid-size rule pairs);
-// square: the same on its 128 x 128 tile (wgmma_square_kernel; WB_WGMMA_FEW=square, or the square
-// rule, matmul_wgmma.cu).
-enum class FewRoute { split, narrow, narrow1, mid, square };
+// square, square192: the same on a 128 x 128 or 192 x 128 tile, unpaired (wgmma_square_kernel;
+// WB_WGMMA_FEW=square | square192, or the square rule, matmul_wgmma.cu).
+enum class FewRoute { split, narrow, narrow1, mid, square, square192 };
 
 // The current device's SM count (matmul_wgmma.cu; its split-k plan and this route both read it).
 int sm_count();
@@ -72,6 +72,13 @@ constexpr int64_t kMidWavesNum = 37, kMidWavesDen = 20;
 // The 64 x 128 tiles (FewRoute::mid's, wgmma_mid_shape) of a c of m x n: what the mid-size rule
 // and the long-k split (matmul_wgmma.cu) count in waves.
 constexpr int64_t mid_tiles(int64_t m, int64_t n) { return (m + 63) / 64 * ((n + 127) / 128); }
+// The square tiles of `rows` x 128 (FewRoute::square's 128, square192's 192) of a c of m x n.
+constexpr int64_t square_tiles(int64_t m, int64_t n, int64_t rows) {
+  return (m + rows - 1) / rows * ((n + 127) / 128);
+}
+// The square rule (WB_WGMMA_SQUARE, read at each call; matmul_wgmma_narrow.cu): *route becomes
+// square or square192 where it takes the shape, else stays as it is.
+Status square_route(int64_t m, int64_t n, bool a_mmajor, FewRoute* route);
 // The tall rule (few_rows_route, WB_WGMMA_TALL): at most kTallMaxN columns of c, and from
 // kTallMinRows to kTallMaxRows rows, take the narrow route's tiles unclustered (narrow1); up to
 // kTallWideMaxN columns, narrow1, the pairs or the 64 x 128 tile by the narrow tiles' count.
