@@ -7,7 +7,8 @@ WB_WGMMA_FEW=square | square192 runs any few shape (fewer 128 x 256 tiles than S
 square rule (matmul_wgmma_narrow.cu's square_route; WB_WGMMA_SQUARE=on, the default, or off): a
 few shape of more than 256 rows (a row-major) and more than 128 columns whose 128 x 128 tiles make
 more than half a wave and at most one takes that tile, else, past a wave of those, the 192 x 128
-one where its tiles make that; unless a route switch is set.
+one where its tiles make that; past a wave of 128 x 256 tiles, the wave rule takes the 192 x 128
+tile where its waves take a tenth less time (3072^2); unless a route switch is set.
 
 Without a GPU: the kernels compile for sm_90a without spills (384 and 512 threads, 6 and 4 stages'
 mbarriers, m64n128k16, multicast, the staged epilogue's 16-byte stores); the rule's reach on an
@@ -16,9 +17,9 @@ run).
 On a Hopper GPU (marked cuda): forced, it runs that kernel, and its c is within the family's bound
 of the float64 product at tiles and tails (m, n and k not multiples of 128, 128 and 64), both
 layouts of b and both dtypes; paired and alone give the same bits; a CUDA graph replays it. The
-rule runs it where the mirror says, with the bits the switch forces, and not on the shapes past
-its reach, for a column-major a, with a route switch set or with WB_WGMMA_SQUARE=off; a bad value
-is refused by name.
+rules run it where the mirror says (a few shape with the bits the switch forces), and not on the
+shapes past their reach, for a column-major a, with a route switch set or with WB_WGMMA_SQUARE=off;
+a bad value is refused by name.
 """
 
 from __future__ import annotations
@@ -144,8 +145,11 @@ RULE = [(1152, 1152, 1152), (2048, 1024, 2048), (4096, 384, 4096), (1024, 2048, 
 # Past a wave of 128 x 128 tiles, about one of 192 x 128: 1536^2 (144 and 96), 768 x 3072 (144
 # and 96), 1024 x 2560 (160 and 120).
 RULE192 = [(1536, 1536, 1536), (1536, 1536, 2048), (768, 3072, 768), (1024, 2560, 1024)]
+# Past a wave of 128 x 256 tiles (the wave rule): 192 x 128 where its waves beat theirs, 3072^2
+# (3 waves of 288 tiles; 3 of 384), 2304^2 (2; 2), 3072 x 2048 (2; 2), 3000^2 with tails.
+WAVES = [(3072, 3072, 3072), (2304, 2304, 2304), (3072, 2048, 2048), (3000, 3000, 2500)]
 PAST = [(1024, 1024, 1024), (2048, 2048, 2048), (1792, 1792, 1792), (256, 8192, 8192),
-        (2048, 128, 4096)]  # fmt: skip
+        (2048, 128, 4096), (4096, 4096, 1024), (2560, 2560, 2560)]  # fmt: skip
 
 
 def test_the_rule_reaches_half_a_wave_to_one_of_square_tiles_on_an_h100() -> None:
@@ -154,6 +158,9 @@ def test_the_rule_reaches_half_a_wave_to_one_of_square_tiles_on_an_h100() -> Non
             route, tiles = _route(m, n, k, True)
             assert route == tile and H100_SMS < 2 * tiles <= 2 * H100_SMS, (m, n, k)
             assert _route(m, n, k, True, square=False)[0] != route
+    for m, n, k in WAVES:
+        assert _route(m, n, k, True) == ("square 192x128", H100_SMS), (m, n, k)
+        assert _route(m, n, k, True, square=False)[0] == "whole-k 128x256"
     for m, n, k in PAST:
         assert _route(m, n, k, True)[0] != "square 128x128", (m, n, k)
     assert _route(1152, 1152, 1152, False)[0] != "square 128x128"  # WB_WGMMA_MID=off
@@ -175,7 +182,7 @@ def _on_132_sms(monkeypatch: pytest.MonkeyPatch, switches: dict[str, str]) -> No
 @pytest.mark.parametrize("col", [False, True])
 @pytest.mark.parametrize(
     ("m", "n", "k", "route"),
-    [(*s, "square") for s in RULE] + [(*s, "square192") for s in RULE192],
+    [(*s, "square") for s in RULE] + [(*s, "square192") for s in RULE192 + WAVES],
 )
 def test_the_rule_runs_the_square_tiles(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, route: str, col: bool
@@ -187,8 +194,9 @@ def test_the_rule_runs_the_square_tiles(
     assert re.search(rf"wgmma_square_kernel<[^>]*,\s*(?:\(int\))?{consumers}>", names), names
     got = lib.matmul(a, b)
     _within_tolerance(lib, got, a, b)
-    _on_132_sms(monkeypatch, {"WB_WGMMA_FEW": route})
-    assert torch.equal(got.view(torch.int16), lib.matmul(a, b).view(torch.int16))
+    if (m, n, k) not in WAVES:  # a few shape: the switch forces the same tile (the same bits)
+        _on_132_sms(monkeypatch, {"WB_WGMMA_FEW": route})
+        assert torch.equal(got.view(torch.int16), lib.matmul(a, b).view(torch.int16))
     for switches in ({"WB_WGMMA_SQUARE": "off"}, {"WB_WGMMA_FEW": "mid"}, {"WB_WGMMA_MID": "off"}):
         _on_132_sms(monkeypatch, switches)  # the rule stands aside
         names = cuda_kernels_run(lambda: lib.matmul(a, b))

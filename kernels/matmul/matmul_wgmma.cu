@@ -40,7 +40,8 @@
 // paired along n; tile: those on the mid-size tile instead; off: the few-rows rule alone;
 // plan_route, few_rows_route); WB_WGMMA_FEW=square | square192, a few shape on the 128 x 128 or
 // 192 x 128 tile (wgmma_square_kernel, unpaired unless WB_WGMMA_CLUSTER=2); WB_WGMMA_SQUARE=on |
-// off, the square rule that runs them where their tiles make about one wave (square_route).
+// off, the square rule that runs them where their tiles make about one wave, and the wave rule
+// that runs 192 x 128 past a wave of built tiles where its waves take less time (square_route).
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -161,6 +162,7 @@ struct Split {
   bool wide = false;     // the cluster sum on the 128-row tile (wgmma_wide_split_shape)
   bool few = false;      // a few-rows shape (fewer built tiles than SMs): few_rows_route decides
   int64_t tiles = 0;     // of c in the built tile (few shapes)
+  bool tuned = false;    // the module is a tuned variant: its tile runs every shape
 };
 constexpr int64_t kMinSteps = 4;
 constexpr int kMaxClusterSlices = 8;  // the portable cluster size (the kernel's kMaxSlices)
@@ -253,6 +255,7 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   WgmmaShape built{};
   if (const Status e = global<&kShape>.read(&built)) return e;
   const int64_t tiles = tiles_of(m, n, built);
+  plan->tuned = built.tuned != 0;
   if (built.tuned || tiles >= sm_count()) return nullptr;
   plan->few = true;
   plan->tiles = tiles;
@@ -338,12 +341,13 @@ Status long_k_split(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route
 Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) {
   *route = Route{};
   if (const Status e = plan_split(m, n, k, &route->plan)) return e;
-  if (!route->plan.few) return nullptr;
+  if (route->plan.tuned) return nullptr;
+  if (!route->plan.few) return square_route(m, n, a_mmajor, false, &route->few);
   const Split& plan = route->plan;
   const bool tiny = !a_mmajor && plan.splits < 2 && kTinyShare * plan.tiles <= sm_count();
   if (const Status e = few_rows_route(m, n, tiny, a_mmajor, &route->few)) return e;
   if (const Status e = long_k_split(m, n, k, a_mmajor, route)) return e;
-  return square_route(m, n, a_mmajor, &route->few);
+  return square_route(m, n, a_mmajor, true, &route->few);
 }
 
 // Whether a is column-major (read m-major), as b_kmajor says of b.

@@ -387,7 +387,13 @@ Status mid_choice(MidRule* rule) {
 // (52.8), 128. At half a wave or less it lost (1024^3, 64: 10.9 / 11.5), and in clusters of two
 // sharing b (WB_WGMMA_CLUSTER=2) to itself alone at most of these shapes. The rest:
 // bench/results/shapes.md.
-Status square_route(int64_t m, int64_t n, bool a_mmajor, FewRoute* route) {
+//
+// Past a wave of built tiles (few false: the wave rule), the 192 x 128 tile where its waves take
+// less time than the built tile's by a tenth, a wave of each costing a k step's time on an H100
+// (kStepUs: 0.76 us the built tile at 4096^3, 0.58 the 192-row one at 2048 x 1536 x 4096): 3072^2
+// (288 built tiles, 3 waves; 384 of 192 rows, 3 waves), not 4096^2 (4 waves; 6).
+constexpr int64_t kStepUsBuilt = 76, kStepUs192 = 58;  // hundredths of a microsecond
+Status square_route(int64_t m, int64_t n, bool a_mmajor, bool few, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_SQUARE");
   if (!v.empty() && v != "on" && v != "off") {
     return "matmul: WB_WGMMA_SQUARE must be on (the default) or off; unset it";
@@ -399,8 +405,15 @@ Status square_route(int64_t m, int64_t n, bool a_mmajor, FewRoute* route) {
   }
   const std::string_view mid = env("WB_WGMMA_MID");
   if (!mid.empty() && mid != "on") return nullptr;
-  const auto one_wave = [](int64_t tiles) { return 2 * tiles > sm_count() && tiles <= sm_count(); };
-  const int64_t tiles = square_tiles(m, n, 128), tiles192 = square_tiles(m, n, 192);
+  const int64_t sms = sm_count(), tiles = square_tiles(m, n, 128);
+  const int64_t tiles192 = square_tiles(m, n, 192);
+  if (!few) {
+    const int64_t waves = ((m + 127) / 128 * ((n + 255) / 256) + sms - 1) / sms;
+    const int64_t waves192 = (tiles192 + sms - 1) / sms;
+    if (10 * kStepUs192 * waves192 < 9 * kStepUsBuilt * waves) *route = FewRoute::square192;
+    return nullptr;
+  }
+  const auto one_wave = [sms](int64_t t) { return 2 * t > sms && t <= sms; };
   if (one_wave(tiles)) {
     *route = FewRoute::square;
   } else if (tiles > sm_count() && one_wave(tiles192)) {
