@@ -27,11 +27,12 @@ WGMMA_NAMES = sorted(
         "&wb::matmul::wgmma_square_shape",
         "&wb::matmul::wgmma_square192_shape",
     ]
-    + [  # the square tiles: two consumer warpgroups (128 x 128), three (192 x 128)
-        f"wb::matmul::wgmma_square_kernel<wb::{t},{k},{c}>"
+    + [  # the square tiles: two consumer warpgroups (128 x 128), three (192 x 128); a m-major
+        f"wb::matmul::wgmma_square_kernel<wb::{t},{k},{c},{mm}>"
         for t in ("f16", "bf16")
         for k in ("true", "false")
         for c in (2, 3)
+        for mm in ("true", "false")
     ]
     + [
         f"wb::matmul::{kernel}<wb::{t},{k}>"

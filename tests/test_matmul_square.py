@@ -60,16 +60,17 @@ SHAPES = [
 @pytest.mark.nvcc
 def test_the_square_tiles_compile_for_sm90a_without_spills(tmp_path: Path) -> None:
     lines = [
-        whole_k_line("wgmma_square_kernel", (t, kmajor, consumers))
+        whole_k_line("wgmma_square_kernel", (t, kmajor, consumers, mmajor))
         for t in ("f16", "bf16")
         for kmajor in ("true", "false")
         for consumers in ("2", "3")
+        for mmajor in ("true", "false")
     ]
     source = whole_k_instances(tmp_path, "square_instances.cu", lines)
     done = nvcc_sm90a(tmp_path, "--ptx", "-o", "square.ptx", source=source)
     assert done.returncode == 0, done.stderr
     entries = re.split(r"\n(?:.visible )?.entry ", (tmp_path / "square.ptx").read_text())[1:]
-    assert len(entries) == 8
+    assert len(entries) == 16
     threads = []
     for entry in entries:
         assert entry.startswith("_ZN2wb6matmul19wgmma_square_kernel")
@@ -80,11 +81,18 @@ def test_the_square_tiles_compile_for_sm90a_without_spills(tmp_path: Path) -> No
         stages = 6 if threads[-1] == 384 else 4  # a producer and two / three consumer warpgroups
         assert re.search(rf"E4full\[{8 * stages}\];", entry), threads[-1]
         assert ".multicast::cluster" in entry and "st.global.v4" in entry  # pairs, staged stores
-    assert sorted(threads) == [384] * 4 + [512] * 4
+    assert sorted(threads) == [384] * 8 + [512] * 8
     done = nvcc_sm90a(tmp_path, "-cubin", "-Xptxas", "-v", "-o", "square.cubin", source=source)
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
-    assert spills == [("0", "0")] * 8, done.stderr
+    assert spills == [("0", "0")] * 16, done.stderr
+
+
+def _kernel_of(consumers: int, mmajor: bool = False) -> str:
+    """The profiler's name of the square kernel of ``consumers`` warpgroups (any dtype and layout
+    of b; a m-major where ``mmajor``): wgmma_square_kernel<wb::bf16, false, 3, false>."""
+    a = "true" if mmajor else r"\w+"
+    return rf"wgmma_square_kernel<[^,]+,\s*\w+,\s*(?:\(int\))?{consumers},\s*{a}>"
 
 
 def _square(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
@@ -120,7 +128,7 @@ def test_the_square_tiles_are_right(
     a, b = matmul_operands(m, n, k, col, dtype)
     names = cuda_kernels_run(lambda: lib.matmul(a, b))
     consumers = 2 if route == "square" else 3
-    assert re.search(rf"wgmma_square_kernel<[^>]*,\s*(?:\(int\))?{consumers}>", names), names
+    assert re.search(_kernel_of(consumers), names), names
     alone = lib.matmul(a, b)
     _within_tolerance(lib, alone, a, b)
     monkeypatch.setenv("WB_WGMMA_CLUSTER", "2")
@@ -191,7 +199,7 @@ def test_the_rule_runs_the_square_tiles(
     a, b = matmul_operands(m, n, k, col)
     consumers = 2 if route == "square" else 3
     names = cuda_kernels_run(lambda: lib.matmul(a, b))
-    assert re.search(rf"wgmma_square_kernel<[^>]*,\s*(?:\(int\))?{consumers}>", names), names
+    assert re.search(_kernel_of(consumers), names), names
     got = lib.matmul(a, b)
     _within_tolerance(lib, got, a, b)
     if (m, n, k) not in WAVES:  # a few shape: the switch forces the same tile (the same bits)
@@ -216,16 +224,23 @@ def test_shapes_past_its_reach_keep_their_route(
 
 
 @pytest.mark.cuda
-def test_a_column_major_a_stays_in_place_on_the_whole_k_kernel(
-    lib: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("m", "n", "k", "consumers"), [(2048, 1024, 2048, 2), (3072, 3072, 1024, 3)]
+)
+def test_a_column_major_a_is_read_in_place_by_the_square_tiles(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, consumers: int
 ) -> None:
-    """x^T @ dy (the weight gradient) of a rule shape: the whole-k kernel reads x in place."""
+    """x^T @ dy (the weight gradient) of a rule shape and of a wave-rule shape: the square tile
+    reads x in place (no copy of a first), with the bits of a row-major copy of it."""
     _on_132_sms(monkeypatch, {})
-    x = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
-    dy = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(k, m, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     names = cuda_kernels_run(lambda: lib.matmul(x.t(), dy))
-    assert "wgmma_kernel" in names and "wgmma_square_kernel" not in names, names
-    _within_tolerance(lib, lib.matmul(x.t(), dy), x.t(), dy)
+    assert re.search(_kernel_of(consumers, mmajor=True), names), names
+    assert not re.search(r"copy|elementwise", names), names
+    got = lib.matmul(x.t(), dy)
+    _within_tolerance(lib, got, x.t(), dy)
+    assert torch.equal(got.view(torch.int16), lib.matmul(x.t().contiguous(), dy).view(torch.int16))
 
 
 @pytest.mark.cuda

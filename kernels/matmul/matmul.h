@@ -80,12 +80,12 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
                     Stream stream);
 // The float32 workspace matmul_wgmma needs for these sizes on the current device (0: no split).
 int64_t wgmma_workspace(int64_t m, int64_t n, int64_t k);
-// Whether matmul_wgmma runs an m x n x k call on its whole-k kernel on the current device: an
-// sm_90a image, and neither the split-k nor the narrow route of a few-rows shape (which read a
-// row-major a alone).
+// Whether matmul_wgmma runs an m x n x k call with k whole on a kernel that reads a column-major a
+// in place, on the current device: an sm_90a image, and the whole-k kernel or a square tile (not
+// the split-k, narrow or 64 x 128 routes of a few-rows shape, which read a row-major a alone).
 bool wgmma_whole_k(int64_t m, int64_t n, int64_t k);
 // Whether the wgmma path reads a ([m, k]) in place as column-major (m-major): its columns
-// contiguous, 16-byte aligned and at least m apart (not overlapping), on the whole-k route.
+// contiguous, 16-byte aligned and at least m apart (not overlapping), on such a route.
 // Path::automatic copies any other a that is not row-major (bindings/matmul.cpp).
 template <typename T>
 bool wgmma_takes_mmajor_a(View<T> a, int64_t m, int64_t n, int64_t k) {

@@ -111,20 +111,24 @@ const DeviceKernel& wgmma_kernel(bool b_kmajor, bool a_mmajor) {
   return b_kmajor ? kernel<&kWgmma, T, Val<true>, Val<false>>
                   : kernel<&kWgmma, T, Val<false>, Val<false>>;
 }
-// The whole-k kernel of a fixed tile for each layout of b: the mid-size tile's (64 x 128) or a
-// square tile's (128 x 128, 192 x 128).
+// The whole-k kernel of a fixed tile for each layout of b (and of a, a square tile's): the
+// mid-size tile's (64 x 128) or a square tile's (128 x 128, 192 x 128; C consumer warpgroups).
+template <typename T, int C>
+const DeviceKernel& square_kernel(bool b_kmajor, bool a_mmajor) {
+  if (a_mmajor) {
+    return b_kmajor ? kernel<&kSquare, T, Val<true>, Val<C>, Val<true>>
+                    : kernel<&kSquare, T, Val<false>, Val<C>, Val<true>>;
+  }
+  return b_kmajor ? kernel<&kSquare, T, Val<true>, Val<C>, Val<false>>
+                  : kernel<&kSquare, T, Val<false>, Val<C>, Val<false>>;
+}
 template <typename T>
-const DeviceKernel& fixed_tile_kernel(bool b_kmajor, FewRoute route) {
-  if (route == FewRoute::square) {
-    return b_kmajor ? kernel<&kSquare, T, Val<true>, Val<2>>
-                    : kernel<&kSquare, T, Val<false>, Val<2>>;
-  }
-  if (route == FewRoute::square192) {
-    return b_kmajor ? kernel<&kSquare, T, Val<true>, Val<3>>
-                    : kernel<&kSquare, T, Val<false>, Val<3>>;
-  }
+const DeviceKernel& fixed_tile_kernel(bool b_kmajor, bool a_mmajor, FewRoute route) {
+  if (route == FewRoute::square) return square_kernel<T, 2>(b_kmajor, a_mmajor);
+  if (route == FewRoute::square192) return square_kernel<T, 3>(b_kmajor, a_mmajor);
   return b_kmajor ? kernel<&kMid, T, Val<true>> : kernel<&kMid, T, Val<false>>;
 }
+
 template <typename T>
 const DeviceKernel& split_kernel(bool b_kmajor) {
   return b_kmajor ? kernel<&kSplit, T, Val<true>> : kernel<&kSplit, T, Val<false>>;
@@ -316,6 +320,10 @@ struct Route {
   Split plan;
   FewRoute few = FewRoute::split;
   bool whole_k() const { return few == FewRoute::split && plan.splits < 2; }
+  // Whether the route's kernel reads a column-major a in place: the whole-k one or a square tile's.
+  bool reads_mmajor() const {
+    return whole_k() || few == FewRoute::square || few == FewRoute::square192;
+  }
 };
 Status long_k_split(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) {
   using wb::detail::env;
@@ -342,12 +350,12 @@ Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) 
   *route = Route{};
   if (const Status e = plan_split(m, n, k, &route->plan)) return e;
   if (route->plan.tuned) return nullptr;
-  if (!route->plan.few) return square_route(m, n, a_mmajor, false, &route->few);
+  if (!route->plan.few) return square_route(m, n, false, &route->few);
   const Split& plan = route->plan;
   const bool tiny = !a_mmajor && plan.splits < 2 && kTinyShare * plan.tiles <= sm_count();
   if (const Status e = few_rows_route(m, n, tiny, a_mmajor, &route->few)) return e;
   if (const Status e = long_k_split(m, n, k, a_mmajor, route)) return e;
-  return square_route(m, n, a_mmajor, true, &route->few);
+  return square_route(m, n, true, &route->few);
 }
 
 // Whether a is column-major (read m-major), as b_kmajor says of b.
@@ -540,7 +548,7 @@ bool wgmma_whole_k(int64_t m, int64_t n, int64_t k) {
   // A bad switch (plan_route's error) reads as no: the call then meets the error in matmul_wgmma.
   // Asked for a column-major a (wgmma_takes_mmajor_a): the route it would take.
   return m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && wgmma_available() &&
-         plan_route(m, n, k, true, &route) == nullptr && route.whole_k();
+         plan_route(m, n, k, true, &route) == nullptr && route.reads_mmajor();
 }
 
 template <typename T>
@@ -551,7 +559,7 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   Route route;
   if (const Status e = check_switches()) return e;
   if (const Status e = plan_route(m, n, k, a_mmajor, &route)) return e;
-  if (a_mmajor && !route.whole_k()) {  // matmul_cuda_unusable refuses such a call first
+  if (a_mmajor && !route.reads_mmajor()) {  // matmul_cuda_unusable refuses such a call first
     return "matmul: the wgmma path reads a column-major a on its whole-k route only (this shape "
            "splits k or takes the narrow route): pass a row-major a";
   }
@@ -563,7 +571,8 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
                      : route.few == FewRoute::square192 ? global<&kSquare192Shape>.read(&tile)
                                                         : global<&kMidShape>.read(&tile);
     if (e != nullptr) return e;
-    return run_whole_k(a, b, c, m, n, k, b_kmajor, fixed_tile_kernel<T>(b_kmajor, route.few), tile,
+    return run_whole_k(a, b, c, m, n, k, b_kmajor,
+                       fixed_tile_kernel<T>(b_kmajor, a_mmajor, route.few), tile,
                        route.few == FewRoute::mid, stream);
   }
   if (route.few != FewRoute::split) {  // a few-rows shape on the narrow route

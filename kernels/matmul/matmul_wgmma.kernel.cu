@@ -193,8 +193,8 @@ using MidTile = WgmmaTile<128, 1, 8, 1, BKMajor>;
 // for the shapes whose 128 x 256 tiles fill about half the SMs, where its tiles make about one
 // wave; 192 x 128 (three, 4 stages of 40 KiB) for those past a wave of 128 x 128 tiles whose
 // 192 x 128 ones make one (1536^2: 144 and 96; cuBLAS runs 192 x 96 there).
-template <bool BKMajor, int CONSUMERS>
-using SquareTile = WgmmaTile<128, CONSUMERS, CONSUMERS == 2 ? 6 : 4, 1, BKMajor>;
+template <bool BKMajor, int CONSUMERS, bool AMMajor = false>
+using SquareTile = WgmmaTile<128, CONSUMERS, CONSUMERS == 2 ? 6 : 4, 1, BKMajor, AMMajor>;
 
 // The tiles, for the host launcher (wb/module.h's wb::global; shape_of: wgmma_module.cuh).
 // wgmma_shape.tuned: built at a point of the tuning space, which the launcher runs as it is.
@@ -453,17 +453,18 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? MidTile<BKMajor>::kThreads : 
 }
 
 // c = a @ b on a square tile (SquareTile: Consumers 2, 128 x 128; 3, 192 x 128), k whole, a
-// row-major (k-major); the launcher's square rule or WB_WGMMA_FEW=square | square192
-// (matmul_wgmma.cu), a block a tile (WB_WGMMA_CLUSTER=2: in clusters of two sharing b).
-template <typename T, bool BKMajor, int Consumers>
+// row-major (k-major) or, AMMajor, column-major (m-major, as wgmma_kernel reads it); the launcher's
+// square rules or WB_WGMMA_FEW=square | square192 (matmul_wgmma.cu), a block a tile
+// (WB_WGMMA_CLUSTER=2: in clusters of two sharing b).
+template <typename T, bool BKMajor, int Consumers, bool AMMajor>
 __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SquareTile<BKMajor, Consumers>::kThreads : 1,
                                   WB_WGMMA_IMAGE ? SquareTile<BKMajor, Consumers>::BLOCKS : 1)
-    wgmma_square_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x BM
+    wgmma_square_kernel(const __grid_constant__ TensorMap map_a,  // a: 64 x BM or 64 x 64 boxes
                         const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x 128 or 64 x 64
                         T* __restrict__ c,                        // [m, n]
                         int m, int n, int k) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
-  using Tl = SquareTile<BKMajor, Consumers>;
+  using Tl = SquareTile<BKMajor, Consumers, AMMajor>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});

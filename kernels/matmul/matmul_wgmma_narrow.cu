@@ -376,14 +376,14 @@ Status mid_choice(MidRule* rule) {
 }
 
 // The square rule (WB_WGMMA_SQUARE=on, the default; =off: not), unless a switch of the route is
-// set: a few shape of more than kMidRows rows, a row-major, and more than kTallWideMaxN columns
-// whose 128 x 128 tiles make more than half a wave and at most one runs them (square), else, past
-// one wave of those, whose 192 x 128 ones make that (square192), k whole, a block a tile,
-// unpaired (wgmma_square_kernel), in place of the route plan_route had (matmul_wgmma.cu: the built
-// tile with k whole or in two slices, or the 64 x 128 tile): cuBLAS's tiles on such shapes are
-// 128 x 128 and 192 x 96. H100, 2026-11-27, us, the route before / the square tile (cuBLAS), its
-// tiles: 1152^3 16.4 / 12.4 (11.4), 81; 1408^3 18.0 / 13.5 (15.7), 121; 2048 x 1024 x 2048 22.8 /
-// 17.7 (17.5), 128; 4096 x 384 x 4096 38.7 / 27.8 (25.6), 96; 1024 x 2048 x 8192 61.6 / 53.0
+// set: a few shape of more than kMidRows rows (a of either layout) and more than kTallWideMaxN
+// columns whose 128 x 128 tiles make more than half a wave and at most one runs them (square),
+// else, past one wave of those, whose 192 x 128 ones make that (square192), k whole, a block a
+// tile, unpaired (wgmma_square_kernel), in place of the route plan_route had (matmul_wgmma.cu: the
+// built tile with k whole or in two slices, or the 64 x 128 tile): cuBLAS's tiles on such shapes
+// are 128 x 128 and 192 x 96. H100, 2026-11-27, us, the route before / the square tile (cuBLAS),
+// its tiles: 1152^3 16.4 / 12.4 (11.4), 81; 1408^3 18.0 / 13.5 (15.7), 121; 2048 x 1024 x 2048 22.8
+// / 17.7 (17.5), 128; 4096 x 384 x 4096 38.7 / 27.8 (25.6), 96; 1024 x 2048 x 8192 61.6 / 53.0
 // (52.8), 128. At half a wave or less it lost (1024^3, 64: 10.9 / 11.5), and in clusters of two
 // sharing b (WB_WGMMA_CLUSTER=2) to itself alone at most of these shapes. The rest:
 // bench/results/shapes.md.
@@ -393,12 +393,12 @@ Status mid_choice(MidRule* rule) {
 // (kStepUs: 0.76 us the built tile at 4096^3, 0.58 the 192-row one at 2048 x 1536 x 4096): 3072^2
 // (288 built tiles, 3 waves; 384 of 192 rows, 3 waves), not 4096^2 (4 waves; 6).
 constexpr int64_t kStepUsBuilt = 76, kStepUs192 = 58;  // hundredths of a microsecond
-Status square_route(int64_t m, int64_t n, bool a_mmajor, bool few, FewRoute* route) {
+Status square_route(int64_t m, int64_t n, bool few, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_SQUARE");
   if (!v.empty() && v != "on" && v != "off") {
     return "matmul: WB_WGMMA_SQUARE must be on (the default) or off; unset it";
   }
-  if (v == "off" || a_mmajor || m <= kMidRows || n <= kTallWideMaxN) return nullptr;
+  if (v == "off" || m <= kMidRows || n <= kTallWideMaxN) return nullptr;
   for (const char* name : {"WB_WGMMA_FEW", "WB_WGMMA_SPLITS", "WB_WGMMA_SPLIT_SUM",
                            "WB_WGMMA_SPLIT_TILE", "WB_WGMMA_NARROW_ROWS"}) {
     if (!env(name).empty()) return nullptr;  // an A/B run asked for its own route
