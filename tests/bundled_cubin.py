@@ -127,6 +127,16 @@ def matmul_operands(m: int, n: int, k: int, col: bool, dtype: Any = None) -> tup
     return a, torch.randn(k, n, device="cuda", dtype=dtype, generator=gen)
 
 
+def assert_within_matmul_bound(lib: Any, got: Any, a: Any, b: Any) -> None:
+    """c = a @ b within the matmul family's bound (its spec's tolerances for c's dtype) of the
+    float64 product, at every element."""
+    ref = a.double() @ b.double()
+    rtol, atol = lib.specs["matmul"].tolerances[got.dtype]
+    bound = atol * max(1.0, ref.abs().max().item()) + rtol * ref.abs()
+    worst = ((got.double() - ref).abs() / bound).max().item()
+    assert worst <= 1.0, f"{tuple(a.shape)} @ {tuple(b.shape)} {got.dtype}: err/tol {worst:.2f}"
+
+
 def cuda_kernels_run(fn: Any) -> str:
     """The names of the CUDA events (kernels and runtime calls) one call of ``fn`` made."""
     import torch

@@ -386,12 +386,18 @@ def _default_route_on_132_sms(
     """a and b of m x n x k, and the kernels the default route ran on them (``square``: with the
     square rule, else WB_WGMMA_SQUARE=off); skipped but on a Hopper GPU of 132 SMs (an H100's: the
     routes the tests name are those of its SM count)."""
+    on_132_sms(monkeypatch, {} if square else {"WB_WGMMA_SQUARE": "off"})
+    a, b = matmul_operands(m, n, k, col)
+    return a, b, cuda_kernels_run(lambda: lib.matmul(a, b))
+
+
+def on_132_sms(monkeypatch: pytest.MonkeyPatch, switches: dict[str, str]) -> None:
+    """`switches` set, every other wgmma one unset (_use); skipped but on a Hopper GPU of 132 SMs
+    (an H100's: the routes the tests name are those of its SM count)."""
     _skip_off_hopper()
     if torch.cuda.get_device_properties(0).multi_processor_count != H100_SMS:
         pytest.skip("the routes named are those of 132 SMs")
-    a, b = matmul_operands(m, n, k, col)
-    _use(monkeypatch, {} if square else {"WB_WGMMA_SQUARE": "off"})
-    return a, b, cuda_kernels_run(lambda: lib.matmul(a, b))
+    _use(monkeypatch, switches)
 
 
 # With the square rule off (it takes most of these shapes by default: test_matmul_square.py), the

@@ -33,6 +33,7 @@ import torch
 
 from tests.bundled_cubin import (
     assert_matmul_graph_replays,
+    assert_within_matmul_bound,
     cuda_kernels_run,
     hopper,
     matmul_operands,
@@ -40,7 +41,7 @@ from tests.bundled_cubin import (
     whole_k_instances,
     whole_k_line,
 )
-from tests.test_matmul_midsize import H100_SMS, KNOBS, _route
+from tests.test_matmul_midsize import H100_SMS, _route, on_132_sms
 
 DTYPES = [torch.bfloat16, torch.float16]
 # (m, n, k, b column-major): one wave of tiles (2048 x 1024 x 2048: 128), tails in every size, a
@@ -101,15 +102,6 @@ def _square(monkeypatch: pytest.MonkeyPatch, route: str) -> None:
     monkeypatch.setenv("WB_WGMMA_FEW", route)
 
 
-def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """The family's bound against the float64 product."""
-    ref = a.double() @ b.double()
-    rtol, atol = lib.specs["matmul"].tolerances[got.dtype]
-    bound = atol * max(1.0, ref.abs().max().item()) + rtol * ref.abs()
-    worst = ((got.double() - ref).abs() / bound).max().item()
-    assert worst <= 1.0, f"{tuple(a.shape)} @ {tuple(b.shape)} {got.dtype}: err/tol {worst:.2f}"
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("route", ["square", "square192"])
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -130,7 +122,7 @@ def test_the_square_tiles_are_right(
     consumers = 2 if route == "square" else 3
     assert re.search(_kernel_of(consumers), names), names
     alone = lib.matmul(a, b)
-    _within_tolerance(lib, alone, a, b)
+    assert_within_matmul_bound(lib, alone, a, b)
     monkeypatch.setenv("WB_WGMMA_CLUSTER", "2")
     paired = lib.matmul(a, b)
     assert torch.equal(paired.view(torch.int16), alone.view(torch.int16))
@@ -174,18 +166,6 @@ def test_the_rule_reaches_half_a_wave_to_one_of_square_tiles_on_an_h100() -> Non
     assert _route(1152, 1152, 1152, False)[0] != "square 128x128"  # WB_WGMMA_MID=off
 
 
-def _on_132_sms(monkeypatch: pytest.MonkeyPatch, switches: dict[str, str]) -> None:
-    if not hopper():
-        pytest.skip("the wgmma path runs on sm_90")
-    if torch.cuda.get_device_properties(0).multi_processor_count != H100_SMS:
-        pytest.skip("the routes named are those of 132 SMs")
-    monkeypatch.setenv("WB_MATMUL_GEMV", "0")
-    for name in KNOBS:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in switches.items():
-        monkeypatch.setenv(name, value)
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("col", [False, True])
 @pytest.mark.parametrize(
@@ -195,21 +175,21 @@ def _on_132_sms(monkeypatch: pytest.MonkeyPatch, switches: dict[str, str]) -> No
 def test_the_rule_runs_the_square_tiles(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, route: str, col: bool
 ) -> None:
-    _on_132_sms(monkeypatch, {})
+    on_132_sms(monkeypatch, {})
     a, b = matmul_operands(m, n, k, col)
     consumers = 2 if route == "square" else 3
     names = cuda_kernels_run(lambda: lib.matmul(a, b))
     assert re.search(_kernel_of(consumers), names), names
     got = lib.matmul(a, b)
-    _within_tolerance(lib, got, a, b)
+    assert_within_matmul_bound(lib, got, a, b)
     if (m, n, k) not in WAVES:  # a few shape: the switch forces the same tile (the same bits)
-        _on_132_sms(monkeypatch, {"WB_WGMMA_FEW": route})
+        on_132_sms(monkeypatch, {"WB_WGMMA_FEW": route})
         assert torch.equal(got.view(torch.int16), lib.matmul(a, b).view(torch.int16))
     for switches in ({"WB_WGMMA_SQUARE": "off"}, {"WB_WGMMA_FEW": "mid"}, {"WB_WGMMA_MID": "off"}):
-        _on_132_sms(monkeypatch, switches)  # the rule stands aside
+        on_132_sms(monkeypatch, switches)  # the rule stands aside
         names = cuda_kernels_run(lambda: lib.matmul(a, b))
         assert "wgmma_square_kernel" not in names, (switches, names)
-        _within_tolerance(lib, lib.matmul(a, b), a, b)
+        assert_within_matmul_bound(lib, lib.matmul(a, b), a, b)
 
 
 @pytest.mark.cuda
@@ -217,10 +197,10 @@ def test_the_rule_runs_the_square_tiles(
 def test_shapes_past_its_reach_keep_their_route(
     lib: Any, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int
 ) -> None:
-    _on_132_sms(monkeypatch, {})
+    on_132_sms(monkeypatch, {})
     a, b = matmul_operands(m, n, k, False)
     assert "wgmma_square_kernel" not in cuda_kernels_run(lambda: lib.matmul(a, b))
-    _within_tolerance(lib, lib.matmul(a, b), a, b)
+    assert_within_matmul_bound(lib, lib.matmul(a, b), a, b)
 
 
 @pytest.mark.cuda
@@ -232,20 +212,20 @@ def test_a_column_major_a_is_read_in_place_by_the_square_tiles(
 ) -> None:
     """x^T @ dy (the weight gradient) of a rule shape and of a wave-rule shape: the square tile
     reads x in place (no copy of a first), with the bits of a row-major copy of it."""
-    _on_132_sms(monkeypatch, {})
+    on_132_sms(monkeypatch, {})
     x = torch.randn(k, m, device="cuda", dtype=torch.bfloat16)
     dy = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     names = cuda_kernels_run(lambda: lib.matmul(x.t(), dy))
     assert re.search(_kernel_of(consumers, mmajor=True), names), names
     assert not re.search(r"copy|elementwise", names), names
     got = lib.matmul(x.t(), dy)
-    _within_tolerance(lib, got, x.t(), dy)
+    assert_within_matmul_bound(lib, got, x.t(), dy)
     assert torch.equal(got.view(torch.int16), lib.matmul(x.t().contiguous(), dy).view(torch.int16))
 
 
 @pytest.mark.cuda
 def test_a_bad_square_switch_is_refused_by_name(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    _on_132_sms(monkeypatch, {"WB_WGMMA_SQUARE": "yes"})
+    on_132_sms(monkeypatch, {"WB_WGMMA_SQUARE": "yes"})
     a, b = matmul_operands(1152, 1152, 1152, False)
     with pytest.raises(RuntimeError, match="WB_WGMMA_SQUARE must be on"):
         lib.matmul(a, b)

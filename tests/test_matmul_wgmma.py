@@ -28,7 +28,13 @@ from typing import Any
 import pytest
 import torch
 
-from tests.bundled_cubin import assert_matmul_graph_replays, hopper, matmul_operands, nvcc_wgmma
+from tests.bundled_cubin import (
+    assert_matmul_graph_replays,
+    assert_within_matmul_bound,
+    hopper,
+    matmul_operands,
+    nvcc_wgmma,
+)
 
 # (m, n, k, b column-major): the built tile whole (many tiles) and the split-k route (few).
 SHAPES = [
@@ -69,14 +75,6 @@ def test_both_kernels_stage_c_and_compile_for_sm90a_without_spills(tmp_path: Pat
 # --- on a Hopper GPU ------------------------------------------------------------------------
 
 
-def _within_tolerance(lib: Any, got: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    ref = a.double() @ b.double()
-    rtol, atol = lib.specs["matmul"].tolerances[got.dtype]
-    bound = atol * max(1.0, ref.abs().max().item()) + rtol * ref.abs()
-    worst = ((got.double() - ref).abs() / bound).max().item()
-    assert worst <= 1.0, f"{tuple(a.shape)} @ {tuple(b.shape)}: err/tol {worst:.2f}"
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("m", "n", "k", "col"), SHAPES)
@@ -87,7 +85,7 @@ def test_the_default_route_is_right(
         pytest.skip("the wgmma path runs on sm_90")
     a, b = matmul_operands(m, n, k, col, dtype)
     got = lib.matmul(a, b)
-    _within_tolerance(lib, got, a, b)
+    assert_within_matmul_bound(lib, got, a, b)
     torch.testing.assert_close(got.float(), torch.mm(a, b).float(), rtol=2e-2, atol=0.5)
 
 
@@ -129,7 +127,7 @@ def test_a_forced_split_count_is_right(
     monkeypatch.setenv("WB_MATMUL_GEMV", "0")  # m <= 8 would take the GEMV route (matmul_gemv.cu)
     for m, n, k, col in [(1, 4096, 4096, False), (16, 4104, 4096, True), (128, 4096, 4136, False)]:
         a, b = matmul_operands(m, n, k, col)
-        _within_tolerance(lib, lib.matmul(a, b), a, b)
+        assert_within_matmul_bound(lib, lib.matmul(a, b), a, b)
 
 
 @pytest.mark.cuda
