@@ -314,7 +314,9 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
 // H100, 2026-11-27, us, before / two slices (cuBLAS), the slices' blocks: 2048 x 768 x 8192 71.2 /
 // 51.9 (45.7), 96; 1152^2 x 4096 37.1 / 31.0 (21.4), 90; 1024 x 2048 x 8192 (whole k) 82.9 / 60.6
 // (47.2), 128. Against the tile they lost where they filled the SMs (1408^2 x 4096 37.6 / 42.6,
-// 132 blocks): the 4/5. The rest: bench/results/shapes.md.
+// 132 blocks): the 4/5. The rest: bench/results/shapes.md. The square rules (square_route) run
+// after it and take most of these shapes since, faster (1152^2 x 4096 26.0, 1024 x 2048 x 8192
+// 53.0): the slices stay where the square tiles do not reach, or WB_WGMMA_SQUARE=off.
 constexpr int64_t kTinyShare = 4, kLongK = 2048;
 struct Route {
   Split plan;
