@@ -165,7 +165,7 @@ struct Split {
   bool cluster = false;  // the slices summed in clusters of `splits` (one launch, no workspace)
   bool wide = false;     // the cluster sum on the 128-row tile (wgmma_wide_split_shape)
   bool few = false;      // a few-rows shape (fewer built tiles than SMs): few_rows_route decides
-  int64_t tiles = 0;     // of c in the built tile (few shapes)
+  int64_t tiles = 0;     // of c in the built tile
   bool tuned = false;    // the module is a tuned variant: its tile runs every shape
 };
 constexpr int64_t kMinSteps = 4;
@@ -260,9 +260,9 @@ Status plan_split(int64_t m, int64_t n, int64_t k, Split* plan) {
   if (const Status e = global<&kShape>.read(&built)) return e;
   const int64_t tiles = tiles_of(m, n, built);
   plan->tuned = built.tuned != 0;
+  plan->tiles = tiles;
   if (built.tuned || tiles >= sm_count()) return nullptr;
   plan->few = true;
-  plan->tiles = tiles;
   int64_t forced = 0;
   bool cluster = false, wide = false;
   if (const Status e = forced_splits(&forced)) return e;
@@ -352,12 +352,12 @@ Status plan_route(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) 
   *route = Route{};
   if (const Status e = plan_split(m, n, k, &route->plan)) return e;
   if (route->plan.tuned) return nullptr;
-  if (!route->plan.few) return square_route(m, n, false, &route->few);
+  if (!route->plan.few) return square_route(m, n, route->plan.tiles, &route->few);
   const Split& plan = route->plan;
   const bool tiny = !a_mmajor && plan.splits < 2 && kTinyShare * plan.tiles <= sm_count();
   if (const Status e = few_rows_route(m, n, tiny, a_mmajor, &route->few)) return e;
   if (const Status e = long_k_split(m, n, k, a_mmajor, route)) return e;
-  return square_route(m, n, true, &route->few);
+  return square_route(m, n, plan.tiles, &route->few);
 }
 
 // Whether a is column-major (read m-major), as b_kmajor says of b.

@@ -388,12 +388,12 @@ Status mid_choice(MidRule* rule) {
 // sharing b (WB_WGMMA_CLUSTER=2) to itself alone at most of these shapes. The rest:
 // bench/results/shapes.md.
 //
-// Past a wave of built tiles (few false: the wave rule), the 192 x 128 tile where its waves take
+// Past a wave of built tiles (the wave rule), the 192 x 128 tile where its waves take
 // less time than the built tile's by a tenth, a wave of each costing a k step's time on an H100
 // (kStepUs: 0.76 us the built tile at 4096^3, 0.58 the 192-row one at 2048 x 1536 x 4096): 3072^2
 // (288 built tiles, 3 waves; 384 of 192 rows, 3 waves), not 4096^2 (4 waves; 6).
 constexpr int64_t kStepUsBuilt = 76, kStepUs192 = 58;  // hundredths of a microsecond
-Status square_route(int64_t m, int64_t n, bool few, FewRoute* route) {
+Status square_route(int64_t m, int64_t n, int64_t built_tiles, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_SQUARE");
   if (!v.empty() && v != "on" && v != "off") {
     return "matmul: WB_WGMMA_SQUARE must be on (the default) or off; unset it";
@@ -407,16 +407,15 @@ Status square_route(int64_t m, int64_t n, bool few, FewRoute* route) {
   if (!mid.empty() && mid != "on") return nullptr;
   const int64_t sms = sm_count(), tiles = square_tiles(m, n, 128);
   const int64_t tiles192 = square_tiles(m, n, 192);
-  if (!few) {
-    const int64_t waves = ((m + 127) / 128 * ((n + 255) / 256) + sms - 1) / sms;
-    const int64_t waves192 = (tiles192 + sms - 1) / sms;
+  if (built_tiles >= sms) {
+    const int64_t waves = (built_tiles + sms - 1) / sms, waves192 = (tiles192 + sms - 1) / sms;
     if (10 * kStepUs192 * waves192 < 9 * kStepUsBuilt * waves) *route = FewRoute::square192;
     return nullptr;
   }
   const auto one_wave = [sms](int64_t t) { return 2 * t > sms && t <= sms; };
   if (one_wave(tiles)) {
     *route = FewRoute::square;
-  } else if (tiles > sm_count() && one_wave(tiles192)) {
+  } else if (tiles > sms && one_wave(tiles192)) {
     *route = FewRoute::square192;
   }
   return nullptr;

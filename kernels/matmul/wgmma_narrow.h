@@ -77,10 +77,10 @@ constexpr int64_t square_tiles(int64_t m, int64_t n, int64_t rows) {
   return (m + rows - 1) / rows * ((n + 127) / 128);
 }
 // The square rule (WB_WGMMA_SQUARE, read at each call; matmul_wgmma_narrow.cu): *route becomes
-// square or square192 where it takes the shape, else stays as it is; `few`: fewer built tiles
-// than SMs (else the wave rule, past a wave of them). Either layout of a: the square tiles read a
-// column-major one in place.
-Status square_route(int64_t m, int64_t n, bool few, FewRoute* route);
+// square or square192 where it takes the shape, else stays as it is; `built_tiles`: c's count of
+// the built (untuned) 128 x 256 tile, fewer than the SMs for a few shape (else the wave rule).
+// Either layout of a: the square tiles read a column-major one in place.
+Status square_route(int64_t m, int64_t n, int64_t built_tiles, FewRoute* route);
 // The tall rule (few_rows_route, WB_WGMMA_TALL): at most kTallMaxN columns of c, and from
 // kTallMinRows to kTallMaxRows rows, take the narrow route's tiles unclustered (narrow1); up to
 // kTallWideMaxN columns, narrow1, the pairs or the 64 x 128 tile by the narrow tiles' count.
