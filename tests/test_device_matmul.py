@@ -26,12 +26,13 @@ WGMMA_NAMES = sorted(
         "&wb::matmul::wgmma_mid_shape",
         "&wb::matmul::wgmma_square_shape",
         "&wb::matmul::wgmma_square192_shape",
+        "&wb::matmul::wgmma_square256_shape",
     ]
-    + [  # the square tiles: two consumer warpgroups (128 x 128), three (192 x 128); a m-major
+    + [  # the square tiles: two consumer warpgroups (128 x 128), three (192), four (256); a m-major
         f"wb::matmul::wgmma_square_kernel<wb::{t},{k},{c},{mm}>"
         for t in ("f16", "bf16")
         for k in ("true", "false")
-        for c in (2, 3)
+        for c in (2, 3, 4)
         for mm in ("true", "false")
     ]
     + [

@@ -38,10 +38,11 @@
 // mid-size rule for the square-ish shapes below a wave of built tiles (on, the default: a tiny
 // shape to the narrow route; pairs: also the 128-row narrow tile of an a past the few-rows sizes
 // paired along n; tile: those on the mid-size tile instead; off: the few-rows rule alone;
-// plan_route, few_rows_route); WB_WGMMA_FEW=square | square192, a few shape on the 128 x 128 or
-// 192 x 128 tile (wgmma_square_kernel, unpaired unless WB_WGMMA_CLUSTER=2); WB_WGMMA_SQUARE=on |
-// off, the square rule that runs them where their tiles make about one wave, and the wave rule
-// that runs 192 x 128 past a wave of built tiles where its waves take less time (square_route).
+// plan_route, few_rows_route); WB_WGMMA_FEW=square | square192 | square256, a few shape on the
+// 128, 192 or 256 x 128 tile (wgmma_square_kernel, unpaired unless WB_WGMMA_CLUSTER=2);
+// WB_WGMMA_SQUARE=on | off, the square rule that runs them where their tiles make about one wave,
+// and the wave rule that runs 192 or 256 x 128 past a wave of built tiles where its waves take
+// less time (square_route), or a tile's name, that tile on every shape.
 //   Check and time:  wb check matmul --device cuda;  wb bench matmul_path (path 3)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -74,6 +75,7 @@ WB_DEVICE_TEMPLATE(kMidShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_mid_s
 WB_DEVICE_TEMPLATE(kSquare, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_kernel");
 WB_DEVICE_TEMPLATE(kSquareShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_shape");
 WB_DEVICE_TEMPLATE(kSquare192Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square192_shape");
+WB_DEVICE_TEMPLATE(kSquare256Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square256_shape");
 
 namespace {
 
@@ -112,7 +114,7 @@ const DeviceKernel& wgmma_kernel(bool b_kmajor, bool a_mmajor) {
                   : kernel<&kWgmma, T, Val<false>, Val<false>>;
 }
 // The whole-k kernel of a fixed tile for each layout of b (and of a, a square tile's): the
-// mid-size tile's (64 x 128) or a square tile's (128 x 128, 192 x 128; C consumer warpgroups).
+// mid-size tile's (64 x 128) or a square tile's (128, 192 or 256 x 128; C consumer warpgroups).
 template <typename T, int C>
 const DeviceKernel& square_kernel(bool b_kmajor, bool a_mmajor) {
   if (a_mmajor) {
@@ -126,6 +128,7 @@ template <typename T>
 const DeviceKernel& fixed_tile_kernel(bool b_kmajor, bool a_mmajor, FewRoute route) {
   if (route == FewRoute::square) return square_kernel<T, 2>(b_kmajor, a_mmajor);
   if (route == FewRoute::square192) return square_kernel<T, 3>(b_kmajor, a_mmajor);
+  if (route == FewRoute::square256) return square_kernel<T, 4>(b_kmajor, a_mmajor);
   return b_kmajor ? kernel<&kMid, T, Val<true>> : kernel<&kMid, T, Val<false>>;
 }
 
@@ -323,9 +326,7 @@ struct Route {
   FewRoute few = FewRoute::split;
   bool whole_k() const { return few == FewRoute::split && plan.splits < 2; }
   // Whether the route's kernel reads a column-major a in place: the whole-k one or a square tile's.
-  bool reads_mmajor() const {
-    return whole_k() || few == FewRoute::square || few == FewRoute::square192;
-  }
+  bool reads_mmajor() const { return whole_k() || square_tile(few); }
 };
 Status long_k_split(int64_t m, int64_t n, int64_t k, bool a_mmajor, Route* route) {
   using wb::detail::env;
@@ -567,10 +568,10 @@ Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int
   }
   const Split& plan = route.plan;
   WgmmaShape tile{};
-  if (route.few == FewRoute::mid || route.few == FewRoute::square ||
-      route.few == FewRoute::square192) {  // a fixed tile: 64 x 128 in pairs, a square one alone
+  if (route.few == FewRoute::mid || square_tile(route.few)) {  // 64 x 128 in pairs, a square alone
     const Status e = route.few == FewRoute::square      ? global<&kSquareShape>.read(&tile)
                      : route.few == FewRoute::square192 ? global<&kSquare192Shape>.read(&tile)
+                     : route.few == FewRoute::square256 ? global<&kSquare256Shape>.read(&tile)
                                                         : global<&kMidShape>.read(&tile);
     if (e != nullptr) return e;
     return run_whole_k(a, b, c, m, n, k, b_kmajor,

@@ -42,9 +42,9 @@
 // The module holds these three kernels (each for f16 and bf16 and both layouts of b; the cluster
 // sum on both tiles; wgmma_kernel also for a m-major, the weight gradient's x^T @ dy), the same
 // whole-k loop on a fixed 64 x 128 tile for the mid-size shapes (wgmma_mid_kernel, MidTile; the
-// launcher's WB_WGMMA_MID=tile or WB_WGMMA_FEW=mid) and on fixed 128 x 128 and 192 x 128 ones
+// launcher's WB_WGMMA_MID=tile or WB_WGMMA_FEW=mid) and on fixed 128, 192 and 256 x 128 ones
 // (wgmma_square_kernel, SquareTile), and wgmma_shape, wgmma_split_shape, wgmma_wide_split_shape,
-// wgmma_mid_shape, wgmma_square_shape and wgmma_square192_shape. A fourth, wgmma_narrow_kernel,
+// wgmma_mid_shape and wgmma_square{,192,256}_shape. A fourth, wgmma_narrow_kernel,
 // runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64 columns, a block a tile, in
 // clusters of two sharing a's or b's tile by TMA multicast (the launcher's WB_WGMMA_FEW=narrow;
 // matmul_wgmma_narrow.cu): it is a device-only TU and module of its own,
@@ -192,7 +192,10 @@ using MidTile = WgmmaTile<128, 1, 8, 1, BKMajor>;
 // is the tile cuBLAS runs at 2048 x 1024 x 2048 and 1024 x 2048 x 4096 (nvjet 128 x 128, H100),
 // for the shapes whose 128 x 256 tiles fill about half the SMs, where its tiles make about one
 // wave; 192 x 128 (three, 4 stages of 40 KiB) for those past a wave of 128 x 128 tiles whose
-// 192 x 128 ones make one (1536^2: 144 and 96; cuBLAS runs 192 x 96 there).
+// 192 x 128 ones make one (1536^2: 144 and 96; cuBLAS runs 192 x 96 there); 256 x 128 (four, 4
+// stages of 48 KiB, no room for the staged epilogue's buffer: c stored from registers), the
+// built tile turned on its side, for a c whose 128 x 256 tiles leave a last wave that its own
+// avoid (4096 x 4160: 544 built tiles, 5 waves on 132 SMs; 528 of these, 4; cuBLAS runs 256 x 128).
 template <bool BKMajor, int CONSUMERS, bool AMMajor = false>
 using SquareTile = WgmmaTile<128, CONSUMERS, CONSUMERS == 2 ? 6 : 4, 1, BKMajor, AMMajor>;
 
@@ -204,6 +207,7 @@ __constant__ WgmmaShape wgmma_wide_split_shape = shape_of<WideSplitTile<false>>(
 __constant__ WgmmaShape wgmma_mid_shape = shape_of<MidTile<false>>(0);
 __constant__ WgmmaShape wgmma_square_shape = shape_of<SquareTile<false, 2>>(0);
 __constant__ WgmmaShape wgmma_square192_shape = shape_of<SquareTile<false, 3>>(0);
+__constant__ WgmmaShape wgmma_square256_shape = shape_of<SquareTile<false, 4>>(0);
 
 // The shared memory a kernel declares, for the loop below: the ring of stages (dynamic, any
 // alignment; the staged epilogue's buffers follow the ring) and its full and empty mbarriers.
@@ -452,9 +456,9 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? MidTile<BKMajor>::kThreads : 
 #endif
 }
 
-// c = a @ b on a square tile (SquareTile: Consumers 2, 128 x 128; 3, 192 x 128), k whole, a
-// row-major (k-major) or, AMMajor, column-major (m-major, as wgmma_kernel reads it); the launcher's
-// square rules or WB_WGMMA_FEW=square | square192 (matmul_wgmma.cu), a block a tile
+// c = a @ b on a square tile (SquareTile: Consumers 2, 128 x 128; 3, 192 x 128; 4, 256 x 128), k
+// whole, a row-major (k-major) or, AMMajor, column-major (m-major, as wgmma_kernel reads it); the
+// launcher's square rules, WB_WGMMA_FEW or WB_WGMMA_SQUARE (matmul_wgmma.cu), a block a tile
 // (WB_WGMMA_CLUSTER=2: in clusters of two sharing b).
 template <typename T, bool BKMajor, int Consumers, bool AMMajor>
 __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SquareTile<BKMajor, Consumers>::kThreads : 1,

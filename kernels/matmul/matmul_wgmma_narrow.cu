@@ -318,21 +318,28 @@ Status tall_choice(bool* on) {
   return "matmul: WB_WGMMA_TALL must be on (the default) or off; unset it";
 }
 
+// Whether v names a square tile (WB_WGMMA_FEW, WB_WGMMA_SQUARE), which *route then becomes.
+bool square_named(std::string_view v, FewRoute* route) {
+  if (v != "square" && v != "square192" && v != "square256") return false;
+  *route = v == "square"      ? FewRoute::square
+           : v == "square192" ? FewRoute::square192
+                              : FewRoute::square256;
+  return true;
+}
+
 Status few_rows_route(int64_t m, int64_t n, bool tiny, bool a_mmajor, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_FEW");
-  if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid" || v == "square" ||
-      v == "square192") {
-    *route = v == "split"       ? FewRoute::split
-             : v == "narrow"    ? FewRoute::narrow
-             : v == "mid"       ? FewRoute::mid
-             : v == "square"    ? FewRoute::square
-             : v == "square192" ? FewRoute::square192
-                                : FewRoute::narrow1;
+  if (square_named(v, route)) return nullptr;
+  if (v == "split" || v == "narrow" || v == "narrow1" || v == "mid") {
+    *route = v == "split"    ? FewRoute::split
+             : v == "narrow" ? FewRoute::narrow
+             : v == "mid"    ? FewRoute::mid
+                             : FewRoute::narrow1;
     return nullptr;
   }
   if (!v.empty()) {
-    return "matmul: WB_WGMMA_FEW must be split, narrow, narrow1, mid, square or square192; unset "
-           "it for the default";
+    return "matmul: WB_WGMMA_FEW must be split, narrow, narrow1, mid, square, square192 or "
+           "square256; unset it for the default";
   }
   int rows = 0;
   MidRule mid = MidRule::off;
@@ -388,15 +395,24 @@ Status mid_choice(MidRule* rule) {
 // sharing b (WB_WGMMA_CLUSTER=2) to itself alone at most of these shapes. The rest:
 // bench/results/shapes.md.
 //
-// Past a wave of built tiles (the wave rule), the 192 x 128 tile where its waves take
-// less time than the built tile's by a tenth, a wave of each costing a k step's time on an H100
-// (kStepUs: 0.76 us the built tile at 4096^3, 0.58 the 192-row one at 2048 x 1536 x 4096): 3072^2
-// (288 built tiles, 3 waves; 384 of 192 rows, 3 waves), not 4096^2 (4 waves; 6).
-constexpr int64_t kStepUsBuilt = 76, kStepUs192 = 58;  // hundredths of a microsecond
+// Past a wave of built tiles (the wave rule), of the built tile, the 192 x 128 one and the
+// 256 x 128 one (the built tile on its side), the one whose waves take the least time, a wave of
+// each costing a k step's time (kStepUs: 0.76 us the built tile at 4096^3 and 0.58 the 192-row one
+// at 2048 x 1536 x 4096 on an H100; the 256-row one 1.13x the built one's at 4096^3 on an H100,
+// 1.08x on an H200, its c stored from registers); another tile only where it saves a twentieth:
+// 3072^2 (288 built tiles, 3 waves; 384 of 192 rows, 3 waves) and 4096 x 4160 (544 built tiles,
+// 5 waves; 528 of 256 rows, 4 waves), not 4096^2 (4 waves; 6 of 192 rows, 4 of 256) or 8192^2.
+// H100, 2026-11-27, us, the rule before / now (cuBLAS): 4096 x 4104 x 4096 325.6 / 245.3 (199.7);
+// 1024 x 4224 x 4096 92.4 / 57.0 (48.8); 6528 x 2688 x 4096 250.5 / 232.0 (218.5); the rest:
+// bench/results/shapes.md. WB_WGMMA_SQUARE=square | square192 | square256 runs that tile for
+// every shape (A/B).
+constexpr int64_t kStepUsBuilt = 76, kStepUs192 = 58, kStepUs256 = 86;  // hundredths of a us
 Status square_route(int64_t m, int64_t n, int64_t built_tiles, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_SQUARE");
+  if (square_named(v, route)) return nullptr;
   if (!v.empty() && v != "on" && v != "off") {
-    return "matmul: WB_WGMMA_SQUARE must be on (the default) or off; unset it";
+    return "matmul: WB_WGMMA_SQUARE must be on (the default), off, or a tile to run everywhere: "
+           "square, square192 or square256; unset it";
   }
   if (v == "off" || m <= kMidRows || n <= kTallWideMaxN) return nullptr;
   for (const char* name : {"WB_WGMMA_FEW", "WB_WGMMA_SPLITS", "WB_WGMMA_SPLIT_SUM",
@@ -408,8 +424,12 @@ Status square_route(int64_t m, int64_t n, int64_t built_tiles, FewRoute* route) 
   const int64_t sms = sm_count(), tiles = square_tiles(m, n, 128);
   const int64_t tiles192 = square_tiles(m, n, 192);
   if (built_tiles >= sms) {
-    const int64_t waves = (built_tiles + sms - 1) / sms, waves192 = (tiles192 + sms - 1) / sms;
-    if (10 * kStepUs192 * waves192 < 9 * kStepUsBuilt * waves) *route = FewRoute::square192;
+    const auto waves = [sms](int64_t t) { return (t + sms - 1) / sms; };
+    const int64_t built = kStepUsBuilt * waves(built_tiles), w192 = kStepUs192 * waves(tiles192);
+    const int64_t w256 = kStepUs256 * waves(square_tiles(m, n, 256));
+    if (20 * (w192 < w256 ? w192 : w256) < 19 * built) {
+      *route = w192 <= w256 ? FewRoute::square192 : FewRoute::square256;
+    }
     return nullptr;
   }
   const auto one_wave = [sms](int64_t t) { return 2 * t > sms && t <= sms; };

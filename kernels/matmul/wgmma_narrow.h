@@ -48,9 +48,12 @@ constexpr int kNarrowSplitKind = kNarrowTall | kNarrowSplit;  // the 256-row til
 
 // mid: the whole-k kernel's 64 x 128 tile (wgmma_mid_kernel, matmul_wgmma.cu) in clusters of two
 // sharing b, k whole (WB_WGMMA_FEW=mid, or WB_WGMMA_MID=tile where the mid-size rule pairs);
-// square, square192: the same on a 128 x 128 or 192 x 128 tile, unpaired (wgmma_square_kernel;
-// WB_WGMMA_FEW=square | square192, or the square rule, matmul_wgmma.cu).
-enum class FewRoute { split, narrow, narrow1, mid, square, square192 };
+// square, square192, square256: the same on a 128, 192 or 256 x 128 tile, unpaired
+// (wgmma_square_kernel; WB_WGMMA_FEW or WB_WGMMA_SQUARE names one, or the square rules pick it).
+enum class FewRoute { split, narrow, narrow1, mid, square, square192, square256 };
+constexpr bool square_tile(FewRoute r) {
+  return r == FewRoute::square || r == FewRoute::square192 || r == FewRoute::square256;
+}
 
 // The current device's SM count (matmul_wgmma.cu; its split-k plan and this route both read it).
 int sm_count();
@@ -76,9 +79,10 @@ constexpr int64_t mid_tiles(int64_t m, int64_t n) { return (m + 63) / 64 * ((n +
 constexpr int64_t square_tiles(int64_t m, int64_t n, int64_t rows) {
   return (m + rows - 1) / rows * ((n + 127) / 128);
 }
-// The square rule (WB_WGMMA_SQUARE, read at each call; matmul_wgmma_narrow.cu): *route becomes
-// square or square192 where it takes the shape, else stays as it is; `built_tiles`: c's count of
-// the built (untuned) 128 x 256 tile, fewer than the SMs for a few shape (else the wave rule).
+// The square rules (WB_WGMMA_SQUARE, read at each call; matmul_wgmma_narrow.cu): *route becomes
+// square, square192 or square256 where one takes the shape, else stays as it is; `built_tiles`:
+// c's count of the built (untuned) 128 x 256 tile, fewer than the SMs for a few shape (else the
+// wave rule).
 // Either layout of a: the square tiles read a column-major one in place.
 Status square_route(int64_t m, int64_t n, int64_t built_tiles, FewRoute* route);
 // The tall rule (few_rows_route, WB_WGMMA_TALL): at most kTallMaxN columns of c, and from
