@@ -103,11 +103,11 @@ def _route(
     rule = mid and not pairs and square and m > 256 and n > 128
     if built >= sms:
         # The wave rule: of the built tile (a wave 0.76 us a k step), 192 x 128 (0.58) and
-        # 256 x 128 (0.86), the one whose waves take the least time, another than the built tile
+        # 256 x 128 (0.78), the one whose waves take the least time, another than the built tile
         # only where it saves a twentieth (ties: 192 x 128).
         cost = 76 * _cdiv(built, sms)
         costs = {"square 192x128": 58 * _cdiv(squares192, sms),
-                 "square 256x128": 86 * _cdiv(_cdiv(m, 256) * _cdiv(n, 128), sms)}  # fmt: skip
+                 "square 256x128": 78 * _cdiv(_cdiv(m, 256) * _cdiv(n, 128), sms)}  # fmt: skip
         best = min(costs, key=lambda t: (costs[t], t))
         if rule and 20 * costs[best] < 19 * cost:
             return best, sms

@@ -106,15 +106,20 @@ struct WgmmaTile {
   static constexpr int kAtomBytes = 8 * kRowBytes;  // one swizzle atom: 8 rows of 128 bytes
   static constexpr int kRingBytes = STAGES * (kBytesA + kBytesB);
   static constexpr int kBarrierBytes = 2 * STAGES * 8;  // full[] and empty[]: static shared
-  // The staged epilogue's buffer (store_staged): per consumer, 64 rows of one 128-byte chunk of
-  // c's row, padded (kStagePitch<O>: at most 160 bytes, for float32 partials). Only where it fits
-  // beside the ring; a tile without it stores from registers (store_tile).
-  static constexpr int kStageBytes = CONSUMERS * 64 * (kRowBytes + 32);
-  // (+ 16: a launch may ask for the 16-byte-store epilogue by 16 bytes more, see wgmma_units.)
-  static constexpr bool kStaged =
-      kRingBytes + kAtomBytes + kStageBytes + 16 + kBarrierBytes <= kSmemPerBlock &&
-      BLOCKS * (kRingBytes + kAtomBytes + kStageBytes + 16 + kBarrierBytes + kSmemReserved) <=
-          kSmemPerSm;
+  // The staged epilogue's buffer (store_staged): per consumer, 64 rows of one chunk of c's row,
+  // padded (kStagePitch<O, kChunk>: at most 32 bytes more, for float32 partials); chunks of 128
+  // bytes, or of 64 where those do not fit beside the ring (256 x 128: 4 stages of 48 KiB). Only
+  // where one fits; a tile without it stores from registers (store_tile).
+  static constexpr bool fits(int chunk) {
+    const int stage = CONSUMERS * 64 * (chunk + 32);
+    // (+ 16: a launch may ask for the 16-byte-store epilogue by 16 bytes more, see wgmma_units.)
+    return kRingBytes + kAtomBytes + stage + 16 + kBarrierBytes <= kSmemPerBlock &&
+           BLOCKS * (kRingBytes + kAtomBytes + stage + 16 + kBarrierBytes + kSmemReserved) <=
+               kSmemPerSm;
+  }
+  static constexpr int kChunk = fits(kRowBytes) ? kRowBytes : kRowBytes / 2;
+  static constexpr int kStageBytes = CONSUMERS * 64 * (kChunk + 32);
+  static constexpr bool kStaged = fits(kChunk);
   static constexpr int kSmemBytes = kRingBytes + kAtomBytes + (kStaged ? kStageBytes : 0);
   // Registers. __launch_bounds__(kThreads, BLOCKS) caps a thread at kRegsPerSm / (kThreads *
   // BLOCKS), in units of 8, at most 255. A kernel with setmaxnreg starts at that cap (ptxas
@@ -193,7 +198,7 @@ using MidTile = WgmmaTile<128, 1, 8, 1, BKMajor>;
 // for the shapes whose 128 x 256 tiles fill about half the SMs, where its tiles make about one
 // wave; 192 x 128 (three, 4 stages of 40 KiB) for those past a wave of 128 x 128 tiles whose
 // 192 x 128 ones make one (1536^2: 144 and 96; cuBLAS runs 192 x 96 there); 256 x 128 (four, 4
-// stages of 48 KiB, no room for the staged epilogue's buffer: c stored from registers), the
+// stages of 48 KiB, the staged epilogue in chunks of 64 bytes, as 128 would not fit), the
 // built tile turned on its side, for a c whose 128 x 256 tiles leave a last wave that its own
 // avoid (4096 x 4160: 544 built tiles, 5 waves on 132 SMs; 528 of these, 4; cuBLAS runs 256 x 128).
 template <bool BKMajor, int CONSUMERS, bool AMMajor = false>
@@ -355,7 +360,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   const bool staged = Tl::kStaged && smem_given >= static_cast<uint32_t>(Tl::kSmemBytes) &&
                       n % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   const bool bulk = smem_given == static_cast<uint32_t>(Tl::kSmemBytes);
-  unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<O>;
+  unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<O, Tl::kChunk>;
   int it = 0;
   // A stage's release: to this block's producer, and paired, to the other block's.
   const auto release = [&](int s) {
@@ -408,8 +413,8 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     O* const slice_out = out + static_cast<int64_t>(slice) * m * n;
     if constexpr (Tl::kStaged) {
       if (staged) {
-        store_staged<O, Tl::BN>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d, my_stage, t,
-                                1 + consumer, bulk);
+        store_staged<O, Tl::BN, Tl::kChunk>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d,
+                                            my_stage, t, 1 + consumer, bulk);
         continue;
       }
     }

@@ -398,15 +398,16 @@ Status mid_choice(MidRule* rule) {
 // Past a wave of built tiles (the wave rule), of the built tile, the 192 x 128 one and the
 // 256 x 128 one (the built tile on its side), the one whose waves take the least time, a wave of
 // each costing a k step's time (kStepUs: 0.76 us the built tile at 4096^3 and 0.58 the 192-row one
-// at 2048 x 1536 x 4096 on an H100; the 256-row one 1.13x the built one's at 4096^3 on an H100,
-// 1.08x on an H200, its c stored from registers); another tile only where it saves a twentieth:
-// 3072^2 (288 built tiles, 3 waves; 384 of 192 rows, 3 waves) and 4096 x 4160 (544 built tiles,
-// 5 waves; 528 of 256 rows, 4 waves), not 4096^2 (4 waves; 6 of 192 rows, 4 of 256) or 8192^2.
-// H100, 2026-11-27, us, the rule before / now (cuBLAS): 4096 x 4104 x 4096 325.6 / 245.3 (199.7);
-// 1024 x 4224 x 4096 92.4 / 57.0 (48.8); 6528 x 2688 x 4096 250.5 / 232.0 (218.5); the rest:
-// bench/results/shapes.md. WB_WGMMA_SQUARE=square | square192 | square256 runs that tile for
+// at 2048 x 1536 x 4096 on an H100; the 256-row one 1.02x the built one's at 4096^3 on an H100,
+// its c staged in 64-byte chunks, 1.11x with c stored from registers); another tile only where it
+// saves a twentieth: 3072^2 (288 built tiles, 3 waves; 384 of 192 rows, 3 waves) and 4096 x 4160
+// (544 built tiles, 5 waves; 528 of 256 rows, 4 waves), not 4096^2 (4 waves; 6 of 192 rows, 4 of
+// 256) or 8192^2.
+// H100, 2026-11-27, us, the rule before / now (cuBLAS): 4096 x 4160 x 4096 220.0 / 186.2
+// (182.4); 4096 x 4104 x 4096 319.8 / 225.7 (198.3); 1024 x 4224 x 4096 91.2 / 49.9 (48.6); the
+// rest: bench/results/shapes.md. WB_WGMMA_SQUARE=square | square192 | square256 runs that tile for
 // every shape (A/B).
-constexpr int64_t kStepUsBuilt = 76, kStepUs192 = 58, kStepUs256 = 86;  // hundredths of a us
+constexpr int64_t kStepUsBuilt = 76, kStepUs192 = 58, kStepUs256 = 78;  // hundredths of a us
 Status square_route(int64_t m, int64_t n, int64_t built_tiles, FewRoute* route) {
   const std::string_view v = env("WB_WGMMA_SQUARE");
   if (square_named(v, route)) return nullptr;

@@ -88,24 +88,27 @@ __device__ __forceinline__ void store_tile(O* out, int m, int n, int64_t row, in
 // (cp.async.bulk, one row of a 128-byte chunk a copy), so that the consumers go on to the next
 // tile's MMAs while c's stores drain, where store_tile's scattered 4-byte stores hold them until
 // the memory system has taken them (on 8192 x 8192 x 1024, 16 k steps a tile, that is a large
-// part of a tile's time). Chunk by chunk of kCols columns: this thread writes its pairs of the
-// chunk into the consumer's buffer (rows kStagePitch apart: the 8 rows of a warp's stores fall on
-// different banks), then threads 0..63 copy one row each (the columns inside n; rows inside m).
+// part of a tile's time). Chunk by chunk of kCols columns (Chunk bytes of a row: 128, or 64 for a
+// tile whose ring leaves room for no more): this thread writes its pairs of the chunk into the
+// consumer's buffer (rows kStagePitch apart: the 8 rows of a warp's stores fall on different
+// banks), then threads 0..63 copy one row each (the columns inside n; rows inside m).
 // Or (bulk false, for A/B: the launcher's WB_WGMMA_STORE=vector) all 128 threads copy the chunk
-// with 16-byte loads and stores, a warp's stores 4 whole rows of the chunk: coalesced, but the
+// with 16-byte loads and stores, a warp's stores whole rows of the chunk: coalesced, but the
 // consumers wait for them as for store_tile's. Needs n % 8 == 0 and out 16-byte aligned (each row
 // of a chunk a 16-byte multiple at a 16-byte boundary); the caller checks. row0: the consumer's
 // first row of c; col0: the tile's first column.
-template <typename O>
-constexpr int kStagePitch = kRowBytes + 8 * static_cast<int>(sizeof(O));
+template <typename O, int Chunk = kRowBytes>
+constexpr int kStagePitch = Chunk + 8 * static_cast<int>(sizeof(O));
 
-template <typename O, int BN>
+template <typename O, int BN, int Chunk = kRowBytes>
 __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0, int64_t col0,
                                              const float (&d)[BN / 2], unsigned char* buf, int t,
                                              int barrier, bool bulk) {
-  constexpr int kCols = kRowBytes / static_cast<int>(sizeof(O));  // columns a chunk
-  constexpr int kGroups = kCols / 8;                              // 8-column groups a chunk
-  constexpr int kPitch = kStagePitch<O>;
+  static_assert(Chunk == 64 || Chunk == 128, "a chunk is 64 or 128 bytes of a row");
+  constexpr int kCols = Chunk / static_cast<int>(sizeof(O));  // columns a chunk
+  constexpr int kGroups = kCols / 8;                          // 8-column groups a chunk
+  constexpr int kParts = Chunk / 16;                          // 16-byte vectors a row of a chunk
+  constexpr int kPitch = kStagePitch<O, Chunk>;
   const int r = 16 * (t / 32) + (t % 32) / 4;
   unsigned char* const mine = buf + r * kPitch + 2 * (t % 4) * static_cast<int>(sizeof(O));
   using Pair = decltype(Bits<O>::pair(0.0f, 0.0f));
@@ -125,10 +128,10 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
     sm90::fence_proxy_async();
     sm90::named_sync(barrier, 128);
     const int64_t col = col0 + c * kCols;
-    if (!bulk) {  // 64 rows x 8 vectors of 16 bytes, 4 a thread; n % 8 == 0: each all in or out
+    if (!bulk) {  // 64 rows x kParts vectors of 16 bytes; n % 8 == 0: each all in or out
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int v = t + 128 * i, row = v / 8, part = v % 8;
+      for (int i = 0; i < 64 * kParts / 128; ++i) {
+        const int v = t + 128 * i, row = v / kParts, part = v % kParts;
         const int64_t at = col + part * (16 / static_cast<int>(sizeof(O)));
         if (row0 + row < m && at < n) {
           *reinterpret_cast<uint4*>(out + (row0 + row) * n + at) =
