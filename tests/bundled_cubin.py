@@ -31,15 +31,17 @@ def compile_cubin(tmp: Path, source: Path, arch: str) -> dict[str, cubin.Kernel]
 
 
 def whole_k_line(kernel: str, args: tuple[str, ...], out: str | None = None) -> str:
-    """The explicit instantiation of the wgmma module's ``kernel`` (two tensor maps, the output,
-    then its ints: m, n, k) at template arguments ``args``, the first a wb:: type name; ``out``:
-    the output's type where it is not that type (the split kernel's float workspace)."""
-    maps = "const __grid_constant__ wb::matmul::TensorMap"
+    """The explicit instantiation of the wgmma module's ``kernel`` (the tensor maps of a and b, and
+    of c for the whole-k kernels, the output, then its ints: m, n, k) at template arguments
+    ``args``, the first a wb:: type name; ``out``: the output's type where it is not that type
+    (the split kernel's float workspace)."""
+    map_ = "const __grid_constant__ wb::matmul::TensorMap"
+    maps = ", ".join([map_] * (2 if "split" in kernel else 3))
     t = args[0]
     ints = "int, int, int, int" if out == "float" else "int, int, int"
     return (
         f"template __global__ void wb::matmul::{kernel}<wb::{', '.join(args)}>("
-        f"{maps}, {maps}, {out or f'wb::{t}'}*, {ints});"
+        f"{maps}, {out or f'wb::{t}'}*, {ints});"
     )
 
 

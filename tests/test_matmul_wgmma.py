@@ -1,10 +1,11 @@
 """The wgmma matmul's staged epilogue (issue 37): c leaves through shared memory instead of
 scattered stores from registers, so that the consumers go on to the next tile while c drains
 (kernels/matmul/matmul_wgmma.kernel.cu, store_staged). By default the whole-k kernel copies the
-buffer out with 16-byte stores by all the consumer's threads (=vector) and the split-k slices
-store from registers (=direct), the fastest of each on an H100. WB_WGMMA_STORE, read at each
+buffer out with one bulk tensor copy a chunk through c's tensor map (=tensor) and the split-k
+slices store from registers (=direct), the fastest of each on an H100. WB_WGMMA_STORE, read at each
 call, picks another epilogue for A/B (the launch's dynamic shared memory tells the kernel):
-=direct (no buffer: scattered stores from registers), =vector, =bulk (asynchronous bulk copies);
+=direct (no buffer: scattered stores from registers), =vector (16-byte stores by all the
+consumer's threads), =bulk (asynchronous bulk copies, a row each), =tensor;
 WB_WGMMA_CLUSTER=2 runs the whole-k kernel in clusters of two blocks that share b's tile (other
 values than these are refused, naming the variable); WB_WGMMA_SPLITS=S forces the split-k
 route's number of slices (for timing that choice); WB_WGMMA_SPLIT_SUM=launch sums the slices in a
@@ -66,6 +67,9 @@ def test_both_kernels_stage_c_and_compile_for_sm90a_without_spills(tmp_path: Pat
         assert "st.global.b32" in entry or "st.global.b64" in entry  # the direct epilogue
         assert "st.global.v4.u32" in entry  # the vector epilogue
         assert ".multicast::cluster" in entry and "mapa.shared::cluster" in entry  # pairs
+        # The tensor-copy epilogue: the whole-k kernel's (c of 16 bits), not the split slices'.
+        tensor = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in entry
+        assert tensor == ("wgmma_kernel" in entry.split("(")[0]), entry[:80]
     done = nvcc_wgmma(tmp_path, "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"))
     assert done.returncode == 0, done.stderr
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", done.stderr)
@@ -96,6 +100,8 @@ def test_the_default_route_is_right(
         {"WB_WGMMA_STORE": "direct"},
         {"WB_WGMMA_STORE": "vector"},
         {"WB_WGMMA_STORE": "bulk"},
+        {"WB_WGMMA_STORE": "tensor"},
+        {"WB_WGMMA_STORE": "tensor", "WB_WGMMA_CLUSTER": "2"},
         {"WB_WGMMA_CLUSTER": "2"},
     ],
 )

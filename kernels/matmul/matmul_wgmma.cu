@@ -6,11 +6,11 @@
 //   (n-major) or column-major (k-major); rows (columns) 16-byte aligned, any m, n, k below 2^31;
 //   c: [m, n] contiguous. float16 / bfloat16.
 //
-// Makes the two TMA tensor maps (a's boxes of 64 k x BM rows when k-major, else 64 m x 64 k; b's
-// of 64 k x BN columns when k-major, else 64 n x 64 k) and launches one persistent block per SM
-// (BLOCKS per SM when the tile is built for more). The tile's sizes come from the module
-// (wgmma_shape, which the kernel's TU defines for the tile it was built with): this file does not
-// change with the tile, so a variant of the family's tuning space or an edit of the kernel
+// Makes the TMA tensor maps (a's boxes of 64 k x BM rows when k-major, else 64 m x 64 k; b's of
+// 64 k x BN columns when k-major, else 64 n x 64 k; c's of 64 x 64) and launches one persistent
+// block per SM (BLOCKS per SM when the tile is built for more). The tile's sizes come from the
+// module (wgmma_shape, which the kernel's TU defines for the tile it was built with): this file
+// does not change with the tile, so a variant of the family's tuning space or an edit of the kernel
 // compiles the device-only TU alone.
 //
 // Split-k (plan_split): where c has fewer tiles than the device has SMs (a short a, as in
@@ -81,13 +81,15 @@ namespace {
 
 // The epilogue both kernels run, which the kernel reads off the launch's dynamic shared memory
 // (launch_smem): =vector through shared memory and 16-byte coalesced stores (tile.smem + 16),
-// =bulk through shared memory and asynchronous bulk copies (tile.smem), =direct from registers
-// straight to c (the ring alone: no buffer). `fallback` is the launch's default, measured on an
-// H100 (2026-11-26, 4096^3 to 8192^3 and 8192x8192x1024 bfloat16 against cuBLAS): vector for
-// the whole-k kernel (0.93-1.00x, where bulk gave 0.76-0.98x and direct 0.70-0.94x), direct for
-// the split-k slices (0.76-0.93x, bulk 0.58-0.77x). WB_WGMMA_STORE in the environment (read at
-// each call) overrides it, for A/B on a GPU. A tile without the buffer (stage_smem 0) stores from
-// registers.
+// =bulk through shared memory and asynchronous bulk copies (tile.smem), =tensor the same with
+// one bulk tensor copy a chunk (tile.smem + 32; the whole-k kernels, with c's tensor map; others
+// take it as vector), =direct from registers straight to c (the ring alone: no buffer).
+// `fallback` is the launch's default, measured on an H100 against cuBLAS, bfloat16: for the
+// whole-k kernels tensor (2026-11-27: 8192x8192x1024 0.928x where vector gave 0.911x, the same
+// bits), vector before it (2026-11-26: 0.93-1.00x at 4096^3 to 8192^3, bulk 0.76-0.98x, direct
+// 0.70-0.94x); direct for the split-k slices (0.76-0.93x, bulk 0.58-0.77x). WB_WGMMA_STORE in the
+// environment (read at each call) overrides it, for A/B. A tile without the buffer (stage_smem 0)
+// stores from registers.
 Status launch_smem(const WgmmaShape& tile, std::string_view fallback, unsigned* smem) {
   const std::string_view v = wb::detail::env("WB_WGMMA_STORE");
   const std::string_view store = !v.empty() ? v : fallback;
@@ -95,10 +97,12 @@ Status launch_smem(const WgmmaShape& tile, std::string_view fallback, unsigned* 
   if (store == "bulk") return nullptr;
   if (store == "direct") {
     *smem = static_cast<unsigned>(tile.smem - tile.stage_smem);
-  } else if (store == "vector") {
-    if (tile.stage_smem != 0) *smem = static_cast<unsigned>(tile.smem + 16);
+  } else if (store == "vector" || store == "tensor") {
+    if (tile.stage_smem != 0)
+      *smem = static_cast<unsigned>(tile.smem + (store == "tensor" ? 32 : 16));
   } else {
-    return "matmul: WB_WGMMA_STORE must be vector, bulk or direct; unset it for the default";
+    return "matmul: WB_WGMMA_STORE must be vector, tensor, bulk or direct; unset it for the "
+           "default";
   }
   return nullptr;
 }
@@ -479,9 +483,11 @@ Status run_whole_k(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, 
   if (const Status e = paired_choice(pair, &paired)) return e;
   paired = paired && tile.bn >= 128 && tiles >= 2;
   unsigned smem = 0;
-  if (const Status e = launch_smem(tile, "vector", &smem)) return e;
-  CUtensorMap map_a, map_b;
-  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, tile, paired)) {
+  if (const Status e = launch_smem(tile, "tensor", &smem)) return e;
+  CUtensorMap map_a, map_b, map_c{};  // c's map where its rows allow (the kernel checks the same)
+  if (!make_maps(&map_a, &map_b, a, b, m, n, k, b_kmajor, tile, paired) ||
+      (n % 8 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0 &&
+       !make_map(&map_c, c, n, m, n, 64, 64))) {
     return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
   }
   // Persistent: BLOCKS blocks an SM (one by default), each walking tiles (paired: clusters of two
@@ -493,8 +499,8 @@ Status run_whole_k(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, 
   LaunchConfig config{static_cast<unsigned>(blocks), static_cast<unsigned>(tile.threads), smem};
   if (paired) config.cluster = Dim3{2, 1, 1};
   if (tile.blocks > 1) config.carveout = 100;
-  return kernel.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
-                       static_cast<int>(k));
+  return kernel.launch(config, stream, map_a, map_b, map_c, c, static_cast<int>(m),
+                       static_cast<int>(n), static_cast<int>(k));
 }
 
 }  // namespace

@@ -20,10 +20,11 @@
 //     accumulate into BN / 2 float registers per thread; one batch stays in flight while the
 //     next stage is awaited, and a stage is released (arrive on `empty`) once its batch is done.
 //     Then they store the tile while the producer fills stages for the next: through a
-//     shared-memory buffer copied out with 16-byte stores (store_staged; the whole-k default) or
-//     asynchronous bulk copies (WB_WGMMA_STORE=bulk), so that the next tile's MMAs start while c
-//     drains, or from registers (store_tile: where n % 8 != 0, or where the launch gave no
-//     buffer: the split-k default, WB_WGMMA_STORE=direct).
+//     shared-memory buffer copied out with one bulk tensor copy a chunk through c's tensor map
+//     (store_staged; the whole-k default), 16-byte stores (WB_WGMMA_STORE=vector) or bulk copies
+//     (=bulk), so that the next tile's MMAs start while c drains, or from registers (store_tile:
+//     where n % 8 != 0, or where the launch gave no buffer: the split-k default,
+//     WB_WGMMA_STORE=direct).
 // Registers: a block starts with what its launch bounds allow (168 a thread for 384 threads and
 // one block an SM); setmaxnreg drops the producer to 40 (24 with two blocks an SM) and gives the
 // consumers the rest (232 by default). ptxas compiles the consumers' code within the starting
@@ -112,9 +113,10 @@ struct WgmmaTile {
   // where one fits; a tile without it stores from registers (store_tile).
   static constexpr bool fits(int chunk) {
     const int stage = CONSUMERS * 64 * (chunk + 32);
-    // (+ 16: a launch may ask for the 16-byte-store epilogue by 16 bytes more, see wgmma_units.)
-    return kRingBytes + kAtomBytes + stage + 16 + kBarrierBytes <= kSmemPerBlock &&
-           BLOCKS * (kRingBytes + kAtomBytes + stage + 16 + kBarrierBytes + kSmemReserved) <=
+    // (+ 32: a launch asks for the 16-byte-store or the tensor-copy epilogue by 16 or 32 bytes
+    // more, see wgmma_units.)
+    return kRingBytes + kAtomBytes + stage + 32 + kBarrierBytes <= kSmemPerBlock &&
+           BLOCKS * (kRingBytes + kAtomBytes + stage + 32 + kBarrierBytes + kSmemReserved) <=
                kSmemPerSm;
   }
   static constexpr int kChunk = fits(kRowBytes) ? kRowBytes : kRowBytes / 2;
@@ -228,10 +230,12 @@ struct Ring {
 // it (its dynamic shared memory reaches past the ring) and c's rows allow; else from registers
 // (store_tile). kClusterSum (wgmma_cluster_split_kernel): the block is slice `rank` of tile
 // blockIdx.x / ranks, one unit a block, `splits` is the cluster's size, and the slices are summed
-// across the cluster into out, which is c (cluster_sum).
+// across the cluster into out, which is c (cluster_sum). map_c: c's tensor map for the staged
+// epilogue's bulk tensor copies (the whole-k kernels; nullptr for the others).
 template <typename Tl, typename T, typename O, bool kClusterSum = false>
 __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const TensorMap& map_b, O* out,
-                                            int m, int n, int k, int splits, Ring ring) {
+                                            int m, int n, int k, int splits, Ring ring,
+                                            const TensorMap* map_c = nullptr) {
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
   // Stages start 1024-byte aligned (the swizzle atom), whatever the dynamic base is.
@@ -355,11 +359,14 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   uint32_t smem_given = 0;
   asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(smem_given));
   // The launch's dynamic shared memory picks the epilogue (the launcher's WB_WGMMA_STORE, for
-  // A/B): the tile's kSmemBytes, bulk copies; 16 bytes more, 16-byte stores; less (the ring
-  // alone), store_tile.
+  // A/B): the tile's kSmemBytes, bulk copies; 16 bytes more, 16-byte stores; 32 more, bulk tensor
+  // copies (where the kernel has c's map, else 16-byte stores); less (the ring alone), store_tile.
   const bool staged = Tl::kStaged && smem_given >= static_cast<uint32_t>(Tl::kSmemBytes) &&
                       n % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  const bool bulk = smem_given == static_cast<uint32_t>(Tl::kSmemBytes);
+  const uint32_t extra = smem_given - static_cast<uint32_t>(Tl::kSmemBytes);
+  const StagedCopy copy = extra == 0                        ? StagedCopy::bulk
+                          : extra == 32 && map_c != nullptr ? StagedCopy::tensor
+                                                            : StagedCopy::vector;
   unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<O, Tl::kChunk>;
   int it = 0;
   // A stage's release: to this block's producer, and paired, to the other block's.
@@ -414,7 +421,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     if constexpr (Tl::kStaged) {
       if (staged) {
         store_staged<O, Tl::BN, Tl::kChunk>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d,
-                                            my_stage, t, 1 + consumer, bulk);
+                                            my_stage, t, 1 + consumer, copy, map_c);
         continue;
       }
     }
@@ -423,7 +430,9 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     store_tile<O, Tl::BN>(slice_out, m, n, row, col, d);
   }
   // Shared memory stays the block's until its copies out have read it.
-  if (staged && bulk && t < 64) sm90::bulk_wait<0>();
+  if (staged && ((copy == StagedCopy::bulk && t < 64) || (copy == StagedCopy::tensor && t == 0))) {
+    sm90::bulk_wait<0>();
+  }
 }
 
 // c = a @ b on the tile this TU is built at, k whole. T: f16 or bf16; BKMajor: b column-major
@@ -434,13 +443,14 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? DefaultTile<BKMajor, AMMajor>
                                   WB_WGMMA_IMAGE ? DefaultTile<BKMajor, AMMajor>::BLOCKS : 1)
     wgmma_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x BM or 64 x 64
                  const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x BN or 64 x 64
+                 const __grid_constant__ TensorMap map_c,  // c: boxes of 64 x 64
                  T* __restrict__ c,                        // [m, n]
                  int m, int n, int k) {
 #if WB_WGMMA_IMAGE
   using Tl = DefaultTile<BKMajor, AMMajor>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
+  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty}, &map_c);
 #endif
 }
 
@@ -451,13 +461,14 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? MidTile<BKMajor>::kThreads : 
                                   WB_WGMMA_IMAGE ? MidTile<BKMajor>::BLOCKS : 1)
     wgmma_mid_kernel(const __grid_constant__ TensorMap map_a,  // a: [m, k], boxes of 64 x 64
                      const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x 128 or 64 x 64
+                     const __grid_constant__ TensorMap map_c,  // c: boxes of 64 x 64
                      T* __restrict__ c,                        // [m, n]
                      int m, int n, int k) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
   using Tl = MidTile<BKMajor>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
+  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty}, &map_c);
 #endif
 }
 
@@ -470,13 +481,14 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? SquareTile<BKMajor, Consumers
                                   WB_WGMMA_IMAGE ? SquareTile<BKMajor, Consumers>::BLOCKS : 1)
     wgmma_square_kernel(const __grid_constant__ TensorMap map_a,  // a: 64 x BM or 64 x 64 boxes
                         const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x 128 or 64 x 64
+                        const __grid_constant__ TensorMap map_c,  // c: boxes of 64 x 64
                         T* __restrict__ c,                        // [m, n]
                         int m, int n, int k) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every shape
   using Tl = SquareTile<BKMajor, Consumers, AMMajor>;
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty});
+  wgmma_units<Tl, T, T>(map_a, map_b, c, m, n, k, 1, Ring{smem_raw, full, empty}, &map_c);
 #endif
 }
 

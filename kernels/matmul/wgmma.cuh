@@ -138,6 +138,15 @@ __device__ __forceinline__ void bulk_store(void* dst, const void* src, int bytes
                "r"(smem_addr(src)), "r"(bytes)
                : "memory");
 }
+// The box of `map` at (x: inner coordinate, y: outer) from src (laid out as the map's swizzle
+// says), in this thread's bulk group: the parts of the box past the map's extents are not written.
+__device__ __forceinline__ void tma_store(const void* map, const void* src, int x, int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smem_addr(src)), "r"(x), "r"(y)
+      : "memory");
+}
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }

@@ -92,25 +92,37 @@ __device__ __forceinline__ void store_tile(O* out, int m, int n, int64_t row, in
 // tile whose ring leaves room for no more): this thread writes its pairs of the chunk into the
 // consumer's buffer (rows kStagePitch apart: the 8 rows of a warp's stores fall on different
 // banks), then threads 0..63 copy one row each (the columns inside n; rows inside m).
-// Or (bulk false, for A/B: the launcher's WB_WGMMA_STORE=vector) all 128 threads copy the chunk
+// Or (StagedCopy::vector, the launcher's WB_WGMMA_STORE=vector) all 128 threads copy the chunk
 // with 16-byte loads and stores, a warp's stores whole rows of the chunk: coalesced, but the
-// consumers wait for them as for store_tile's. Needs n % 8 == 0 and out 16-byte aligned (each row
-// of a chunk a 16-byte multiple at a 16-byte boundary); the caller checks. row0: the consumer's
-// first row of c; col0: the tile's first column.
+// consumers wait for them as for store_tile's. Or (tensor, WB_WGMMA_STORE=tensor; 16-bit c in
+// 128-byte chunks, with map_c, c's tensor map in boxes of 64 x 64 with the 128-byte swizzle) the
+// chunk is written as the map's box lays it out (rows of 128 bytes, 16-byte piece p of row r at
+// p ^ (r % 8): a warp's 8 rows fall on different banks) and one thread copies all of it with one
+// bulk tensor copy, which leaves out what lies past m and n (elsewhere tensor reads as vector).
+// Needs n % 8 == 0 and out 16-byte aligned (each row of a chunk a 16-byte multiple at a 16-byte
+// boundary); the caller checks. row0: the consumer's first row of c; col0: the tile's first
+// column.
+enum class StagedCopy { vector, bulk, tensor };
 template <typename O, int Chunk = kRowBytes>
 constexpr int kStagePitch = Chunk + 8 * static_cast<int>(sizeof(O));
 
 template <typename O, int BN, int Chunk = kRowBytes>
 __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0, int64_t col0,
                                              const float (&d)[BN / 2], unsigned char* buf, int t,
-                                             int barrier, bool bulk) {
+                                             int barrier, StagedCopy copy, const void* map_c) {
   static_assert(Chunk == 64 || Chunk == 128, "a chunk is 64 or 128 bytes of a row");
   constexpr int kCols = Chunk / static_cast<int>(sizeof(O));  // columns a chunk
   constexpr int kGroups = kCols / 8;                          // 8-column groups a chunk
   constexpr int kParts = Chunk / 16;                          // 16-byte vectors a row of a chunk
   constexpr int kPitch = kStagePitch<O, Chunk>;
+  constexpr bool kTensorOk = sizeof(O) == 2 && Chunk == kRowBytes;  // a group: one 16-byte piece
+  const bool tensor = kTensorOk && copy == StagedCopy::tensor && map_c != nullptr;
   const int r = 16 * (t / 32) + (t % 32) / 4;
-  unsigned char* const mine = buf + r * kPitch + 2 * (t % 4) * static_cast<int>(sizeof(O));
+  // This thread's pair of group g lies at mine + (g * 8 * sizeof(O) ^ swizzle) in row r, and 8
+  // rows further (rows r and r + 8 share r % 8): with the tensor copy's swizzle, 16-byte piece g of
+  // a row of 128 bytes lies at g ^ (r % 8).
+  const int pitch = tensor ? kRowBytes : kPitch, swizzle = tensor ? (r % 8) * 16 : 0;
+  unsigned char* const mine = buf + r * pitch + 2 * (t % 4) * static_cast<int>(sizeof(O));
   using Pair = decltype(Bits<O>::pair(0.0f, 0.0f));
 #pragma unroll
   for (int c = 0; c < BN / kCols; ++c) {
@@ -120,15 +132,21 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
     sm90::named_sync(barrier, 128);
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
-      const int j = c * kGroups + g;
-      *reinterpret_cast<Pair*>(mine + g * 8 * sizeof(O)) = Bits<O>::pair(d[4 * j], d[4 * j + 1]);
-      *reinterpret_cast<Pair*>(mine + 8 * kPitch + g * 8 * sizeof(O)) =
-          Bits<O>::pair(d[4 * j + 2], d[4 * j + 3]);
+      const int j = c * kGroups + g, at = (g * 8 * static_cast<int>(sizeof(O))) ^ swizzle;
+      *reinterpret_cast<Pair*>(mine + at) = Bits<O>::pair(d[4 * j], d[4 * j + 1]);
+      *reinterpret_cast<Pair*>(mine + 8 * pitch + at) = Bits<O>::pair(d[4 * j + 2], d[4 * j + 3]);
     }
     sm90::fence_proxy_async();
     sm90::named_sync(barrier, 128);
     const int64_t col = col0 + c * kCols;
-    if (!bulk) {  // 64 rows x kParts vectors of 16 bytes; n % 8 == 0: each all in or out
+    if (tensor) {
+      if (t == 0) {
+        if (row0 < m && col < n) {
+          sm90::tma_store(map_c, buf, static_cast<int>(col), static_cast<int>(row0));
+        }
+        sm90::bulk_commit();
+      }
+    } else if (copy != StagedCopy::bulk) {  // 64 rows x kParts 16-byte vectors (n % 8 == 0)
 #pragma unroll
       for (int i = 0; i < 64 * kParts / 128; ++i) {
         const int v = t + 128 * i, row = v / kParts, part = v % kParts;
