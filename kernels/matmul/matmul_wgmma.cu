@@ -85,11 +85,11 @@ namespace {
 // one bulk tensor copy a chunk (tile.smem + 32; the whole-k kernels, with c's tensor map; others
 // take it as vector), =direct from registers straight to c (the ring alone: no buffer).
 // `fallback` is the launch's default, measured on an H100 against cuBLAS, bfloat16: for the
-// whole-k kernels tensor (2026-11-27: 8192x8192x1024 0.928x where vector gave 0.911x, the same
-// bits), vector before it (2026-11-26: 0.93-1.00x at 4096^3 to 8192^3, bulk 0.76-0.98x, direct
-// 0.70-0.94x); direct for the split-k slices (0.76-0.93x, bulk 0.58-0.77x). WB_WGMMA_STORE in the
-// environment (read at each call) overrides it, for A/B. A tile without the buffer (stage_smem 0)
-// stores from registers.
+// whole-k kernels tensor (2026-11-27: 8192x8192x1024 0.945x where vector gave 0.897x, 4096^3
+// 0.988x against 0.973x, the same bits), vector before it (2026-11-26: 0.93-1.00x at 4096^3 to
+// 8192^3, bulk 0.76-0.98x, direct 0.70-0.94x); direct for the split-k slices (0.76-0.93x, bulk
+// 0.58-0.77x). WB_WGMMA_STORE in the environment (read at each call) overrides it, for A/B. A tile
+// without the buffer (stage_smem 0) stores from registers.
 Status launch_smem(const WgmmaShape& tile, std::string_view fallback, unsigned* smem) {
   const std::string_view v = wb::detail::env("WB_WGMMA_STORE");
   const std::string_view store = !v.empty() ? v : fallback;

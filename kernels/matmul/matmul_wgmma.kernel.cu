@@ -108,11 +108,13 @@ struct WgmmaTile {
   static constexpr int kRingBytes = STAGES * (kBytesA + kBytesB);
   static constexpr int kBarrierBytes = 2 * STAGES * 8;  // full[] and empty[]: static shared
   // The staged epilogue's buffer (store_staged): per consumer, 64 rows of one chunk of c's row,
-  // padded (kStagePitch<O, kChunk>: at most 32 bytes more, for float32 partials); chunks of 128
-  // bytes, or of 64 where those do not fit beside the ring (256 x 128: 4 stages of 48 KiB). Only
-  // where one fits; a tile without it stores from registers (store_tile).
+  // padded (kStagePitch<O, kChunk>: at most 32 bytes more, for float32 partials), or two chunks
+  // unpadded (the tensor copy's); chunks of 128 bytes, or of 64 where those do not fit beside the
+  // ring (256 x 128: 4 stages of 48 KiB). Only where one fits; a tile without it stores from
+  // registers (store_tile).
   static constexpr bool fits(int chunk) {
-    const int stage = CONSUMERS * 64 * (chunk + 32);
+    const int stage = CONSUMERS * (chunk == kRowBytes ? kStageBytesPerConsumer<kRowBytes>
+                                                      : kStageBytesPerConsumer<kRowBytes / 2>);
     // (+ 32: a launch asks for the 16-byte-store or the tensor-copy epilogue by 16 or 32 bytes
     // more, see wgmma_units.)
     return kRingBytes + kAtomBytes + stage + 32 + kBarrierBytes <= kSmemPerBlock &&
@@ -120,7 +122,7 @@ struct WgmmaTile {
                kSmemPerSm;
   }
   static constexpr int kChunk = fits(kRowBytes) ? kRowBytes : kRowBytes / 2;
-  static constexpr int kStageBytes = CONSUMERS * 64 * (kChunk + 32);
+  static constexpr int kStageBytes = CONSUMERS * kStageBytesPerConsumer<kChunk>;
   static constexpr bool kStaged = fits(kChunk);
   static constexpr int kSmemBytes = kRingBytes + kAtomBytes + (kStaged ? kStageBytes : 0);
   // Registers. __launch_bounds__(kThreads, BLOCKS) caps a thread at kRegsPerSm / (kThreads *
@@ -367,7 +369,8 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   const StagedCopy copy = extra == 0                        ? StagedCopy::bulk
                           : extra == 32 && map_c != nullptr ? StagedCopy::tensor
                                                             : StagedCopy::vector;
-  unsigned char* const my_stage = stage_c + consumer * 64 * kStagePitch<O, Tl::kChunk>;
+  unsigned char* const my_stage = stage_c + consumer * kStageBytesPerConsumer<Tl::kChunk>;
+  int chunks = 0;  // chunks this consumer staged (store_staged's tensor copy takes buffers in turn)
   int it = 0;
   // A stage's release: to this block's producer, and paired, to the other block's.
   const auto release = [&](int s) {
@@ -421,7 +424,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     if constexpr (Tl::kStaged) {
       if (staged) {
         store_staged<O, Tl::BN, Tl::kChunk>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d,
-                                            my_stage, t, 1 + consumer, copy, map_c);
+                                            my_stage, t, 1 + consumer, copy, map_c, chunks);
         continue;
       }
     }

@@ -98,7 +98,8 @@ __device__ __forceinline__ void store_tile(O* out, int m, int n, int64_t row, in
 // 128-byte chunks, with map_c, c's tensor map in boxes of 64 x 64 with the 128-byte swizzle) the
 // chunk is written as the map's box lays it out (rows of 128 bytes, 16-byte piece p of row r at
 // p ^ (r % 8): a warp's 8 rows fall on different banks) and one thread copies all of it with one
-// bulk tensor copy, which leaves out what lies past m and n (elsewhere tensor reads as vector).
+// bulk tensor copy, which leaves out what lies past m and n (elsewhere tensor reads as vector);
+// two such buffers in turn, so that a chunk waits on one barrier, not two.
 // Needs n % 8 == 0 and out 16-byte aligned (each row of a chunk a 16-byte multiple at a 16-byte
 // boundary); the caller checks. row0: the consumer's first row of c; col0: the tile's first
 // column.
@@ -106,10 +107,16 @@ enum class StagedCopy { vector, bulk, tensor };
 template <typename O, int Chunk = kRowBytes>
 constexpr int kStagePitch = Chunk + 8 * static_cast<int>(sizeof(O));
 
+// The consumer's buffer: one chunk of kStagePitch rows, or two of kRowBytes for the tensor copy.
+template <int Chunk>
+constexpr int kStageBytesPerConsumer =
+    64 * (Chunk + 32) > 2 * 64 * Chunk ? 64 * (Chunk + 32) : 2 * 64 * Chunk;
+
 template <typename O, int BN, int Chunk = kRowBytes>
 __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0, int64_t col0,
                                              const float (&d)[BN / 2], unsigned char* buf, int t,
-                                             int barrier, StagedCopy copy, const void* map_c) {
+                                             int barrier, StagedCopy copy, const void* map_c,
+                                             int& staged) {
   static_assert(Chunk == 64 || Chunk == 128, "a chunk is 64 or 128 bytes of a row");
   constexpr int kCols = Chunk / static_cast<int>(sizeof(O));  // columns a chunk
   constexpr int kGroups = kCols / 8;                          // 8-column groups a chunk
@@ -126,6 +133,30 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
   using Pair = decltype(Bits<O>::pair(0.0f, 0.0f));
 #pragma unroll
   for (int c = 0; c < BN / kCols; ++c) {
+    const int64_t col = col0 + c * kCols;
+    if (tensor) {
+      // Two buffers in turn (`staged` counts the consumer's chunks across its tiles): the one this
+      // chunk writes was last read by the copy of the chunk two before, which thread 0 saw done
+      // before the last barrier. One barrier a chunk: after it the chunk is whole and the chunk
+      // before's copy has read its buffer.
+      const int half = (staged++ % 2) * 64 * kRowBytes;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const int j = c * kGroups + g, at = half + ((g * 16) ^ swizzle);
+        *reinterpret_cast<Pair*>(mine + at) = Bits<O>::pair(d[4 * j], d[4 * j + 1]);
+        *reinterpret_cast<Pair*>(mine + 8 * pitch + at) = Bits<O>::pair(d[4 * j + 2], d[4 * j + 3]);
+      }
+      sm90::fence_proxy_async();
+      if (t == 0) sm90::bulk_wait_read<0>();
+      sm90::named_sync(barrier, 128);
+      if (t == 0) {
+        if (row0 < m && col < n) {
+          sm90::tma_store(map_c, buf + half, static_cast<int>(col), static_cast<int>(row0));
+        }
+        sm90::bulk_commit();
+      }
+      continue;
+    }
     // The buffer is free once the copies of the chunk before (this tile's or the last tile's)
     // have read it.
     if (t < 64) sm90::bulk_wait_read<0>();
@@ -138,15 +169,7 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
     }
     sm90::fence_proxy_async();
     sm90::named_sync(barrier, 128);
-    const int64_t col = col0 + c * kCols;
-    if (tensor) {
-      if (t == 0) {
-        if (row0 < m && col < n) {
-          sm90::tma_store(map_c, buf, static_cast<int>(col), static_cast<int>(row0));
-        }
-        sm90::bulk_commit();
-      }
-    } else if (copy != StagedCopy::bulk) {  // 64 rows x kParts 16-byte vectors (n % 8 == 0)
+    if (copy != StagedCopy::bulk) {  // 64 rows x kParts 16-byte vectors (n % 8 == 0)
 #pragma unroll
       for (int i = 0; i < 64 * kParts / 128; ++i) {
         const int v = t + 128 * i, row = v / kParts, part = v % kParts;
