@@ -157,6 +157,16 @@ def render(rows: Sequence[Row], header: str) -> str:
     )
 
 
+def parse_variants(texts: Sequence[str]) -> list[Variant]:
+    """Each ``--variant`` given (:func:`parse_variant`), every label once."""
+    known = switches_read() if texts else set()
+    variants = [parse_variant(v, known) for v in texts]
+    labels = [v.label for v in variants]
+    if len(set(labels)) != len(labels):
+        raise SystemExit(f"--variant: each label once, got {', '.join(labels)}")
+    return variants
+
+
 def parse_ops(text: str) -> list[str]:
     ops = [o.strip() for o in text.split(",") if o.strip()]
     bad = [o for o in ops if o not in OPS]
@@ -437,11 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     ops = parse_ops(args.ops)
-    known = switches_read()
-    variants = [parse_variant(v, known) for v in args.variant]
-    labels = [v.label for v in variants]
-    if len(set(labels)) != len(labels):
-        raise SystemExit(f"--variant: each label once, got {', '.join(labels)}")
+    variants = parse_variants(args.variant)
     if args.reps < 3:
         raise SystemExit(
             f"--reps must be at least 3 (a median of fewer says little), got {args.reps}"

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from bench.common import environment, markdown_table, parser, write_text
-from bench.kernel_goals import Timer, Variant, parse_variant, switches_read
+from bench.kernel_goals import Timer, Variant, parse_variants
 
 TILES = [
     "128x256:WB_WGMMA_SQUARE=off",
@@ -56,11 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="also write the table here")
     args = p.parse_args(argv)
     shapes = parse_shapes(args.shapes)
-    known = switches_read()
-    variants = [parse_variant(v, known) for v in (args.variant or TILES)]
+    variants = parse_variants(args.variant or TILES)
     labels = [v.label for v in variants]
-    if len(set(labels)) != len(labels):
-        raise SystemExit(f"--variant: each label once, got {', '.join(labels)}")
     if args.reps < 3:
         raise SystemExit(f"--reps must be at least 3, got {args.reps}")
     import torch

@@ -34,10 +34,9 @@ from bench.kernel_goals import (
     Row,
     Timer,
     Variant,
-    parse_variant,
+    parse_variants,
     rel_err,
     run_ops,
-    switches_read,
 )
 
 OPS = ("matmul", "softmax", "histogram", "norms", "elementwise", "backward", "tall")
@@ -333,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--reps must be at least 3, got {args.reps}")
     if args.floor <= 0:
         raise SystemExit(f"--floor must be above 0 (peer time over ours), got {args.floor}")
-    variants = [parse_variant(v, switches_read()) for v in args.variant]
+    variants = parse_variants(args.variant)
     import torch
 
     if not torch.cuda.is_available():

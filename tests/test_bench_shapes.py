@@ -26,6 +26,10 @@ def shapes(*args: str) -> subprocess.CompletedProcess[str]:
         (["--reps", "2"], "--reps must be at least 3, got 2"),
         (["--floor", "0"], "--floor must be above 0"),
         (["--variant", "x:WB_NO_SUCH_SWITCH=1"], "no bundled kernel reads WB_NO_SUCH_SWITCH"),
+        (
+            ["--variant", "a:WB_WGMMA_SQUARE=off", "--variant", "a:WB_WGMMA_SQUARE=on"],
+            "--variant: each label once, got a, a",
+        ),
     ],
 )
 def test_bad_arguments_are_named(args: list[str], message: str) -> None:
