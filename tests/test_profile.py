@@ -338,6 +338,27 @@ def test_a_run_past_the_timeout_is_ended_whole(tmp_path: Path) -> None:
     assert sleeper and not _alive(sleeper)
 
 
+def _as_a_shell_starts_it() -> None:
+    """The command's SIGINT as a terminal's shell leaves it (the default action, unblocked),
+    whatever an earlier test in this worker process did with its own."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_state(pid: int) -> str:
+    """What the kernel says of a process's signals and where it waits (for a failure's message)."""
+    lines = []
+    for name in ("status", "wchan"):
+        try:
+            text = Path(f"/proc/{pid}/{name}").read_text()
+        except OSError as e:
+            text = str(e)
+        lines += [
+            ln for ln in text.splitlines() if name == "wchan" or ln.startswith(("State", "Sig"))
+        ]
+    return "; ".join(lines)
+
+
 def test_ctrl_c_ends_ncu_and_its_child(tmp_path: Path) -> None:
     env = _env(tmp_path, TMPDIR=str(tmp_path / "runs"))
     (tmp_path / "runs").mkdir()
@@ -349,6 +370,7 @@ def test_ctrl_c_ends_ncu_and_its_child(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_a_shell_starts_it,
     )
     deadline = time.monotonic() + 60
     while not _sleeper(tmp_path) and time.monotonic() < deadline:
@@ -356,7 +378,13 @@ def test_ctrl_c_ends_ncu_and_its_child(tmp_path: Path) -> None:
     sleeper = _sleeper(tmp_path)
     assert sleeper and _alive(sleeper)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        state = _signal_state(proc.pid)
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"wb profile did not end within 120 s of SIGINT: {state}")
     assert proc.returncode == 130 and "wb profile: interrupted" in err
     assert not _alive(sleeper)
 

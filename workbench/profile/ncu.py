@@ -203,25 +203,30 @@ def run(cmd: Sequence[str], log: Path, *, env: dict[str, str], timeout: float) -
     says so with the tail of its stderr."""
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            list(cmd),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
+        proc: subprocess.Popen[bytes] | None = None
         try:
+            proc = subprocess.Popen(
+                list(cmd),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+            )
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            assert proc is not None  # only its wait times out
             stop(proc)
             outcome = _outcome(-1, log, out, err, start)
             raise WorkbenchError(
                 f"ncu ran past {timeout:g} s (WB_PROFILE_TIMEOUT) and was stopped; raise it for a "
                 f"cold build or a long kernel. Its last lines:\n{outcome.tail()}"
             ) from None
-        except BaseException:  # Ctrl-C: nothing of the run outlives the command
-            stop(proc)
+        except (
+            BaseException
+        ):  # Ctrl-C (also just as ncu started): nothing of it outlives the command
+            if proc is not None:
+                stop(proc)
             raise
         return _outcome(code, log, out, err, start)
 
