@@ -25,7 +25,7 @@
 // the same as each other for the same S; no state kept between calls, so a CUDA graph replays them.
 //
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
-// error naming it): WB_WGMMA_STORE=vector | bulk | direct, the epilogue (launch_smem);
+// error naming it): WB_WGMMA_STORE=tensor | vector | bulk | direct, the epilogue (launch_smem);
 // WB_WGMMA_CLUSTER=2 | 1, the whole-k kernel in clusters of two blocks sharing b or not
 // (paired_choice; unset, not on the built tile, and so on the mid-size tile);
 // WB_WGMMA_SPLITS=S, the split-k route's number of slices (plan_split); WB_WGMMA_SPLIT_SUM=cluster
