@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +47,26 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return tmp_path_factory.mktemp("wb-cache")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_python_leaves_it(request: pytest.FixtureRequest) -> None:
+    """SIGINT handled by Python's default handler and unblocked before each test: a child process
+    inherits an ignored or blocked SIGINT, and the tests that interrupt one (Ctrl-C, a notebook's
+    stop button) then wait for a process that never hears it (twice in CI, in one worker, late in
+    the run). Where something left it otherwise, a warning names the test it found it before."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if handler is not signal.default_int_handler or blocked:
+        warnings.warn(
+            f"SIGINT was {handler!r}{', blocked' if blocked else ''} before "
+            f"{request.node.nodeid}: restored",
+            stacklevel=1,
+        )
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 @pytest.fixture(autouse=True)

@@ -45,6 +45,7 @@ def test_sigint_mid_compile_leaves_no_lock_and_no_partial_entry(tmp_path: Path) 
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,
+            preexec_fn=_as_a_kernel_starts_it,
         )
         while not _children_named(proc.pid, ("cc1plus",)):  # wait for the compiler to run
             assert proc.poll() is None, f"the load ended before it compiled:\n{log.read_text()}"
@@ -70,6 +71,13 @@ def test_sigint_mid_compile_leaves_no_lock_and_no_partial_entry(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr + done.stdout
     assert "result" in done.stdout
+
+
+def _as_a_kernel_starts_it() -> None:
+    """SIGINT as a notebook kernel's process has it (the default action, unblocked), whatever an
+    earlier test in this worker process left of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _descendants(pid: int) -> list[int]:
