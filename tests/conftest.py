@@ -21,6 +21,16 @@ HAS_NVCC = shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
+def _sigint_state() -> tuple[object, bool]:
+    return signal.getsignal(signal.SIGINT), signal.SIGINT in signal.pthread_sigmask(
+        signal.SIG_BLOCK, []
+    )
+
+
+# As this process found it: a shell ignores SIGINT in a job it starts in the background.
+SIGINT_AT_START = _sigint_state()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "cuda" in item.keywords and not HAS_CUDA:
@@ -53,18 +63,20 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _sigint_as_python_leaves_it(request: pytest.FixtureRequest) -> None:
     """SIGINT handled by Python's default handler and unblocked before each test: a child process
     inherits an ignored or blocked SIGINT, and the tests that interrupt one (Ctrl-C, a notebook's
-    stop button) then wait for a process that never hears it (twice in CI, in one worker, late in
-    the run). Where something left it otherwise, a warning names the test it found it before."""
+    stop button) then wait for a process that never hears it (twice in runs of CI started as a
+    background job). Where a test left it otherwise, a warning names the test it was found
+    changed before."""
     if threading.current_thread() is not threading.main_thread():
         return
-    handler = signal.getsignal(signal.SIGINT)
-    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    if handler is not signal.default_int_handler or blocked:
-        warnings.warn(
-            f"SIGINT was {handler!r}{', blocked' if blocked else ''} before "
-            f"{request.node.nodeid}: restored",
-            stacklevel=1,
-        )
+    state = _sigint_state()
+    if state != (signal.default_int_handler, False):
+        if state != SIGINT_AT_START:
+            handler, blocked = state
+            warnings.warn(
+                f"SIGINT was {handler!r}{', blocked' if blocked else ''} before "
+                f"{request.node.nodeid}: restored",
+                stacklevel=1,
+            )
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
