@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench import cubin, toolchain
+from workbench.cli.smoke import DEFAULT_ARCHS, smoke_config
 from workbench.config import CUDA_FLAGS, cuda_flags
 from workbench.project import BUNDLED_KERNELS, WB_KERNEL_INCLUDE
 
@@ -20,7 +21,13 @@ WGMMA_NARROW = BUNDLED_KERNELS / "matmul" / "matmul_wgmma_narrow.kernel.cu"
 
 
 def compile_cubin(tmp: Path, source: Path, arch: str) -> dict[str, cubin.Kernel]:
-    """The kernels of ``source`` (a TU of the bundled kernels) compiled for ``arch``."""
+    """The kernels of ``source`` (a TU of the bundled kernels) compiled for ``arch``: for one of
+    ``wb smoke``'s default archs, from the object its build keeps (:func:`smoke_kernels`), else
+    by nvcc alone into ``tmp``."""
+    if arch in SMOKE_ARCHS and source.parent.parent == BUNDLED_KERNELS:
+        kernels = smoke_kernels(source, arch)
+        if kernels is not None:
+            return kernels
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     out = tmp / f"{source.stem}.{arch}.cubin"
     includes = [f"-I{BUNDLED_KERNELS}", f"-I{BUNDLED_KERNELS / 'include'}"]
@@ -28,6 +35,31 @@ def compile_cubin(tmp: Path, source: Path, arch: str) -> dict[str, cubin.Kernel]
     done = subprocess.run([*cmd, "-o", str(out), str(source)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return cubin.with_spills(cubin.read(out.read_bytes(), arch), done.stderr)
+
+
+SMOKE_ARCHS = toolchain.parse_arch_list(DEFAULT_ARCHS)
+
+
+def smoke_kernels(source: Path, arch: str) -> dict[str, cubin.Kernel] | None:
+    """The kernels of bundled TU ``source`` for ``arch`` as ``wb smoke`` compiles them: its family
+    built with smoke's config (every default arch in one nvcc call, ptxas's report kept) in the
+    session's cache, then the arch's cubin read from the object's fat binary, with the spills the
+    report gives. test_cli_smoke and CI's smoke stage build the same objects in the same cache,
+    so the TU compiles once for all of them. None where nvcc compressed that cubin in the object
+    (it does for some large ones), which :mod:`workbench.cubin` does not read."""
+    from workbench import build
+    from workbench.project import discover
+
+    project = discover()
+    family = project.family(source.parent.name)
+    built = build.ensure(project, family, smoke_config(SMOKE_ARCHS))
+    (tu,) = [t for t in built.manifest["tus"] if Path(t["source"]).resolve() == source.resolve()]
+    key = str(tu["key"])
+    found = cubin.fatbin_cubins(build.object_path(key).read_bytes())
+    image = found.get(f"sm_{cubin.sm_of(arch)}")
+    if image is None:
+        return None
+    return cubin.with_spills(cubin.read(image, arch), str(build.compile_log(key).get("output", "")))
 
 
 def whole_k_line(kernel: str, args: tuple[str, ...], out: str | None = None) -> str:

@@ -190,17 +190,20 @@ def test_past_the_counter_slots_the_launcher_zeroes_its_own(lib: Any, cache_dir:
 
 
 @pytest.mark.nvcc
-def test_cuda_kernels_compile_for_sm80_and_sm90a_without_spills() -> None:
+def test_cuda_kernels_compile_for_every_smoke_arch_without_spills() -> None:
+    """With ``wb smoke``'s archs and config: the objects test_cli_smoke and CI's smoke stage build
+    in the same cache, so the TUs compile once for all three."""
+    from tests.bundled_cubin import SMOKE_ARCHS
     from workbench.cli.smoke import compile_rows
     from workbench.project import discover
 
     project = discover()
     (family,) = [f for f in project.families if f.name == "layer_norm"]
-    rows = [r for r in compile_rows(project, family, ("sm_80", "sm_90a"), None) if ".cu" in r.tu]
+    rows = [r for r in compile_rows(project, family, SMOKE_ARCHS, None) if ".cu" in r.tu]
     assert {(r.tu, r.arch) for r in rows} == {
         (f"layer_norm/{cu}", arch)
         for cu in ("layer_norm.cu", "layer_norm_backward.cu")
-        for arch in ("sm_80", "sm_90a")
+        for arch in ("sm_80", "sm_86", "sm_89", "sm_90a")
     }
     for r in rows:
         assert not r.failed and r.regs and r.spills == 0, (r.tu, r.arch, r.spills, r.detail)

@@ -101,18 +101,26 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def smoke_config(archs: tuple[str, ...]) -> Config:
+    """The build ``wb smoke`` makes: ``archs``, ptxas's report kept (registers, spills), linked
+    where this torch has CUDA. One config, so one cache entry: whatever else builds a family with
+    it (a test reading a TU's cubins) shares the smoke compile's objects."""
+    from workbench import toolchain
+    from workbench.config import make_config
+
+    return make_config(archs=archs, link=toolchain.torch_info().cuda is not None, ptxas_info=True)
+
+
 def compile_rows(
     project: Project, family: Family, archs: tuple[str, ...], jobs: int | None
 ) -> list[Row]:
     """One row per host TU, per (CUDA TU, arch), and for the link."""
-    from workbench import build, device, toolchain
-    from workbench.config import make_config
+    from workbench import build, device
     from workbench.errors import WorkbenchError
 
-    cuda_torch = toolchain.torch_info().cuda is not None
     start = time.perf_counter()
     try:
-        config = make_config(archs=archs, link=cuda_torch, ptxas_info=True)
+        config = smoke_config(archs)
         built = build.ensure(project, family, config, jobs)
     except WorkbenchError as e:
         secs = time.perf_counter() - start
