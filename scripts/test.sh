@@ -29,7 +29,8 @@ stage lint pre-commit run --all-files --show-diff-on-failure
 rc=0
 workers=${WB_TEST_WORKERS:-2}
 parallel=()
-[ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile)
+# Whole files in the order tests/conftest.py collects them (its longest files first).
+[ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 stage pytest python -m pytest "${parallel[@]}" --durations=25 "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "test.sh: pytest collected no tests: failing" >&2

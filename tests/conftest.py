@@ -27,11 +27,49 @@ def _sigint_state() -> tuple[object, bool]:
     )
 
 
+def _a_share_of_the_cores() -> None:
+    """Under pytest-xdist, each worker's torch takes its share of the cores (one thread where the
+    workers match the cores), and so do the processes its tests start (OMP_NUM_THREADS): every
+    worker running torch's default, a thread per core, oversubscribes the machine, and OpenMP's
+    threads then wait on each other. On a 2-core machine with 2 workers a CPU check of
+    layer_norm_backward took 64 s that way and 5 s with one thread. An OMP_NUM_THREADS the
+    caller set is left as it is."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+_a_share_of_the_cores()
+
 # As this process found it: a shell ignores SIGINT in a job it starts in the background.
 SIGINT_AT_START = _sigint_state()
 
 
+# The test files that take longest (compiles, mostly; seconds on a 2-core machine in CI), run
+# first: pytest-xdist hands its workers whole files in collection order (scripts/test.sh passes
+# --no-loadscope-reorder, which keeps it), so that none of these starts last while the other
+# worker has run out of files. xdist's own order, most tests first, left test_cli_smoke (four
+# tests, 435 s) to the end of the queue.
+SLOW_FIRST = (
+    "test_cli_smoke.py",  # every bundled kernel for every arch: 470 s
+    "test_compat_pch.py",  # torch headers precompiled and compiled against: 250 s
+    "test_reliability.py",
+    "test_compat.py",
+    "test_adopt.py",
+    "test_compat_parity.py",
+    "test_reload.py",
+    "test_team_cache.py",
+    "test_device_matmul.py",
+    "test_compat_removed.py",
+    "test_check_planted.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items[:] = sorted(items, key=lambda item: rank.get(item.path.name, len(rank)))  # stable
     for item in items:
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(pytest.mark.skip(reason="no CUDA GPU"))
