@@ -28,12 +28,12 @@ def _sigint_state() -> tuple[object, bool]:
 
 
 def _a_share_of_the_cores() -> None:
-    """Under pytest-xdist, each worker's torch takes its share of the cores (one thread where the
-    workers match the cores), and so do the processes its tests start (OMP_NUM_THREADS): every
-    worker running torch's default, a thread per core, oversubscribes the machine, and OpenMP's
-    threads then wait on each other. On a 2-core machine with 2 workers a CPU check of
-    layer_norm_backward took 64 s that way and 5 s with one thread. An OMP_NUM_THREADS the
-    caller set is left as it is."""
+    """Under pytest-xdist, each worker's torch takes its share of the cores (one thread where there
+    are as many workers as cores, or more), and so do the processes its tests start
+    (OMP_NUM_THREADS): every worker running torch's default, a thread per core, oversubscribes the
+    machine, and OpenMP's threads then wait on each other. On a 2-core machine with 2 workers a CPU
+    check of layer_norm_backward took 64 s that way and 5 s with one thread. An OMP_NUM_THREADS
+    the caller set is left as it is."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         threads = max(1, (os.cpu_count() or 1) // workers)
