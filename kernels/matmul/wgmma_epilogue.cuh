@@ -125,11 +125,12 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
   constexpr bool kTensorOk = sizeof(O) == 2 && Chunk == kRowBytes;  // a group: one 16-byte piece
   const bool tensor = kTensorOk && copy == StagedCopy::tensor && map_c != nullptr;
   const int r = 16 * (t / 32) + (t % 32) / 4;
-  // This thread's pair of group g lies at mine + (g * 8 * sizeof(O) ^ swizzle) in row r, and 8
-  // rows further (rows r and r + 8 share r % 8): with the tensor copy's swizzle, 16-byte piece g of
-  // a row of 128 bytes lies at g ^ (r % 8).
-  const int pitch = tensor ? kRowBytes : kPitch, swizzle = tensor ? (r % 8) * 16 : 0;
-  unsigned char* const mine = buf + r * pitch + 2 * (t % 4) * static_cast<int>(sizeof(O));
+  // This thread's pairs of 8-column group g lie in row r and 8 rows further (rows r and r + 8
+  // share r % 8): in the tensor copy's buffers (rows of 128 bytes, the map's swizzle) 16-byte
+  // piece g of a row at g ^ (r % 8); in the padded buffer (rows kPitch apart) at g, unswizzled.
+  const int lane = 2 * (t % 4) * static_cast<int>(sizeof(O)), swizzle = (r % 8) * 16;
+  unsigned char* const mine_tensor = buf + r * kRowBytes + lane;
+  unsigned char* const mine = buf + r * kPitch + lane;
   using Pair = decltype(Bits<O>::pair(0.0f, 0.0f));
 #pragma unroll
   for (int c = 0; c < BN / kCols; ++c) {
@@ -143,8 +144,9 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
 #pragma unroll
       for (int g = 0; g < kGroups; ++g) {
         const int j = c * kGroups + g, at = half + ((g * 16) ^ swizzle);
-        *reinterpret_cast<Pair*>(mine + at) = Bits<O>::pair(d[4 * j], d[4 * j + 1]);
-        *reinterpret_cast<Pair*>(mine + 8 * pitch + at) = Bits<O>::pair(d[4 * j + 2], d[4 * j + 3]);
+        *reinterpret_cast<Pair*>(mine_tensor + at) = Bits<O>::pair(d[4 * j], d[4 * j + 1]);
+        *reinterpret_cast<Pair*>(mine_tensor + 8 * kRowBytes + at) =
+            Bits<O>::pair(d[4 * j + 2], d[4 * j + 3]);
       }
       sm90::fence_proxy_async();
       if (t == 0) sm90::bulk_wait_read<0>();
@@ -163,9 +165,9 @@ __device__ __forceinline__ void store_staged(O* out, int m, int n, int64_t row0,
     sm90::named_sync(barrier, 128);
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
-      const int j = c * kGroups + g, at = (g * 8 * static_cast<int>(sizeof(O))) ^ swizzle;
+      const int j = c * kGroups + g, at = g * 8 * static_cast<int>(sizeof(O));
       *reinterpret_cast<Pair*>(mine + at) = Bits<O>::pair(d[4 * j], d[4 * j + 1]);
-      *reinterpret_cast<Pair*>(mine + 8 * pitch + at) = Bits<O>::pair(d[4 * j + 2], d[4 * j + 3]);
+      *reinterpret_cast<Pair*>(mine + 8 * kPitch + at) = Bits<O>::pair(d[4 * j + 2], d[4 * j + 3]);
     }
     sm90::fence_proxy_async();
     sm90::named_sync(barrier, 128);
