@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The tests: lint and types (pre-commit), then pytest, which includes the nvcc smoke compile of
 # every kernel for every target arch (sm_80, sm_86, sm_89, sm_90a). pytest runs on WB_TEST_WORKERS
-# processes (default: the cores + 1, at most 8; 0 runs it in this process), each test file on
-# one of them. Extra arguments go to pytest. Each stage's seconds print at the end (and are appended to $WB_STAGE_LOG when set:
+# processes (default 2; 0 runs it in this process), each test file on one of them. Extra arguments
+# go to pytest. Each stage's seconds print at the end (and are appended to $WB_STAGE_LOG when set:
 # .ci/run's summary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,11 +27,9 @@ if [ -z "${VIRTUAL_ENV:-}" ]; then
 fi
 stage lint pre-commit run --all-files --show-diff-on-failure
 rc=0
-# One worker more than the cores (at most 8): a worker often waits (on a subprocess, a build lock,
-# a one-threaded step), and the extra one keeps the cores busy. On 2 cores, four compile-heavy
-# files took 435 s on 2 workers (1.36 cores busy) and 290 s on 3 (both busy).
-cores=$(nproc 2>/dev/null || echo 2)
-workers=${WB_TEST_WORKERS:-$((cores + 1 < 8 ? cores + 1 : 8))}
+# Two workers: on CI's 2 cores a third made the suite slower (pytest 1925 s against 1786 s, fresh
+# clones of the same tree, bench/results/ci.md): the tests are mostly compiles, the cores stay busy.
+workers=${WB_TEST_WORKERS:-2}
 parallel=()
 # Whole files in the order tests/conftest.py collects them (its longest files first).
 [ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
