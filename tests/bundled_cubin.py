@@ -26,8 +26,8 @@ def compile_cubin(tmp: Path, source: Path, arch: str) -> dict[str, cubin.Kernel]
     by nvcc alone into ``tmp``."""
     if arch in SMOKE_ARCHS and source.parent.parent == BUNDLED_KERNELS:
         kernels = smoke_kernels(source, arch)
-        if kernels is not None:
-            return kernels
+        assert kernels, f"the reload's reader found no {arch} kernel in {source.name}'s object"
+        return kernels
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     out = tmp / f"{source.stem}.{arch}.cubin"
     includes = [f"-I{BUNDLED_KERNELS}", f"-I{BUNDLED_KERNELS / 'include'}"]
@@ -40,13 +40,13 @@ def compile_cubin(tmp: Path, source: Path, arch: str) -> dict[str, cubin.Kernel]
 SMOKE_ARCHS = toolchain.parse_arch_list(DEFAULT_ARCHS)
 
 
-def smoke_kernels(source: Path, arch: str) -> dict[str, cubin.Kernel] | None:
+def smoke_kernels(source: Path, arch: str) -> dict[str, cubin.Kernel]:
     """The kernels of bundled TU ``source`` for ``arch`` as ``wb smoke`` compiles them: its family
     built with smoke's config (every default arch in one nvcc call, ptxas's report kept) in the
     session's cache, then the arch's cubin read from the object's fat binary, with the spills the
     report gives. test_cli_smoke and CI's smoke stage build the same objects in the same cache,
-    so the TU compiles once for all of them. None where nvcc compressed that cubin in the object
-    (it does for some large ones), which :mod:`workbench.cubin` does not read."""
+    so the TU compiles once for all of them. {} where the object holds no readable cubin for
+    ``arch``."""
     from workbench import build, resources
     from workbench.project import discover
 
@@ -55,8 +55,7 @@ def smoke_kernels(source: Path, arch: str) -> dict[str, cubin.Kernel] | None:
     built = build.ensure(project, family, smoke_config(SMOKE_ARCHS))
     (tu,) = [t for t in built.manifest["tus"] if Path(t["source"]).resolve() == source.resolve()]
     # The reload's reader of an object's kernels (cubin and spills): {} where none is readable.
-    kernels = {name: k for name, (k, _) in resources._read_object(str(tu["key"]), arch).items()}
-    return kernels or None
+    return {name: k for name, (k, _) in resources._read_object(str(tu["key"]), arch).items()}
 
 
 def whole_k_line(kernel: str, args: tuple[str, ...], out: str | None = None) -> str:

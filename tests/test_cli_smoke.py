@@ -79,6 +79,31 @@ def test_smoke_compiles_links_and_checks_the_bundled_kernels(
     assert len(checks) >= 4 and all(r[-2] == "PASS" for r in checks)
     suite = ElementTree.parse(junit).getroot()
     assert suite.get("failures") == "0" and int(suite.get("tests", 0)) == len(rows)
+    assert_every_cubin_is_plain_and_read()
+
+
+def assert_every_cubin_is_plain_and_read() -> None:
+    """Each nvcc object of the run keeps its cubins uncompressed (nvcc compresses large ones by
+    default: softmax.cu's sm_90a cubin), and the reload's reader finds kernels in it for each
+    arch whose compile ptxas reported kernels for."""
+    from workbench import build, cubin, resources
+    from workbench.cli.smoke import smoke_config
+
+    project, config = discover(), smoke_config(ARCHS)
+    read = 0
+    for family in project.families:
+        for tu in build.ensure(project, family, config).manifest["tus"]:
+            if tu["kind"] != "cuda":
+                continue
+            key = str(tu["key"])
+            entries = list(cubin.fatbin_entries(build.object_path(key).read_bytes()))
+            assert not [sm for _, sm, p in entries if p[:4] == cubin.ZSTD_MAGIC], tu["source"]
+            reported = parse_ptxas(str(build.compile_log(key).get("output", "")))
+            for arch in ARCHS:
+                if arch in reported:
+                    assert resources._read_object(key, arch), (tu["source"], arch)
+                    read += 1
+    assert read >= 4 * len(project.families)
 
 
 BROKEN_CU = """\

@@ -136,6 +136,48 @@ def test_an_objects_fat_binary_holds_each_arch_cubin(tmp_path: Path) -> None:
         assert inside == cubin.read(alone, arch)  # the same code and resources
 
 
+def zstd_at_hand() -> bool:
+    import importlib
+
+    for name in ("compression.zstd", "zstandard"):
+        try:
+            importlib.import_module(name)
+            return True
+        except ImportError:
+            pass
+    return False
+
+
+@pytest.mark.nvcc
+def test_a_compressed_cubin_reads_as_the_plain_one(tmp_path: Path) -> None:
+    """nvcc 12.8+ compresses large cubins by default (``--compress-mode=size``: every one); the
+    reader unpacks them where Python has zstd, so a reload still prints their registers."""
+    usage = subprocess.run([nvcc(), "--help"], capture_output=True, text=True).stdout
+    if "--compress-mode" not in usage:
+        pytest.skip("this nvcc does not compress cubins")
+    if not zstd_at_hand():
+        pytest.skip("no zstd module (Python 3.14's compression.zstd or zstandard)")
+    (tmp_path / "k.cu").write_text(SOURCE)
+    gencode = ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a"]
+    objects = {}
+    for mode in ("size", "none"):
+        obj = tmp_path / f"k_{mode}.o"
+        cmd = [nvcc(), "-c", *gencode, f"--compress-mode={mode}", "-o", str(obj)]
+        cmd.append(str(tmp_path / "k.cu"))
+        subprocess.run(cmd, check=True, capture_output=True)
+        objects[mode] = obj.read_bytes()
+    packed = [p[:4] == cubin.ZSTD_MAGIC for _, _, p in cubin.fatbin_entries(objects["size"])]
+    plain = [p[:4] == cubin.ZSTD_MAGIC for _, _, p in cubin.fatbin_entries(objects["none"])]
+    assert packed == [True, True] and plain == [False, False]
+    found = cubin.fatbin_cubins(objects["size"])
+    assert sorted(found) == ["sm_80", "sm_90"] and found == cubin.fatbin_cubins(objects["none"])
+    assert len(cubin.read(found["sm_90"], "sm_90a")) == 5
+
+
+def test_a_compressed_entry_that_does_not_decode_is_left_out() -> None:
+    assert cubin._unzstd(cubin.ZSTD_MAGIC + b"not a frame") == b""
+
+
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed")
 def test_an_nvrtc_cubin_and_its_log_give_the_same_numbers(tmp_path: Path) -> None:
     src = tmp_path / "k.kernel.cu"

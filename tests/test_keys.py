@@ -226,10 +226,13 @@ def test_a_present_sm90_gpu_is_built_with_its_arch_specific_features() -> None:
     assert toolchain.gpu_arch((10, 0)) == "sm_100"
 
 
-def test_nvcc_splits_its_optimisation_where_it_can() -> None:
-    from workbench.config import CUDA_FLAGS, SPLIT_COMPILE, cuda_flags
+def test_nvcc_splits_its_optimisation_and_keeps_cubins_plain_where_it_can() -> None:
+    from workbench.config import CUDA_FLAGS, NO_COMPRESS, SPLIT_COMPILE, cuda_flags
 
-    assert cuda_flags("Build cuda_13.0.r13.0/compiler.36424714_0") == CUDA_FLAGS + SPLIT_COMPILE
+    both = CUDA_FLAGS + SPLIT_COMPILE + NO_COMPRESS
+    assert cuda_flags("Build cuda_13.0.r13.0/compiler.36424714_0") == both
+    assert cuda_flags("Build cuda_12.8.r12.8/compiler.35404655_0") == both
+    assert cuda_flags("Build cuda_12.6.r12.6/compiler.34714021_0") == CUDA_FLAGS + SPLIT_COMPILE
     assert cuda_flags("Build cuda_12.1.r12.1/compiler.32415258_0") == CUDA_FLAGS + SPLIT_COMPILE
     assert cuda_flags("Build cuda_11.8.r11.8/compiler.31833905_0") == CUDA_FLAGS
     assert cuda_flags(None) == CUDA_FLAGS

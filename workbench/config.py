@@ -20,16 +20,23 @@ CUDA_FLAGS = ("-std=c++17", "-O3", "-lineinfo", "-Xcompiler=-fPIC,-fvisibility=h
 # matmul's four instantiations) compiled in 2.9 s instead of 4.7 s on an H100 host, a TU of one
 # light kernel in the same time (scale.cu 1.8 s either way).
 SPLIT_COMPILE = ("--split-compile=0",)
+# nvcc 12.8+ compresses (zstd) the cubins of a fat binary it deems large (softmax.cu's sm_90a
+# cubin, 10 MB, went in as 1.5 MB), where the reload reads each kernel's registers and spills from
+# the object: kept plain, every object reads the same way, and the driver loads it without
+# unpacking it first.
+NO_COMPRESS = ("--compress-mode=none",)
 
 
 def cuda_flags(nvcc_version: str | None) -> tuple[str, ...]:
-    """CUDA_FLAGS, with SPLIT_COMPILE where nvcc knows it (12.1 and later).
+    """CUDA_FLAGS, with SPLIT_COMPILE (12.1 and later) and NO_COMPRESS (12.8 and later) where nvcc
+    knows them.
 
     ``nvcc_version`` is nvcc's version line, e.g. 'Build cuda_13.0.r13.0/compiler.36424714_0'.
     """
     found = re.search(r"(\d+)\.(\d+)", nvcc_version or "")
     release = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
-    return CUDA_FLAGS + SPLIT_COMPILE if release >= (12, 1) else CUDA_FLAGS
+    flags = CUDA_FLAGS + SPLIT_COMPILE if release >= (12, 1) else CUDA_FLAGS
+    return flags + NO_COMPRESS if release >= (12, 8) else flags
 
 
 BINDING_FLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden")

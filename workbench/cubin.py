@@ -38,6 +38,7 @@ _EIFMT_SVAL = 0x04  # a record with a u16 size and that many bytes of value
 _SHT_NOBITS = 8
 _FATBIN_MAGIC = 0xBA55ED50
 _FATBIN_ELF = 2  # an entry holding a cubin (1: PTX text)
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a compressed entry's payload: one zstd frame
 
 
 @dataclass(frozen=True)
@@ -173,9 +174,10 @@ def _symbols(
 
 
 def fatbin_cubins(data: bytes) -> dict[str, bytes]:
-    """The cubins in the fat binary of an object (``.nv_fatbin``), by ``sm_XY``. A compressed
-    cubin is left out: nvcc compresses the PTX it embeds (zstd) but not its cubins, unless
-    ``-compress-mode=size`` asks it to. ValueError for bytes that are not an ELF object."""
+    """The cubins in the fat binary of an object (``.nv_fatbin``), by ``sm_XY``. nvcc 12.8+
+    compresses (zstd) the cubins it deems large unless ``--compress-mode=none`` (the build's
+    flag): such a cubin is unpacked where Python has zstd (``compression.zstd``, 3.14+, or the
+    ``zstandard`` package), else left out. ValueError for bytes that are not an ELF object."""
     try:
         return _fatbin_cubins(data)
     except (struct.error, IndexError) as e:
@@ -184,6 +186,17 @@ def fatbin_cubins(data: bytes) -> dict[str, bytes]:
 
 def _fatbin_cubins(data: bytes) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
+    for kind, sm, payload in fatbin_entries(data):
+        cubin = _unzstd(payload) if kind == _FATBIN_ELF and payload[:4] == ZSTD_MAGIC else payload
+        if kind == _FATBIN_ELF and cubin[:4] == b"\x7fELF":
+            out.setdefault(f"sm_{sm}", cubin)
+    return out
+
+
+def fatbin_entries(data: bytes) -> Iterable[tuple[int, int, bytes]]:
+    """(kind, SM number, payload as stored) of each entry of an ELF object's fat binaries: kind 2
+    a cubin, 1 PTX; a payload starting with ZSTD_MAGIC is compressed. struct.error or IndexError
+    for bytes that are not an ELF object."""
     found = [(o, s) for n, _, o, s, _ in _sections(data) if n == ".nv_fatbin"]
     for offset, size in found:
         at, end = offset, offset + size
@@ -195,12 +208,28 @@ def _fatbin_cubins(data: bytes) -> dict[str, bytes]:
             while entry + 32 <= stop:
                 kind, _, head, payload = struct.unpack_from("<HHIQ", data, entry)
                 sm, = struct.unpack_from("<I", data, entry + 28)  # fmt: skip
-                cubin = data[entry + head : entry + head + payload]
-                if kind == _FATBIN_ELF and cubin[:4] == b"\x7fELF":  # not compressed (zstd)
-                    out.setdefault(f"sm_{sm}", cubin)
+                yield kind, sm, data[entry + head : entry + head + payload]
                 entry += head + payload
             at = (stop + 7) // 8 * 8
-    return out
+
+
+def _unzstd(frame: bytes) -> bytes:
+    """The bytes of a zstd frame (a fat binary's entry may end in padding after it); b"" where
+    no zstd module is at hand or the frame does not decode."""
+    try:
+        from compression import zstd  # Python 3.14+
+
+        unpack = zstd.decompress
+    except ImportError:
+        try:
+            import zstandard  # the optional package
+        except ImportError:
+            return b""
+        unpack = zstandard.ZstdDecompressor().decompressobj().decompress
+    try:
+        return bytes(unpack(frame))
+    except Exception:  # a frame this reader cannot decode: no cubin, as for an unknown entry
+        return b""
 
 
 # --- what ptxas -v reported ---------------------------------------------------------------------
