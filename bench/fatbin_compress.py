@@ -27,11 +27,6 @@ MODES = ("default", "none")
 SOURCES = ("softmax/softmax.cu", "softmax/softmax_backward.cu", "matmul/matmul_mma.cu")
 
 
-def fatbin_of(data: bytes) -> bytes:
-    (section,) = [(o, s) for n, _, o, s, _ in cubin._sections(data) if n == ".nv_fatbin"]
-    return data[section[0] : section[0] + section[1]]
-
-
 def kernel_names(data: bytes, plain: bytes, arch: str) -> list[str]:
     """The kernels of an object, from its own cubin where this Python reads it (a compressed one
     needs zstd), else the plain object's (the same source: :func:`a_kernel` keeps a name both
@@ -108,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
                     objects[mode] = out.read_bytes()
             load_s: dict[str, list[float | str]] = {m: [] for m in MODES}
             if driver is not None:
-                images = {m: fatbin_of(objects[m]) for m in MODES}
+                images = {m: cubin.fatbin_section(objects[m]) for m in MODES}
                 kernel = {
                     m: a_kernel(
                         driver, images[m], kernel_names(objects[m], objects["none"], args.arch)

@@ -129,6 +129,7 @@ def test_an_objects_fat_binary_holds_each_arch_cubin(tmp_path: Path) -> None:
     cmd = [nvcc(), "-c", *gencode, "-o", str(obj), str(tmp_path / "k.cu")]
     subprocess.run(cmd, check=True, capture_output=True)
     found = cubin.fatbin_cubins(obj.read_bytes())
+    assert cubin.fatbin_section(obj.read_bytes())[:4] == (0xBA55ED50).to_bytes(4, "little")
     assert sorted(found) == ["sm_80", "sm_90"]  # the fat binary names the SM, not the 'a'
     for arch in ("sm_80", "sm_90a"):
         alone, _ = compile_cubin(tmp_path, arch)
@@ -314,3 +315,5 @@ def test_bytes_that_are_not_a_cubin_are_a_value_error() -> None:
         cubin.read(b"\x7fELF\x02\x01" + b"\0" * 10)
     with pytest.raises(ValueError):
         cubin.fatbin_cubins(b"\x7fELF\x02\x01" + b"\0" * 10)
+    with pytest.raises(ValueError):
+        cubin.fatbin_section(b"\x7fELF\x02\x01" + b"\0" * 10)

@@ -67,18 +67,20 @@ print(json.dumps({"ok": ok, "compiled": [str(p) for p in b.compiled]}))
 """
 
 
-def _live_members(group: int) -> list[int]:
-    """The processes of process group ``group`` that are still running (zombies left out)."""
-    live = []
+def _live_build(tag: str) -> dict[int, int]:
+    """pid -> process group of each live process (zombies left out) whose command line names
+    ``tag`` (ninja's build folder), and of every process in those processes' groups."""
+    table: dict[int, tuple[str, int, str]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
+            cmdline = (stat.parent / "cmdline").read_bytes().decode(errors="replace")
         except OSError:  # ended while we looked
             continue
         state, _ppid, pgrp = text.rpartition(")")[2].split()[:3]
-        if int(pgrp) == group and state != "Z":
-            live.append(int(stat.parent.name))
-    return live
+        table[int(stat.parent.name)] = (state, int(pgrp), cmdline)
+    groups = {g for state, g, cmd in table.values() if tag in cmd and state != "Z"}
+    return {pid: g for pid, (state, g, _) in table.items() if g in groups and state != "Z"}
 
 
 def test_1_a_build_killed_mid_compile_never_blocks_the_next_load(tmp_path: Path) -> None:
@@ -111,13 +113,16 @@ def test_1_a_build_killed_mid_compile_never_blocks_the_next_load(tmp_path: Path)
         os.kill(holder.pid, signal.SIGKILL)  # the Python process only: ninja is orphaned
         holder.wait()
         out, err = second.communicate(timeout=600)
-        # The killed build's orphans (ninja, and its compile that sleeps 120 s) still run: the
-        # second load built and returned without waiting for them, so nothing the dead process
-        # left behind held the lock (a lock inherited by ninja would have outlived it).
-        orphans = _live_members(holder.pid)
+        # The killed build's orphans (ninja, and its compile that sleeps 120 s, each in a
+        # process group of its own) still run: the second load built and returned without
+        # waiting for them, so nothing the dead process left behind held the lock (a lock
+        # inherited by ninja would have outlived it). A SIGKILL leaves the dead process no
+        # chance to end them (an interrupt does: tests/test_procs.py).
+        orphans = _live_build(f"tiny-{holder.pid}-")
     finally:
-        with contextlib.suppress(ProcessLookupError):  # none left: they ended on their own
-            os.killpg(holder.pid, signal.SIGKILL)
+        for group in {holder.pid, *_live_build(f"tiny-{holder.pid}-").values()}:
+            with contextlib.suppress(ProcessLookupError):  # none left: they ended on their own
+                os.killpg(group, signal.SIGKILL)
         holder.wait()
     assert second.returncode == 0, err
     report = json.loads(out)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench import cache, events, warm
+from workbench import cache, events, procs, warm
 from workbench.config import PCH_SOURCE, Config
 from workbench.errors import BuildError
 from workbench.events import compile_hooks
@@ -517,7 +517,7 @@ def _link(
     elif lib_name is not None:
         stubs = linkstub.ensure(config.cxx, config.torch.lib_dir)
         cmd = config.link_command(objects, folder / lib_name, stubs)
-        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        proc = procs.run(cmd)
         if proc.returncode != 0:
             raise BuildError(f"linking {family.name} failed:\n{proc.stderr.strip()}", proc.stderr)
         _check_shared_libstdcxx(folder / lib_name, config)

@@ -193,6 +193,16 @@ def _fatbin_cubins(data: bytes) -> dict[str, bytes]:
     return out
 
 
+def fatbin_section(data: bytes) -> bytes:
+    """The ``.nv_fatbin`` section of an ELF object (b"" where it has none): a fat binary as the
+    driver's ``cuModuleLoadData`` takes it. ValueError for bytes that are not an ELF object."""
+    try:
+        found = [(o, s) for n, _, o, s, _ in _sections(data) if n == ".nv_fatbin"]
+    except (struct.error, IndexError) as e:
+        raise ValueError(f"not an ELF object: {e}") from None
+    return b"".join(data[o : o + s] for o, s in found)
+
+
 def fatbin_entries(data: bytes) -> Iterable[tuple[int, int, bytes]]:
     """(kind, SM number, payload as stored) of each entry of an ELF object's fat binaries: kind 2
     a cubin, 1 PTX; a payload starting with ZSTD_MAGIC is compressed. struct.error or IndexError

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from workbench import cache
+from workbench import cache, procs
 from workbench.errors import BuildError
 from workbench.hashing import digest
 
@@ -69,7 +69,7 @@ def ensure(cxx: Path, torch_lib_dir: Path) -> Path:
             cmd = [str(cxx), "-shared", "-x", "c++", "/dev/null", "-o", str(tmp)]
             if soname:
                 cmd.insert(2, f"-Wl,-soname,{soname}")
-            proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            proc = procs.run(cmd)
             if proc.returncode != 0:
                 tmp.unlink(missing_ok=True)
                 raise BuildError(f"building the link stub {name} failed:\n{proc.stderr.strip()}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from workbench import build, cache
+from workbench import build, cache, procs
 from workbench.config import Config
 from workbench.errors import BuildError
 from workbench.hashing import digest, file_digest
@@ -70,7 +70,7 @@ def listed_kernels(
         link_cmd = [str(config.cxx), "-shared", "-o", str(lib), *map(str, objects), str(obj)]
         link_cmd += [f"-L{libdir}", "-lcudart", f"-Wl,-rpath,{libdir}"]
         for cmd in (compile_cmd, link_cmd):
-            proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            proc = procs.run(cmd)
             if proc.returncode != 0:
                 raise BuildError(
                     f"listing the device kernels of {family.name} failed:\n{proc.stderr.strip()}",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench import knobs
+from workbench import knobs, procs
 from workbench.errors import BuildError, LoadError, ToolchainError, WorkbenchError
 
 STATUS_PREFIX = "["  # NINJA_STATUS below: "[finished/total elapsed] compile <source>"
@@ -173,6 +173,7 @@ def run(
         stdin=subprocess.DEVNULL,
         text=True,
         env=env,
+        start_new_session=True,  # an interrupt of this process ends ninja and its jobs (procs)
     ) as proc:
         assert proc.stdout is not None
         try:
@@ -182,8 +183,7 @@ def run(
                     on_line(line.rstrip())
             code = proc.wait()
         except BaseException:  # KeyboardInterrupt included: never leave compilers running
-            proc.kill()
-            proc.wait()
+            procs.stop(proc)
             raise
     if code != 0:
         raise BuildError(_failure_summary(log), "".join(log))

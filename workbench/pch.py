@@ -16,11 +16,10 @@ needs no header, and making one costs a fresh machine more than all its hits; so
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from workbench import cache
+from workbench import cache, procs
 from workbench import launcher as team
 from workbench.config import PCH_SOURCE, Config
 from workbench.errors import BuildError
@@ -91,7 +90,7 @@ def ensure(config: Config, on_line: Callable[[str], None] | None) -> None:
         tmp = gch.with_name(f".{gch.name}.{os.getpid()}.tmp")
         cmd = [str(config.cxx), *config.torch_flags, "-x", "c++-header", str(PCH_SOURCE)]
         cmd += ["-o", str(tmp)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        proc = procs.run(cmd)  # an interrupt ends the compiler too
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise BuildError(f"precompiling torch headers failed:\n{proc.stderr.strip()}")

@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench import cache, ninja
+from workbench import cache, ninja, procs
 from workbench import launcher as team
 from workbench.compat import pch, timing
 from workbench.errors import BuildError
@@ -245,7 +244,7 @@ def _link(recipe: Recipe, keys: list[str | None], key: str, tmp: Path) -> Output
     cmd: list[str] = []
     for part in recipe.link:
         cmd += objects if part == OBJECTS else [part.replace(OUT, str(file))]
-    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    proc = procs.run(cmd)
     if proc.returncode != 0:
         raise BuildError(f"linking {recipe.name} failed:\n{proc.stderr.strip()}", proc.stderr)
     manifest = {

@@ -45,11 +45,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench import cache
+from workbench import cache, procs
 from workbench.config import pch_root
 from workbench.hashing import digest
 
@@ -199,7 +198,7 @@ def ensure(header: Header) -> str | None:
             os.replace(part, link)
         tmp = header.output.with_name(f".{header.output.name}.{os.getpid()}.tmp")
         command = [*header.command[:-1], str(tmp)]
-        proc = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        proc = procs.run(command)  # an interrupt ends the compiler too
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             lines = proc.stderr.strip().splitlines()
