@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from tests.reliability_helpers import running
 from workbench import cache, knobs
 
 # A TU whose compile takes as long as SPIN says: constexpr evaluation in the compiler.
@@ -56,7 +57,7 @@ def test_sigint_mid_compile_leaves_no_lock_and_no_partial_entry(tmp_path: Path) 
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in out
     # No compiler left running: not under the load (gone with it), nor orphaned (the pids seen).
-    left = [pid for pid in compilers if _running(pid)]
+    left = [pid for pid in compilers if running(pid)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, "the interrupted load left its compiler running"
@@ -82,15 +83,6 @@ def _as_a_kernel_starts_it() -> None:
     earlier test in this worker process left of its own."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie has ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def _descendants(pid: int) -> list[int]:

@@ -20,21 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability_helpers import running
 from workbench import ninja, procs
 
 
 def _script(pidfile: Path) -> str:
     """A shell that starts a long sleep, writes its pid, then waits on it."""
     return f"sleep 300 & echo $! > {pidfile}; wait"
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie has ended)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def _pid_from(pidfile: Path) -> int:
@@ -68,7 +60,7 @@ def sigint_once(pidfile: Path) -> Iterator[None]:
 
 
 def _assert_gone(*pids: int) -> None:
-    left = [pid for pid in pids if _running(pid)]
+    left = [pid for pid in pids if running(pid)]
     for pid in left:  # not to leave them to the rest of the suite
         os.kill(pid, signal.SIGKILL)
     assert not left, f"pids {left} still ran: orphans of the interrupted build"
