@@ -40,8 +40,10 @@ def _pid_from(pidfile: Path) -> int:
 
 
 @contextmanager
-def sigint_once(pidfile: Path) -> Iterator[None]:
-    """SIGINT to this (the main) thread once the grandchild's pid is written."""
+def sigint_once(pidfile: Path, restart: bool = False) -> Iterator[None]:
+    """SIGINT to this (the main) thread once the grandchild's pid is written. ``restart``: its
+    handler with SA_RESTART meanwhile (as some hosts install it), so that a read of a pipe is
+    restarted, not interrupted."""
     main = threading.main_thread().ident
     assert main == threading.get_ident()
 
@@ -52,11 +54,13 @@ def sigint_once(pidfile: Path) -> Iterator[None]:
         signal.pthread_kill(main, signal.SIGINT)
 
     sender = threading.Thread(target=send, daemon=True)
+    signal.siginterrupt(signal.SIGINT, not restart)
     sender.start()
     try:
         yield
     finally:
         sender.join()
+        signal.siginterrupt(signal.SIGINT, True)
 
 
 def _assert_gone(*pids: int) -> None:
@@ -66,10 +70,13 @@ def _assert_gone(*pids: int) -> None:
     assert not left, f"pids {left} still ran: orphans of the interrupted build"
 
 
-def test_an_interrupted_command_ends_with_what_it_started(tmp_path: Path) -> None:
+@pytest.mark.parametrize("restart", [False, True], ids=["eintr", "sa_restart"])
+def test_an_interrupted_command_ends_with_what_it_started(tmp_path: Path, restart: bool) -> None:
     pidfile = tmp_path / "pid"
-    with pytest.raises(KeyboardInterrupt), sigint_once(pidfile):
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), sigint_once(pidfile, restart):
         procs.run(["sh", "-c", _script(pidfile)])
+    assert time.monotonic() - start < procs.GRACE + 30  # not the sleep's 300 s
     _assert_gone(_pid_from(pidfile))
 
 
@@ -87,9 +94,13 @@ def test_a_finished_command_reads_as_subprocess_run_does(tmp_path: Path) -> None
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
 
 
-def test_an_interrupted_ninja_build_ends_its_jobs_and_their_children(tmp_path: Path) -> None:
+@pytest.mark.parametrize("restart", [False, True], ids=["eintr", "sa_restart"])
+def test_an_interrupted_ninja_build_ends_its_jobs_and_their_children(
+    tmp_path: Path, restart: bool
+) -> None:
     """ninja runs each job in a process group of its own: killing ninja alone left them
-    running, as it left cc1plus under g++ after a notebook's stop button."""
+    running, as it left cc1plus under g++ after a notebook's stop button. With SA_RESTART the
+    build, blocked reading ninja's output, heard the interrupt only when the jobs ended."""
     pidfiles = [tmp_path / f"pid{i}" for i in range(2)]
     jobs = [
         ninja.Job(tmp_path / f"out{i}.o", tmp_path / f"src{i}.cpp", ("sh", "-c", _script(p)))
@@ -97,6 +108,8 @@ def test_an_interrupted_ninja_build_ends_its_jobs_and_their_children(tmp_path: P
     ]
     for job in jobs:
         job.source.touch()
-    with pytest.raises(KeyboardInterrupt), sigint_once(pidfiles[1]):
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), sigint_once(pidfiles[1], restart):
         ninja.run(tmp_path, jobs, parallel=2)
+    assert time.monotonic() - start < procs.GRACE + 30  # not the sleep's 300 s
     _assert_gone(*(_pid_from(p) for p in pidfiles))

@@ -175,9 +175,8 @@ def run(
         env=env,
         start_new_session=True,  # an interrupt of this process ends ninja and its jobs (procs)
     ) as proc:
-        assert proc.stdout is not None
         try:
-            for line in proc.stdout:
+            for line in procs.lines(proc):
                 log.append(line)
                 if on_line is not None and line.startswith(STATUS_PREFIX):
                     on_line(line.rstrip())

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 GRACE = 5.0  # seconds between SIGTERM and SIGKILL
@@ -52,6 +54,36 @@ def run(
             stop(proc)
             raise
     return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
+
+
+def lines(proc: subprocess.Popen[str], poll: float = 0.1) -> Iterator[str]:
+    """The lines of ``proc``'s stdout as they come, read on a thread of their own so that this
+    thread wakes every ``poll`` seconds: a signal handler (KeyboardInterrupt) then runs within
+    that time even where SIGINT's handler was installed with SA_RESTART, which restarts a read
+    of the pipe instead of interrupting it (a build that then noticed a notebook's stop button
+    only when its compile ended)."""
+    assert proc.stdout is not None
+    stream = proc.stdout
+    got: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for line in stream:
+                got.put(line)
+        except (OSError, ValueError):  # the pipe closed under the reader: the build was stopped
+            pass
+        finally:
+            got.put(None)
+
+    threading.Thread(target=read, name="wb-procs-lines", daemon=True).start()
+    while True:
+        try:
+            line = got.get(timeout=poll)
+        except queue.Empty:
+            continue
+        if line is None:
+            return
+        yield line
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
