@@ -120,4 +120,7 @@ def test_check_and_bench_say_which_check_size_and_round_runs(lib: object) -> Non
     fast = {"sizes": ["1Ki"], "compile": False, "min_time": 0.02, "save": False}
     bench("scale", lib=lib, device="cpu", say=heard.append, **fast)  # type: ignore[arg-type]
     assert heard[0] == "verifying size 1Ki (1/1)"
-    assert heard[-1].startswith("round 1/1 timed (")
+    rounds = [i for i, h in enumerate(heard) if h.startswith("round ")]
+    assert rounds and heard[rounds[-1]].startswith("round 1/1 timed (")
+    # after the rounds, only a cache's first bench of the device: its peaks, measured once
+    assert all(h.endswith("(once per device)") for h in heard[rounds[-1] + 1 :]), heard
