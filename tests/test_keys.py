@@ -47,6 +47,25 @@ def test_toolchain_changes_change_the_config_key(change: dict[str, object]) -> N
     assert make_config(**change).id != make_config().id
 
 
+def test_the_precompiled_header_is_shared_by_configs_that_differ_only_in_cuda() -> None:
+    """A host TU never sees the CUDA archs or nvcc: ``wb smoke`` and a build for the GPU present
+    read one precompiled torch header, which the host toolchain and torch still key."""
+    cuda: dict[str, object] = dict(cuda_home=Path("/cuda"), nvcc_version="13.0")
+    smoke = make_config(archs=("sm_80", "sm_90a"), **cuda)
+    build = make_config(archs=("sm_90a",), **cuda)
+    older = make_config(archs=("sm_90a",), cuda_home=Path("/cuda"), nvcc_version="12.8")
+    assert len({smoke.id, build.id, older.id, make_config().id}) == 4
+    assert smoke.pch_dir == build.pch_dir == older.pch_dir == make_config().pch_dir
+    for change in (
+        {"cxx_version": "g++ 13.1.0"},
+        {"torch": toolchain.Torch("2.12.0", "abc", None, True, (), Path("/t/lib"))},
+        {"torch": toolchain.Torch("2.13.0", "abc", None, False, (), Path("/t/lib"))},
+        {"python_tag": "cp312"},
+        {"env": {"CXXFLAGS": "-O0"}},
+    ):
+        assert make_config(**change).pch_dir != make_config().pch_dir, change
+
+
 def test_compiler_env_knobs_reach_the_key() -> None:
     unset: dict[str, str | None] = dict.fromkeys(knobs.COMPILER_ENV)
     with knobs.override(**{**unset, "CXX": "clang++"}):

@@ -197,8 +197,11 @@ class Config:
 
     @functools.cached_property
     def pch_dir(self) -> Path:
-        """The include folder that holds this configuration's ``wb/torch_pch.h.gch``."""
-        return pch_root() / digest(self.id, self.torch_flags, file_digest(str(PCH_SOURCE)))[:32]
+        """The include folder that holds this configuration's ``wb/torch_pch.h.gch``: one per
+        host toolchain and torch flags, shared by configurations that differ only in their CUDA
+        archs or nvcc (``wb smoke`` and a build for the GPU present), which a host TU never sees."""
+        host = {k: v for k, v in self.identity.items() if k not in ("archs", "nvcc")}
+        return pch_root() / digest(host, self.torch_flags, file_digest(str(PCH_SOURCE)))[:32]
 
     @property
     def pch_file(self) -> Path:
