@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 GRACE = 5.0  # seconds between SIGTERM and SIGKILL
 
@@ -86,7 +87,7 @@ def lines(proc: subprocess.Popen[str], poll: float = 0.1) -> Iterator[str]:
         yield line
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
+def stop(proc: subprocess.Popen[Any]) -> None:
     """End ``proc`` and every process under it: SIGTERM to each of their process groups (never
     the caller's own), then SIGKILL to them where any is left after GRACE seconds; reap ``proc``."""
     if proc.poll() is not None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from workbench import knobs
+from workbench import knobs, procs
 from workbench.errors import WorkbenchError
 
 # The metrics of the table (profile.report reads them by these names).
@@ -179,24 +178,6 @@ class Outcome:
         return "(no output)"
 
 
-# Seconds a process group is given between SIGTERM and SIGKILL.
-GRACE = 5.0
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """End ``proc``'s whole process group (ncu and the child it runs): SIGTERM, then SIGKILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=GRACE)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run(cmd: Sequence[str], log: Path, *, env: dict[str, str], timeout: float) -> Outcome:
     """Run ``cmd`` in a process group of its own (Ctrl-C reaches only this process, which ends
     the group), its output to files; past ``timeout`` seconds the group is ended and the error
@@ -216,7 +197,7 @@ def run(cmd: Sequence[str], log: Path, *, env: dict[str, str], timeout: float) -
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             assert proc is not None  # only its wait times out
-            stop(proc)
+            procs.stop(proc)
             outcome = _outcome(-1, log, out, err, start)
             raise WorkbenchError(
                 f"ncu ran past {timeout:g} s (WB_PROFILE_TIMEOUT) and was stopped; raise it for a "
@@ -226,7 +207,7 @@ def run(cmd: Sequence[str], log: Path, *, env: dict[str, str], timeout: float) -
             BaseException
         ):  # Ctrl-C (also just as ncu started): nothing of it outlives the command
             if proc is not None:
-                stop(proc)
+                procs.stop(proc)
             raise
         return _outcome(code, log, out, err, start)
 
