@@ -187,8 +187,10 @@ def fatbin_cubins(data: bytes) -> dict[str, bytes]:
 def _fatbin_cubins(data: bytes) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for kind, sm, payload in fatbin_entries(data):
-        cubin = _unzstd(payload) if kind == _FATBIN_ELF and payload[:4] == ZSTD_MAGIC else payload
-        if kind == _FATBIN_ELF and cubin[:4] == b"\x7fELF":
+        if kind != _FATBIN_ELF:
+            continue
+        cubin = _unzstd(payload) if payload[:4] == ZSTD_MAGIC else payload
+        if cubin[:4] == b"\x7fELF":
             out.setdefault(f"sm_{sm}", cubin)
     return out
 
