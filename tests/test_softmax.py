@@ -185,11 +185,11 @@ def test_few_long_rows_take_the_dtypes_long_row_path(
     lib: Any, dtype: torch.dtype, rows: int, cols: int
 ) -> None:
     """The bench's long-row sizes run, on sm_90+, in rows of 16-byte vectors (the profiler's
-    kernel names), the deep kernel where the rows are fewer than the SMs (the forward of float32
-    up to twice as many; never the forward of a 2-byte dtype), else the wide kernel; else the
-    split kernel in bfloat16 and the cluster path in float32 (or the one-block and stream paths
-    where no cluster holds the row), never the split or bulk kernels; before sm_90 the split
-    kernel in bfloat16; and match torch.softmax and its backward."""
+    kernel names), the wide kernel forward and backward, few rows too (the deep kernel only where
+    WB_SOFTMAX_PATH asks); else the split kernel in bfloat16 and the cluster path in float32 (or
+    the one-block and stream paths where no cluster holds the row), never the split or bulk
+    kernels; before sm_90 the split kernel in bfloat16; and match torch.softmax and its
+    backward."""
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
     grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
@@ -202,9 +202,7 @@ def test_few_long_rows_take_the_dtypes_long_row_path(
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     hopper = torch.cuda.get_device_capability() >= (9, 0)
     if hopper and cols % (16 // x.element_size()) == 0:
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-        forward_deep = dtype == torch.float32 and rows <= 2 * sms
-        want_kernels = ["deep" if forward_deep else "wide", "deep" if rows < sms else "wide"]
+        want_kernels = ["wide", "wide"]
         got = [k for n in names for k in ("deep", "wide") if f"{k}_kernel" in n]
         assert got == want_kernels, names
     elif dtype == torch.bfloat16 or not hopper:

@@ -43,8 +43,8 @@
 //   wide     (first where WB_SOFTMAX_PATH=wide, the default for 2-byte dtypes in rows of 16-byte
 //            vectors, with an sm_90 image on an sm_90+ device) the cluster path with each thread
 //            holding 128 bytes of the row as loaded (softmax_wide.cuh): for 2-byte dtypes twice the
-//            bytes in flight of the cluster path, half the blocks a row, and one cluster barrier a
-//            row instead of four barriers.
+//            bytes in flight of the cluster path, half the blocks a row, and the partials pushed
+//            into every block of the cluster (st.async on an mbarrier) instead of four barriers.
 //   deep     (first where WB_SOFTMAX_PATH=deep) the wide path with a further 192 bytes of the row
 //            a thread in shared memory (cp.async, softmax_wide.cuh): 2.5 times the share of a row
 //            a block holds, so that few long rows take fewer rounds of clusters.
@@ -421,9 +421,13 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
 // "wide": wide (softmax_wide.cuh: rows of 16-byte vectors, sm_90+), split, cluster, block;
 // "pipe": the same with the pipe path (softmax_wide.cuh's persistent variant) first; "deep": deep
 // (softmax_wide.cuh: the wide path with a share in shared memory too), then as "wide".
-// Unset: for rows of 16-byte vectors summed in float (float32, bfloat16, float16), "deep" where
-// the rows are few (wide_default), else "wide"; otherwise "cluster" for 4- and 8-byte elements,
-// "split" for 2-byte ones. Where the deep path does not launch, the wide path is tried next.
+// Unset: for rows of 16-byte vectors summed in float (float32, bfloat16, float16), "wide";
+// otherwise "cluster" for 4- and 8-byte elements, "split" for 2-byte ones. Where the deep path
+// does not launch, the wide path is tried next. The deep path was the default for rows fewer
+// than the SMs (and a float32 forward's up to twice as many) until the wide path's partials were
+// pushed (softmax_wide.cuh, Inbox): on an H100, 2026-11-27, share of a copy of the same bytes at
+// 64x262144 forward / backward, wide against deep: float32 87 / 87% against 79 / 84%, bfloat16
+// 81 / 93% against 57 / 83%; at 256x65536 float32 forward 93% against 94%.
 enum class LongPath { kDefault, kBulk, kSplit, kCluster, kStream, kWide, kPipe, kDeep, kInvalid };
 
 inline LongPath parse_long_path(const char* s) {
@@ -459,21 +463,6 @@ inline int64_t device_sms() {
   }
   if (device >= 0 && device < 64) known[device] = sms;
   return sms;
-}
-
-// The default long-row path of rows of 16-byte vectors summed in float: the deep path (a block
-// holds 2.5x the wide path's share of a row, so a row takes fewer rounds of clusters) where the
-// rows are fewer than the SMs, or for a float32 forward up to twice as many; the wide path
-// elsewhere and for a 2-byte forward. On an H100, 2026-11-26, share of a copy of the same bytes
-// at 1024x65536, 256x65536 and 64x262144, forward / backward: float32 wide 94/98, 84/91, 66/67%,
-// deep 93/91, 94/78, 78/79%; bfloat16 wide 82/98, 71/84, 61/73%, deep 71/91, 61/84, 50/82% (the
-// forward with the fma exponentials: wide 89, 77, 69%, deep 78, 70, 57%).
-template <typename Op>
-LongPath wide_default(int64_t rows) {
-  constexpr bool forward = Op::kTensors == 1;
-  if (forward && sizeof(typename Op::T) == 2) return LongPath::kWide;
-  const int64_t sms = device_sms();
-  return rows < sms || (forward && rows <= 2 * sms) ? LongPath::kDeep : LongPath::kWide;
 }
 
 template <typename Op, int N, int G, int K>
@@ -518,7 +507,7 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
   if (threads > kBlockThreads && !short_scalar) {
     if (path == LongPath::kInvalid) return cudaErrorInvalidValue;  // launch_rows names it
     if (path == LongPath::kDefault) {
-      path = N > 1 && sizeof(typename Op::A) == 4 ? wide_default<Op>(rows)
+      path = N > 1 && sizeof(typename Op::A) == 4 ? LongPath::kWide
              : sizeof(typename Op::T) >= 4        ? LongPath::kCluster
                                                   : LongPath::kSplit;
     }
@@ -576,6 +565,7 @@ Status launch_rows(const Op& op, int64_t rows, Workspace ws, Stream stream) {
     if (err == cudaErrorInvalidValue && wide_threads() < 0) return kBadWideThreads;
     if (err == cudaErrorInvalidValue && block_mode() < 0) return kBadBlock;
     if (err == cudaErrorInvalidValue && deep_forced() < 0) return kBadDeepCluster;
+    if (err == cudaErrorInvalidValue && exchange_push() < 0) return kBadExchange;
     return cudaGetErrorString(err);
   }
   return launch_status();
