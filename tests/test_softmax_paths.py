@@ -33,8 +33,6 @@ _PATHS_MAIN = r"""
 //   deep ROWS NVEC K THREADS R1..R16  ->  deep_cluster_size (resident clusters of each size)
 //   env NAME VALUE                  ->  block_mode() and deep_forced() once NAME is VALUE ("-":
 //                                       unset)
-//   exchange VALUE                  ->  exchange_push() with WB_SOFTMAX_EXCHANGE=VALUE ("-":
-//                                       unset)
 int main() {
   char what[16], value[64];
   while (std::scanf("%15s", what) == 1) {
@@ -69,14 +67,6 @@ int main() {
         setenv(name, value, 1);
       }
       std::printf("%d %d\n", wb::softmax::block_mode(), wb::softmax::deep_forced());
-    } else if (std::strcmp(what, "exchange") == 0) {
-      std::scanf("%63s", value);
-      if (std::strcmp(value, "-") == 0) {
-        unsetenv("WB_SOFTMAX_EXCHANGE");
-      } else {
-        setenv("WB_SOFTMAX_EXCHANGE", value, 1);
-      }
-      std::printf("%d\n", wb::softmax::exchange_push());
     } else if (std::strcmp(what, "pipe") == 0) {
       long long rows = 0, resident = 0;
       std::scanf("%lld %lld", &rows, &resident);
@@ -165,15 +155,6 @@ def test_wb_softmax_block_and_deep_cluster_values(paths_main: Path) -> None:
     deep = [("-", 0), ("1", 1), ("8", 8), ("16", 16), ("0", -1), ("17", -1), ("8x", -1)]
     got = _ask(paths_main, [f"env WB_SOFTMAX_DEEP_CLUSTER {v}" for v, _ in deep])
     assert got[1::2] == [want for _, want in deep]
-
-
-@pytest.mark.nvcc
-def test_wb_softmax_exchange_values(paths_main: Path) -> None:
-    """WB_SOFTMAX_EXCHANGE (softmax_wide.cuh): unset or push 1 (the push exchange), barrier 0,
-    anything else -1 (refused, named by the launch)."""
-    values = [("-", 1), ("push", 1), ("barrier", 0), ("pull", -1), ("PUSH", -1)]
-    got = _ask(paths_main, [f"exchange {v}" for v, _ in values])
-    assert got == [want for _, want in values]
 
 
 @pytest.mark.nvcc

@@ -565,7 +565,6 @@ Status launch_rows(const Op& op, int64_t rows, Workspace ws, Stream stream) {
     if (err == cudaErrorInvalidValue && wide_threads() < 0) return kBadWideThreads;
     if (err == cudaErrorInvalidValue && block_mode() < 0) return kBadBlock;
     if (err == cudaErrorInvalidValue && deep_forced() < 0) return kBadDeepCluster;
-    if (err == cudaErrorInvalidValue && exchange_push() < 0) return kBadExchange;
     return cudaGetErrorString(err);
   }
   return launch_status();

@@ -17,11 +17,10 @@
 //      wide_total for which) in the same order, so that every thread agrees bit for bit;
 //   3. the thread writes its share.
 // One mbarrier wait on the critical path a row, and a __syncthreads only in clusters of more than
-// 64 warps and in the pipe path. WB_SOFTMAX_EXCHANGE=barrier runs the exchange before it, for
-// timing: each warp's partial published in its own block's shared memory and read by the others
-// after a cluster barrier, a second barrier's arrive once they are read (its wait before the next
-// row's publication), two GPU-wide memory barriers a row (the cluster path: two block and two
-// cluster barriers).
+// 64 warps and in the pipe path (the cluster path: two block and two cluster barriers). The
+// exchange before it published each warp's partial in its own block's shared memory for the
+// others to read after a cluster barrier, and took two GPU-wide memory barriers a row (kernels.md,
+// issue 37's thirteenth pass).
 // The wide path launches a cluster a row. The pipe path: a persistent grid of as many clusters
 // as are resident at once, each taking the rows c, c + clusters, ...; a thread holds two buffers
 // of 64 bytes (so a row takes twice the blocks of the wide path) and issues the loads of its next
@@ -45,15 +44,15 @@ constexpr int wide_slots() {
   return kWideBytes / 16 / Op::kTensors;
 }
 
-// The push exchange (the default; WB_SOFTMAX_EXCHANGE=barrier is the one before): a row's
-// partials are stored into every block of the cluster by st.async, whose bytes complete on the
-// receiving block's mbarrier, instead of being published in the sender's shared memory and read
-// after a cluster barrier. barrier.cluster.arrive.release compiles to a GPU-wide memory barrier
-// (MEMBAR.ALL.GPU, which waits for the thread's earlier global stores too), and the barrier
-// exchange took two of them a row; the push exchange takes none. Each block's inbox holds two
-// rows' partials, consecutive rows in turn, an mbarrier a buffer. A buffer is written again two
-// rows later, by a block that has passed the next row's mbarrier, which completes only after every
-// block has pushed that row, each after reading the buffer: no barrier guards the reuse.
+// The push exchange: a row's partials are stored into every block of the cluster by st.async,
+// whose bytes complete on the receiving block's mbarrier, instead of being published in the
+// sender's shared memory and read after a cluster barrier: barrier.cluster.arrive.release
+// compiles to a GPU-wide memory barrier (MEMBAR.ALL.GPU, which waits for the thread's earlier
+// global stores too), and that exchange took two of them a row; this one takes none. Each block's
+// inbox holds two rows' partials, consecutive rows in turn, an mbarrier a buffer. A buffer is
+// written again two rows later, by a block that has passed the next row's mbarrier, which completes
+// only after every block has pushed that row, each after reading the buffer: no barrier guards the
+// reuse.
 template <typename P>
 struct Inbox {
   static constexpr int kSlots = 64;  // >= the partials of a row (wide_total) and kMaxCluster
@@ -61,28 +60,7 @@ struct Inbox {
   uint64_t full[2];
 };
 
-// The push exchange's state in a block: its inbox, the rows exchanged so far, and whether it is
-// on (else the barrier exchange runs).
-template <typename P>
-struct Exchange {
-  Inbox<P>* box;
-  unsigned round;
-  bool push;
-};
-
 #if WB_SOFTMAX_CLUSTERS
-// The two halves of cluster_sync (softmax_rows.cuh), for a barrier whose wait comes later.
-__device__ __forceinline__ void cluster_arrive() {
-#if defined(__CUDA_ARCH__)
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__)
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-
 // value into `slot` of block `rank`'s copy of this block's shared memory, counted on that block's
 // copy of `bar`.
 template <typename P>
@@ -130,69 +108,42 @@ __device__ __forceinline__ void inbox_init(Inbox<P>& box) {
 #endif
 
 // Step 2 of a row (see the header comment) for a block whose thread holds partial p of its share:
-// the row's total, and the arrive of step 3 (the caller writes its share).
+// the row's total. `round` counts the rows exchanged (it picks the inbox buffer and its phase).
 //   C * warps <= 64 partials (and not Pipe, whose two buffers leave no registers for both ways):
-//   every lane reads at most two of them (both loads in flight at once).
-//   Else: warp 0 first combines its block's partials into `slot` (one __syncthreads), and each
-//   lane reads at most one block's (C <= 16 < 32), instead of up to 16 dependent reads a lane.
+//   each warp pushes its own, and every lane reads at most two of them.
+//   Else: warp 0 first combines its block's partials (one __syncthreads) and pushes the block's,
+//   and each lane reads at most one block's (C <= 16 < 32).
 template <typename P, int Threads, bool Pipe>
 __device__ __forceinline__ P wide_total(P p, int size,
                                         P* warps,  // __shared__ [Threads / 32]
-                                        P* slot,   // __shared__, the block's
-                                        bool& pending, Exchange<P>& ex) {
+                                        Inbox<P>& box, unsigned& round) {
   constexpr int kWarps = Threads / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   p = WarpReduce<32>{}(p);
-  if (ex.push) {
-    // The same partials combined in the same order as the barrier exchange below: the same bits.
-    const unsigned b = ex.round & 1u, parity = (ex.round >> 1) & 1u;
-    ++ex.round;
-    P* const in = ex.box->slots[b];
-    uint64_t* const full = &ex.box->full[b];
-    const int n = size * kWarps, rank = cluster_rank();
-    P total = P::identity();
-    if (!Pipe && n <= 64) {
-      if (threadIdx.x == 0) mbar_expect(full, static_cast<unsigned>(n * sizeof(P)));
-      if (lane < size) push_to_rank(&in[rank * kWarps + warp], full, p, lane);
-      mbar_wait(full, parity);
-      const int i = lane + 32;
-      total = P::combine(lane < n ? in[lane] : P::identity(), i < n ? in[i] : P::identity());
-    } else {
-      if (lane == 0) warps[warp] = p;
-      __syncthreads();
-      if (warp == 0) {
-        const P q = WarpReduce<32>{}(lane < kWarps ? warps[lane] : P::identity());
-        if (lane == 0) mbar_expect(full, static_cast<unsigned>(size * sizeof(P)));
-        if (lane < size) push_to_rank(&in[rank], full, q, lane);
-      }
-      mbar_wait(full, parity);
-      if (lane < size) total = in[lane];
-    }
-    return WarpReduce<32>{}(total);
-  }
-  if (pending) cluster_wait();  // every block has read the previous row's partials
-  if (lane == 0) warps[warp] = p;
+  const unsigned b = round & 1u, parity = (round >> 1) & 1u;
+  ++round;
+  P* const in = box.slots[b];
+  uint64_t* const full = &box.full[b];
+  const int n = size * kWarps, rank = cluster_rank();
   P total = P::identity();
-  const int n = size * kWarps;
   if (!Pipe && n <= 64) {
-    cluster_sync();
+    if (threadIdx.x == 0) mbar_expect(full, static_cast<unsigned>(n * sizeof(P)));
+    if (lane < size) push_to_rank(&in[rank * kWarps + warp], full, p, lane);
+    mbar_wait(full, parity);
     const int i = lane + 32;
-    const P first = lane < n ? load_from_rank(&warps[lane % kWarps], lane / kWarps) : P::identity();
-    const P second = i < n ? load_from_rank(&warps[i % kWarps], i / kWarps) : P::identity();
-    total = P::combine(first, second);
+    total = P::combine(lane < n ? in[lane] : P::identity(), i < n ? in[i] : P::identity());
   } else {
+    if (lane == 0) warps[warp] = p;
     __syncthreads();
     if (warp == 0) {
       const P q = WarpReduce<32>{}(lane < kWarps ? warps[lane] : P::identity());
-      if (lane == 0) *slot = q;
+      if (lane == 0) mbar_expect(full, static_cast<unsigned>(size * sizeof(P)));
+      if (lane < size) push_to_rank(&in[rank], full, q, lane);
     }
-    cluster_sync();
-    if (lane < size) total = load_from_rank(slot, lane);
+    mbar_wait(full, parity);
+    if (lane < size) total = in[lane];
   }
-  total = WarpReduce<32>{}(total);
-  cluster_arrive();
-  pending = true;
-  return total;
+  return WarpReduce<32>{}(total);
 }
 
 // Steps 1 to 3 of a row whose share the block holds in v.
@@ -200,11 +151,11 @@ template <typename Op, int N, int K, int Threads, bool Pipe>
 __device__ __forceinline__ void wide_row(const Op& op, int64_t row, int size,
                                          StridedShare<Threads> s,
                                          const Vec<typename Op::T, N> (&v)[Op::kTensors][K],
-                                         typename Op::Partial* warps, typename Op::Partial* slot,
-                                         bool& pending, Exchange<typename Op::Partial>& ex) {
+                                         typename Op::Partial* warps,
+                                         Inbox<typename Op::Partial>& box, unsigned& round) {
   using P = typename Op::Partial;
   const P total =
-      wide_total<P, Threads, Pipe>(op.template partial<N, K>(s, v), size, warps, slot, pending, ex);
+      wide_total<P, Threads, Pipe>(op.template partial<N, K>(s, v), size, warps, box, round);
   op.template store<N, K>(row, s, v, total);
 }
 
@@ -217,27 +168,25 @@ __device__ __forceinline__ void wide_row(const Op& op, int64_t row, int size,
 template <typename Op, int N, int K, int Threads, bool Pipe>
 __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
                                   WB_SOFTMAX_CLUSTERS ? kMaxThreads / Threads : 1)
-    wide_kernel(Op op, int64_t rows, int64_t nvec, int64_t per, int push) {
+    wide_kernel(Op op, int64_t rows, int64_t nvec, int64_t per) {
 #if WB_SOFTMAX_CLUSTERS
   __shared__ typename Op::Partial warps[Threads / 32];  // the row's partial of each warp
-  __shared__ typename Op::Partial slot;                 // and of the block (C * warps > 64)
-  __shared__ Inbox<typename Op::Partial> box;           // the push exchange's
-  Exchange<typename Op::Partial> ex{&box, 0u, push != 0};
+  __shared__ Inbox<typename Op::Partial> box;           // the cluster's partials of a row
+  unsigned round = 0;
   const int size = cluster_size(), rank = cluster_rank();
   const int64_t base = rank * per;
   const int64_t end = base + per < nvec ? base + per : nvec;
   const int64_t first = base + threadIdx.x;
   const StridedShare<Threads> s{first, static_cast<int>(end > first ? end - first : 0)};
   const int64_t step = gridDim.x / size;
-  bool pending = false;  // an arrive whose wait is still to come
   Vec<typename Op::T, N> a[Op::kTensors][K];
   int64_t row = blockIdx.x / size;
   // The first row's loads go out before the exchange's set-up, which they hide.
   if (row < rows) op.template load<N, K>(row, s, a);
-  if (ex.push) inbox_init(box);
+  inbox_init(box);
   if constexpr (!Pipe) {
     for (; row < rows; row += step) {
-      wide_row<Op, N, K, Threads, Pipe>(op, row, size, s, a, warps, &slot, pending, ex);
+      wide_row<Op, N, K, Threads, Pipe>(op, row, size, s, a, warps, box, round);
       if (row + step < rows) op.template load<N, K>(row + step, s, a);
     }
   } else {
@@ -245,27 +194,14 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
     Vec<typename Op::T, N> b[Op::kTensors][K];
     for (; row < rows; row += 2 * step) {
       if (row + step < rows) op.template load<N, K>(row + step, s, b);
-      wide_row<Op, N, K, Threads, Pipe>(op, row, size, s, a, warps, &slot, pending, ex);
+      wide_row<Op, N, K, Threads, Pipe>(op, row, size, s, a, warps, box, round);
       if (row + step >= rows) break;
       if (row + 2 * step < rows) op.template load<N, K>(row + 2 * step, s, a);
-      wide_row<Op, N, K, Threads, Pipe>(op, row + step, size, s, b, warps, &slot, pending, ex);
+      wide_row<Op, N, K, Threads, Pipe>(op, row + step, size, s, b, warps, box, round);
     }
   }
-  if (pending) cluster_wait();  // no block exits while another may still read its partials
 #endif
 }
-
-// WB_SOFTMAX_EXCHANGE: how the wide, pipe and deep paths' clusters share a row's partials, "push"
-// (or unset: st.async into every block) or "barrier" (read after a cluster barrier, the exchange
-// before); read at each launch. Another value is refused (exchange_push() < 0, kBadExchange).
-inline int exchange_push() {
-  const char* v = wb::detail::env("WB_SOFTMAX_EXCHANGE").data();
-  if (*v == '\0' || std::strcmp(v, "push") == 0) return 1;
-  if (std::strcmp(v, "barrier") == 0) return 0;
-  return -1;
-}
-
-constexpr const char* kBadExchange = "WB_SOFTMAX_EXCHANGE: expected push or barrier (or unset)";
 
 // WB_SOFTMAX_WIDE_THREADS: the wide and pipe paths' block width, 512 or 1024 (unset: 512 where
 // 16 such blocks hold the row, else 1024), for timing the choice; read at each launch. A value
@@ -312,8 +248,7 @@ bool launch_wide_blocks(const Op& op, int64_t rows, int64_t nvec, int64_t size, 
   int64_t clusters = min_of<int64_t>(rows, INT32_MAX / kMaxCluster);
   if (Pipe) clusters = pipe_clusters(rows, resident);
   const int64_t per = (nvec + size - 1) / size;
-  err = launch_clusters(kernel, size, clusters, Threads, 0, stream, op, rows, nvec, per,
-                        exchange_push());
+  err = launch_clusters(kernel, size, clusters, Threads, 0, stream, op, rows, nvec, per);
   return true;
 }
 
@@ -326,7 +261,7 @@ template <typename Op, int N, bool Pipe>
 bool launch_wide(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, cudaError_t& err) {
   constexpr int K = wide_slots<Op>() / (Pipe ? 2 : 1);
   const int forced = wide_threads();
-  if (forced < 0 || exchange_push() < 0) {
+  if (forced < 0) {
     err = cudaErrorInvalidValue;  // launch_rows names the variable
     return true;
   }
@@ -387,16 +322,15 @@ __device__ __forceinline__ void copy_async_wait_n(int n) {
 template <typename Op, int N, int K, int S, int Threads>
 __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
                                   WB_SOFTMAX_CLUSTERS ? kMaxThreads / Threads : 1)
-    deep_kernel(Op op, int64_t rows, int64_t nvec, int64_t per, int push) {
+    deep_kernel(Op op, int64_t rows, int64_t nvec, int64_t per) {
 #if WB_SOFTMAX_CLUSTERS
   using P = typename Op::Partial;
   using V = Vec<typename Op::T, N>;
   constexpr int kT = Op::kTensors;
   extern __shared__ __align__(16) unsigned char deep_smem[];  // [S][kT][Threads] vectors
   __shared__ P warps[Threads / 32];                           // the row's partial of each warp
-  __shared__ P slot;                                          // and of the block (C * warps > 64)
-  __shared__ Inbox<P> box;                                    // the push exchange's
-  Exchange<P> ex{&box, 0u, push != 0};
+  __shared__ Inbox<P> box;                                    // the cluster's partials of a row
+  unsigned round = 0;
   const int size = cluster_size(), rank = cluster_rank();
   const int64_t base = rank * per;
   const int64_t end = base + per < nvec ? base + per : nvec;
@@ -404,7 +338,6 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
   const StridedShare<Threads> s{first, static_cast<int>(end > first ? end - first : 0)};
   // Slot j of tensor i of the thread: held[(j * kT + i) * Threads].
   V* const held = reinterpret_cast<V*>(deep_smem) + threadIdx.x;
-  bool pending = false;  // an arrive whose wait is still to come
   V a[kT][K];
   // Row `row`'s copies into the shared slots, a group a slot, so that the fold waits slot by slot.
   auto copy_slot = [&](int64_t row, int j) {
@@ -422,7 +355,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
   if (row < rows) op.template load<N, K>(row, s, a);
 #pragma unroll
   for (int j = 0; j < S; ++j) copy_slot(row, j);
-  if (ex.push) inbox_init(box);
+  inbox_init(box);
   for (; row < rows; row += step) {
     P p = op.template partial<N, K>(s, a);
 #pragma unroll
@@ -435,7 +368,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
         p = op.take(p, x);
       }
     }
-    const P total = wide_total<P, Threads, false>(p, size, warps, &slot, pending, ex);
+    const P total = wide_total<P, Threads, false>(p, size, warps, box, round);
     op.template store<N, K>(row, s, a, total);
     // The next row's loads go out while this one's shared share is written: the registers now,
     // each slot as soon as its output is out.
@@ -453,7 +386,6 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
       copy_slot(row + step, j);
     }
   }
-  if (pending) cluster_wait();  // no block exits while another may still read its partials
 #endif
 }
 
@@ -515,8 +447,7 @@ bool launch_deep_blocks(const Op& op, int64_t rows, int64_t nvec, cudaStream_t s
   if (size == 0) return false;
   const int64_t clusters = pipe_clusters(rows, resident[size]);  // rows spread evenly
   const int64_t per = (nvec + size - 1) / size;
-  err = launch_clusters(kernel, size, clusters, Threads, smem, stream, op, rows, nvec, per,
-                        exchange_push());
+  err = launch_clusters(kernel, size, clusters, Threads, smem, stream, op, rows, nvec, per);
   return true;
 }
 
@@ -529,7 +460,7 @@ template <typename Op, int N>
 bool launch_deep(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream, cudaError_t& err) {
   constexpr int k = wide_slots<Op>() + deep_slots<Op>();
   const int forced = wide_threads();
-  if (forced < 0 || deep_forced() < 0 || exchange_push() < 0) {
+  if (forced < 0 || deep_forced() < 0) {
     err = cudaErrorInvalidValue;  // launch_rows names the variable
     return true;
   }
