@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kBulkThreads : 1, 1)
   extern __shared__ __align__(128) unsigned char ring_smem[];  // [ring][kT][kChunkBytes]
   __shared__ uint64_t full[kMaxRing];
   __shared__ P buf[32];
-  __shared__ P slot;
+  __shared__ Inbox<P> box;  // the cluster's partials of a row
 
   const int size = cluster_size(), rank = cluster_rank();
   const int64_t clusters = gridDim.x / size, cluster = blockIdx.x / size;
@@ -96,8 +96,8 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kBulkThreads : 1, 1)
     for (int64_t g = 0; g < loads && g < ring; ++g) issue(g);
   }
   __syncthreads();
+  inbox_arrive(box);
 
-  const ClusterReduce<P> reduce{buf, &slot, size};
   V* const out = reinterpret_cast<V*>(op.dst());
   for (int64_t t = 0, g0 = 0; t < rounds; ++t, g0 += chunks) {
     P run = P::identity();
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kBulkThreads : 1, 1)
         run = op.take(run, x);
       }
     }
-    const auto f = op.finish(reduce(run));
+    const auto f = op.finish(ClusterReduce<P>{buf, &box, static_cast<unsigned>(t), size}(run));
     V* const row_out = out + (cluster + t * clusters) * plan.nvec + base;
     for (int j = 0; j < chunks; ++j) {
       const int64_t g = g0 + j;
@@ -127,6 +127,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kBulkThreads : 1, 1)
       if (tid == 0 && g + ring < loads) issue(g + ring);
     }
   }
+  if (rounds == 0) inbox_wait();
 #endif
 }
 

@@ -38,13 +38,14 @@
 //            nvec <= 16 * 1024 * K: a thread-block cluster of C = 2..16 blocks per row (blocks
 //            of up to 512 threads, of up to 1024 past 16 * 512 * K), block `rank` holding the
 //            vectors [rank * per, (rank + 1) * per) in registers; blocks reduce as above, then
-//            exchange their partials through distributed shared memory. The row is read from
-//            memory once, and no block waits on another that may not be resident.
+//            push their partials into every block of the cluster (distributed shared memory,
+//            st.async on an mbarrier: ClusterReduce, Inbox). The row is read from memory once,
+//            and no block waits on another that may not be resident.
 //   wide     (first where WB_SOFTMAX_PATH=wide, the default for 2-byte dtypes in rows of 16-byte
 //            vectors, with an sm_90 image on an sm_90+ device) the cluster path with each thread
 //            holding 128 bytes of the row as loaded (softmax_wide.cuh): for 2-byte dtypes twice the
-//            bytes in flight of the cluster path, half the blocks a row, and the partials pushed
-//            into every block of the cluster (st.async on an mbarrier) instead of four barriers.
+//            bytes in flight of the cluster path, half the blocks a row, and a row's partials
+//            pushed warp by warp where they fit (wide_total) instead of a block reduction first.
 //   deep     (first where WB_SOFTMAX_PATH=deep) the wide path with a further 192 bytes of the row
 //            a thread in shared memory (cp.async, softmax_wide.cuh): 2.5 times the share of a row
 //            a block holds, so that few long rows take fewer rounds of clusters.
@@ -172,6 +173,22 @@ struct BlockReduce {
   }
 };
 
+// The push exchange: a row's partials are stored into every block of the cluster by st.async,
+// whose bytes complete on the receiving block's mbarrier, instead of being published in the
+// sender's shared memory and read after a cluster barrier: barrier.cluster.arrive.release
+// compiles to a GPU-wide memory barrier (MEMBAR.ALL.GPU, which waits for the thread's earlier
+// global stores too), and that exchange took two of them a row; this one takes none. Each block's
+// inbox holds two rows' partials, consecutive rows in turn, an mbarrier a buffer. A buffer is
+// written again two rows later, by a block that has passed the next row's mbarrier, which completes
+// only after every block has pushed that row, each after reading the buffer: no barrier guards the
+// reuse.
+template <typename P>
+struct Inbox {
+  static constexpr int kSlots = 64;  // >= a row's partials (wide_total) and kMaxCluster
+  alignas(16) P slots[2][kSlots];
+  uint64_t full[2];
+};
+
 #if WB_SOFTMAX_CLUSTERS
 __device__ __forceinline__ int cluster_rank() {
   uint32_t r = 0;
@@ -187,52 +204,89 @@ __device__ __forceinline__ int cluster_size() {
 #endif
   return static_cast<int>(n);
 }
-// Every thread of every block of the cluster arrives; shared-memory writes before it are seen
-// by the cluster's reads after it.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__)
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n\t"
-      "barrier.cluster.wait.acquire.aligned;" ::
-          : "memory");
-#endif
-}
-// *p as it is in the shared memory of the cluster's block `rank` (distributed shared memory).
+// value into `slot` of block `rank`'s copy of this block's shared memory, counted on that block's
+// copy of `bar`.
 template <typename P>
-__device__ __forceinline__ P load_from_rank(const P* p, int rank) {
-  static_assert(sizeof(P) % 4 == 0, "read as 32-bit words");
-  uint32_t words[sizeof(P) / 4];
-#pragma unroll
-  for (int w = 0; w < static_cast<int>(sizeof(P) / 4); ++w) {
-    uint32_t remote = 0;
+__device__ __forceinline__ void push_to_rank(P* slot, uint64_t* bar, const P& value, int rank) {
+  static_assert(sizeof(P) == 4 || sizeof(P) == 8 || sizeof(P) == 16, "one, two or four words");
+  uint32_t w[4] = {0, 0, 0, 0};
+  __builtin_memcpy(w, &value, sizeof(P));
 #if defined(__CUDA_ARCH__)
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(remote)
-                 : "r"(smem_addr(p) + 4 * w), "r"(rank));
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(words[w]) : "r"(remote) : "memory");
-#endif
+  uint32_t to = 0, at = 0;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"(smem_addr(slot)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"(smem_addr(bar)), "r"(rank));
+  if constexpr (sizeof(P) == 16) {
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32"
+        " [%0], {%1, %2, %3, %4}, [%5];" ::"r"(to),
+        "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]), "r"(at)
+        : "memory");
+  } else if constexpr (sizeof(P) == 8) {
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32"
+        " [%0], {%1, %2}, [%3];" ::"r"(to),
+        "r"(w[0]), "r"(w[1]), "r"(at)
+        : "memory");
+  } else {
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32"
+        " [%0], %1, [%2];" ::"r"(to),
+        "r"(w[0]), "r"(at)
+        : "memory");
   }
-  P out;
-  __builtin_memcpy(&out, words, sizeof(P));
-  return out;
+#endif
 }
 
-// The whole cluster: each block reduces, publishes its partial in `slot`, and every thread
-// combines the `size` slots (size <= 32) read through distributed shared memory.
+// Before any block pushes: every block's mbarriers initialised (inbox_arrive) and seen by the
+// whole cluster (inbox_wait, which may come later). Every thread of every block calls each once.
+template <typename P>
+__device__ __forceinline__ void inbox_arrive(Inbox<P>& box) {
+  if (threadIdx.x == 0) {
+    mbar_init(&box.full[0], 1);
+    mbar_init(&box.full[1], 1);
+#if defined(__CUDA_ARCH__)
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+  }
+#if defined(__CUDA_ARCH__)
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void inbox_wait() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+template <typename P>
+__device__ __forceinline__ void inbox_init(Inbox<P>& box) {
+  inbox_arrive(box);
+  inbox_wait();
+}
+
+// The whole cluster: each block reduces, then pushes its partial into every block's inbox (see
+// Inbox), and every thread combines the `size` partials (size <= 32) in rank order. One call a
+// row, the row's number among the block's `round`; the first waits for the inbox's set-up
+// (inbox_arrive at the kernel's start).
 template <typename P>
 struct ClusterReduce {
-  P* buf;   // 32 partials, for BlockReduce
-  P* slot;  // this block's partial, read by the others
+  P* buf;  // 32 partials, for BlockReduce
+  Inbox<P>* box;
+  unsigned round;
   int size;
   __device__ P operator()(P p) const {
     p = BlockReduce<P>{buf}(p);
-    if (threadIdx.x == 0) *slot = p;
-    cluster_sync();
-    const int lane = threadIdx.x % 32;
-    p = lane < size ? load_from_rank(slot, lane) : P::identity();
-    p = WarpReduce<32>{}(p);
-    cluster_sync();  // every block has read every slot: they may be rewritten, or blocks exit
-    return p;
+    if (round == 0) inbox_wait();
+    const unsigned b = round & 1u, parity = (round >> 1) & 1u;
+    P* const in = box->slots[b];
+    uint64_t* const full = &box->full[b];
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    if (threadIdx.x == 0) mbar_expect(full, static_cast<unsigned>(size * sizeof(P)));
+    if (threadIdx.x < static_cast<unsigned>(size)) {
+      push_to_rank(&in[cluster_rank()], full, p, static_cast<int>(threadIdx.x));
+    }
+    mbar_wait(full, parity);
+    p = lane < size ? in[lane] : P::identity();
+    return WarpReduce<32>{}(p);
   }
 };
 #endif  // WB_SOFTMAX_CLUSTERS
@@ -273,15 +327,18 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? kMaxThreads : 1)
 #if WB_SOFTMAX_CLUSTERS
   using P = typename Op::Partial;
   __shared__ P buf[32];
-  __shared__ P slot;
+  __shared__ Inbox<P> box;  // the cluster's partials of a row
   const int size = cluster_size(), rank = cluster_rank();
   const int64_t base = rank * per;
   const int64_t end = base + per < nvec ? base + per : nvec;
-  const ClusterReduce<P> reduce{buf, &slot, size};
   const int lane = static_cast<int>(threadIdx.x), width = static_cast<int>(blockDim.x);
-  for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
-    op.template row<N, K>(row, Slots{base, lane, width, end}, reduce);
+  inbox_arrive(box);
+  unsigned round = 0;
+  for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size, ++round) {
+    op.template row<N, K>(row, Slots{base, lane, width, end},
+                          ClusterReduce<P>{buf, &box, round, size});
   }
+  if (round == 0) inbox_wait();
 #endif
 }
 

@@ -44,69 +44,6 @@ constexpr int wide_slots() {
   return kWideBytes / 16 / Op::kTensors;
 }
 
-// The push exchange: a row's partials are stored into every block of the cluster by st.async,
-// whose bytes complete on the receiving block's mbarrier, instead of being published in the
-// sender's shared memory and read after a cluster barrier: barrier.cluster.arrive.release
-// compiles to a GPU-wide memory barrier (MEMBAR.ALL.GPU, which waits for the thread's earlier
-// global stores too), and that exchange took two of them a row; this one takes none. Each block's
-// inbox holds two rows' partials, consecutive rows in turn, an mbarrier a buffer. A buffer is
-// written again two rows later, by a block that has passed the next row's mbarrier, which completes
-// only after every block has pushed that row, each after reading the buffer: no barrier guards the
-// reuse.
-template <typename P>
-struct Inbox {
-  static constexpr int kSlots = 64;  // >= the partials of a row (wide_total) and kMaxCluster
-  alignas(16) P slots[2][kSlots];
-  uint64_t full[2];
-};
-
-#if WB_SOFTMAX_CLUSTERS
-// value into `slot` of block `rank`'s copy of this block's shared memory, counted on that block's
-// copy of `bar`.
-template <typename P>
-__device__ __forceinline__ void push_to_rank(P* slot, uint64_t* bar, const P& value, int rank) {
-  static_assert(sizeof(P) == 4 || sizeof(P) == 8, "a partial is one or two 32-bit words");
-  uint32_t w[2] = {0, 0};
-  __builtin_memcpy(w, &value, sizeof(P));
-#if defined(__CUDA_ARCH__)
-  uint32_t to = 0, at = 0;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"(smem_addr(slot)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"(smem_addr(bar)), "r"(rank));
-  if constexpr (sizeof(P) == 8) {
-    asm volatile(
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32"
-        " [%0], {%1, %2}, [%3];" ::"r"(to),
-        "r"(w[0]), "r"(w[1]), "r"(at)
-        : "memory");
-  } else {
-    asm volatile(
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32"
-        " [%0], %1, [%2];" ::"r"(to),
-        "r"(w[0]), "r"(at)
-        : "memory");
-  }
-#endif
-}
-
-// Before any block pushes: every block's mbarriers initialised and seen by the whole cluster.
-// Every thread of every block calls it once.
-template <typename P>
-__device__ __forceinline__ void inbox_init(Inbox<P>& box) {
-  if (threadIdx.x == 0) {
-    mbar_init(&box.full[0], 1);
-    mbar_init(&box.full[1], 1);
-#if defined(__CUDA_ARCH__)
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-  }
-#if defined(__CUDA_ARCH__)
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::
-                   : "memory");
-#endif
-}
-
-#endif
-
 // Step 2 of a row (see the header comment) for a block whose thread holds partial p of its share:
 // the row's total. `round` counts the rows exchanged (it picks the inbox buffer and its phase).
 //   C * warps <= 64 partials (and not Pipe, whose two buffers leave no registers for both ways):
