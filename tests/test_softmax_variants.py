@@ -181,6 +181,54 @@ def test_the_push_exchange_through_many_rows_a_cluster(
     _check_both(lib, x, grad)
 
 
+def _ragged_kernels(dtype: torch.dtype, cols: int) -> list[bool]:
+    """Whether the forward and the backward take the ragged kernel: rows of a length that is no
+    multiple of a vector whose aligned middle passes a block of 512 threads (8 vectors a thread
+    forward, 4 of each tensor backward)."""
+    n = 16 // torch.empty(0, dtype=dtype).element_size()
+    middle = (cols - n + 1) // n
+    return [cols % n != 0 and middle > 512 * k for k in (8, 4)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    ("rows", "cols"), [(64, 50257), (3, 262147), (130, 16391), (9, 65543), (1, 24577)]
+)
+def test_ragged_rows_match_torch(lib: Any, dtype: torch.dtype, rows: int, cols: int) -> None:
+    """Long rows whose length is no multiple of a 16-byte vector take the ragged path on sm_90
+    (softmax_ragged.cuh: the wide path on each row's aligned middle, its ends an element a thread
+    of the first block), forward and backward, where the middle passes a block; every row starts
+    at another offset from a 16-byte boundary (rows * cols runs through them), and the special
+    rows put NaN and +Inf into a row's ends (element 5 of row 1, the last of row 2)."""
+    _sm90()
+    gen = torch.Generator().manual_seed(rows * cols)
+    x = special_rows(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
+    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
+    y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
+    lib.softmax(x, -1)
+    forward = kernels_run(lambda: lib.softmax(x, -1))
+    backward = kernels_run(lambda: lib.softmax_backward(grad, y, -1))
+    got = [any("ragged_kernel" in n for n in names) for names in (forward, backward)]
+    assert got == _ragged_kernels(dtype, cols), (forward, backward)
+    _check_both(lib, x, grad)
+    first = lib.softmax(x, -1)
+    assert torch.equal(first.nan_to_num(7.0), lib.softmax(x, -1).nan_to_num(7.0))
+
+
+@pytest.mark.cuda
+def test_a_path_asked_for_takes_ragged_rows_element_by_element(
+    lib: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WB_SOFTMAX_PATH other than wide keeps ragged rows on the element paths (stream here)."""
+    _sm90()
+    monkeypatch.setenv("WB_SOFTMAX_PATH", "stream")
+    x = torch.randn(4, 50257, device="cuda")
+    names = kernels_run(lambda: lib.softmax(x, -1))
+    assert any("stream_kernel" in n for n in names) and not any("ragged" in n for n in names)
+    torch.testing.assert_close(lib.softmax(x, -1), torch.softmax(x, -1), rtol=2e-5, atol=1e-9)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize(
     ("env", "value", "shape"),

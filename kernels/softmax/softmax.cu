@@ -51,6 +51,8 @@ struct Forward {
   int mode;  // ExpMode (softmax_exp.cuh): the long-row paths' exponentials for 2-byte T
 
   bool aligned() const { return aligned16(x, y); }
+  // The op on the rows moved `by` elements on (the ragged path: a row's aligned middle).
+  __device__ Forward shifted(int64_t by) const { return {x + by, y + by, cols, mode}; }
 
   // Whether c (a prescaled max, softmax_exp.cuh) lets the fma and poly modes' formula serve: a
   // finite c under 2^11, where rounding c costs the exponent at most 2^11 * 2^-24, a relative

@@ -34,6 +34,8 @@ struct Backward {
   int64_t cols;
 
   bool aligned() const { return aligned16(grad, y, dx); }
+  // The op on the rows moved `by` elements on (the ragged path: a row's aligned middle).
+  __device__ Backward shifted(int64_t by) const { return {grad + by, y + by, dx + by, cols}; }
 
   // The register paths: the thread's slots of grad and y in row r (see Slots).
   template <int N, int K, typename Reduce>

@@ -424,6 +424,8 @@ cudaError_t launch_clusters(void (*kernel)(Params...), int64_t size, int64_t clu
 #include "softmax/softmax_bulk.cuh"
 #include "softmax/softmax_split.cuh"
 #include "softmax/softmax_wide.cuh"
+// The ragged path (after the wide path, whose pieces it uses).
+#include "softmax/softmax_ragged.cuh"
 // The block path's held kernel (after the wide path, whose pieces it uses).
 #include "softmax/softmax_held.cuh"
 
@@ -608,14 +610,33 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
   return cudaSuccess;
 }
 
-// Runs Op over every row on `stream`: 16-byte vectors where cols and every pointer allow them.
+// Rows of a length that is no multiple of N (kVec16) on the ragged path (softmax_ragged.cuh):
+// float arithmetic, pointers 16-byte aligned, N > 1, and WB_SOFTMAX_PATH unset or wide (another
+// path it names takes the rows element by element, and a bad value is named there); false where
+// it does not launch.
+template <typename Op, int N>
+bool ragged_rows(const Op& op, int64_t rows, cudaStream_t stream, cudaError_t& err) {
+  if constexpr (N > 1 && sizeof(typename Op::A) == 4) {
+    const LongPath path = long_path();
+    if (path != LongPath::kDefault && path != LongPath::kWide) return false;
+    return op.aligned() && launch_ragged<Op, N>(op, rows, stream, err);
+  }
+  return false;
+}
+
+// Runs Op over every row on `stream`: 16-byte vectors where cols and every pointer allow them
+// (rows of another length by their aligned middle where long, the ragged path).
 template <typename Op>
 Status launch_rows(const Op& op, int64_t rows, Workspace ws, Stream stream) {
   if (rows == 0 || op.cols == 0) return nullptr;
   constexpr int kN = kVec16<typename Op::T>;
   auto s = static_cast<cudaStream_t>(stream);
-  const cudaError_t err = op.cols % kN == 0 && op.aligned() ? launch_rows_n<Op, kN>(op, rows, ws, s)
-                                                            : launch_rows_n<Op, 1>(op, rows, ws, s);
+  cudaError_t err = cudaSuccess;
+  if (op.cols % kN == 0 && op.aligned()) {
+    err = launch_rows_n<Op, kN>(op, rows, ws, s);
+  } else if (!ragged_rows<Op, kN>(op, rows, s, err)) {
+    err = launch_rows_n<Op, 1>(op, rows, ws, s);
+  }
   if (err != cudaSuccess) {
     cudaGetLastError();  // the same error, if the runtime also recorded it
     if (err == cudaErrorInvalidValue && long_path() == LongPath::kInvalid) return kBadPath;

@@ -1,0 +1,98 @@
+// softmax/softmax_ragged.cuh: the ragged path, the wide path (softmax_wide.cuh) for long rows whose
+// length is no multiple of a 16-byte vector (float32 rows of 50257, bfloat16 rows of 32001), on
+// sm_90 and later.
+//
+// Such a row starts off 16 bytes wherever the one before it ends, so the other paths read it an
+// element at a time (4 or 2 bytes a load, and a fraction of the bytes in flight): float32 rows of
+// 50257 and bfloat16 rows of 65537 ran at 26-57% of a copy of the same bytes (H100, 2026-11-27).
+// Here row r, which starts at element r * cols, is read as
+//   - its middle: nvec 16-byte vectors from element r * cols + head, the first 16-byte boundary
+//     (head < N), held and reduced as the wide path holds and reduces a row (the op shifted by
+//     head elements, Op::shifted), nvec the same for every row: (cols - N + 1) / N;
+//   - its ends: the head elements before the middle and the ones after it, cols - N * nvec of them
+//     (N - 1 to 2N - 2), one each by the first threads of the cluster's first block, folded into
+//     their thread's partial (Op::take) and written with the row's total (Op::finish, Op::out), as
+//     the bulk path takes its vectors, at a vector of one element.
+// The row's partials are pushed into every block of the cluster (wide_total). Each element is read
+// once and written once; nothing outlives a launch.
+#pragma once
+
+#include "softmax/softmax_rows.cuh"
+#include "softmax/softmax_wide.cuh"
+
+namespace wb::softmax {
+
+// A cluster a row as in wide_kernel (gridDim.x = clusters * C, the rows blockIdx.x / C, +
+// gridDim.x / C, ...); nvec vectors a row's middle, `per` of them a block.
+template <typename Op, int N, int K, int Threads>
+__global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
+                                  WB_SOFTMAX_CLUSTERS ? kMaxThreads / Threads : 1)
+    ragged_kernel(Op op, int64_t rows, int64_t nvec, int64_t per) {
+#if WB_SOFTMAX_CLUSTERS
+  using P = typename Op::Partial;
+  using T = typename Op::T;
+  constexpr int kT = Op::kTensors;
+  __shared__ P warps[Threads / 32];  // the row's partial of each warp
+  __shared__ Inbox<P> box;           // the cluster's partials of a row
+  unsigned round = 0;
+  const int size = cluster_size(), rank = cluster_rank();
+  const int64_t base = rank * per;
+  const int64_t end = base + per < nvec ? base + per : nvec;
+  const int64_t first = base + threadIdx.x;
+  const StridedShare<Threads> s{first, static_cast<int>(end > first ? end - first : 0)};
+  const int extra = static_cast<int>(op.cols - N * nvec);  // the ends' elements of a row
+  const int j = static_cast<int>(threadIdx.x);
+  const bool end_element = rank == 0 && j < extra;
+  inbox_arrive(box);
+  for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
+    const int64_t start = row * op.cols;
+    const int head = static_cast<int>(-start & (N - 1));  // elements to the first boundary
+    const Op mid = op.shifted(head);
+    Vec<T, N> a[kT][K];
+    mid.template load<N, K>(row, s, a);
+    Vec<T, 1> e[kT];
+    const int64_t at = start + (j < head ? j : N * nvec + j);  // the end element's
+    if (end_element) {
+#pragma unroll
+      for (int i = 0; i < kT; ++i) e[i].v[0] = op.src(i)[at];
+    }
+    P p = mid.template partial<N, K>(s, a);
+    if (end_element) p = P::combine(p, op.take(P::identity(), e));
+    if (round == 0) inbox_wait();
+    const P total = wide_total<P, Threads, false>(p, size, warps, box, round);
+    mid.template store<N, K>(row, s, a, total);
+    if (end_element) op.dst()[at] = op.out(e, op.finish(total)).v[0];
+  }
+  if (round == 0) inbox_wait();
+#endif
+}
+
+// The ragged path for rows of cols elements (cols % N != 0): launches it and returns true with the
+// launch's result in `err`, or returns false (nothing launched) where it does not apply here: a
+// row's middle that a block of 512 threads holds (the block paths take it, element by element), a
+// middle longer than 16 blocks of 1024 threads hold, no sm_90 image or no such cluster resident.
+template <typename Op, int N>
+bool launch_ragged(const Op& op, int64_t rows, cudaStream_t stream, cudaError_t& err) {
+  constexpr int K = wide_slots<Op>();
+  const int64_t nvec = (op.cols - N + 1) / N;
+  if (nvec <= int64_t{kBlockThreads} * K) return false;
+  const int forced = wide_threads();
+  if (forced < 0) return false;  // the N = 1 launch names the variable
+  int threads = 0;
+  const int size = wide_cluster_size(nvec, K, forced, &threads);
+  if (size == 0) return false;
+  const int64_t per = (nvec + size - 1) / size;
+  const int64_t clusters = min_of<int64_t>(rows, INT32_MAX / kMaxCluster);
+  if (threads == kBlockThreads) {
+    constexpr auto kernel = ragged_kernel<Op, N, K, kBlockThreads>;
+    if (cluster_count<kernel>(size, kBlockThreads) == 0) return false;
+    err = launch_clusters(kernel, size, clusters, kBlockThreads, 0, stream, op, rows, nvec, per);
+    return true;
+  }
+  constexpr auto kernel = ragged_kernel<Op, N, K, kMaxThreads>;
+  if (cluster_count<kernel>(size, kMaxThreads) == 0) return false;
+  err = launch_clusters(kernel, size, clusters, kMaxThreads, 0, stream, op, rows, nvec, per);
+  return true;
+}
+
+}  // namespace wb::softmax
