@@ -164,7 +164,7 @@ def test_the_push_exchange_through_many_rows_a_cluster(
     rows: int,
     cols: int,
 ) -> None:
-    """The cluster paths push a row's partials into two inbox buffers in turn (softmax_wide.cuh,
+    """The cluster paths push a row's partials into two inbox buffers in turn (softmax_rows.cuh,
     Inbox): thousands of rows on the persistent pipe and deep grids take each cluster through
     dozens of rows, refilling each buffer and turning its mbarrier's phase each time; every row
     against torch, forward and backward, special rows included, run twice for the same bits (a

@@ -36,10 +36,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
   __shared__ Inbox<P> box;           // the cluster's partials of a row
   unsigned round = 0;
   const int size = cluster_size(), rank = cluster_rank();
-  const int64_t base = rank * per;
-  const int64_t end = base + per < nvec ? base + per : nvec;
-  const int64_t first = base + threadIdx.x;
-  const StridedShare<Threads> s{first, static_cast<int>(end > first ? end - first : 0)};
+  const StridedShare<Threads> s = block_share<Threads>(rank, per, nvec);
   const int extra = static_cast<int>(op.cols - N * nvec);  // the ends' elements of a row
   const int j = static_cast<int>(threadIdx.x);
   const bool end_element = rank == 0 && j < extra;

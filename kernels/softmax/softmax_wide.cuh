@@ -44,6 +44,18 @@ constexpr int wide_slots() {
   return kWideBytes / 16 / Op::kTensors;
 }
 
+#if WB_SOFTMAX_CLUSTERS
+// The share of a row's nvec vectors block `rank` of a cluster holds, `per` a block: the vectors
+// [rank * per, min((rank + 1) * per, nvec)), thread t the ones t, t + Threads, ... of them.
+template <int Threads>
+__device__ __forceinline__ StridedShare<Threads> block_share(int rank, int64_t per, int64_t nvec) {
+  const int64_t base = rank * per;
+  const int64_t end = base + per < nvec ? base + per : nvec;
+  const int64_t first = base + threadIdx.x;
+  return {first, static_cast<int>(end > first ? end - first : 0)};
+}
+#endif
+
 // Step 2 of a row (see the header comment) for a block whose thread holds partial p of its share:
 // the row's total. `round` counts the rows exchanged (it picks the inbox buffer and its phase).
 //   C * warps <= 64 partials (and not Pipe, whose two buffers leave no registers for both ways):
@@ -110,11 +122,8 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
   __shared__ typename Op::Partial warps[Threads / 32];  // the row's partial of each warp
   __shared__ Inbox<typename Op::Partial> box;           // the cluster's partials of a row
   unsigned round = 0;
-  const int size = cluster_size(), rank = cluster_rank();
-  const int64_t base = rank * per;
-  const int64_t end = base + per < nvec ? base + per : nvec;
-  const int64_t first = base + threadIdx.x;
-  const StridedShare<Threads> s{first, static_cast<int>(end > first ? end - first : 0)};
+  const int size = cluster_size();
+  const StridedShare<Threads> s = block_share<Threads>(cluster_rank(), per, nvec);
   const int64_t step = gridDim.x / size;
   Vec<typename Op::T, N> a[Op::kTensors][K];
   int64_t row = blockIdx.x / size;
@@ -268,11 +277,8 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
   __shared__ P warps[Threads / 32];                           // the row's partial of each warp
   __shared__ Inbox<P> box;                                    // the cluster's partials of a row
   unsigned round = 0;
-  const int size = cluster_size(), rank = cluster_rank();
-  const int64_t base = rank * per;
-  const int64_t end = base + per < nvec ? base + per : nvec;
-  const int64_t first = base + threadIdx.x;
-  const StridedShare<Threads> s{first, static_cast<int>(end > first ? end - first : 0)};
+  const int size = cluster_size();
+  const StridedShare<Threads> s = block_share<Threads>(cluster_rank(), per, nvec);
   // Slot j of tensor i of the thread: held[(j * kT + i) * Threads].
   V* const held = reinterpret_cast<V*>(deep_smem) + threadIdx.x;
   V a[kT][K];
