@@ -17,7 +17,7 @@
 //      wide_total for which) in the same order, so that every thread agrees bit for bit;
 //   3. the thread writes its share.
 // One mbarrier wait on the critical path a row, and a __syncthreads only in clusters of more than
-// 64 warps and in the pipe path (the cluster path: two block and two cluster barriers). The
+// 64 warps and in the pipe path (the cluster path: two block barriers and the same push). The
 // exchange before it published each warp's partial in its own block's shared memory for the
 // others to read after a cluster barrier, and took two GPU-wide memory barriers a row (kernels.md,
 // issue 37's thirteenth pass).
@@ -109,7 +109,7 @@ __device__ __forceinline__ void wide_row(const Op& op, int64_t row, int size,
 }
 
 // gridDim.x = clusters * C; the cluster of block blockIdx.x serves rows blockIdx.x / C,
-// + gridDim.x / C, ... (every block of a cluster the same rows, so the barriers pair up).
+// + gridDim.x / C, ... (every block of a cluster the same rows, so the exchanges pair up).
 // Pipe = false: a cluster a row (the grid has a cluster for every row), K vectors a tensor held.
 // Pipe = true: a persistent grid, each block holding two buffers of K vectors a tensor; the loads
 // of its next row go out into the other buffer before this row's reduction and stores.
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
 
 // The deep path's cluster size for `rows` rows of nvec vectors, k a thread of `threads`, on a
 // device holding resident[c] clusters of c blocks at once (c = 1..16; 0: none): of the sizes
-// whose blocks hold a row, the smallest (the fewest cluster barriers a row, the most rows at
+// whose blocks hold a row, the smallest (the fewest partials to exchange a row, the most rows at
 // once) that ends within 5% as soon as the soonest, a size's end being its rounds of rows times
 // the vectors a block takes a round. 0 where none holds a row. Host code, tested on the CPU
 // (tests/test_softmax_paths.py).
