@@ -7,7 +7,8 @@
 //   x in registers, so a row is read once up to 16384 float32 elements a block; longer rows go
 //   to a thread-block cluster a row on sm_90+ (rows of 16-byte vectors: softmax_wide.cuh, 128
 //   bytes of x a thread as loaded, up to 1M elements, the cluster's partials pushed into every
-//   block; else the cluster path, up to 512K float32 elements), else
+//   block; rows of another length by their aligned middle the same way and their ends an element
+//   a thread, softmax_ragged.cuh; else the cluster path, up to 512K float32 elements), else
 //   are split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up to
 //   about 2M float32 elements a row on an H100), and read twice beyond (the stream path).
 //   WB_SOFTMAX_PATH picks another long-row path for timing (softmax_rows.cuh), WB_SOFTMAX_BLOCK

@@ -5,8 +5,9 @@
 //   float (double for float64). The same paths as softmax (softmax_rows.cuh) with two tensors
 //   read: a thread holds up to 16 float (8 double) values of each of grad and y, so a row is
 //   read once up to 8192 float32 elements a block, held in the registers of a thread-block
-//   cluster beyond on sm_90+ (float32: the cluster path; 2-byte dtypes: softmax_wide.cuh, 64
-//   bytes of each a thread as loaded), else split across a team of blocks of a cooperative grid
+//   cluster beyond on sm_90+ (rows of 16-byte vectors: softmax_wide.cuh, 64 bytes of each a
+//   thread as loaded; rows of another length: softmax_ragged.cuh; float64 and pointers off 16
+//   bytes: the cluster path), else split across a team of blocks of a cooperative grid
 //   (softmax_split.cuh: read once, up to about 1M float32 elements a row on an H100), and twice
 //   beyond that.
 //   dx is computed as grad * y - y * D, the form PyTorch's CUDA kernel computes (the CPU
