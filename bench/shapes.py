@@ -169,7 +169,8 @@ def softmax_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
 
     gen = torch.Generator("cuda").manual_seed(0)
     shapes = [(1, 1 << 20), (2, 1 << 22), (8, 100000), (32, 50257), (1000, 1000), (4096, 4097),
-              (100000, 10), (65536, 128), (1024, 32000)]  # fmt: skip
+              (100000, 10), (65536, 128), (1024, 32000), (65536, 333), (16384, 1001),
+              (8192, 3001), (2048, 12289), (1024, 20001), (131072, 271)]  # fmt: skip
     rows: list[Row] = []
     for dt in (torch.float32, torch.bfloat16):
         tol = 1e-4 if dt == torch.float32 else 2e-2
@@ -182,7 +183,7 @@ def softmax_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
         agree = _within(tol)
         rows += _rows(timer, "softmax", "4096x1024, dim 0", dt, lambda x=x: lib.softmax(x, 0),
                       lambda x=x: torch.softmax(x, 0), "torch", agree, floor)  # fmt: skip
-        for r, c in ((32, 50257), (8, 100000)):
+        for r, c in ((32, 50257), (8, 100000), (2, 1 << 22)):
             g = torch.randn(r, c, device="cuda", dtype=dt, generator=gen)
             y = torch.softmax(torch.randn(r, c, device="cuda", dtype=dt, generator=gen), -1)
             rows += _rows(timer, "softmax_backward", f"{r}x{c}", dt,
@@ -283,7 +284,7 @@ def backward_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
                               torch.ops.aten.native_layer_norm_backward(
                                   g, x, [c], m, s, w, b, [True, True, True]),
                           "native_layer_norm_backward", _within_each(tol), floor)  # fmt: skip
-        for r, c in ((4096, 4097), (100000, 10), (1, 1 << 20), (64, 262144)):
+        for r, c in ((4096, 4097), (16384, 1001), (100000, 10), (1, 1 << 20), (64, 262144)):
             y = torch.softmax(torch.randn(r, c, device="cuda", dtype=dt, generator=gen), -1)
             g = torch.randn(r, c, device="cuda", dtype=dt, generator=gen)
             agree = _within(tol)

@@ -1,7 +1,7 @@
 """softmax's long-row paths (kernels/softmax/softmax_rows.cuh): the bulk path's plan (host code,
 run on the CPU), WB_SOFTMAX_PATH's values, and on a GPU every path (wide, pipe, deep, bulk, split,
-cluster, stream) against torch.softmax and its backward at long and odd row lengths, in a CUDA
-graph and on two streams at once, and WB_SOFTMAX_EXP's ways of taking the 2-byte dtypes'
+cluster, stream, chunks) against torch.softmax and its backward at long and odd row lengths, in a
+CUDA graph and on two streams at once, and WB_SOFTMAX_EXP's ways of taking the 2-byte dtypes'
 exponentials on the paths that use them."""
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_the_bulk_grid_spreads_rows_evenly_over_resident_clusters(paths_main: Pa
 
 @pytest.mark.nvcc
 def test_wb_softmax_path_values(paths_main: Path) -> None:
-    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep")
+    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep", "chunks")
     got = _ask(paths_main, [f"path {v}" for v in (*values, "x")])
     assert got == [*range(len(values)), len(values)]  # unset: the dtype's default; x: invalid
 
@@ -230,7 +230,9 @@ def kernels_run(fn: Any) -> list[str]:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["wide", "pipe", "deep", "bulk", "split", "cluster", "stream"])
+@pytest.mark.parametrize(
+    "path", ["wide", "pipe", "deep", "bulk", "split", "cluster", "stream", "chunks"]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("rows", "cols"), [(64, 262144), (3, 262147), (256, 65536), (5, 131080), (600, 16388)]
@@ -249,6 +251,7 @@ def test_every_path_matches_torch(
     vec = cols % (16 // x.element_size()) == 0
     want = {"bulk": "bulk_kernel" if vec else "split_kernel", "split": "split_kernel"}
     want["stream"] = "stream_kernel"
+    want["chunks"] = "chunk_write_kernel"
     if vec:
         want["wide"] = want["pipe"] = "wide_kernel"
         want["deep"] = "deep_kernel"
@@ -267,6 +270,39 @@ def test_every_path_matches_torch(
     scale = float(want_dx.abs().max())
     tol = {"rtol": 1.6e-2, "atol": 1e-2 * scale} if bf16 else {"rtol": 1e-4, "atol": 1e-6 * scale}
     torch.testing.assert_close(dx.float(), want_dx, **tol)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    ("dtype", "cols"),
+    [(torch.float32, 1 << 22), (torch.float32, (1 << 22) + 3), (torch.float64, 3 << 20)],
+)
+def test_few_rows_longer_than_any_path_holds_take_the_chunks_path(
+    lib: Any, dtype: torch.dtype, cols: int
+) -> None:
+    """Rows longer than every path that reads a row once holds (the split path's registers: about
+    2M float32 elements on an H100) take the chunks path by default, a block a chunk of every row
+    in two launches, where the stream path ran one block a row; forward and backward against
+    torch in float64, special rows included, and the same bits twice."""
+    gen = torch.Generator().manual_seed(cols)
+    x = special_rows(torch.randn(4, cols, generator=gen, dtype=dtype)).cuda()
+    grad = torch.randn(4, cols, generator=gen, dtype=dtype).cuda()
+    lib.softmax(x, -1)  # the launch's one-time queries outside the profile
+    names = kernels_run(lambda: lib.softmax(x, -1))
+    assert any("chunk_partial_kernel" in n for n in names), names
+    assert not any("stream_kernel" in n for n in names), names
+    y = lib.softmax(x, -1)
+    assert torch.equal(y.nan_to_num(7.0), lib.softmax(x, -1).nan_to_num(7.0))
+    tol = {"rtol": 2e-5, "atol": 1e-12} if dtype == torch.float32 else {"rtol": 1e-9, "atol": 0}
+    want_y = torch.softmax(x.double(), -1)
+    torch.testing.assert_close(y.double(), want_y, equal_nan=True, **tol)
+    y = want_y.nan_to_num(0.0).to(dtype)
+    names = kernels_run(lambda: lib.softmax_backward(grad, y, -1))
+    assert any("chunk_write_kernel" in n for n in names), names
+    want_dx = torch._softmax_backward_data(grad.double(), y.double(), -1, torch.float64)
+    scale = float(want_dx.abs().max())
+    got_dx = lib.softmax_backward(grad, y, -1).double()
+    torch.testing.assert_close(got_dx, want_dx, rtol=1e-4, atol=1e-6 * scale)
 
 
 @pytest.mark.cuda
@@ -328,7 +364,7 @@ def test_the_wide_paths_at_either_block_width(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep"])
+@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep", "chunks"])
 @pytest.mark.parametrize("cols", [65536, 262144])
 def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
     lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, cols: int

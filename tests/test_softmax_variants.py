@@ -181,13 +181,32 @@ def test_the_push_exchange_through_many_rows_a_cluster(
     _check_both(lib, x, grad)
 
 
-def _ragged_kernels(dtype: torch.dtype, cols: int) -> list[bool]:
-    """Whether the forward and the backward take the ragged kernel: rows of a length that is no
-    multiple of a vector whose aligned middle passes a block of 512 threads (8 vectors a thread
-    forward, 4 of each tensor backward)."""
+def _ragged_kernels(dtype: torch.dtype, cols: int) -> list[str | None]:
+    """The ragged kernel the forward and the backward take, for rows of a length that is no
+    multiple of a vector, by their aligned middle's vectors (k = 8 a thread forward, 4 of each
+    tensor backward): from 32 up to a warp's 32 k, ragged_warp_kernel; up to a block's 512 k,
+    ragged_block_kernel (both on any arch); past it ragged_kernel (sm_90); else neither."""
     n = 16 // torch.empty(0, dtype=dtype).element_size()
     middle = (cols - n + 1) // n
-    return [cols % n != 0 and middle > 512 * k for k in (8, 4)]
+    hopper = torch.cuda.get_device_capability() >= (9, 0)
+    if cols % n == 0 or middle < 32:
+        return [None, None]
+    return [
+        "ragged_warp_kernel"
+        if middle <= 32 * k
+        else "ragged_block_kernel"
+        if middle <= 512 * k
+        else ("ragged_kernel" if hopper else None)
+        for k in (8, 4)
+    ]
+
+
+def _ragged_names(names: list[str]) -> str | None:
+    """The ragged kernel among a run's kernel names (None for neither)."""
+    for kernel in ("ragged_warp_kernel", "ragged_block_kernel", "ragged_kernel"):
+        if any(f"{kernel}<" in n for n in names):
+            return kernel
+    return None
 
 
 @pytest.mark.cuda
@@ -202,6 +221,12 @@ def test_ragged_rows_match_torch(lib: Any, dtype: torch.dtype, rows: int, cols: 
     at another offset from a 16-byte boundary (rows * cols runs through them), and the special
     rows put NaN and +Inf into a row's ends (element 5 of row 1, the last of row 2)."""
     _sm90()
+    _check_ragged(lib, dtype, rows, cols)
+
+
+def _check_ragged(lib: Any, dtype: torch.dtype, rows: int, cols: int) -> None:
+    """The ragged kernels each direction takes (_ragged_kernels), both against torch, and the
+    forward's bits the same twice."""
     gen = torch.Generator().manual_seed(rows * cols)
     x = special_rows(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
     grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
@@ -209,11 +234,38 @@ def test_ragged_rows_match_torch(lib: Any, dtype: torch.dtype, rows: int, cols: 
     lib.softmax(x, -1)
     forward = kernels_run(lambda: lib.softmax(x, -1))
     backward = kernels_run(lambda: lib.softmax_backward(grad, y, -1))
-    got = [any("ragged_kernel" in n for n in names) for names in (forward, backward)]
+    got = [_ragged_names(names) for names in (forward, backward)]
     assert got == _ragged_kernels(dtype, cols), (forward, backward)
     _check_both(lib, x, grad)
     first = lib.softmax(x, -1)
     assert torch.equal(first.nan_to_num(7.0), lib.softmax(x, -1).nan_to_num(7.0))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    ("rows", "cols"),
+    [
+        (300, 129),
+        (257, 263),
+        (77, 1001),
+        (40, 4097),
+        (33, 8199),
+        (21, 16389),
+        (5, 20001),
+        (3, 32765),
+    ],
+)
+def test_shorter_ragged_rows_take_a_block_or_a_warp_a_row(
+    lib: Any, dtype: torch.dtype, rows: int, cols: int
+) -> None:
+    """Rows of a length that is no multiple of a vector, whose aligned middle a block of 512
+    threads holds, take ragged_block_kernel, or ragged_warp_kernel where a warp holds it (groups
+    of 16 or 32 lanes a row, rows past the last in a block's last groups), on any arch: the middle
+    held as loaded, the ends an element a thread, every offset of a row's start, special values in
+    its ends, the longest middle a block holds (32765 bfloat16, 4095 vectors) and middles of just a
+    warp's vectors (263 bfloat16, 32); shorter ones stay element by element (129)."""
+    _check_ragged(lib, dtype, rows, cols)
 
 
 @pytest.mark.cuda

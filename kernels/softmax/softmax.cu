@@ -8,7 +8,8 @@
 //   to a thread-block cluster a row on sm_90+ (rows of 16-byte vectors: softmax_wide.cuh, 128
 //   bytes of x a thread as loaded, up to 1M elements, the cluster's partials pushed into every
 //   block; rows of another length by their aligned middle the same way and their ends an element
-//   a thread, softmax_ragged.cuh; else the cluster path, up to 512K float32 elements), else
+//   a thread, softmax_ragged.cuh, which also takes such rows from 131 float32 (263 bfloat16)
+//   elements on one block a row; else the cluster path, up to 512K float32 elements), else
 //   are split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up to
 //   about 2M float32 elements a row on an H100), and read twice beyond (the stream path).
 //   WB_SOFTMAX_PATH picks another long-row path for timing (softmax_rows.cuh), WB_SOFTMAX_BLOCK
@@ -114,13 +115,17 @@ struct Forward {
   }
 
   // The stream path: a running (max, rescaled sum) over the thread's vectors, kInFlight loads
-  // at a time; then the row's (M, S); then x again to write exp(x - M) / S.
+  // at a time (stream_partial); then the row's (M, S); then x again to write exp(x - M) / S
+  // (stream_write). The chunks path runs the two halves in two launches.
   template <int N, typename Reduce>
   __device__ __forceinline__ void stream_row(int64_t r, Slots s, Reduce reduce) const {
+    stream_write<N>(r, s, reduce(stream_partial<N>(r, s)));
+  }
+  template <int N>
+  __device__ __forceinline__ Partial stream_partial(int64_t r, Slots s) const {
     using V = Vec<T, N>;
     constexpr int kInFlight = 4;
     const V* xr = reinterpret_cast<const V*>(x + r * cols);  // [cols / N]
-    V* yr = reinterpret_cast<V*>(y + r * cols);              // [cols / N]
     Partial run = Partial::identity();
     for (int64_t i = s.base + s.lane; i < s.end; i += kInFlight * s.stride) {
       V t[kInFlight];
@@ -141,7 +146,14 @@ struct Forward {
         run = Partial{big, run.s * rescale(run.m, big) + add};
       }
     }
-    const Partial total = reduce(run);
+    return run;
+  }
+  template <int N>
+  __device__ __forceinline__ void stream_write(int64_t r, Slots s, Partial total) const {
+    using V = Vec<T, N>;
+    constexpr int kInFlight = 4;
+    const V* xr = reinterpret_cast<const V*>(x + r * cols);  // [cols / N]
+    V* yr = reinterpret_cast<V*>(y + r * cols);              // [cols / N]
     const A inv = A(1) / total.s;
     for (int64_t i = s.base + s.lane; i < s.end; i += kInFlight * s.stride) {
       V t[kInFlight];

@@ -6,7 +6,8 @@
 //   read: a thread holds up to 16 float (8 double) values of each of grad and y, so a row is
 //   read once up to 8192 float32 elements a block, held in the registers of a thread-block
 //   cluster beyond on sm_90+ (rows of 16-byte vectors: softmax_wide.cuh, 64 bytes of each a
-//   thread as loaded; rows of another length: softmax_ragged.cuh; float64 and pointers off 16
+//   thread as loaded; rows of another length: softmax_ragged.cuh, also on one block a row from
+//   their middle's 32nd vector; float64 and pointers off 16
 //   bytes: the cluster path), else split across a team of blocks of a cooperative grid
 //   (softmax_split.cuh: read once, up to about 1M float32 elements a row on an H100), and twice
 //   beyond that.
@@ -81,14 +82,18 @@ struct Backward {
   }
 
   // The stream path: the dot product over the thread's vectors, kInFlight of each tensor at a
-  // time; the row's sum; then grad and y again to write.
+  // time (stream_partial); the row's sum; then grad and y again to write (stream_write). The
+  // chunks path runs the two halves in two launches.
   template <int N, typename Reduce>
   __device__ __forceinline__ void stream_row(int64_t r, Slots s, Reduce reduce) const {
+    stream_write<N>(r, s, reduce(stream_partial<N>(r, s)));
+  }
+  template <int N>
+  __device__ __forceinline__ Partial stream_partial(int64_t r, Slots s) const {
     using V = Vec<T, N>;
     constexpr int kInFlight = 4;
     const V* gr = reinterpret_cast<const V*>(grad + r * cols);  // [cols / N]
     const V* yr = reinterpret_cast<const V*>(y + r * cols);     // [cols / N]
-    V* dxr = reinterpret_cast<V*>(dx + r * cols);               // [cols / N]
     A dot = 0;
     for (int64_t i = s.base + s.lane; i < s.end; i += kInFlight * s.stride) {
       V gv[kInFlight], yv[kInFlight];
@@ -106,7 +111,16 @@ struct Backward {
         for (int j = 0; j < N; ++j) dot += to_acc(gv[u].v[j]) * to_acc(yv[u].v[j]);
       }
     }
-    const A total = reduce(Partial{dot}).s;
+    return Partial{dot};
+  }
+  template <int N>
+  __device__ __forceinline__ void stream_write(int64_t r, Slots s, Partial sum) const {
+    using V = Vec<T, N>;
+    constexpr int kInFlight = 4;
+    const V* gr = reinterpret_cast<const V*>(grad + r * cols);  // [cols / N]
+    const V* yr = reinterpret_cast<const V*>(y + r * cols);     // [cols / N]
+    V* dxr = reinterpret_cast<V*>(dx + r * cols);               // [cols / N]
+    const A total = sum.s;
     for (int64_t i = s.base + s.lane; i < s.end; i += kInFlight * s.stride) {
       V gv[kInFlight], yv[kInFlight];
 #pragma unroll

@@ -15,6 +15,11 @@
 //     the bulk path takes its vectors, at a vector of one element.
 // The row's partials are pushed into every block of the cluster (wide_total). Each element is read
 // once and written once; nothing outlives a launch.
+// Shorter rows, whose middle a block of 512 threads holds, take the same split on one block a row
+// (ragged_block_kernel: the block path's held kernel, softmax_held.cuh, on the middle; the ends by
+// the block's first threads), or where a warp holds it, on a group of 16 or 32 lanes a row
+// (ragged_warp_kernel), on any arch; middles of fewer than 32 vectors stay element by element. A
+// bfloat16 row of 4097 ran element by element at 31% of a copy (H100, 2026-11-27).
 #pragma once
 
 #include "softmax/softmax_rows.cuh"
@@ -64,15 +69,107 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
 #endif
 }
 
+// Row `row` of the block and warp kernels below: the thread's middle vectors (s) of each tensor
+// held as loaded, its end element beside them where `end` (thread j of the row's threads takes end
+// element j: j < the ends' count <= 2N - 2), the row's total through `reduce`.
+template <typename Op, int N, int K, typename Reduce>
+__device__ __forceinline__ void ragged_row(const Op& op, int64_t row, int64_t nvec, Slots s, int j,
+                                           bool end, Reduce reduce) {
+  using P = typename Op::Partial;
+  using T = typename Op::T;
+  constexpr int kT = Op::kTensors;
+  const int64_t start = row * op.cols;
+  const int head = static_cast<int>(-start & (N - 1));  // elements to the first boundary
+  const Op mid = op.shifted(head);
+  Vec<T, N> v[kT][K];
+  mid.template load<N, K>(row, s, v);
+  Vec<T, 1> e[kT];
+  const int64_t at = start + (j < head ? j : N * nvec + j);  // the end element's
+  if (end) {
+#pragma unroll
+    for (int i = 0; i < kT; ++i) e[i].v[0] = op.src(i)[at];
+  }
+  P p = mid.template partial<N, K>(s, v);
+  if (end) p = P::combine(p, op.take(P::identity(), e));
+  const P total = reduce(p);
+  mid.template store<N, K>(row, s, v, total);
+  if (end) op.dst()[at] = op.out(e, op.finish(total)).v[0];
+}
+
+// One block a row of nvec <= kBlockThreads * K middle vectors (blockDim.x = 32 * ceil(nvec / (32
+// K))): the block reduces through shared memory.
+template <typename Op, int N, int K>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    ragged_block_kernel(Op op, int64_t rows, int64_t nvec) {
+  __shared__ typename Op::Partial buf[32];
+  const Slots s{0, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), nvec};
+  const int j = static_cast<int>(threadIdx.x);
+  const bool end = j < op.cols - N * nvec;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    ragged_row<Op, N, K>(op, row, nvec, s, j, end, BlockReduce<typename Op::Partial>{buf});
+  }
+}
+
+// Rows of nvec <= G * K middle vectors in groups of G >= 16 lanes (>= the ends' count), kWarpBlock
+// / G rows a block, as warp_kernel; a group past the last row has no slots and no end element (its
+// lanes still take part in the warp's shuffles).
+template <typename Op, int N, int G, int K>
+__global__ void __launch_bounds__(kWarpBlock)
+    ragged_warp_kernel(Op op, int64_t rows, int64_t nvec) {
+  static_assert(G >= 2 * N - 2, "a lane a row's end element");
+  constexpr int kRows = kWarpBlock / G;
+  const int lane = static_cast<int>(threadIdx.x) % G;
+  const bool end = lane < op.cols - N * nvec;
+  for (int64_t first = int64_t{blockIdx.x} * kRows; first < rows;
+       first += int64_t{gridDim.x} * kRows) {
+    const int64_t row = first + threadIdx.x / G;
+    const bool valid = row < rows;
+    ragged_row<Op, N, K>(op, valid ? row : first, nvec, Slots{0, lane, G, valid ? nvec : 0}, lane,
+                         valid && end, WarpReduce<G>{});
+  }
+}
+
+template <typename Op, int N, int G, int K>
+void launch_ragged_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t stream) {
+  constexpr int kRows = kWarpBlock / G;
+  const int grid = static_cast<int>(min_of<int64_t>((rows + kRows - 1) / kRows, INT32_MAX));
+  ragged_warp_kernel<Op, N, G, K><<<grid, kWarpBlock, 0, stream>>>(op, rows, nvec);
+}
+
+// Rows whose middle is shorter than this many vectors stay on the warp path, element by element.
+constexpr int64_t kRaggedMinVectors = 32;
+
 // The ragged path for rows of cols elements (cols % N != 0): launches it and returns true with the
 // launch's result in `err`, or returns false (nothing launched) where it does not apply here: a
-// row's middle that a block of 512 threads holds (the block paths take it, element by element), a
-// middle longer than 16 blocks of 1024 threads hold, no sm_90 image or no such cluster resident.
+// row's middle of fewer than kRaggedMinVectors (the warp path takes it, element by element), a
+// middle longer than 16 blocks of 1024 threads hold, or, past a block, no sm_90 image or no such
+// cluster resident.
 template <typename Op, int N>
 bool launch_ragged(const Op& op, int64_t rows, cudaStream_t stream, cudaError_t& err) {
   constexpr int K = wide_slots<Op>();
   const int64_t nvec = (op.cols - N + 1) / N;
-  if (nvec <= int64_t{kBlockThreads} * K) return false;
+  if (nvec < kRaggedMinVectors) return false;
+  // Groups of lanes for middles a warp holds: 16 or 32 lanes at half the block's vectors a lane
+  // (more rows resident), 32 at as many; past a warp, a block a row.
+  constexpr int kHalf = K / 2;
+  if (nvec <= 32 * K) {
+    if (nvec <= 16 * kHalf) {
+      launch_ragged_warp<Op, N, 16, kHalf>(op, rows, nvec, stream);
+    } else if (nvec <= 32 * kHalf) {
+      launch_ragged_warp<Op, N, 32, kHalf>(op, rows, nvec, stream);
+    } else {
+      launch_ragged_warp<Op, N, 32, K>(op, rows, nvec, stream);
+    }
+    err = cudaSuccess;
+    return true;
+  }
+  if (nvec <= int64_t{kBlockThreads} * K) {
+    const int threads = static_cast<int>((nvec + 32 * K - 1) / (32 * K) * 32);
+    const int grid = static_cast<int>(min_of<int64_t>(rows, INT32_MAX));
+    ragged_block_kernel<Op, N, K><<<grid, threads, 0, stream>>>(op, rows, nvec);
+    err = cudaSuccess;  // a launch error is cudaGetLastError's (launch_rows)
+    return true;
+  }
   const int forced = wide_threads();
   if (forced < 0) return false;  // the N = 1 launch names the variable
   int threads = 0;
