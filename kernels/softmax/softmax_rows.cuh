@@ -53,8 +53,9 @@
 //            the block path with the row held as loaded, as the wide path does (softmax_held.cuh).
 //   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
 //            row.
-//   chunks   (past every path above, few rows) chunks of a row on a block each, in two launches
-//            through the workspace (softmax_chunks.cuh): the row read twice, on every SM.
+//   chunks   (rows of vectors past what the wide path holds, before split; else past every
+//            path above) chunks of a row on a block each, in two launches through the workspace
+//            (softmax_chunks.cuh): the row read twice, on every SM; up to 1320 rows on an H100.
 //   stream   any length: one block of 512 threads per row reads its row twice, once for the
 //            partial results (softmax: a running max with a rescaled sum), once to write.
 #pragma once
