@@ -55,7 +55,8 @@
 //            row.
 //   chunks   (rows of vectors past what the wide path holds, before split; else past every
 //            path above) chunks of a row on a block each, in two launches through the workspace
-//            (softmax_chunks.cuh): the row read twice, on every SM; up to 1320 rows on an H100.
+//            (softmax_chunks.cuh): the row read twice, on every SM; rows up to half the
+//            workspace's partials (1320 rows forward on an H100).
 //   stream   any length: one block of 512 threads per row reads its row twice, once for the
 //            partial results (softmax: a running max with a rescaled sum), once to write.
 #pragma once
