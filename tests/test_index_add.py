@@ -53,6 +53,72 @@ def test_colliding_indices_stay_within_the_oracle_bound(
     assert verdict.passed and verdict.ratio < 0.5, verdict
 
 
+def _slices(rows: int, size: int, count: int, dtype: torch.dtype) -> int:
+    """Blocks a row takes on the CUDA slice path (kernels/index_add/index_add.cu), 0 for none: rows
+    and index of 1024 or more, a row in at most 4 blocks' shared memory as accumulators, and the
+    rows' blocks at least the SMs."""
+    acc = 8 if dtype == torch.float64 else 4
+    props = torch.cuda.get_device_properties(0)
+    slices = -(-size // (props.shared_memory_per_block_optin // acc))
+    fill = rows * slices >= props.multi_processor_count
+    return slices if size >= 1024 and count >= 1024 and slices <= 4 and fill else 0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str
+)
+@pytest.mark.parametrize(
+    ("rows", "size", "count"),
+    [
+        (256, 100_000, 65_536),
+        (200, 1024, 1024),
+        (140, 58_001, 4000),
+        (70, 230_000, 3000),
+        (8, 131_072, 20_000),
+        (400, 900, 5000),
+    ],
+)
+def test_the_last_dimension_adds_in_shared_memory_slices(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, rows: int, size: int, count: int
+) -> None:
+    """Along the last dimension, rows and index of 1024 or more whose row at most 4 blocks' shared
+    memory hold, a block an SM at least, take index_add_slice_kernel (a row's slices in shared
+    memory, the output written once from them); indices on every slice's edges and repeated ones;
+    within the oracle's bound of the float64 truth. Longer rows, shorter ones, too few blocks and
+    WB_INDEX_ADD=atomic take the atomic kernel, which gives the same within the bound."""
+    gen = torch.Generator().manual_seed(size + count)
+    slices = _slices(rows, size, count, dtype)
+    width = -(-size // max(slices, 1))
+    edges = [0, size - 1] + [j for i in range(1, slices) for j in (i * width - 1, i * width)]
+    index = torch.randint(0, size, (count,), generator=gen)
+    index[: len(edges)] = torch.tensor(edges)
+    index[len(edges) : len(edges) + 64] = size // 2  # one column many times
+    x = torch.randn(rows, size, generator=gen).to("cuda", dtype)
+    source = torch.randn(rows, count, generator=gen).to("cuda", dtype)
+    args = (x, -1, index.cuda(), source)
+    for atomic in (False, True):
+        if atomic:
+            monkeypatch.setenv("WB_INDEX_ADD", "atomic")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            lib.index_add(*args)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        sliced = any("index_add_slice_kernel" in n for n in names)
+        assert sliced == (slices > 0 and not atomic), names
+        verdict = check_call(lib.index_add, lib.specs["index_add"], args)
+        assert verdict.passed, verdict
+
+
+@pytest.mark.cuda
+def test_a_bad_index_add_path_is_named(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WB_INDEX_ADD", "shared")
+    x = torch.zeros(2, 4096, device="cuda")
+    with pytest.raises(RuntimeError, match="WB_INDEX_ADD"):
+        lib.index_add(x, 1, torch.zeros(2048, dtype=torch.int64, device="cuda"), x[:, :2048])
+        torch.cuda.synchronize()
+
+
 def test_cpu_adds_in_index_order_like_pytorch(lib: Any) -> None:
     """On the CPU the terms are added in index order: float32 gives PyTorch's bits."""
     gen = torch.Generator().manual_seed(6)

@@ -74,6 +74,11 @@ def index_add_samples(
         case((4, 256), 0, (_index(2000, 8, gen) - 4).clamp_(min=0), "duplicates"),
         case((64, 8), -1, torch.full((1000,), 3, dtype=torch.int64), "duplicates_last"),
         case((4096, 256), 0, _index(8192, 4096, gen), "large"),
+        # Along the last dimension, rows and index of 1024 or more and a block an SM (132): the
+        # CUDA slice path, a row in one block's shared memory, or in two to four (70001 float32 or
+        # float64 accumulators).
+        case((2, 70, 3000), -1, _index(2000, 3000, gen), "slices_one"),
+        case((70, 70001), -1, _index(3000, 70001, gen), "slices_several"),
     ]
     return out
 
