@@ -27,53 +27,11 @@
 
 namespace wb::softmax {
 
-// A cluster a row as in wide_kernel (gridDim.x = clusters * C, the rows blockIdx.x / C, +
-// gridDim.x / C, ...); nvec vectors a row's middle, `per` of them a block.
-template <typename Op, int N, int K, int Threads>
-__global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
-                                  WB_SOFTMAX_CLUSTERS ? kMaxThreads / Threads : 1)
-    ragged_kernel(Op op, int64_t rows, int64_t nvec, int64_t per) {
-#if WB_SOFTMAX_CLUSTERS
-  using P = typename Op::Partial;
-  using T = typename Op::T;
-  constexpr int kT = Op::kTensors;
-  __shared__ P warps[Threads / 32];  // the row's partial of each warp
-  __shared__ Inbox<P> box;           // the cluster's partials of a row
-  unsigned round = 0;
-  const int size = cluster_size(), rank = cluster_rank();
-  const StridedShare<Threads> s = block_share<Threads>(rank, per, nvec);
-  const int extra = static_cast<int>(op.cols - N * nvec);  // the ends' elements of a row
-  const int j = static_cast<int>(threadIdx.x);
-  const bool end_element = rank == 0 && j < extra;
-  inbox_arrive(box);
-  for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
-    const int64_t start = row * op.cols;
-    const int head = static_cast<int>(-start & (N - 1));  // elements to the first boundary
-    const Op mid = op.shifted(head);
-    Vec<T, N> a[kT][K];
-    mid.template load<N, K>(row, s, a);
-    Vec<T, 1> e[kT];
-    const int64_t at = start + (j < head ? j : N * nvec + j);  // the end element's
-    if (end_element) {
-#pragma unroll
-      for (int i = 0; i < kT; ++i) e[i].v[0] = op.src(i)[at];
-    }
-    P p = mid.template partial<N, K>(s, a);
-    if (end_element) p = P::combine(p, op.take(P::identity(), e));
-    if (round == 0) inbox_wait();
-    const P total = wide_total<P, Threads, false>(p, size, warps, box, round);
-    mid.template store<N, K>(row, s, a, total);
-    if (end_element) op.dst()[at] = op.out(e, op.finish(total)).v[0];
-  }
-  if (round == 0) inbox_wait();
-#endif
-}
-
-// Row `row` of the block and warp kernels below: the thread's middle vectors (s) of each tensor
-// held as loaded, its end element beside them where `end` (thread j of the row's threads takes end
-// element j: j < the ends' count <= 2N - 2), the row's total through `reduce`.
-template <typename Op, int N, int K, typename Reduce>
-__device__ __forceinline__ void ragged_row(const Op& op, int64_t row, int64_t nvec, Slots s, int j,
+// Row `row` of the kernels below: the thread's middle vectors (s: Slots or StridedShare) of each
+// tensor held as loaded, its end element beside them where `end` (thread j of the row's threads
+// takes end element j: j < the ends' count <= 2N - 2), the row's total through `reduce`.
+template <typename Op, int N, int K, typename Share, typename Reduce>
+__device__ __forceinline__ void ragged_row(const Op& op, int64_t row, int64_t nvec, Share s, int j,
                                            bool end, Reduce reduce) {
   using P = typename Op::Partial;
   using T = typename Op::T;
@@ -94,6 +52,33 @@ __device__ __forceinline__ void ragged_row(const Op& op, int64_t row, int64_t nv
   const P total = reduce(p);
   mid.template store<N, K>(row, s, v, total);
   if (end) op.dst()[at] = op.out(e, op.finish(total)).v[0];
+}
+
+// A cluster a row as in wide_kernel (gridDim.x = clusters * C, the rows blockIdx.x / C, +
+// gridDim.x / C, ...); nvec vectors a row's middle, `per` of them a block.
+template <typename Op, int N, int K, int Threads>
+__global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
+                                  WB_SOFTMAX_CLUSTERS ? kMaxThreads / Threads : 1)
+    ragged_kernel(Op op, int64_t rows, int64_t nvec, int64_t per) {
+#if WB_SOFTMAX_CLUSTERS
+  using P = typename Op::Partial;
+  __shared__ P warps[Threads / 32];  // the row's partial of each warp
+  __shared__ Inbox<P> box;           // the cluster's partials of a row
+  unsigned round = 0;
+  const int size = cluster_size(), rank = cluster_rank();
+  const StridedShare<Threads> s = block_share<Threads>(rank, per, nvec);
+  const int extra = static_cast<int>(op.cols - N * nvec);  // the ends' elements of a row
+  const int j = static_cast<int>(threadIdx.x);
+  const bool end_element = rank == 0 && j < extra;
+  inbox_arrive(box);
+  for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
+    ragged_row<Op, N, K>(op, row, nvec, s, j, end_element, [&](P p) {
+      if (round == 0) inbox_wait();
+      return wide_total<P, Threads, false>(p, size, warps, box, round);
+    });
+  }
+  if (round == 0) inbox_wait();
+#endif
 }
 
 // One block a row of nvec <= kBlockThreads * K middle vectors (blockDim.x = 32 * ceil(nvec / (32
