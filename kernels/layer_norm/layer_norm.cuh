@@ -14,6 +14,7 @@
 #pragma once
 
 #include "wb/cuda.cuh"
+#include "wb/cuda_host.h"
 
 namespace wb::layer_norm {
 
@@ -100,30 +101,20 @@ __device__ __forceinline__ void group_sum(A (&v)[NV], int group, A* buf) {
   __syncthreads();  // buf is reused by the next call
 }
 
-// The device's SM count and the most shared memory a block may opt in to, cached per thread.
+// The device's SM count and the most shared memory a block may opt in to (1 and 48 KiB where
+// they cannot be read), asked once per device.
 struct DeviceInfo {
   int sms = 1;
   int smem_optin = 48 * 1024;
 };
 inline DeviceInfo device_info() {
-  thread_local int cached_device = -1;
-  thread_local DeviceInfo cached;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return cached;
-  if (device != cached_device) {
-    DeviceInfo info;
-    int value = 0;
-    if (cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
-      info.sms = value;
-    }
-    if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
-        cudaSuccess) {
-      info.smem_optin = value;
-    }
-    cached = info;
-    cached_device = device;
+  using wb::detail::device_attribute;
+  DeviceInfo info;
+  if (const int sms = device_attribute<cudaDevAttrMultiProcessorCount>(); sms > 0) info.sms = sms;
+  if (const int optin = device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(); optin > 0) {
+    info.smem_optin = optin;
   }
-  return cached;
+  return info;
 }
 
 // Resident blocks per SM of `kernel` at this block size and dynamic shared memory (at least 1),

@@ -84,19 +84,10 @@ struct DeviceFacts {
   bool clusters = false;
 };
 DeviceFacts device_facts() {
-  static DeviceFacts known[64];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return {1, false};
-  DeviceFacts& f = known[device];
-  if (f.sms == 0) {
-    int sms = 0, major = 0, cluster = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device);
-    f.clusters = major >= 9 && cluster != 0;
-    f.sms = sms > 0 ? sms : 1;
-  }
-  return f;
+  using wb::detail::device_attribute;
+  const int sms = device_attribute<cudaDevAttrMultiProcessorCount>();
+  return {sms > 0 ? sms : 1, device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9 &&
+                                 device_attribute<cudaDevAttrClusterLaunch>() != 0};
 }
 
 // Stands in for gemv_kernel in the occupancy query below: the same threads, and dynamic shared

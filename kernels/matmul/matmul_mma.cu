@@ -28,6 +28,7 @@
 #include "matmul/mma_sm80.cuh"
 #include "matmul/tensor_core.cuh"
 #include "wb/cuda.cuh"
+#include "wb/cuda_host.h"
 #include "wb/dtypes.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -231,14 +232,8 @@ using SmallSmemTile = MmaTile<128, 128, 32, 2, 2, 3>;
 // Whether two DefaultTile blocks fit the shared memory of the current device's SMs (1 KiB of
 // each block's is reserved by the system), asked once per device.
 bool two_default_blocks_fit() {
-  static signed char known[64] = {};
-  int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
-  if (known[device] == 0) {
-    cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    known[device] = bytes >= DefaultTile::kBlocksPerSm * (DefaultTile::kSmemBytes + 1024) ? 1 : -1;
-  }
-  return known[device] == 1;
+  const int bytes = wb::detail::device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>();
+  return bytes >= DefaultTile::kBlocksPerSm * (DefaultTile::kSmemBytes + 1024);
 }
 
 template <typename T, typename Tl>

@@ -334,15 +334,8 @@ using detail::env;  // an environment switch's value ("" where unset)
 
 // The current device's SMs, asked once per device.
 int64_t multiprocessors() {
-  static int known[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
-  if (known[device] == 0) {
-    int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    known[device] = sms > 0 ? sms : 1;
-  }
-  return known[device];
+  const int sms = wb::detail::device_attribute<cudaDevAttrMultiProcessorCount>();
+  return sms > 0 ? sms : 1;
 }
 
 // WB_SIMT_TILE (for A/B on a GPU): =64, the Narrow tile (64 x 128) wherever; =128 or unset, the

@@ -508,18 +508,8 @@ Status run_whole_k(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, 
 // Asked once per device (a route reads it several times a call): remembered as resident_clusters
 // remembers its counts, so that a call under CUDA graph capture queries nothing.
 int sm_count() {
-  static int known[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 1;
-  if (known[device] == 0) {
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 1;
-    }
-    known[device] = sms > 0 ? sms : 1;
-  }
-  return known[device];
+  const int sms = wb::detail::device_attribute<cudaDevAttrMultiProcessorCount>();
+  return sms > 0 ? sms : 1;
 }
 
 // Whether this device runs the real kernel: the module's image for it was built for sm_90a (on

@@ -1,5 +1,7 @@
 // wb/cuda_host.h: device facts and switches for host launchers (CUDA runtime; no torch header).
 //
+//   wb::detail::device_attribute<A>()  an attribute of the current device (0 when it cannot be
+//                                     read), asked once a device
 //   wb::detail::l2_bytes()   bytes of L2 on the current device (0 when it cannot be read)
 //   wb::detail::env(name)    an environment switch's value, "" where unset
 //   wb::detail::EnvScope     a call's one scan of the environment, which env() reads within it
@@ -7,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -18,20 +21,32 @@ extern "C" char** environ;  // POSIX
 namespace wb {
 namespace detail {
 
-// Bytes of L2 on the current device (0 when it cannot be read), cached per thread.
-inline int64_t l2_bytes() {
-  thread_local int cached_device = -1;
-  thread_local int cached_bytes = 0;
+// An attribute of the current device (0 where it cannot be read), asked once a device and then
+// remembered, so that a launcher reading it at every call (a call under CUDA graph capture
+// included) queries nothing after the first. A refused query is cleared from the runtime's last
+// error (an answer, not an error of the caller's) and asked again at the next call.
+template <cudaDeviceAttr kAttr>
+int device_attribute() {
+  constexpr int kDevices = 64;
+  static std::atomic<int64_t> known[kDevices];  // the value + 1; 0: not asked yet
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  if (device != cached_device) {
-    int bytes = 0;
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) bytes = 0;
-    cached_device = device;
-    cached_bytes = bytes;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
+    cudaGetLastError();
+    return 0;
   }
-  return cached_bytes;
+  const int64_t seen = known[device].load(std::memory_order_relaxed);
+  if (seen != 0) return static_cast<int>(seen - 1);
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, kAttr, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  known[device].store(int64_t{value} + 1, std::memory_order_relaxed);
+  return value;
 }
+
+// Bytes of L2 on the current device (0 when it cannot be read).
+inline int64_t l2_bytes() { return device_attribute<cudaDevAttrL2CacheSize>(); }
 
 // The environment's WB_ entries ("NAME=value") as a call's EnvScope found them.
 struct EnvSnapshot {
