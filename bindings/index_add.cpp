@@ -148,13 +148,16 @@ at::Tensor index_add_cuda_op(const at::Tensor& x, int64_t dim, const at::Tensor&
   at::Tensor acc;
   WB_DISPATCH(WB_FLOATING, x.scalar_type(), "index_add", "x", [&] {
     if (s.inner == 1) {  // the slice path, where a row fits shared memory (index_add.h)
-      const at::Tensor xc = x.contiguous();
-      at::Tensor out = at::empty(x.sizes(), x.options());
       wb::Status status = nullptr;
-      if (index_add_slices_cuda(index.data_ptr<int64_t>(), wb::data<scalar_t>(source),
-                                wb::data<scalar_t>(xc), wb::data<scalar_t>(out), s, stream,
-                                &status)) {
-        wb::check_launch("index_add", status);
+      const int64_t slices = index_add_slices_plan<scalar_t>(s, &status);
+      TORCH_CHECK(status == nullptr, "index_add: ", status);  // a bad WB_INDEX_ADD
+      if (slices > 0) {
+        const at::Tensor xc = x.contiguous();
+        at::Tensor out = at::empty(x.sizes(), x.options());
+        wb::check_launch("index_add",
+                         index_add_slices_cuda(index.data_ptr<int64_t>(),
+                                               wb::data<scalar_t>(source), wb::data<scalar_t>(xc),
+                                               wb::data<scalar_t>(out), s, slices, stream));
         acc = out;
         return;
       }

@@ -88,63 +88,57 @@ __global__ void __launch_bounds__(kSliceThreads)
   for (int64_t p = threadIdx.x; p < n; p += blockDim.x) out[row + p] = from_acc<T>(acc[p]);
 }
 
-// An attribute of the current device (0 where unknown), read once a device.
-template <cudaDeviceAttr kAttr>
-int64_t device_attribute() {
-  static int known[64];
-  int device = 0, value = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (known[device] == 0) {
-    if (cudaDeviceGetAttribute(&value, kAttr, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    known[device] = value;
-  }
-  return known[device];
-}
 // The largest dynamic shared memory a block may ask for, and the SMs.
-inline int64_t smem_optin() { return device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(); }
-inline int64_t device_sms() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
+inline int64_t smem_optin() {
+  return wb::detail::device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>();
+}
+inline int64_t device_sms() {
+  return wb::detail::device_attribute<cudaDevAttrMultiProcessorCount>();
+}
+
+// Columns of x each of a row's `slices` blocks holds (the last one may hold fewer).
+inline int64_t slice_width(Shape s, int64_t slices) { return (s.size + slices - 1) / slices; }
 
 }  // namespace
 
 template <typename T>
-bool index_add_slices_cuda(const int64_t* index, const T* source, const T* x, T* out, Shape s,
-                           Stream stream, Status* status) {
+int64_t index_add_slices_plan(Shape s, Status* status) {
   using A = acc_t<T>;
   // WB_INDEX_ADD=atomic keeps such calls on the atomic path (for timing); read at each call.
   const std::string_view path = wb::detail::env("WB_INDEX_ADD");
-  if (path == "atomic") return false;
+  if (path == "atomic") return 0;
   if (!path.empty() && path != "slices") {
     *status = "WB_INDEX_ADD: expected slices or atomic (or unset for the default)";
-    return true;
+    return 0;
   }
   // Rows and index long enough to fill a block: a block a row of 10 would idle its threads.
-  if (s.inner != 1 || s.size < kSliceThreads || s.count < kSliceThreads) return false;
+  if (s.inner != 1 || s.size < kSliceThreads || s.count < kSliceThreads) return 0;
   const int64_t budget = smem_optin() / static_cast<int64_t>(sizeof(A));  // columns a block holds
-  if (budget < kSliceThreads) return false;
+  if (budget < kSliceThreads) return 0;
   const int64_t slices = (s.size + budget - 1) / budget;
-  if (slices > kMaxSlices || s.outer > INT32_MAX / slices) return false;
+  if (slices > kMaxSlices || s.outer > INT32_MAX / slices) return 0;
   // At least a block an SM: 8 rows of 131072 and 1M indices (24 blocks, each reading 1M pairs)
   // ran 2.3x slower than the atomic path (H100).
-  if (s.outer * slices < device_sms()) return false;
-  const int64_t width = (s.size + slices - 1) / slices;
-  const int bytes = static_cast<int>(width * static_cast<int64_t>(sizeof(A)));
-  const auto kernel = index_add_slice_kernel<T>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
-      cudaSuccess) {
+  if (s.outer * slices < device_sms()) return 0;
+  const int bytes = static_cast<int>(slice_width(s, slices) * static_cast<int64_t>(sizeof(A)));
+  if (cudaFuncSetAttribute(index_add_slice_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           bytes) != cudaSuccess) {
     cudaGetLastError();  // a refusal hands the call to the atomic path
-    return false;
+    return 0;
   }
-  kernel<<<static_cast<int>(s.outer * slices), kSliceThreads, bytes,
-           static_cast<cudaStream_t>(stream)>>>(index, source, x, out, s.size, s.count, width,
-                                                slices);
-  *status = launch_status();
-  return true;
+  return slices;
+}
+WB_INSTANTIATE(WB_FLOATING, index_add_slices_plan)
+
+template <typename T>
+Status index_add_slices_cuda(const int64_t* index, const T* source, const T* x, T* out, Shape s,
+                             int64_t slices, Stream stream) {
+  const int64_t width = slice_width(s, slices);
+  const int bytes = static_cast<int>(width * static_cast<int64_t>(sizeof(acc_t<T>)));
+  index_add_slice_kernel<T><<<static_cast<int>(s.outer * slices), kSliceThreads, bytes,
+                              static_cast<cudaStream_t>(stream)>>>(index, source, x, out, s.size,
+                                                                   s.count, width, slices);
+  return launch_status();
 }
 WB_INSTANTIATE(WB_FLOATING, index_add_slices_cuda)
 

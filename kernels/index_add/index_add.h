@@ -22,13 +22,17 @@ struct Shape {
 template <typename T>
 Status index_add_cuda(const int64_t* index, const T* source, acc_t<T>* acc, Shape s, Stream stream);
 // Along the last dimension (s.inner == 1), rows and index of 1024 or more, where at most 4 blocks'
-// shared memory holds a row of x in the accumulator type and the rows' blocks fill the SMs: out = x
-// with the sums added, written once from shared memory (x and out [outer, size] contiguous, out not
-// x). Returns false (nothing launched) where it does not apply, else true with the launch's status
-// in *status.
+// shared memory holds a row of x in the accumulator type and the rows' blocks fill the SMs, the
+// slice path: index_add_slices_plan returns its blocks a row (0 where it does not apply, or where
+// WB_INDEX_ADD names another path or a bad value, which *status then names), and
+// index_add_slices_cuda launches it with them: out = x with the sums added, written once from
+// shared memory (x and out [outer, size] contiguous, out not x). The plan allocates nothing, so a
+// caller makes x contiguous and allocates out only once it says yes.
 template <typename T>
-bool index_add_slices_cuda(const int64_t* index, const T* source, const T* x, T* out, Shape s,
-                           Stream stream, Status* status);
+int64_t index_add_slices_plan(Shape s, Status* status);
+template <typename T>
+Status index_add_slices_cuda(const int64_t* index, const T* source, const T* x, T* out, Shape s,
+                             int64_t slices, Stream stream);
 // The CPU chunk: the columns (o, i) of [outer, inner] with o * inner + i in [begin, end), each
 // summed in index order by one thread.
 template <typename T>
