@@ -72,11 +72,9 @@ constexpr int held_slots(int mode) {
 template <typename Op, int N>
 bool launch_held(const Op& op, int64_t rows, int64_t nvec, int mode, cudaStream_t stream) {
   constexpr int kWide = held_slots<Op>(kBlockHeld), kNarrow = held_slots<Op>(kBlockHeld64);
-  const int64_t k = mode == kBlockHeld ? kWide : kNarrow;
-  const int64_t warps = (nvec + 32 * k - 1) / (32 * k);
-  if (warps > kBlockThreads / 32) return false;
-  const int threads = static_cast<int>(32 * warps);
-  const int grid = static_cast<int>(min_of<int64_t>(rows, INT32_MAX));
+  const int threads = threads_for(nvec, mode == kBlockHeld ? kWide : kNarrow);
+  if (threads > kBlockThreads) return false;
+  const int grid = grid_for(rows);
   if (mode == kBlockHeld) {
     held_kernel<Op, N, kWide, 2><<<grid, threads, 0, stream>>>(op, rows, nvec);
   } else {

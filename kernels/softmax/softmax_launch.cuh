@@ -21,13 +21,6 @@ constexpr int slots_per_thread() {
   return N == 1 ? per_tensor / 2 : per_tensor / N;
 }
 
-// Whole warps covering `vectors` at k a thread.
-inline int threads_for(int64_t vectors, int k) {
-  return static_cast<int>((vectors + 32 * k - 1) / (32 * k) * 32);
-}
-
-inline int grid_for(int64_t blocks) { return static_cast<int>(min_of<int64_t>(blocks, INT32_MAX)); }
-
 // The cluster path for rows of nvec vectors, K a thread: launches it and returns true with the
 // launch's result in `err`, or returns false (nothing launched) where it does not apply here.
 template <typename Op, int N, int K>
@@ -99,21 +92,9 @@ constexpr const char* kBadPath =
     "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe, deep or chunks (or unset "
     "for the default)";
 
-// The current device's SM count (0 where it cannot be read), read once a device.
+// The current device's SM count (0 where it cannot be read), asked once a device.
 inline int64_t device_sms() {
-  static int known[64];
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();  // a refusal is an answer (0), not an error of the caller's
-    return 0;
-  }
-  if (device >= 0 && device < 64 && known[device] != 0) return known[device];
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (device >= 0 && device < 64) known[device] = sms;
-  return sms;
+  return wb::detail::device_attribute<cudaDevAttrMultiProcessorCount>();
 }
 
 template <typename Op, int N, int G, int K>

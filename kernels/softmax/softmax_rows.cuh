@@ -403,6 +403,14 @@ bool cluster_fits(int size, int threads) {
   return cluster_count<kernel>(size, threads) > 0;
 }
 
+// Whole warps covering `vectors` at k a thread.
+inline int threads_for(int64_t vectors, int k) {
+  return static_cast<int>((vectors + 32 * k - 1) / (32 * k) * 32);
+}
+
+// A grid of `blocks` blocks, at most INT32_MAX (the kernels loop over what is left).
+inline int grid_for(int64_t blocks) { return static_cast<int>(min_of<int64_t>(blocks, INT32_MAX)); }
+
 // Launches `kernel(args...)` on `stream` over `clusters` clusters of `size` blocks of `threads`
 // threads, with `smem` bytes of dynamic shared memory a block (the long-row paths' launches).
 template <typename... Params, typename... Args>
