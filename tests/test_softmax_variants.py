@@ -184,12 +184,12 @@ def test_the_push_exchange_through_many_rows_a_cluster(
 def _ragged_kernels(dtype: torch.dtype, cols: int) -> list[str | None]:
     """The ragged kernel the forward and the backward take, for rows of a length that is no
     multiple of a vector, by their aligned middle's vectors (k = 8 a thread forward, 4 of each
-    tensor backward): from 16 up to a warp's 32 k, ragged_warp_kernel; up to a block's 512 k,
+    tensor backward): from 4 up to a warp's 32 k, ragged_warp_kernel; up to a block's 512 k,
     ragged_block_kernel (both on any arch); past it ragged_kernel (sm_90); else neither."""
     n = 16 // torch.empty(0, dtype=dtype).element_size()
     middle = (cols - n + 1) // n
     hopper = torch.cuda.get_device_capability() >= (9, 0)
-    if cols % n == 0 or middle < 16:
+    if cols % n == 0 or middle < 4:
         return [None, None]
     return [
         "ragged_warp_kernel"
@@ -246,9 +246,11 @@ def _check_ragged(lib: Any, dtype: torch.dtype, rows: int, cols: int) -> None:
 @pytest.mark.parametrize(
     ("rows", "cols"),
     [
-        (300, 66),
+        (300, 18),
+        (300, 19),
+        (300, 38),
+        (300, 39),
         (300, 67),
-        (300, 129),
         (300, 135),
         (257, 263),
         (77, 1001),
@@ -266,9 +268,9 @@ def test_shorter_ragged_rows_take_a_block_or_a_warp_a_row(
     threads holds, take ragged_block_kernel, or ragged_warp_kernel where a warp holds it (groups
     of 16 or 32 lanes a row, rows past the last in a block's last groups), on any arch: the middle
     held as loaded, the ends an element a thread, every offset of a row's start, special values in
-    its ends, the longest middle a block holds (32765 bfloat16, 4095 vectors), middles of 16 to 32
-    vectors (67 float32 and 135 bfloat16, 16; 129 float32, 31; 263 bfloat16, 32); shorter ones stay
-    element by element (66 float32, 129 bfloat16, 15)."""
+    its ends, the longest middle a block holds (32765 bfloat16, 4095 vectors), middles of 4 to 32
+    vectors (19 float32 and 39 bfloat16, 4; 67 bfloat16, 7; 67 float32 and 135 bfloat16, 16; 263
+    bfloat16, 32); shorter ones stay element by element (18 float32 and 38 bfloat16, 3)."""
     _check_ragged(lib, dtype, rows, cols)
 
 

@@ -8,7 +8,7 @@
 //   to a thread-block cluster a row on sm_90+ (rows of 16-byte vectors: softmax_wide.cuh, 128
 //   bytes of x a thread as loaded, up to 1M elements, the cluster's partials pushed into every
 //   block; rows of another length by their aligned middle the same way and their ends an element
-//   a thread, softmax_ragged.cuh, which also takes such rows from 67 float32 (135 bfloat16)
+//   a thread, softmax_ragged.cuh, which also takes such rows from 19 float32 (39 bfloat16)
 //   elements on one block or a warp a row; else the cluster path, up to 512K float32 elements),
 //   else are split across a team of blocks of a cooperative grid (softmax_split.cuh: read once, up
 //   to about 2M float32 elements a row on an H100), and read twice beyond (the stream path).

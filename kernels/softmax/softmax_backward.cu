@@ -7,7 +7,7 @@
 //   read once up to 8192 float32 elements a block, held in the registers of a thread-block
 //   cluster beyond on sm_90+ (rows of 16-byte vectors: softmax_wide.cuh, 64 bytes of each a
 //   thread as loaded; rows of another length: softmax_ragged.cuh, also on one block or a warp a
-//   row from their middle's 16th vector; float64 and pointers off 16
+//   row from their middle's 4th vector; float64 and pointers off 16
 //   bytes: the cluster path), else split across a team of blocks of a cooperative grid
 //   (softmax_split.cuh: read once, up to about 1M float32 elements a row on an H100), and twice
 //   beyond that.

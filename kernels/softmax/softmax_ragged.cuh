@@ -18,8 +18,8 @@
 // Shorter rows, whose middle a block of 512 threads holds, take the same split on one block a row
 // (ragged_block_kernel: the block path's held kernel, softmax_held.cuh, on the middle; the ends by
 // the block's first threads), or where a warp holds it, on a group of 16 or 32 lanes a row
-// (ragged_warp_kernel), on any arch; middles of fewer than 16 vectors (rows under 67 float32 or
-// 135 bfloat16 elements) stay element by element. A bfloat16 row of 4097 ran element by element at
+// (ragged_warp_kernel), on any arch; middles of fewer than 4 vectors (rows under 19 float32 or
+// 39 bfloat16 elements) stay element by element. A bfloat16 row of 4097 ran element by element at
 // 31% of a copy (H100, 2026-11-27).
 #pragma once
 
@@ -123,10 +123,12 @@ void launch_ragged_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t s
 }
 
 // Rows whose middle is shorter than this many vectors stay on the warp path, element by element.
-// At 16 rather than 32 (the 16-lane group takes middles of 16 to 31 vectors), on an H100,
-// 2026-11-27, 65536 rows, us, ragged / element by element / torch.softmax: bfloat16 135 20.8 /
-// 42.2 / 25.4, 262 25.5 / 68.2 / 43.1; float32 67 18.8 / 28.9 / 17.8, 130 24.5 / 36.6 / 27.4.
-constexpr int64_t kRaggedMinVectors = 16;
+// On an H100, 2026-11-27, 65536 rows, us, ragged / element by element / torch.softmax: bfloat16
+// 67 (7 vectors) 21.1 / 31.1 / 17.8, 131 (15) 21.1 / 42.1 / 25.6, 262 (31) 25.5 / 68.2 / 43.1;
+// float32 33 (7) 18.6 / 23.1 / 13.5, 66 (15) 18.6 / 28.8 / 17.4, 130 (31) 24.5 / 36.6 / 27.4.
+// Below 4 the 16-lane group is the slower: bfloat16 23 (2) 20.9 / 13.5, float32 10 (1) 25.5 /
+// 11.0, 17 (3) 18.5 / 13.6.
+constexpr int64_t kRaggedMinVectors = 4;
 
 // The ragged path for rows of cols elements (cols % N != 0): launches it and returns true with the
 // launch's result in `err`, or returns false (nothing launched) where it does not apply here: a
