@@ -159,6 +159,23 @@ struct WarpReduce {
     for (int offset = G / 2; offset > 0; offset /= 2) p = P::combine(p, p.shfl_xor(offset));
     return p;
   }
+  // Softmax statistics in two sweeps, the max and then the sum of each lane's s moved to it: one
+  // exp a lane, where combining pairs takes one a step (and a compare and two selects). The same
+  // (M, S) up to rounding, NaN and Inf alike (fmax, as combine, never lets a NaN win; a lane's s
+  // rescaled as combine rescales it), and the same in every lane (each step adds the same two
+  // values, in either order).
+  template <typename A>
+  __device__ Stats<A> operator()(Stats<A> p) const {
+    A big = p.m;
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset /= 2) {
+      big = fmax(big, __shfl_xor_sync(0xffffffffu, big, offset));
+    }
+    A s = p.s * rescale(p.m, big);
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+    return {big, s};
+  }
 };
 
 // The whole block (a multiple of 32 threads); buf holds 32 partials in shared memory.
