@@ -18,9 +18,9 @@
 // Shorter rows, whose middle a block of 512 threads holds, take the same split on one block a row
 // (ragged_block_kernel: the block path's held kernel, softmax_held.cuh, on the middle; the ends by
 // the block's first threads), or where a warp holds it, on a group of 16 or 32 lanes a row
-// (ragged_warp_kernel), on any arch; middles of fewer than 4 vectors (rows under 19 float32 or
-// 39 bfloat16 elements) stay element by element. A bfloat16 row of 4097 ran element by element at
-// 31% of a copy (H100, 2026-11-27).
+// (ragged_warp_kernel; 16 lanes of two vectors each for middles of up to 32), on any arch;
+// middles of fewer than 4 vectors (rows under 19 float32 or 39 bfloat16 elements) stay element by
+// element. A bfloat16 row of 4097 ran element by element at 31% of a copy (H100, 2026-11-27).
 #pragma once
 
 #include "softmax/softmax_rows.cuh"
@@ -140,11 +140,18 @@ bool launch_ragged(const Op& op, int64_t rows, cudaStream_t stream, cudaError_t&
   constexpr int K = wide_slots<Op>();
   const int64_t nvec = (op.cols - N + 1) / N;
   if (nvec < kRaggedMinVectors) return false;
-  // Groups of lanes for middles a warp holds: 16 or 32 lanes at half the block's vectors a lane
-  // (more rows resident), 32 at as many; past a warp, a block a row.
+  // Groups of lanes for middles a warp holds: 16 lanes at two vectors a lane (32 registers a
+  // thread forward, where four took 40: every warp an SM holds resident), 16 or 32 lanes at half
+  // the block's vectors a lane (more rows resident), 32 at as many; past a warp, a block a row.
+  // The two-vector tier on an H100, 2026-11-27, 65536 rows, us, against four vectors a lane
+  // (torch.softmax): float32 33 14.3 / 16.6 (13.5), 67 15.1 / 17.0 (17.6); bfloat16 67 17.4 / 18.7
+  // (17.7), 131 17.7 / 19.0 (25.8); 262144x77 float32 56.0 / 62.1 (59.2).
   constexpr int kHalf = K / 2;
+  constexpr int kShort = kHalf > 2 ? 2 : kHalf;
   if (nvec <= 32 * K) {
-    if (nvec <= 16 * kHalf) {
+    if (kShort < kHalf && nvec <= 16 * kShort) {
+      launch_ragged_warp<Op, N, 16, kShort>(op, rows, nvec, stream);
+    } else if (nvec <= 16 * kHalf) {
       launch_ragged_warp<Op, N, 16, kHalf>(op, rows, nvec, stream);
     } else if (nvec <= 32 * kHalf) {
       launch_ragged_warp<Op, N, 32, kHalf>(op, rows, nvec, stream);
