@@ -266,7 +266,8 @@ def test_shorter_ragged_rows_take_a_block_or_a_warp_a_row(
 ) -> None:
     """Rows of a length that is no multiple of a vector, whose aligned middle a block of 512
     threads holds, take ragged_block_kernel, or ragged_warp_kernel where a warp holds it (groups
-    of 16 or 32 lanes a row, rows past the last in a block's last groups), on any arch: the middle
+    of 8, 16 or 32 lanes a row, a lane of 8 taking two of a 2-byte row's ends where it has more
+    than 8 (67 bfloat16: 11), rows past the last in a block's last groups), on any arch: the middle
     held as loaded, the ends an element a thread, every offset of a row's start, special values in
     its ends, the longest middle a block holds (32765 bfloat16, 4095 vectors), middles of 4 to 32
     vectors (19 float32 and 39 bfloat16, 4; 67 bfloat16, 7; 67 float32 and 135 bfloat16, 16; 263

@@ -17,10 +17,11 @@
 // once and written once; nothing outlives a launch.
 // Shorter rows, whose middle a block of 512 threads holds, take the same split on one block a row
 // (ragged_block_kernel: the block path's held kernel, softmax_held.cuh, on the middle; the ends by
-// the block's first threads), or where a warp holds it, on a group of 16 or 32 lanes a row
-// (ragged_warp_kernel; 16 lanes of two vectors each for middles of up to 32), on any arch;
-// middles of fewer than 4 vectors (rows under 19 float32 or 39 bfloat16 elements) stay element by
-// element. A bfloat16 row of 4097 ran element by element at 31% of a copy (H100, 2026-11-27).
+// the block's first threads), or where a warp holds it, on a group of 8, 16 or 32 lanes a row
+// (ragged_warp_kernel; 8 or 16 lanes of two vectors each for middles of up to 16 or 32, a lane of
+// 8 taking two of a 2-byte row's ends), on any arch; middles of fewer than 4 vectors (rows under 19
+// float32 or 39 bfloat16 elements) stay element by element. A bfloat16 row of 4097 ran element by
+// element at 31% of a copy (H100, 2026-11-27).
 #pragma once
 
 #include "softmax/softmax_rows.cuh"
@@ -29,11 +30,12 @@
 namespace wb::softmax {
 
 // Row `row` of the kernels below: the thread's middle vectors (s: Slots or StridedShare) of each
-// tensor held as loaded, its end element beside them where `end` (thread j of the row's threads
-// takes end element j: j < the ends' count <= 2N - 2), the row's total through `reduce`.
-template <typename Op, int N, int K, typename Share, typename Reduce>
+// tensor held as loaded, its end elements beside them (thread j of the `width` threads that take
+// the row's `ends` end elements, ends <= 2N - 2, takes the ones j, j + width, ..., E at most), the
+// row's total through `reduce`. `ends` is 0 for the threads of a cluster's other blocks.
+template <typename Op, int N, int K, int E, typename Share, typename Reduce>
 __device__ __forceinline__ void ragged_row(const Op& op, int64_t row, int64_t nvec, Share s, int j,
-                                           bool end, Reduce reduce) {
+                                           int width, int ends, Reduce reduce) {
   using P = typename Op::Partial;
   using T = typename Op::T;
   constexpr int kT = Op::kTensors;
@@ -42,17 +44,31 @@ __device__ __forceinline__ void ragged_row(const Op& op, int64_t row, int64_t nv
   const Op mid = op.shifted(head);
   Vec<T, N> v[kT][K];
   mid.template load<N, K>(row, s, v);
-  Vec<T, 1> e[kT];
-  const int64_t at = start + (j < head ? j : N * nvec + j);  // the end element's
-  if (end) {
+  Vec<T, 1> e[E][kT];
+  int64_t at[E];  // the end elements' places
 #pragma unroll
-    for (int i = 0; i < kT; ++i) e[i].v[0] = op.src(i)[at];
+  for (int q = 0; q < E; ++q) {
+    const int i = j + q * width;
+    at[q] = i < ends ? start + (i < head ? i : N * nvec + i) : -1;
+    if (at[q] >= 0) {
+#pragma unroll
+      for (int t = 0; t < kT; ++t) e[q][t].v[0] = op.src(t)[at[q]];
+    }
   }
   P p = mid.template partial<N, K>(s, v);
-  if (end) p = P::combine(p, op.take(P::identity(), e));
+#pragma unroll
+  for (int q = 0; q < E; ++q) {
+    if (at[q] >= 0) p = P::combine(p, op.take(P::identity(), e[q]));
+  }
   const P total = reduce(p);
   mid.template store<N, K>(row, s, v, total);
-  if (end) op.dst()[at] = op.out(e, op.finish(total)).v[0];
+  if (j < ends) {
+    const auto f = op.finish(total);
+#pragma unroll
+    for (int q = 0; q < E; ++q) {
+      if (at[q] >= 0) op.dst()[at[q]] = op.out(e[q], f).v[0];
+    }
+  }
 }
 
 // A cluster a row as in wide_kernel (gridDim.x = clusters * C, the rows blockIdx.x / C, +
@@ -70,10 +86,9 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
   const StridedShare<Threads> s = block_share<Threads>(rank, per, nvec);
   const int extra = static_cast<int>(op.cols - N * nvec);  // the ends' elements of a row
   const int j = static_cast<int>(threadIdx.x);
-  const bool end_element = rank == 0 && j < extra;
   inbox_arrive(box);
   for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
-    ragged_row<Op, N, K>(op, row, nvec, s, j, end_element, [&](P p) {
+    ragged_row<Op, N, K, 1>(op, row, nvec, s, j, Threads, rank == 0 ? extra : 0, [&](P p) {
       if (round == 0) inbox_wait();
       return wide_total<P, Threads, false>(p, size, warps, box, round);
     });
@@ -89,29 +104,29 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     ragged_block_kernel(Op op, int64_t rows, int64_t nvec) {
   __shared__ typename Op::Partial buf[32];
   const Slots s{0, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), nvec};
-  const int j = static_cast<int>(threadIdx.x);
-  const bool end = j < op.cols - N * nvec;
+  const int j = static_cast<int>(threadIdx.x), extra = static_cast<int>(op.cols - N * nvec);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    ragged_row<Op, N, K>(op, row, nvec, s, j, end, BlockReduce<typename Op::Partial>{buf});
+    ragged_row<Op, N, K, 1>(op, row, nvec, s, j, static_cast<int>(blockDim.x), extra,
+                            BlockReduce<typename Op::Partial>{buf});
   }
 }
 
-// Rows of nvec <= G * K middle vectors in groups of G >= 16 lanes (>= the ends' count), kWarpBlock
-// / G rows a block, as warp_kernel; a group past the last row has no slots and no end element (its
-// lanes still take part in the warp's shuffles).
+// Rows of nvec <= G * K middle vectors in groups of G lanes, kWarpBlock / G rows a block, as
+// warp_kernel; a lane takes up to E = ceil((2N - 2) / G) of a row's end elements. A group past the
+// last row has no slots and no end element (its lanes still take part in the warp's shuffles).
 template <typename Op, int N, int G, int K>
 __global__ void __launch_bounds__(kWarpBlock)
     ragged_warp_kernel(Op op, int64_t rows, int64_t nvec) {
-  static_assert(G >= 2 * N - 2, "a lane a row's end element");
   constexpr int kRows = kWarpBlock / G;
+  constexpr int kEnds = 2 * N - 2 > G ? (2 * N - 2 + G - 1) / G : 1;
   const int lane = static_cast<int>(threadIdx.x) % G;
-  const bool end = lane < op.cols - N * nvec;
+  const int extra = static_cast<int>(op.cols - N * nvec);
   for (int64_t first = int64_t{blockIdx.x} * kRows; first < rows;
        first += int64_t{gridDim.x} * kRows) {
     const int64_t row = first + threadIdx.x / G;
     const bool valid = row < rows;
-    ragged_row<Op, N, K>(op, valid ? row : first, nvec, Slots{0, lane, G, valid ? nvec : 0}, lane,
-                         valid && end, WarpReduce<G>{});
+    ragged_row<Op, N, K, kEnds>(op, valid ? row : first, nvec, Slots{0, lane, G, valid ? nvec : 0},
+                                lane, G, valid ? extra : 0, WarpReduce<G>{});
   }
 }
 
@@ -123,11 +138,12 @@ void launch_ragged_warp(const Op& op, int64_t rows, int64_t nvec, cudaStream_t s
 }
 
 // Rows whose middle is shorter than this many vectors stay on the warp path, element by element.
-// On an H100, 2026-11-27, 65536 rows, us, ragged / element by element / torch.softmax: bfloat16
-// 67 (7 vectors) 21.1 / 31.1 / 17.8, 131 (15) 21.1 / 42.1 / 25.6, 262 (31) 25.5 / 68.2 / 43.1;
-// float32 33 (7) 18.6 / 23.1 / 13.5, 66 (15) 18.6 / 28.8 / 17.4, 130 (31) 24.5 / 36.6 / 27.4.
-// Below 4 the 16-lane group is the slower: bfloat16 23 (2) 20.9 / 13.5, float32 10 (1) 25.5 /
-// 11.0, 17 (3) 18.5 / 13.6.
+// On an H100, 2026-11-27, 65536 rows, us, ragged (16 lanes of four vectors, before the narrower
+// tiers below) / element by element / torch.softmax: bfloat16 67 (7 vectors) 21.1 / 31.1 / 17.8,
+// 131 (15) 21.1 / 42.1 / 25.6, 262 (31) 25.5 / 68.2 / 43.1; float32 33 (7) 18.6 / 23.1 / 13.5, 66
+// (15) 18.6 / 28.8 / 17.4, 130 (31) 24.5 / 36.6 / 27.4. Below 4 the element path stays as fast or
+// faster, with 8 lanes a row too: float32 100000x10 (1) 12.4 against 9.7, 65536x11 (2) 10.0
+// against 8.3; bfloat16 23 (2) 11.7 against 11.6.
 constexpr int64_t kRaggedMinVectors = 4;
 
 // The ragged path for rows of cols elements (cols % N != 0): launches it and returns true with the
@@ -140,16 +156,20 @@ bool launch_ragged(const Op& op, int64_t rows, cudaStream_t stream, cudaError_t&
   constexpr int K = wide_slots<Op>();
   const int64_t nvec = (op.cols - N + 1) / N;
   if (nvec < kRaggedMinVectors) return false;
-  // Groups of lanes for middles a warp holds: 16 lanes at two vectors a lane (32 registers a
+  // Groups of lanes for middles a warp holds: 8 or 16 lanes at two vectors a lane (32 registers a
   // thread forward, where four took 40: every warp an SM holds resident), 16 or 32 lanes at half
   // the block's vectors a lane (more rows resident), 32 at as many; past a warp, a block a row.
-  // The two-vector tier on an H100, 2026-11-27, 65536 rows, us, against four vectors a lane
-  // (torch.softmax): float32 33 14.3 / 16.6 (13.5), 67 15.1 / 17.0 (17.6); bfloat16 67 17.4 / 18.7
-  // (17.7), 131 17.7 / 19.0 (25.8); 262144x77 float32 56.0 / 62.1 (59.2).
+  // Short rows are bound by how many a warp holds at once, not by bytes. On an H100, 2026-11-27,
+  // 65536 rows, us, 8 lanes / 16 lanes of two vectors / 16 of four (torch.softmax): float32 19 9.7
+  // / 14.5 / 16.5 (15.1), 33 10.2 / 14.7 / 16.6 (13.9), 67 - / 15.1 / 17.0 (17.6); bfloat16 39 11.7
+  // / 17.3 / - (13.9), 77 13.2 / 17.1 / - (18.0), 131 16.3 / 17.7 / 19.0 (26.1); 262144x77 bfloat16
+  // 35.9 / 53.0 (55.0).
   constexpr int kHalf = K / 2;
   constexpr int kShort = kHalf > 2 ? 2 : kHalf;
   if (nvec <= 32 * K) {
-    if (kShort < kHalf && nvec <= 16 * kShort) {
+    if (nvec <= 8 * kShort) {
+      launch_ragged_warp<Op, N, 8, kShort>(op, rows, nvec, stream);
+    } else if (kShort < kHalf && nvec <= 16 * kShort) {
       launch_ragged_warp<Op, N, 16, kShort>(op, rows, nvec, stream);
     } else if (nvec <= 16 * kHalf) {
       launch_ragged_warp<Op, N, 16, kHalf>(op, rows, nvec, stream);
