@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.bundled_cubin import cuda_kernels_run
 from tests.conftest import DEVICES
 from tests.op_contract import (
     assert_contract,
@@ -100,11 +101,8 @@ def test_the_last_dimension_adds_in_shared_memory_slices(
     for atomic in (False, True):
         if atomic:
             monkeypatch.setenv("WB_INDEX_ADD", "atomic")
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            lib.index_add(*args)
-            torch.cuda.synchronize()
-        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        sliced = any("index_add_slice_kernel" in n for n in names)
+        names = cuda_kernels_run(lambda: lib.index_add(*args))
+        sliced = "index_add_slice_kernel" in names
         assert sliced == (slices > 0 and not atomic), names
         verdict = check_call(lib.index_add, lib.specs["index_add"], args)
         assert verdict.passed, verdict
