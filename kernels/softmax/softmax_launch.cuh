@@ -138,17 +138,18 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
       N == 1 && sizeof(typename Op::T) == 2 && threads <= kMaxThreads && path == LongPath::kDefault;
   if (threads > kBlockThreads && !short_scalar) {
     if (path == LongPath::kInvalid) return cudaErrorInvalidValue;  // launch_rows names it
-    // Rows of vectors past what the wide path's 16 blocks of 1024 threads hold: the chunks path
-    // before the split path, by default. On an H100, 2026-11-27, share of a copy of the same
-    // bytes, chunks against split: float32 4 to 64 rows of 1M 61-70% against 42-45%, bfloat16 4 to
-    // 48 rows of 2M 60-66% against 43-48%, the backward 60-63% against 40-47% (48 x 2M bfloat16:
-    // 40% either way).
+    // Rows of vectors past what the wide path holds (wide_cluster_size: 16 blocks of 1024
+    // threads): the chunks path before the split path, by default. On an H100, 2026-11-27, share
+    // of a copy of the same bytes, chunks against split: float32 4 to 64 rows of 1M 61-70% against
+    // 42-45%, bfloat16 4 to 48 rows of 2M 60-66% against 43-48%, the backward 60-63% against
+    // 40-47% (48 x 2M bfloat16: 40% either way).
     bool chunks_first = false;
     if (path == LongPath::kDefault) {
       path = N > 1 && sizeof(typename Op::A) == 4 ? LongPath::kWide
              : sizeof(typename Op::T) >= 4        ? LongPath::kCluster
                                                   : LongPath::kSplit;
-      chunks_first = N > 1 && nvec > int64_t{kMaxCluster} * kMaxThreads * wide_slots<Op>();
+      int unused = 0;
+      chunks_first = N > 1 && wide_cluster_size(nvec, wide_slots<Op>(), 0, &unused) == 0;
     }
     if constexpr (N > 1) {
       if (path == LongPath::kBulk && launch_bulk(op, rows, nvec, stream, err)) return err;

@@ -169,7 +169,7 @@ bool launch_ragged(const Op& op, int64_t rows, cudaStream_t stream, cudaError_t&
   if (nvec <= 32 * K) {
     if (nvec <= 8 * kShort) {
       launch_ragged_warp<Op, N, 8, kShort>(op, rows, nvec, stream);
-    } else if (kShort < kHalf && nvec <= 16 * kShort) {
+    } else if (nvec <= 16 * kShort) {
       launch_ragged_warp<Op, N, 16, kShort>(op, rows, nvec, stream);
     } else if (nvec <= 16 * kHalf) {
       launch_ragged_warp<Op, N, 16, kHalf>(op, rows, nvec, stream);
