@@ -370,7 +370,6 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
                           : extra == 32 && map_c != nullptr ? StagedCopy::tensor
                                                             : StagedCopy::vector;
   unsigned char* const my_stage = stage_c + consumer * kStageBytesPerConsumer<Tl::kChunk>;
-  int chunks = 0;  // chunks this consumer staged (store_staged's tensor copy takes buffers in turn)
   int it = 0;
   // A stage's release: to this block's producer, and paired, to the other block's.
   const auto release = [&](int s) {
@@ -424,7 +423,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     if constexpr (Tl::kStaged) {
       if (staged) {
         store_staged<O, Tl::BN, Tl::kChunk>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d,
-                                            my_stage, t, 1 + consumer, copy, map_c, chunks);
+                                            my_stage, t, 1 + consumer, copy, map_c);
         continue;
       }
     }
