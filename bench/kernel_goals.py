@@ -88,7 +88,7 @@ def parse_variant(text: str, known: set[str]) -> Variant:
     if not sep or not re.fullmatch(r"[A-Za-z0-9_.+-]+", label.strip()):
         raise SystemExit(
             f"--variant {text!r}: write LABEL:NAME=VALUE[,NAME=VALUE...], e.g. "
-            "deep:WB_SOFTMAX_PATH=deep (the label letters, digits, _ . + -)"
+            "wide:WB_SOFTMAX_PATH=wide (the label letters, digits, _ . + -)"
         )
     env: dict[str, str] = {}
     for item in rest.split(","):
@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="LABEL:NAME=VALUE[,...]",
-        help="also time our op with these switches (repeatable), e.g. deep:WB_SOFTMAX_PATH=deep",
+        help="also time our op with these switches (repeatable), e.g. wide:WB_SOFTMAX_PATH=wide",
     )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)

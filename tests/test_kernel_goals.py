@@ -71,32 +71,32 @@ def test_the_switches_are_read_off_the_kernel_sources() -> None:
 
 def test_a_variant_is_parsed_and_its_switches_checked() -> None:
     known = switches_read()
-    v = parse_variant("deep+fma:WB_SOFTMAX_PATH=deep, WB_SOFTMAX_EXP=fma", known)
-    assert v == Variant("deep+fma", {"WB_SOFTMAX_PATH": "deep", "WB_SOFTMAX_EXP": "fma"})
-    assert v.name("softmax forward") == "softmax forward [deep+fma]"
+    v = parse_variant("wide+fma:WB_SOFTMAX_PATH=wide, WB_SOFTMAX_EXP=fma", known)
+    assert v == Variant("wide+fma", {"WB_SOFTMAX_PATH": "wide", "WB_SOFTMAX_EXP": "fma"})
+    assert v.name("softmax forward") == "softmax forward [wide+fma]"
     # a typo would time the default under another name: refused, with the family's switches
     with pytest.raises(
         SystemExit, match=r"no bundled kernel reads WB_SOFTMAX_PTH.*WB_SOFTMAX_PATH"
     ):
-        parse_variant("deep:WB_SOFTMAX_PTH=deep", known)
-    for bad in ("WB_SOFTMAX_PATH=deep", "a b:WB_SOFTMAX_PATH=deep", ":WB_SOFTMAX_PATH=deep"):
+        parse_variant("wide:WB_SOFTMAX_PTH=wide", known)
+    for bad in ("WB_SOFTMAX_PATH=wide", "a b:WB_SOFTMAX_PATH=wide", ":WB_SOFTMAX_PATH=wide"):
         with pytest.raises(SystemExit, match="LABEL:NAME=VALUE"):
             parse_variant(bad, known)
     with pytest.raises(SystemExit, match="is not NAME=VALUE"):
-        parse_variant("deep:WB_SOFTMAX_PATH", known)
+        parse_variant("wide:WB_SOFTMAX_PATH", known)
 
 
 def test_a_variant_sets_its_switches_only_while_applied(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WB_SOFTMAX_PATH", "wide")
     monkeypatch.delenv("WB_SOFTMAX_EXP", raising=False)
-    v = Variant("x", {"WB_SOFTMAX_PATH": "deep", "WB_SOFTMAX_EXP": "fma"})
+    v = Variant("x", {"WB_SOFTMAX_PATH": "wide", "WB_SOFTMAX_EXP": "fma"})
     with v.applied():
-        assert os.environ["WB_SOFTMAX_PATH"] == "deep" and os.environ["WB_SOFTMAX_EXP"] == "fma"
+        assert os.environ["WB_SOFTMAX_PATH"] == "wide" and os.environ["WB_SOFTMAX_EXP"] == "fma"
     assert os.environ["WB_SOFTMAX_PATH"] == "wide" and "WB_SOFTMAX_EXP" not in os.environ
 
 
 def test_repeated_variant_labels_are_refused() -> None:
-    proc = goals("--variant", "a:WB_SOFTMAX_PATH=deep", "--variant", "a:WB_SOFTMAX_PATH=wide")
+    proc = goals("--variant", "a:WB_SOFTMAX_PATH=chunks", "--variant", "a:WB_SOFTMAX_PATH=wide")
     assert proc.returncode != 0 and "each label once" in proc.stderr
 
 

@@ -1,12 +1,11 @@
-"""softmax's long-row paths (kernels/softmax/softmax_rows.cuh): the bulk path's plan (host code,
-run on the CPU), WB_SOFTMAX_PATH's values, and on a GPU every path (wide, pipe, deep, bulk, split,
-cluster, stream, chunks) against torch.softmax and its backward at long and odd row lengths, in a
-CUDA graph and on two streams at once, and WB_SOFTMAX_EXP's ways of taking the 2-byte dtypes'
+"""softmax's long-row paths (kernels/softmax/softmax_rows.cuh): the wide path's plan and the
+switches' values (host code, run on the CPU), and on a GPU every path (wide, split, cluster,
+stream, chunks) against torch.softmax and its backward at long and odd row lengths, in a CUDA
+graph and on two streams at once, and WB_SOFTMAX_EXP's ways of taking the 2-byte dtypes'
 exponentials on the paths that use them."""
 
 from __future__ import annotations
 
-import math
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -25,39 +24,18 @@ _PATHS_MAIN = r"""
 #include "softmax/softmax_rows.cuh"
 
 // stdin, a request a line:
-//   log2 ROWS NVEC RING C1 C2 C4 C8 C16  ->  bulk_cluster_log2 (resident clusters of each size)
-//   grid ROWS RESIDENT              ->  bulk_clusters
 //   path VALUE                      ->  parse_long_path ("-" for an empty value)
 //   wide NVEC K FORCED              ->  wide_cluster_size: "size threads"
-//   pipe ROWS RESIDENT              ->  pipe_clusters
-//   deep ROWS NVEC K THREADS R1..R16  ->  deep_cluster_size (resident clusters of each size)
-//   env NAME VALUE                  ->  block_mode() and deep_forced() once NAME is VALUE ("-":
-//                                       unset)
+//   env NAME VALUE                  ->  block_mode() once NAME is VALUE ("-": unset)
 int main() {
   char what[16], value[64];
   while (std::scanf("%15s", what) == 1) {
-    if (std::strcmp(what, "log2") == 0) {
-      long long rows = 0, nvec = 0;
-      int ring = 0, c[5] = {};
-      std::scanf("%lld %lld %d %d %d %d %d %d", &rows, &nvec, &ring, &c[0], &c[1], &c[2], &c[3],
-                 &c[4]);
-      std::printf("%d\n", wb::softmax::bulk_cluster_log2(rows, nvec, ring, c));
-    } else if (std::strcmp(what, "grid") == 0) {
-      long long rows = 0, resident = 0;
-      std::scanf("%lld %lld", &rows, &resident);
-      std::printf("%lld\n", static_cast<long long>(wb::softmax::bulk_clusters(rows, resident)));
-    } else if (std::strcmp(what, "wide") == 0) {
+    if (std::strcmp(what, "wide") == 0) {
       long long nvec = 0;
       int k = 0, forced = 0, threads = 0;
       std::scanf("%lld %d %d", &nvec, &k, &forced);
       const int size = wb::softmax::wide_cluster_size(nvec, k, forced, &threads);
       std::printf("%d %d\n", size, size == 0 ? 0 : threads);
-    } else if (std::strcmp(what, "deep") == 0) {
-      long long rows = 0, nvec = 0;
-      int k = 0, threads = 0, resident[wb::softmax::kMaxCluster + 1] = {};
-      std::scanf("%lld %lld %d %d", &rows, &nvec, &k, &threads);
-      for (int c = 1; c <= wb::softmax::kMaxCluster; ++c) std::scanf("%d", &resident[c]);
-      std::printf("%d\n", wb::softmax::deep_cluster_size(rows, nvec, k, threads, resident));
     } else if (std::strcmp(what, "env") == 0) {
       char name[64];
       std::scanf("%63s %63s", name, value);
@@ -66,11 +44,7 @@ int main() {
       } else {
         setenv(name, value, 1);
       }
-      std::printf("%d %d\n", wb::softmax::block_mode(), wb::softmax::deep_forced());
-    } else if (std::strcmp(what, "pipe") == 0) {
-      long long rows = 0, resident = 0;
-      std::scanf("%lld %lld", &rows, &resident);
-      std::printf("%lld\n", static_cast<long long>(wb::softmax::pipe_clusters(rows, resident)));
+      std::printf("%d\n", wb::softmax::block_mode());
     } else {
       std::scanf("%63s", value);
       const char* s = std::strcmp(value, "-") == 0 ? "" : value;
@@ -97,64 +71,24 @@ def _ask(program: Path, lines: list[str]) -> list[int]:
     return [int(v) for v in run.stdout.split()]
 
 
-_CHUNK_VECS = 512  # kChunkBytes / 16 in softmax_bulk.cuh
-# Resident clusters of 1..16 blocks of one block an SM on an H100 (132 SMs; 16 fill fewer GPCs).
-_H100 = (132, 66, 33, 16, 7)
-
-
-@pytest.mark.nvcc
-def test_the_bulk_plan_takes_the_cluster_size_that_ends_soonest(paths_main: Path) -> None:
-    """Of the cluster sizes whose slice of a row fits the ring, the fewest rounds times the slice
-    a round moves; on a tie one whose slice takes at most half the ring (the next row loads
-    while this one is written); none where no resident cluster holds a row."""
-    cases = [
-        # (rows, vectors a row, ring slots, resident clusters by size) -> log2 of the size
-        ((1024, 16384, 28, _H100), 2),  # float32 forward 65536: 4 blocks of 64 KiB, 32 rounds
-        ((256, 16384, 28, _H100), 2),  # 2 blocks of 128 KiB tie, but fill more than half a ring
-        ((64, 65536, 28, _H100), 3),  # float32 262144: 16 x 8 blocks in 4 rounds, not 7 x 16
-        ((64, 65536, 14, _H100), 4),  # its backward (2 tensors a slot): only 16 blocks hold it
-        ((4096, 4096, 14, _H100), 2),  # float32 backward 16384: 4 blocks, 125 rounds of 1024
-        ((1, 65536, 28, (132, 66, 33, 0, 0)), -1),  # neither 8 nor 16 resident: none holds it
-        ((2, 1 << 20, 28, _H100), -1),  # 4M float32: no cluster holds it
-        ((8, 16384, 28, (0, 0, 0, 0, 0)), -1),  # nothing resident (the GPU is held elsewhere)
-    ]
-    lines = [f"log2 {r} {n} {ring} {' '.join(map(str, res))}" for (r, n, ring, res), _ in cases]
-    got = _ask(paths_main, lines)
-    assert got == [want for _, want in cases]
-    for ((_, nvec, ring, _), _), e in zip(cases, got, strict=True):
-        if e >= 0:  # every block's slice fits the ring
-            assert math.ceil(math.ceil(nvec / (1 << e)) / _CHUNK_VECS) <= ring
-
-
-@pytest.mark.nvcc
-def test_the_bulk_grid_spreads_rows_evenly_over_resident_clusters(paths_main: Path) -> None:
-    cases = [(1024, 33), (256, 33), (64, 7), (3, 16), (1, 132), (100000, 66)]
-    got = _ask(paths_main, [f"grid {r} {res}" for r, res in cases])
-    for (rows, resident), clusters in zip(cases, got, strict=True):
-        assert 1 <= clusters <= min(rows, resident)
-        rounds = math.ceil(rows / clusters)
-        assert rounds == math.ceil(rows / min(rows, resident))  # as few rounds as fit
-    assert got[:3] == [32, 32, 7]
-
-
 @pytest.mark.nvcc
 def test_wb_softmax_path_values(paths_main: Path) -> None:
-    values = ("-", "bulk", "split", "cluster", "stream", "wide", "pipe", "deep", "chunks")
-    got = _ask(paths_main, [f"path {v}" for v in (*values, "x")])
-    assert got == [*range(len(values)), len(values)]  # unset: the dtype's default; x: invalid
+    """Unset: the dtype's default (0); the five paths in order; else invalid, the removed bulk,
+    pipe and deep paths' names included (a run that still sets one is told, not timed as another
+    path)."""
+    values = ("-", "split", "cluster", "stream", "wide", "chunks")
+    invalid = ("x", "bulk", "pipe", "deep", "Wide")
+    got = _ask(paths_main, [f"path {v}" for v in (*values, *invalid)])
+    assert got == [*range(len(values)), *[len(values)] * len(invalid)]
 
 
 @pytest.mark.nvcc
-def test_wb_softmax_block_and_deep_cluster_values(paths_main: Path) -> None:
+def test_wb_softmax_block_values(paths_main: Path) -> None:
     """WB_SOFTMAX_BLOCK (softmax_held.cuh): unset 3 (the default: held for a 2-byte forward),
-    convert 0, held 1, held64 2, else -1;
-    WB_SOFTMAX_DEEP_CLUSTER (softmax_wide.cuh): unset 0, 1 to 16 as given, else -1."""
+    convert 0, held 1, held64 2, else -1."""
     block = [("-", 3), ("convert", 0), ("held", 1), ("held64", 2), ("held32", -1), ("HELD", -1)]
     got = _ask(paths_main, [f"env WB_SOFTMAX_BLOCK {v}" for v, _ in block])
-    assert got[0::2] == [want for _, want in block]
-    deep = [("-", 0), ("1", 1), ("8", 8), ("16", 16), ("0", -1), ("17", -1), ("8x", -1)]
-    got = _ask(paths_main, [f"env WB_SOFTMAX_DEEP_CLUSTER {v}" for v, _ in deep])
-    assert got[1::2] == [want for _, want in deep]
+    assert got == [want for _, want in block]
 
 
 @pytest.mark.nvcc
@@ -167,7 +101,7 @@ def test_the_wide_path_takes_the_fewest_blocks_that_hold_a_row(paths_main: Path)
         ((32768, 8, 0), (8, 512)),  # bfloat16 forward 262144
         ((32768, 4, 0), (16, 512)),  # bfloat16 backward 262144
         ((65536, 4, 0), (16, 1024)),  # float32 backward 262144
-        ((65536, 2, 0), (0, 0)),  # its pipe path: 16 blocks of 1024 hold half the row
+        ((65536, 2, 0), (0, 0)),  # 2 vectors a thread: 16 blocks of 1024 hold half the row
         ((8192, 8, 1024), (1, 1024)),  # forced: one block of 1024 a row
         ((65536, 4, 512), (0, 0)),  # forced 512 where 16 of them do not hold it
         ((2049, 8, 0), (1, 512)),  # 16392 bfloat16: one block, 257 threads with a vector
@@ -176,35 +110,6 @@ def test_the_wide_path_takes_the_fewest_blocks_that_hold_a_row(paths_main: Path)
     lines = [f"wide {n} {k} {f}" for (n, k, f), _ in cases]
     got = _ask(paths_main, lines)
     assert [tuple(got[2 * i : 2 * i + 2]) for i in range(len(cases))] == [w for _, w in cases]
-    got = _ask(paths_main, [f"pipe {r} {res}" for r, res in [(64, 16), (64, 14), (5, 16), (1, 7)]])
-    assert got == [16, 13, 5, 1]  # 64 rows on 14 clusters: 5 rounds, so 13 clusters suffice
-
-
-# Resident clusters of c = 1..16 blocks of 512 threads, two an SM, 132 SMs (the GPCs ignored).
-_TWO_AN_SM = tuple(264 // c for c in range(1, 17))
-
-
-@pytest.mark.nvcc
-def test_the_deep_path_takes_the_cluster_size_that_ends_soonest(paths_main: Path) -> None:
-    """Of the cluster sizes whose blocks hold a row (k vectors a thread), the smallest that ends
-    within 5% as soon as the soonest (rounds of rows times the vectors a block takes a round); 0
-    where none holds a row or none is resident."""
-    cases = [
-        # (rows, vectors a row, vectors a thread, threads, resident by size) -> size
-        ((64, 65536, 20, 512, _TWO_AN_SM), 8),  # float32 262144: 2 rounds of 8, not 4 of 16
-        ((64, 32768, 20, 512, _TWO_AN_SM), 4),  # bfloat16 262144: one round of clusters of 4
-        ((1024, 16384, 20, 512, _TWO_AN_SM), 2),  # float32 65536: 8 rounds, 2% behind 11's 43
-        ((64, 65536, 10, 512, _TWO_AN_SM), 16),  # float32 backward 262144 (4 + 6 a tensor)
-        ((64, 65536, 10, 512, (0,) * 12 + (20, 18, 17, 0)), 15),  # no 16: 4 rounds of 15
-        ((64, 200000, 20, 512, _TWO_AN_SM), 0),  # longer than 16 blocks hold
-        ((3, 65536, 20, 512, (0,) * 16), 0),  # nothing resident
-    ]
-    lines = [f"deep {r} {n} {k} {t} {' '.join(map(str, res))}" for (r, n, k, t, res), _ in cases]
-    got = _ask(paths_main, lines)
-    assert got == [want for _, want in cases]
-    for ((_, nvec, k, threads, res), _), size in zip(cases, got, strict=True):
-        if size:
-            assert size * threads * k >= nvec and res[size - 1] > 0
 
 
 # --- on a GPU: each path against torch --------------------------------------------------------
@@ -230,9 +135,7 @@ def kernels_run(fn: Any) -> list[str]:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize(
-    "path", ["wide", "pipe", "deep", "bulk", "split", "cluster", "stream", "chunks"]
-)
+@pytest.mark.parametrize("path", ["wide", "split", "cluster", "stream", "chunks"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("rows", "cols"), [(64, 262144), (3, 262147), (256, 65536), (5, 131080), (600, 16388)]
@@ -249,12 +152,9 @@ def test_every_path_matches_torch(
     lib.softmax(x, -1)  # the launch's one-time queries outside the profile
     names = kernels_run(lambda: lib.softmax(x, -1))
     vec = cols % (16 // x.element_size()) == 0
-    want = {"bulk": "bulk_kernel" if vec else "split_kernel", "split": "split_kernel"}
-    want["stream"] = "stream_kernel"
-    want["chunks"] = "chunk_write_kernel"
+    want = {"split": "split_kernel", "stream": "stream_kernel", "chunks": "chunk_write_kernel"}
     if vec:
-        want["wide"] = want["pipe"] = "wide_kernel"
-        want["deep"] = "deep_kernel"
+        want["wide"] = "wide_kernel"
     if path in want and torch.cuda.get_device_capability() >= (9, 0):
         assert any(want[path] in n for n in names), names
     # Tolerances against float32 references at rows of tiny values (about 1 / cols): relative,
@@ -306,8 +206,9 @@ def test_few_rows_longer_than_any_path_holds_take_the_chunks_path(
 
 
 @pytest.mark.cuda
-def test_a_bad_path_name_is_named(lib: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WB_SOFTMAX_PATH", "fast")
+@pytest.mark.parametrize("name", ["fast", "deep"])
+def test_a_bad_path_name_is_named(lib: Any, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv("WB_SOFTMAX_PATH", name)
     with pytest.raises(RuntimeError, match="WB_SOFTMAX_PATH"):
         lib.softmax(torch.randn(2, 65536, device="cuda"), -1)
         torch.cuda.synchronize()
@@ -325,14 +226,12 @@ def test_a_bad_wide_block_width_is_named(lib: Any, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["wide", "pipe", "deep"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("rows", "cols"), [(3, 65536), (70, 49160), (2, 16392)])
 @pytest.mark.parametrize("width", ["512", "1024"])
-def test_the_wide_paths_at_either_block_width(
+def test_the_wide_path_at_either_block_width(
     lib: Any,
     monkeypatch: pytest.MonkeyPatch,
-    path: str,
     dtype: torch.dtype,
     rows: int,
     cols: int,
@@ -342,8 +241,8 @@ def test_the_wide_paths_at_either_block_width(
     blocks, or one block a row); either matches torch (special rows included), also where the
     blocks of a row are only partly filled (16392 elements: 2049 or 4098 vectors)."""
     if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("the wide paths need sm_90")
-    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
+        pytest.skip("the wide path needs sm_90")
+    monkeypatch.setenv("WB_SOFTMAX_PATH", "wide")
     monkeypatch.setenv("WB_SOFTMAX_WIDE_THREADS", width)
     gen = torch.Generator().manual_seed(rows * cols)
     x = special_rows(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
@@ -351,8 +250,7 @@ def test_the_wide_paths_at_either_block_width(
     y = torch.softmax(x.float(), -1).nan_to_num(0.0).to(dtype)
     lib.softmax(x, -1)  # the launch's one-time queries outside the profile
     names = kernels_run(lambda: (lib.softmax(x, -1), lib.softmax_backward(grad, y, -1)))
-    kernel = "deep_kernel" if path == "deep" else "wide_kernel"
-    assert sum(kernel in n for n in names) == 2, names
+    assert sum("wide_kernel" in n for n in names) == 2, names
     bf16 = dtype == torch.bfloat16
     tol = {"rtol": 1.6e-2 if bf16 else 2e-5, "atol": 1e-9}
     got = lib.softmax(x, -1).float()
@@ -364,7 +262,7 @@ def test_the_wide_paths_at_either_block_width(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["bulk", "wide", "pipe", "deep", "chunks"])
+@pytest.mark.parametrize("path", ["wide", "chunks"])
 @pytest.mark.parametrize("cols", [65536, 262144])
 def test_the_long_paths_replay_in_a_graph_and_run_on_two_streams(
     lib: Any, monkeypatch: pytest.MonkeyPatch, path: str, cols: int
@@ -431,7 +329,7 @@ def assert_exp_mode_softmax(x: torch.Tensor, got: torch.Tensor) -> None:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["fma", "poly", "twice", ""])
-@pytest.mark.parametrize("path", ["wide", "deep", "bulk", "split"])
+@pytest.mark.parametrize("path", ["wide", "split"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("rows", "cols"), [(6, 65536), (5, 131080)])
 def test_the_exp_modes_match_torch(

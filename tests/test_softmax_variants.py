@@ -1,9 +1,8 @@
 """softmax's variants for timing (issue 37): the held block path (WB_SOFTMAX_BLOCK=held|held64,
-kernels/softmax/softmax_held.cuh) and the deep path's forced cluster size (WB_SOFTMAX_DEEP_CLUSTER,
-softmax_wide.cuh), each against torch.softmax and torch._softmax_backward_data at the goal sizes
-and odd lengths, special rows included, and their bad values named; and the cluster paths' push
-exchange through many rows a cluster. The switches' parsing
-runs on the CPU in tests/test_softmax_paths.py."""
+kernels/softmax/softmax_held.cuh) against torch.softmax and torch._softmax_backward_data at the
+goal sizes and odd lengths, special rows included, and its bad values named; and the wide path's
+push exchange across thousands of clusters. The switches' parsing runs on the CPU in
+tests/test_softmax_paths.py."""
 
 from __future__ import annotations
 
@@ -129,53 +128,26 @@ def _sm90() -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("size", ["4", "8", "12", "16"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_deep_path_at_a_forced_cluster_size(
-    lib: Any, monkeypatch: pytest.MonkeyPatch, size: str, dtype: torch.dtype
-) -> None:
-    """WB_SOFTMAX_DEEP_CLUSTER forces the deep path's cluster size; where its blocks do not hold
-    a row (float32 262144 in 4 blocks) the wide path takes the rows. Both against torch at
-    64 x 262144, forward and backward."""
-    _sm90()
-    monkeypatch.setenv("WB_SOFTMAX_PATH", "deep")
-    monkeypatch.setenv("WB_SOFTMAX_DEEP_CLUSTER", size)
-    rows, cols = 64, 262144
-    gen = torch.Generator().manual_seed(int(size))
-    x = special_rows(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
-    grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
-    lib.softmax(x, -1)
-    names = kernels_run(lambda: lib.softmax(x, -1))
-    n = 16 // x.element_size()
-    holds = int(size) * 512 * 20 >= cols // n  # 8 + 12 vectors a thread, blocks of 512
-    assert any("deep_kernel" in k for k in names) == holds, names
-    _check_both(lib, x, grad)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("path", ["wide", "pipe", "deep"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("rows", "cols"), [(3, 65536), (2000, 16392), (600, 32776)])
-def test_the_push_exchange_through_many_rows_a_cluster(
+def test_the_push_exchange_across_thousands_of_clusters(
     lib: Any,
     monkeypatch: pytest.MonkeyPatch,
-    path: str,
     dtype: torch.dtype,
     rows: int,
     cols: int,
 ) -> None:
-    """The cluster paths push a row's partials into two inbox buffers in turn (softmax_rows.cuh,
-    Inbox): thousands of rows on the persistent pipe and deep grids take each cluster through
-    dozens of rows, refilling each buffer and turning its mbarrier's phase each time; every row
-    against torch, forward and backward, special rows included, run twice for the same bits (a
-    buffer read before its row had landed would differ from run to run)."""
+    """The wide path pushes a row's partials into every block of its cluster (softmax_rows.cuh,
+    Inbox): thousands of rows, a cluster each, many resident at once; every row against torch,
+    forward and backward, special rows included, run twice for the same bits (a partial read
+    before it had landed would differ from run to run)."""
     _sm90()
-    monkeypatch.setenv("WB_SOFTMAX_PATH", path)
+    monkeypatch.setenv("WB_SOFTMAX_PATH", "wide")
     gen = torch.Generator().manual_seed(rows + cols)
     x = special_rows(torch.randn(rows, cols, generator=gen)).to(dtype).cuda()
     grad = torch.randn(rows, cols, generator=gen).to(dtype).cuda()
     names = kernels_run(lambda: lib.softmax(x, -1))
-    assert any(("deep_kernel" if path == "deep" else "wide_kernel") in n for n in names), names
+    assert any("wide_kernel" in n for n in names), names
     first = lib.softmax(x, -1)
     assert torch.equal(first.nan_to_num(7.0), lib.softmax(x, -1).nan_to_num(7.0))
     _check_both(lib, x, grad)
@@ -294,16 +266,11 @@ def test_a_path_asked_for_takes_ragged_rows_element_by_element(
     [
         ("WB_SOFTMAX_BLOCK", "fast", (4, 16384)),
         ("WB_SOFTMAX_BLOCK", "held128", (4, 4096)),
-        ("WB_SOFTMAX_DEEP_CLUSTER", "32", (2, 262144)),
-        ("WB_SOFTMAX_DEEP_CLUSTER", "eight", (2, 262144)),
     ],
 )
 def test_a_bad_variant_value_is_named(
     lib: Any, monkeypatch: pytest.MonkeyPatch, env: str, value: str, shape: tuple[int, int]
 ) -> None:
-    if env == "WB_SOFTMAX_DEEP_CLUSTER":
-        _sm90()
-        monkeypatch.setenv("WB_SOFTMAX_PATH", "deep")
     monkeypatch.setenv(env, value)
     x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match=env):

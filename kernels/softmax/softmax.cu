@@ -175,8 +175,8 @@ struct Forward {
     }
   }
 
-  // The bulk path (softmax_bulk.cuh): x's vectors one at a time from shared memory, folded into
-  // a running (max, sum of exp) as the stream path does; then exp(x - M) / S from them.
+  // The ragged path's ends (softmax_ragged.cuh): x's vectors one at a time, folded into a running
+  // (max, sum of exp) as the stream path does; then exp(x - M) / S from them.
   struct Final {
     A m, inv;
     float c;    // fma and poly modes: M * log2(e) + log2(S)

@@ -145,8 +145,8 @@ struct Backward {
     }
   }
 
-  // The bulk path (softmax_bulk.cuh): a vector of grad and one of y at a time from shared
-  // memory, their dot product, then dx from them once the row's sum D is known.
+  // The ragged path's ends (softmax_ragged.cuh): a vector of grad and one of y at a time, their
+  // dot product, then dx from them once the row's sum D is known.
   using Final = A;
   __host__ __device__ const T* src(int i) const { return i == 0 ? grad : y; }
   __host__ __device__ T* dst() const { return dx; }

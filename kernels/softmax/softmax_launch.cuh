@@ -44,44 +44,26 @@ bool launch_cluster(const Op& op, int64_t rows, int64_t nvec, cudaStream_t strea
 }
 
 // Which path takes rows longer than a block of 512 threads holds, in this order (a path that does
-// not apply here hands the row to the next): bulk, split, cluster, then one block a row (past
-// 1024 threads: the chunks path, or where the workspace is short, the stream path). The environment
+// not apply here hands the row to the next): split, cluster, then one block a row (past 1024
+// threads: the chunks path, or where the workspace is short, the stream path). The environment
 // variable WB_SOFTMAX_PATH starts the order further on, so that a benchmark can time each path
 // against the others in one process (it is read at each launch; a CUDA graph keeps the path of its
-// capture): "bulk": bulk, split, cluster, block; "split": split, cluster, block; "cluster":
-// cluster, block; "stream": the stream path (rows read twice); "chunks": chunks
-// (softmax_chunks.cuh), then stream; "wide": wide (softmax_wide.cuh: rows of 16-byte vectors,
-// sm_90+), split, cluster, block; "pipe": the same with the pipe path (softmax_wide.cuh's
-// persistent variant) first; "deep": deep (softmax_wide.cuh: the wide path with a share in shared
-// memory too), then as "wide". Unset: for rows of 16-byte vectors summed in float (float32,
-// bfloat16, float16), "wide"; otherwise "cluster" for 4- and 8-byte elements, "split" for 2-byte
-// ones. Where the deep path does not launch, the wide path is tried next. The deep path was the
-// default for rows fewer than the SMs (and a float32 forward's up to twice as many) until the wide
-// path's partials were pushed (softmax_wide.cuh, Inbox): on an H100, 2026-11-27, share of a copy of
-// the same bytes at 64x262144 forward / backward, wide against deep: float32 87 / 87% against 79 /
-// 84%, bfloat16 81 / 93% against 57 / 83%; at 256x65536 float32 forward 93% against 94%.
-enum class LongPath {
-  kDefault,
-  kBulk,
-  kSplit,
-  kCluster,
-  kStream,
-  kWide,
-  kPipe,
-  kDeep,
-  kChunks,
-  kInvalid
-};
+// capture): "split": split, cluster, block; "cluster": cluster, block; "stream": the stream path
+// (rows read twice); "chunks": chunks (softmax_chunks.cuh), then stream; "wide": wide
+// (softmax_wide.cuh: rows of 16-byte vectors, sm_90+), split, cluster, block. Unset: for rows of
+// 16-byte vectors summed in float (float32, bfloat16, float16), "wide"; otherwise "cluster" for
+// 4- and 8-byte elements, "split" for 2-byte ones. Three paths that lost to the wide path at every
+// size were removed (kernels.md, issue 37's sixteenth pass): bulk (a ring of bulk copies in
+// shared memory), pipe (a persistent wide grid) and deep (a further share of the row in shared
+// memory); WB_SOFTMAX_PATH refuses their names.
+enum class LongPath { kDefault, kSplit, kCluster, kStream, kWide, kChunks, kInvalid };
 
 inline LongPath parse_long_path(const char* s) {
   if (s == nullptr || *s == '\0') return LongPath::kDefault;
-  if (std::strcmp(s, "bulk") == 0) return LongPath::kBulk;
   if (std::strcmp(s, "split") == 0) return LongPath::kSplit;
   if (std::strcmp(s, "cluster") == 0) return LongPath::kCluster;
   if (std::strcmp(s, "stream") == 0) return LongPath::kStream;
   if (std::strcmp(s, "wide") == 0) return LongPath::kWide;
-  if (std::strcmp(s, "pipe") == 0) return LongPath::kPipe;
-  if (std::strcmp(s, "deep") == 0) return LongPath::kDeep;
   if (std::strcmp(s, "chunks") == 0) return LongPath::kChunks;
   return LongPath::kInvalid;
 }
@@ -89,8 +71,7 @@ inline LongPath parse_long_path(const char* s) {
 inline LongPath long_path() { return parse_long_path(wb::detail::env("WB_SOFTMAX_PATH").data()); }
 
 constexpr const char* kBadPath =
-    "WB_SOFTMAX_PATH: expected bulk, split, cluster, stream, wide, pipe, deep or chunks (or unset "
-    "for the default)";
+    "WB_SOFTMAX_PATH: expected split, cluster, stream, wide or chunks (or unset for the default)";
 
 // The current device's SM count (0 where it cannot be read), asked once a device.
 inline int64_t device_sms() {
@@ -151,20 +132,8 @@ cudaError_t launch_rows_n(const Op& op, int64_t rows, Workspace ws, cudaStream_t
       int unused = 0;
       chunks_first = N > 1 && wide_cluster_size(nvec, wide_slots<Op>(), 0, &unused) == 0;
     }
-    if constexpr (N > 1) {
-      if (path == LongPath::kBulk && launch_bulk(op, rows, nvec, stream, err)) return err;
-      if constexpr (sizeof(typename Op::A) == 4) {  // float accumulation: not float64
-        if (path == LongPath::kWide && launch_wide<Op, N, false>(op, rows, nvec, stream, err)) {
-          return err;
-        }
-        if (path == LongPath::kPipe && launch_wide<Op, N, true>(op, rows, nvec, stream, err)) {
-          return err;
-        }
-        if (path == LongPath::kDeep && (launch_deep<Op, N>(op, rows, nvec, stream, err) ||
-                                        launch_wide<Op, N, false>(op, rows, nvec, stream, err))) {
-          return err;
-        }
-      }
+    if constexpr (N > 1 && sizeof(typename Op::A) == 4) {  // float accumulation: not float64
+      if (path == LongPath::kWide && launch_wide<Op, N>(op, rows, nvec, stream, err)) return err;
     }
     if (chunks_first && launch_chunks<Op, N>(op, rows, nvec, ws, stream)) return cudaSuccess;
     const bool twice = path == LongPath::kStream || path == LongPath::kChunks;  // read twice
@@ -227,7 +196,6 @@ Status launch_rows(const Op& op, int64_t rows, Workspace ws, Stream stream) {
     if (err == cudaErrorInvalidValue && long_path() == LongPath::kInvalid) return kBadPath;
     if (err == cudaErrorInvalidValue && wide_threads() < 0) return kBadWideThreads;
     if (err == cudaErrorInvalidValue && block_mode() < 0) return kBadBlock;
-    if (err == cudaErrorInvalidValue && deep_forced() < 0) return kBadDeepCluster;
     return cudaGetErrorString(err);
   }
   return launch_status();

@@ -11,8 +11,8 @@
 //     head elements, Op::shifted), nvec the same for every row: (cols - N + 1) / N;
 //   - its ends: the head elements before the middle and the ones after it, cols - N * nvec of them
 //     (N - 1 to 2N - 2), one each by the first threads of the cluster's first block, folded into
-//     their thread's partial (Op::take) and written with the row's total (Op::finish, Op::out), as
-//     the bulk path takes its vectors, at a vector of one element.
+//     their thread's partial (Op::take: a vector of one element) and written with the row's total
+//     (Op::finish, Op::out).
 // The row's partials are pushed into every block of the cluster (wide_total). Each element is read
 // once and written once; nothing outlives a launch.
 // Shorter rows, whose middle a block of 512 threads holds, take the same split on one block a row
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(WB_SOFTMAX_CLUSTERS ? Threads : 1,
   for (int64_t row = blockIdx.x / size; row < rows; row += gridDim.x / size) {
     ragged_row<Op, N, K, 1>(op, row, nvec, s, j, Threads, rank == 0 ? extra : 0, [&](P p) {
       if (round == 0) inbox_wait();
-      return wide_total<P, Threads, false>(p, size, warps, box, round);
+      return wide_total<P, Threads>(p, size, warps, box, round);
     });
   }
   if (round == 0) inbox_wait();

@@ -18,22 +18,14 @@
 //   block    nvec <= 512 * K: one block of 32..512 threads per row; registers; the block reduces
 //            through shared memory. Blocks of at most 512 threads let an SM hold two or more
 //            rows, so one block's reduction overlaps another's loads.
-//   bulk     nvec > 512 * K, rows of 16-byte vectors (N > 1), with an sm_90 image on an sm_90+
-//            device (softmax_bulk.cuh): a persistent grid of thread-block clusters, a cluster a
-//            row; each block streams its slice of the cluster's rows into a ring of shared
-//            memory with bulk copies (the copy engine), reduces it, combines the cluster's
-//            partials through distributed shared memory and writes the row from shared memory.
-//            Each element is read from memory once and written once, and the next rows' copies
-//            are in flight while a block reduces and writes this one.
-//   split    (where the bulk path does not apply) nvec > 512 * K, where the device takes
-//            cooperative launches (every GPU since Pascal) and holds the row in the registers
-//            of its resident blocks (softmax_split.cuh): a cooperative grid of every block the GPU
-//            holds at once, a team of blocks per row, the rows in rounds; each block holds its
-//            share of this round's row and of the next one in registers, and the team combines its
-//            partials through global memory (a flag a block, raised and awaited within the team).
-//            The row is read once, and the next round's loads are in flight while a block waits on
-//            its team.
-//   cluster  (where neither applies, with an sm_90 image on an sm_90+ device and a cluster of
+//   split    nvec > 512 * K, where the device takes cooperative launches (every GPU since Pascal)
+//            and holds the row in the registers of its resident blocks (softmax_split.cuh): a
+//            cooperative grid of every block the GPU holds at once, a team of blocks per row, the
+//            rows in rounds; each block holds its share of this round's row and of the next one
+//            in registers, and the team combines its partials through global memory (a flag a
+//            block, raised and awaited within the team). The row is read once, and the next
+//            round's loads are in flight while a block waits on its team.
+//   cluster  (where split does not apply, with an sm_90 image on an sm_90+ device and a cluster of
 //            that shape resident)
 //            nvec <= 16 * 1024 * K: a thread-block cluster of C = 2..16 blocks per row (blocks
 //            of up to 512 threads, of up to 1024 past 16 * 512 * K), block `rank` holding the
@@ -46,9 +38,6 @@
 //            holding 128 bytes of the row as loaded (softmax_wide.cuh): for 2-byte dtypes twice the
 //            bytes in flight of the cluster path, half the blocks a row, and a row's partials
 //            pushed warp by warp where they fit (wide_total) instead of a block reduction first.
-//   deep     (first where WB_SOFTMAX_PATH=deep) the wide path with a further 192 bytes of the row
-//            a thread in shared memory (cp.async, softmax_wide.cuh): 2.5 times the share of a row
-//            a block holds, so that few long rows take fewer rounds of clusters.
 //   held     (rows of the block path: a 2-byte dtype's by default; WB_SOFTMAX_BLOCK picks)
 //            the block path with the row held as loaded, as the wide path does (softmax_held.cuh).
 //   block    (without split or clusters) nvec <= 1024 * K: one block of up to 1024 threads per
@@ -449,8 +438,7 @@ cudaError_t launch_clusters(void (*kernel)(Params...), int64_t size, int64_t clu
 
 }  // namespace wb::softmax
 
-// The split and bulk paths' kernels and launches, written with the reductions and Slots above.
-#include "softmax/softmax_bulk.cuh"
+// The split and wide paths' kernels and launches, written with the reductions and Slots above.
 #include "softmax/softmax_split.cuh"
 #include "softmax/softmax_wide.cuh"
 // The chunks path.
