@@ -100,10 +100,11 @@ __device__ __forceinline__ void store_tile(O* out, int m, int n, int64_t row, in
 // p ^ (r % 8): a warp's 8 rows fall on different banks) and one thread copies all of it with one
 // bulk tensor copy, which leaves out what lies past m and n (elsewhere tensor reads as vector).
 // The tensor copy takes the chunks in pairs, one in each half of the buffer: a pair waits once
-// for the copies before it to have read the buffer (the last pair's, or the last tile's, long
-// done), where a chunk at a time in the two halves in turn waited for the chunk just before at
-// every chunk (an H100, 2026-11-28, pairs against one at a time, in one process: 4096^3 bfloat16
-// -0.5 to -1.0%, 8192 x 8192 x 1024 -1.6 to -1.9%, 4096 x 4096 x 1024 -1.8 to -2.1%).
+// for the copies before it to have read the buffer (the last tile's, long done, or this tile's
+// first pair's), where a chunk at a time in the two halves in turn waited at every chunk for the
+// copy of the chunk just before (an H100, 2026-11-28, pairs against one at a time, in one
+// process: 4096^3 bfloat16 -0.5 to -1.0%, 8192 x 8192 x 1024 -1.6 to -1.9%, 4096 x 4096 x 1024
+// -1.8 to -2.1%; the square tile's one pair a tile level to 1% slower).
 // Needs n % 8 == 0 and out 16-byte aligned (each row of a chunk a 16-byte multiple at a 16-byte
 // boundary); the caller checks. row0: the consumer's first row of c; col0: the tile's first
 // column.
