@@ -4,6 +4,9 @@
 //   matmul_path(Tensor a, Tensor b, int path) -> Tensor   a @ b on one CUDA path (0 automatic,
 //                                                         1 simt, 2 mma, 3 wgmma; CPU: 0 only)
 // a: [m, k], b: [k, n], one dtype and device, any strides; the output [m, n] is contiguous.
+// Batched (as torch.matmul does for these shapes): a [batch, m, k] with b [k, n] is one product
+// of a's batch * m rows (a reshaped, copied only where its strides do not fold), and with b
+// [batch, k, n] one product a slice; the output [batch, m, n] is contiguous (see batched).
 // The kernels read strided operands in place, with one documented exception: on CUDA, a
 // float16 / bfloat16 operand whose layout the tensor-core paths cannot read (a not row-major,
 // b neither row- nor column-major, or rows not 16-byte aligned: k or n not a multiple of 8) is
@@ -33,15 +36,48 @@ namespace {
 
 using namespace wb::matmul;
 
-// Checks shared by every device and both ops; returns the output, allocated [m, n].
+// Checks shared by every device and both ops, for operands of 2 or 3 dimensions; returns the
+// output, allocated [m, n] or [batch, m, n].
 at::Tensor check_and_allocate(const char* op, const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.dim() == 2, op, ": expected a to be 2-d [m, k], got shape ", a.sizes());
-  TORCH_CHECK(b.dim() == 2, op, ": expected b to be 2-d [k, n], got shape ", b.sizes());
-  TORCH_CHECK(a.size(1) == b.size(0), op, ": expected a.size(1) (", a.size(1),
-              ") to equal b.size(0) (", b.size(0), "): a is [m, k] and b is [k, n]");
+  TORCH_CHECK(a.dim() == 2 || a.dim() == 3, op,
+              ": expected a to be 2-d [m, k] or 3-d [batch, m, k], got shape ", a.sizes());
+  TORCH_CHECK(b.dim() == 2 || b.dim() == 3, op,
+              ": expected b to be 2-d [k, n] or 3-d [batch, k, n], got shape ", b.sizes());
+  TORCH_CHECK(a.dim() == 3 || b.dim() == 2, op, ": a 2-d a takes a 2-d b; got a of shape ",
+              a.sizes(), " and b of shape ", b.sizes(), " (for a @ b[i] of each i, give a as [",
+              b.size(0), ", ", a.size(0), ", ", a.size(1), "], e.g. a.expand(", b.size(0),
+              ", -1, -1))");
+  TORCH_CHECK(b.dim() == 2 || b.size(0) == a.size(0), op, ": expected b.size(0) (", b.size(0),
+              ") to equal a.size(0) (", a.size(0), "): a is [batch, m, k] and b [batch, k, n]");
+  const int64_t k = a.size(-1), k_b = b.size(-2);
+  TORCH_CHECK(k == k_b, op, ": expected a.size(", a.dim() - 1, ") (", k, ") to equal b.size(",
+              b.dim() - 2, ") (", k_b, "): a is [", a.dim() == 3 ? "batch, " : "",
+              "m, k] and b is [", b.dim() == 3 ? "batch, " : "", "k, n]");
   wb::check_same_dtype(op, "a", a, "b", b);
   wb::check_device(op, "b", b, a.device());
-  return at::empty({a.size(0), b.size(1)}, a.options());
+  if (a.dim() == 2) return at::empty({a.size(0), b.size(1)}, a.options());
+  return at::empty({a.size(0), a.size(1), b.size(-1)}, a.options());
+}
+
+// A batched call (a 3-d) as 2-d ones: run(a2, b2, c2) computes c2 = a2 @ b2 into c2 ([m, n]
+// contiguous). a [batch, m, k] with b [k, n]: one call on a reshaped to [batch * m, k] (a view
+// where a's strides fold, else a copy), c viewed alike; with b [batch, k, n]: a call a slice, in
+// order. Not a batched kernel: a slice at a time is each path's own speed on [m, k] x [k, n],
+// plus a launch a slice.
+template <typename Run>
+at::Tensor batched(const char* op, const at::Tensor& a, const at::Tensor& b, Run run) {
+  at::Tensor c = check_and_allocate(op, a, b);
+  if (a.dim() == 2) {
+    run(a, b, c);
+    return c;
+  }
+  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(-1);
+  if (b.dim() == 2) {
+    run(a.reshape({batch * m, k}), b, c.view({batch * m, n}));
+    return c;
+  }
+  for (int64_t i = 0; i < batch; ++i) run(a.select(0, i), b.select(0, i), c.select(0, i));
+  return c;
 }
 
 // The view the kernels take. A stride along a dimension of size 1 is never used to address
@@ -61,8 +97,8 @@ int64_t cpu_grain(int64_t n, int64_t k) {
   return rows >= kCpuRows ? rows / kCpuRows * kCpuRows : rows;
 }
 
-at::Tensor matmul_cpu_op(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor c = check_and_allocate("matmul", a, b);
+// c = a @ b, all 2-d (checked), c [m, n] contiguous.
+void matmul_cpu_run(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
   const int64_t n = b.size(1), k = a.size(1);
   WB_DISPATCH(WB_FLOATING, a.scalar_type(), "matmul", "a", [&] {
     const View<scalar_t> va = view_of<scalar_t>(a), vb = view_of<scalar_t>(b);
@@ -70,12 +106,15 @@ at::Tensor matmul_cpu_op(const at::Tensor& a, const at::Tensor& b) {
       matmul_cpu(va, vb, wb::data<scalar_t>(c), n, k, begin, end);
     });
   });
-  return c;
+}
+
+at::Tensor matmul_cpu_op(const at::Tensor& a, const at::Tensor& b) {
+  return batched("matmul", a, b, matmul_cpu_run);
 }
 
 at::Tensor matmul_path_cpu_op(const at::Tensor& a, const at::Tensor& b, int64_t path) {
   TORCH_CHECK(path == 0, "matmul_path: the CPU has one path; expected path=0, got ", path);
-  return matmul_cpu_op(a, b);
+  return batched("matmul_path", a, b, matmul_cpu_run);
 }
 
 }  // namespace
@@ -124,18 +163,19 @@ bool swapped(const at::Tensor& a, const at::Tensor& b) {
   return swap;
 }
 
-// Path::automatic with the documented copy and, where matmul_swaps says so (may_swap: not again
-// for the transposed call), the transposed product; a forced path runs on the operands as they
-// are.
-at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
-                           Path path, bool may_swap = false) {
-  at::Tensor c = check_and_allocate(op, a_in, b_in);
+// c = a @ b into c (all 2-d, checked; c [m, n] contiguous): Path::automatic with the documented
+// copy and, where matmul_swaps says so (may_swap: not again for the transposed call), the
+// transposed product; a forced path runs on the operands as they are.
+void matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b_in,
+                     const at::Tensor& c, Path path, bool may_swap = false) {
   const c10::cuda::CUDAGuard guard(a_in.device());
   const wb::detail::EnvScope switches;  // the launchers' switches: one scan of the environment
   if (may_swap && path == Path::automatic && swapped(a_in, b_in)) {
     // c = (b^T a^T)^T: b^T (copied) is a short row-major a, a^T a column-major b.
-    c.copy_(matmul_cuda_run(op, b_in.t().contiguous(), a_in.t(), Path::automatic).t());
-    return c;
+    at::Tensor ct = at::empty({b_in.size(1), a_in.size(0)}, c.options());
+    matmul_cuda_run(op, b_in.t().contiguous(), a_in.t(), ct, Path::automatic);
+    c.copy_(ct.t());
+    return;
   }
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
   WB_DISPATCH(WB_FLOATING, a_in.scalar_type(), op, "a", [&] {
@@ -162,18 +202,23 @@ at::Tensor matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Ten
     wb::check_launch(
         op, matmul_cuda(va, vb, wb::data<scalar_t>(c), ws, m, n, k, path, wb::current_stream(a)));
   });
-  return c;
 }
 
 at::Tensor matmul_cuda_op(const at::Tensor& a, const at::Tensor& b) {
-  return matmul_cuda_run("matmul", a, b, Path::automatic, /*may_swap=*/true);
+  return batched("matmul", a, b,
+                 [](const at::Tensor& a2, const at::Tensor& b2, const at::Tensor& c2) {
+                   matmul_cuda_run("matmul", a2, b2, c2, Path::automatic, /*may_swap=*/true);
+                 });
 }
 
 at::Tensor matmul_path_cuda_op(const at::Tensor& a, const at::Tensor& b, int64_t path) {
   TORCH_CHECK(path >= 0 && path <= 3,
               "matmul_path: expected path 0 (automatic), 1 (simt), 2 (mma) or 3 (wgmma), got ",
               path);
-  return matmul_cuda_run("matmul_path", a, b, static_cast<Path>(path));
+  return batched("matmul_path", a, b,
+                 [path](const at::Tensor& a2, const at::Tensor& b2, const at::Tensor& c2) {
+                   matmul_cuda_run("matmul_path", a2, b2, c2, static_cast<Path>(path));
+                 });
 }
 
 }  // namespace

@@ -78,10 +78,16 @@ def test_reads_transposed_operands_in_place(lib: Any) -> None:
     [
         (torch.randn(4, 8), torch.randn(7, 3), RuntimeError,
          r"matmul: expected a.size\(1\) \(8\) to equal b.size\(0\) \(7\)"),
-        (torch.randn(2, 4, 8), torch.randn(8, 3), RuntimeError,
-         r"matmul: expected a to be 2-d \[m, k\], got shape \[2, 4, 8\]"),
+        (torch.randn(2, 2, 4, 8), torch.randn(8, 3), RuntimeError,
+         r"matmul: expected a to be 2-d \[m, k\] or 3-d \[batch, m, k\], got shape \[2, 2, 4, 8\]"),
         (torch.randn(4, 8), torch.randn(8), RuntimeError,
-         r"matmul: expected b to be 2-d \[k, n\], got shape \[8\]"),
+         r"matmul: expected b to be 2-d \[k, n\] or 3-d \[batch, k, n\], got shape \[8\]"),
+        (torch.randn(4, 8), torch.randn(2, 8, 3), RuntimeError,
+         r"matmul: a 2-d a takes a 2-d b; .* give a as \[2, 4, 8\]"),
+        (torch.randn(3, 4, 8), torch.randn(2, 8, 3), RuntimeError,
+         r"matmul: expected b.size\(0\) \(2\) to equal a.size\(0\) \(3\)"),
+        (torch.randn(3, 4, 8), torch.randn(3, 7, 3), RuntimeError,
+         r"matmul: expected a.size\(2\) \(8\) to equal b.size\(1\) \(7\)"),
         (torch.randn(4, 8), torch.randn(8, 3, dtype=torch.float64), TypeError,
          r"matmul: expected b to have the same dtype as a \(Float\), got Double"),
         (torch.arange(4).view(2, 2), torch.arange(4).view(2, 2), TypeError,
@@ -93,6 +99,69 @@ def test_bad_input_is_named(
 ) -> None:
     with pytest.raises(error, match=message):
         lib.matmul(a, b)
+
+
+# Batched operands (bindings/matmul.cpp, batched): a slice at a time, one product of a's rows
+# where the batch shares b (folded, or copied where a's strides do not fold), an empty batch, and
+# sizes past a tensor-core tile.
+_BATCHED = [
+    ((3, 17, 40), (3, 40, 24)),
+    ((4, 30, 72), (72, 48)),
+    ((5, 1, 64), (64, 40)),
+    ((0, 5, 8), (0, 8, 3)),
+    ((2, 300, 264), (2, 264, 520)),
+    ((2, 300, 264), (264, 520)),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("a_shape", "b_shape"), _BATCHED)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_batched_operands_match_torch_matmul(
+    lib: Any,
+    device: str,
+    dtype: torch.dtype,
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    transposed: bool,
+) -> None:
+    """a [batch, m, k] with b [k, n] or [batch, k, n] gives torch.matmul's [batch, m, n],
+    contiguous, within the dtype's rounding of a float64 truth; a given as a transposed view
+    (rows that do not fold into one matrix) too."""
+    gen = torch.Generator().manual_seed(sum(a_shape) + sum(b_shape))
+    if transposed:
+        a = torch.randn(*a_shape[:-2], a_shape[-1], a_shape[-2], generator=gen).transpose(-1, -2)
+    else:
+        a = torch.randn(*a_shape, generator=gen)
+    b = torch.randn(*b_shape, generator=gen)
+    a, b = a.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)
+    c = lib.matmul(a, b)
+    want = torch.matmul(a.double(), b.double())
+    assert c.shape == want.shape and c.dtype == dtype and c.is_contiguous()
+    scale = float(want.abs().max()) if want.numel() else 1.0
+    tol = {"rtol": 8e-3, "atol": 1e-3 * scale}
+    if dtype == torch.float32:
+        tol = {"rtol": 1e-5, "atol": 1e-5 * scale}
+    torch.testing.assert_close(c.double(), want, **tol)
+    if device == "cuda" and a.shape[0] > 0:  # every path takes a batch too
+        torch.testing.assert_close(lib.matmul_path(a, b, 1).double(), want, **tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("a_shape", "b_shape"), _BATCHED[:3])
+def test_batched_gradients_match_torch(
+    lib: Any, device: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...]
+) -> None:
+    """The backward of a batched call: grad_a a slice at a time, grad_b a slice at a time for a
+    batched b and summed over the batch for a shared one, as torch.matmul's autograd gives."""
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(*a_shape, generator=gen, dtype=torch.float64).to(device).requires_grad_()
+    b = torch.randn(*b_shape, generator=gen, dtype=torch.float64).to(device).requires_grad_()
+    g = torch.randn(*a_shape[:-1], b_shape[-1], generator=gen, dtype=torch.float64).to(device)
+    got = torch.autograd.grad(lib.matmul(a, b), (a, b), g)
+    want = torch.autograd.grad(torch.matmul(a, b), (a, b), g)
+    torch.testing.assert_close(got, want)
 
 
 def test_a_cpu_path_other_than_automatic_is_refused(lib: Any) -> None:

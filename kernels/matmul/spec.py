@@ -2,6 +2,9 @@
 
     c[i, j] = sum_p a[i, p] * b[p, j]      a: [m, k], b: [k, n] (any strides), c: [m, n]
 
+Batched as torch.matmul is for these shapes: a [batch, m, k] with b [k, n] or [batch, k, n]
+gives c [batch, m, n] (bindings/matmul.cpp, ``batched``).
+
 Accumulated in float32 (float64 for float64 inputs), never through TF32, rounded once.
 ``matmul_path(a, b, path)`` forces a CUDA path (1 simt, 2 mma, 3 wgmma; 0 automatic) so that
 each one is checked and timed on its own; it is not differentiable.
@@ -70,7 +73,7 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
 
 
 def matmul_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """c = a @ b; a: [m, k], b: [k, n]."""
+    """c = a @ b; a: [m, k], b: [k, n], or batched (a [batch, m, k], b [k, n] or [batch, k, n])."""
     return torch.matmul(a, b)
 
 
@@ -100,6 +103,19 @@ def matmul_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generato
     if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
         x = randn((200, 1544), dtype, device, gen)
         samples.append(Sample((x.t(), randn((200, 2824), dtype, device, gen)), "a_colmajor"))
+    # Batched: a slice at a time (k and n multiples of 8: every path's layout), one product of a's
+    # rows for a b shared by the batch (a of rows that fold into one matrix, and a transposed view
+    # whose rows do not), and a batch of none.
+    samples += [
+        Sample((randn((3, 17, 40), dtype, device, gen), randn((3, 40, 24), dtype, device, gen)),
+               "batched"),
+        Sample((randn((4, 30, 72), dtype, device, gen), randn((72, 48), dtype, device, gen)),
+               "batched_shared_b"),
+        Sample((randn((3, 24, 40), dtype, device, gen).transpose(1, 2),
+                randn((24, 16), dtype, device, gen)), "batched_transposed_a"),
+        Sample((randn((0, 5, 8), dtype, device, gen), randn((0, 8, 3), dtype, device, gen)),
+               "batched_empty"),
+    ]  # fmt: skip
     return samples
 
 
@@ -157,21 +173,32 @@ def matmul_path_bench_sizes(
 
 
 def matmul_flops(args: tuple[Any, ...], out: torch.Tensor) -> int:
-    """A multiply and an add per (i, j, p)."""
+    """A multiply and an add per (i, j, p), of every slice of a batch."""
     a, b = args[0], args[1]
-    return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+    return 2 * a.numel() * b.shape[-1]
 
 
 def matmul_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    torch._check(a.dim() == 2, lambda: f"matmul: expected a to be 2-d [m, k], got {a.dim()}-d")
-    torch._check(b.dim() == 2, lambda: f"matmul: expected b to be 2-d [k, n], got {b.dim()}-d")
     torch._check(
-        a.shape[1] == b.shape[0],
-        lambda: f"matmul: a.size(1) ({a.shape[1]}) != b.size(0) ({b.shape[0]})",
+        a.dim() in (2, 3),
+        lambda: f"matmul: expected a to be 2-d [m, k] or 3-d [batch, m, k], got {a.dim()}-d",
+    )
+    torch._check(
+        b.dim() in (2, 3),
+        lambda: f"matmul: expected b to be 2-d [k, n] or 3-d [batch, k, n], got {b.dim()}-d",
+    )
+    torch._check(a.dim() == 3 or b.dim() == 2, lambda: "matmul: a 2-d a takes a 2-d b")
+    torch._check(
+        b.dim() == 2 or b.shape[0] == a.shape[0],
+        lambda: f"matmul: b.size(0) ({b.shape[0]}) != a.size(0) ({a.shape[0]})",
+    )
+    torch._check(
+        a.shape[-1] == b.shape[-2],
+        lambda: f"matmul: a's k ({a.shape[-1]}) != b's ({b.shape[-2]})",
     )
     torch._check(a.dtype == b.dtype, lambda: "matmul: b must have a's dtype")
     torch._check(a.device == b.device, lambda: "matmul: b must be on a's device")
-    return a.new_empty((a.shape[0], b.shape[1]))
+    return a.new_empty((*a.shape[:-1], b.shape[-1]))
 
 
 def matmul_path_fake(a: torch.Tensor, b: torch.Tensor, path: int) -> torch.Tensor:
@@ -184,10 +211,17 @@ def matmul_setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor
 
 
 def matmul_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    """grad_a = grad @ b^T,  grad_b = a^T @ grad, by the op itself."""
+    """grad_a = grad @ b^T,  grad_b = a^T @ grad, by the op itself: a slice at a time for a
+    batched b, and summed over the batch (one product of a's rows) for a b the batch shares."""
     a, b = ctx.saved_tensors
-    grad_a = ctx.ops.matmul(grad, b.t()) if ctx.needs_input_grad[0] else None
-    grad_b = ctx.ops.matmul(a.t(), grad) if ctx.needs_input_grad[1] else None
+    grad_a = ctx.ops.matmul(grad, b.transpose(-1, -2)) if ctx.needs_input_grad[0] else None
+    grad_b = None
+    if ctx.needs_input_grad[1]:
+        if a.dim() == 3 and b.dim() == 2:
+            k, n = b.shape
+            grad_b = ctx.ops.matmul(a.reshape(-1, k).t(), grad.reshape(-1, n))
+        else:
+            grad_b = ctx.ops.matmul(a.transpose(-1, -2), grad)
     return grad_a, grad_b
 
 
