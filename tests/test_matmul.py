@@ -92,6 +92,8 @@ def test_reads_transposed_operands_in_place(lib: Any) -> None:
          r"matmul: expected b to have the same dtype as a \(Float\), got Double"),
         (torch.arange(4).view(2, 2), torch.arange(4).view(2, 2), TypeError,
          r"matmul: a has dtype Long, which is not supported"),
+        (torch.zeros(0, 5, 8, dtype=torch.long), torch.zeros(0, 8, 3, dtype=torch.long), TypeError,
+         r"matmul: a has dtype Long, which is not supported"),
     ],
 )  # fmt: skip
 def test_bad_input_is_named(
