@@ -55,6 +55,9 @@ at::Tensor check_and_allocate(const char* op, const at::Tensor& a, const at::Ten
               "m, k] and b is [", b.dim() == 3 ? "batch, " : "", "k, n]");
   wb::check_same_dtype(op, "a", a, "b", b);
   wb::check_device(op, "b", b, a.device());
+  // The dtype is checked here for every call, so a call that computes nothing (an empty batch)
+  // refuses it as the kernels' own dispatch does.
+  WB_DISPATCH(WB_FLOATING, a.scalar_type(), op, "a", [&] {});
   if (a.dim() == 2) return at::empty({a.size(0), b.size(1)}, a.options());
   return at::empty({a.size(0), a.size(1), b.size(-1)}, a.options());
 }
@@ -77,8 +80,6 @@ at::Tensor batched(const char* op, const at::Tensor& a, const at::Tensor& b, Run
     return c;
   }
   for (int64_t i = 0; i < batch; ++i) run(a.select(0, i), b.select(0, i), c.select(0, i));
-  // An empty batch runs nothing, but its dtype is checked as any call's is.
-  if (batch == 0) WB_DISPATCH(WB_FLOATING, a.scalar_type(), op, "a", [&] {});
   return c;
 }
 
