@@ -328,7 +328,7 @@ def assert_exp_mode_softmax(x: torch.Tensor, got: torch.Tensor) -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mode", ["fma", "poly", "twice", ""])
+@pytest.mark.parametrize("mode", ["keep", "fma", "poly", "twice", ""])
 @pytest.mark.parametrize("path", ["wide", "split"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("rows", "cols"), [(6, 65536), (5, 131080)])
@@ -341,8 +341,8 @@ def test_the_exp_modes_match_torch(
     rows: int,
     cols: int,
 ) -> None:
-    """WB_SOFTMAX_EXP=fma (the default, ""), poly or twice (kernels/softmax/softmax_exp.cuh) on
-    each path that takes a 2-byte row's exponentials from its values as loaded: torch's softmax
+    """WB_SOFTMAX_EXP=keep (the default, ""), fma, poly or twice (kernels/softmax/softmax_exp.cuh)
+    on each path that takes a 2-byte row's exponentials from its values as loaded: torch's softmax
     within the dtype's rounding, special rows included, a row whose max is past the largest float
     / log2(e) and one of values near 60000 (where rounding m * log2(e) would cost float16's output
     8 ulps: both take twice's formula); the backward does not use it."""

@@ -105,7 +105,7 @@ def test_the_block_paths_default_kernel(
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mode", ["fma", "poly", "twice", ""])
+@pytest.mark.parametrize("mode", ["keep", "fma", "poly", "twice", ""])
 @pytest.mark.parametrize("held", ["held", "held64"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_the_held_variants_take_the_exp_modes(

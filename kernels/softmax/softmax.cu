@@ -24,6 +24,8 @@
 // all of a thread's elements are -Inf, see exp_origin); a NaN, an +Inf (exp(+Inf - +Inf)) or a
 // row of only -Inf (S = 0, and 0 * (1 / 0)) gives a row of NaN.
 //   Check and time:  wb check softmax --device cuda;  wb bench softmax
+#include <type_traits>
+
 #include "softmax/softmax.h"
 #include "softmax/softmax_exp.cuh"
 #include "softmax/softmax_rows.cuh"
@@ -290,6 +292,60 @@ struct Forward {
     }
     return Partial{m, sum};
   }
+  // The wide path (softmax_wide.cuh's wide_row) takes partial and store through keep and
+  // store_kept (Keeps below): keep mode (softmax_exp.cuh) for bfloat16, the thread's exponentials
+  // taken once, kept as float16 words of e * 2^15 in v in place of x from keep to store_kept. A
+  // thread that does not keep them (another mode or dtype, a span of values past kKeepRange, an
+  // unusable c) holds x and takes partial and store's formulas.
+  struct Kept {
+    Partial p;  // the thread's (max, sum of exp)
+    float c;    // kept: e * 2^15 = 2^(x * log2(e) - c)
+    bool kept;  // v holds the kept exponentials
+  };
+  template <int N, int K, typename S>
+  __device__ __forceinline__ Kept keep(S s, Vec<T, N> (&v)[kTensors][K]) const {
+    if constexpr (kPairs<T, N> && std::is_same<T, bf16>::value) {
+      if (mode == kExpKeep) {
+        uint32_t hi = pair_neg_inf(T{}), lo = pair_pos_inf(T{});
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          if (s.has(k)) hi = vec_pair_max(hi, v[0][k]), lo = vec_pair_min(lo, v[0][k]);
+        }
+        const A m = pair_final_max<T>(hi);
+        const A c = m * kLog2e;
+        // (A NaN span, from a thread's values all NaN, keeps nothing.)
+        if (usable(c) && (m - pair_final_min<T>(lo)) * kLog2e <= kKeepRange) {
+          const float scaled = c - kKeepScale;
+          A sum = 0;
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            if (s.has(k)) sum += vec_exp2_keep(v[0][k], scaled);
+          }
+          return {Partial{m, sum * (1.0f / 32768.0f)}, scaled, true};
+        }
+      }
+    }
+    return {partial<N, K>(s, v), 0.0f, false};
+  }
+  template <int N, int K, typename S>
+  __device__ __forceinline__ void store_kept(int64_t r, S s, const Vec<T, N> (&v)[kTensors][K],
+                                             Partial total, const Kept& mine) const {
+    if constexpr (kPairs<T, N> && std::is_same<T, bf16>::value) {
+      if (mine.kept) {
+        Vec<T, N>* yr = reinterpret_cast<Vec<T, N>*>(y + r * cols);  // [cols / N]
+        // e * 2^15 * 2^(c - M * log2(e)) / S = exp(x - M) / S, the exponent by one rounding;
+        // kept subnormal, so a thread far below the row's max still scales its outputs.
+        const float f = ex2_subnormal(fmaf(-total.m, kLog2e, mine.c)) / total.s;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          if (s.has(k)) yr[s.at(k)] = vec_kept_out(v[0][k], f);
+        }
+        return;
+      }
+    }
+    store<N, K>(r, s, v, total);
+  }
+
   template <int N, int K, typename S>
   __device__ __forceinline__ void store(int64_t r, S s, const Vec<T, N> (&v)[kTensors][K],
                                         Partial total) const {
@@ -322,6 +378,11 @@ struct Forward {
 };
 
 }  // namespace
+
+template <typename T>
+struct Keeps<Forward<T>> {
+  static constexpr bool value = true;
+};
 
 template <typename T>
 Status softmax_cuda(const T* x, T* y, int64_t rows, int64_t cols, Workspace ws, Stream stream) {

@@ -22,6 +22,16 @@
 //                     degree-4 polynomial, 5.3e-6 relative), so that the forward of 2-byte rows,
 //                     bound by its exponentials, shares them between the MUFU (16 lanes an SM)
 //                     and the FMA pipe (128 lanes).
+//   keep (or unset)   bfloat16 on the wide path (softmax.cu's Forward::keep): fma's sum, each
+//                     exponential e = 2^(x * log2(e) - c) also kept as float16 (times 2^15) in
+//                     the register that held its x, and the output e * 2^(c - M * log2(e)) / S
+//                     from it: one exponential an element instead of two, the MUFU's load
+//                     halved. Only where every e of the thread is a normal float16 (the thread's
+//                     values within kKeepRange binades of its max, so 11 bits of e survive and
+//                     the output is within 0.625 ulp of bfloat16, against 0.5), and c is
+//                     usable; else the thread takes fma's (or twice's) formula. float16 output
+//                     would lose half an ulp to the kept rounding: float16 and the other paths
+//                     take fma.
 #pragma once
 
 #include <cstdlib>
@@ -32,18 +42,25 @@
 
 namespace wb::softmax {
 
-enum ExpMode : int { kExpTwice = 0, kExpFma = 1, kExpPoly = 2 };
+enum ExpMode : int { kExpTwice = 0, kExpFma = 1, kExpPoly = 2, kExpKeep = 3 };
 
-// WB_SOFTMAX_EXP as an ExpMode; -1 for a value other than the three (kBadExp names it).
+// WB_SOFTMAX_EXP as an ExpMode; -1 for a value other than the four (kBadExp names it).
 inline int exp_mode() {
   const char* v = wb::detail::env("WB_SOFTMAX_EXP").data();
-  if (*v == '\0' || std::strcmp(v, "fma") == 0) return kExpFma;
+  if (*v == '\0' || std::strcmp(v, "keep") == 0) return kExpKeep;
+  if (std::strcmp(v, "fma") == 0) return kExpFma;
   if (std::strcmp(v, "twice") == 0) return kExpTwice;
   if (std::strcmp(v, "poly") == 0) return kExpPoly;
   return -1;
 }
 
-constexpr const char* kBadExp = "WB_SOFTMAX_EXP: expected twice, fma or poly (or unset)";
+constexpr const char* kBadExp = "WB_SOFTMAX_EXP: expected keep, fma, poly or twice (or unset)";
+
+// keep: a thread keeps its exponentials where its values span at most this many binades below
+// its max (x * log2(e) - c >= -kKeepRange): each e * 2^15 is then at least 2^-14 (float16's
+// smallest normal), with a binade to spare for the rounding of c and of the product.
+constexpr float kKeepRange = 28.0f;
+constexpr float kKeepScale = 15.0f;  // e * 2^15 <= 2^15, below float16's largest (65504)
 
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -60,6 +77,13 @@ constexpr bool kPairs = kPackedArch && sizeof(T) == 2 && N % 2 == 0;
 __device__ __forceinline__ float ex2(float t) {
   float e;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(t));
+  return e;
+}
+
+// 2^t, ex2.approx (MUFU) with subnormal results kept: for a factor that scales other values.
+__device__ __forceinline__ float ex2_subnormal(float t) {
+  float e;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(e) : "f"(t));
   return e;
 }
 
@@ -116,6 +140,15 @@ __device__ __forceinline__ uint32_t pair_max(f16, uint32_t a, uint32_t b) {
 #endif
   return d;
 }
+// The smaller of each half of two words (a NaN half loses), for keep's span of a thread's values.
+__device__ __forceinline__ uint32_t pair_min(bf16, uint32_t a, uint32_t b) {
+  uint32_t d = a;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#endif
+  return d;
+}
+__host__ __device__ constexpr uint32_t pair_pos_inf(bf16) { return 0x7f807f80u; }
 __host__ __device__ constexpr uint32_t pair_neg_inf(bf16) { return 0xff80ff80u; }
 __host__ __device__ constexpr uint32_t pair_neg_inf(f16) { return 0xfc00fc00u; }
 
@@ -146,6 +179,16 @@ template <typename T>
 __device__ __forceinline__ float pair_final_max(uint32_t m) {
   return fmaxf(half_of(T{}, m, 0), half_of(T{}, m, 1));
 }
+template <typename T, int N>
+__device__ __forceinline__ uint32_t vec_pair_min(uint32_t m, const Vec<T, N>& v) {
+#pragma unroll
+  for (int w = 0; w < N / 2; ++w) m = pair_min(T{}, m, word_of(v, w));
+  return m;
+}
+template <typename T>
+__device__ __forceinline__ float pair_final_min(uint32_t m) {
+  return fminf(half_of(T{}, m, 0), half_of(T{}, m, 1));
+}
 
 // sum 2^(x * log2(e) - c) over a vector's elements; Poly: the odd ones by ex2_poly.
 template <bool Poly, typename T, int N>
@@ -159,6 +202,37 @@ __device__ __forceinline__ float vec_exp2_sum(const Vec<T, N>& v, float c) {
     sum += Poly ? ex2_poly(t) : ex2(t);
   }
   return sum;
+}
+
+// keep: sum 2^(x * log2(e) - c) over a vector's elements (c: the thread's max * log2(e) less
+// kKeepScale), each also rounded to float16 in place of its x (v then holds float16 words).
+template <typename T, int N>
+__device__ __forceinline__ float vec_exp2_keep(Vec<T, N>& v, float c) {
+  float sum = 0;
+#pragma unroll
+  for (int w = 0; w < N / 2; ++w) {
+    const uint32_t word = word_of(v, w);
+    const float lo = ex2(fmaf(half_of(T{}, word, 0), kLog2e, -c));
+    const float hi = ex2(fmaf(half_of(T{}, word, 1), kLog2e, -c));
+    sum += lo;
+    sum += hi;
+    const uint32_t kept = pair_of(f16{}, lo, hi);
+    __builtin_memcpy(&v.v[2 * w], &kept, sizeof kept);
+  }
+  return sum;
+}
+
+// keep: the vector of kept float16 exponentials times f, rounded to T.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> vec_kept_out(const Vec<T, N>& v, float f) {
+  Vec<T, N> o;
+#pragma unroll
+  for (int w = 0; w < N / 2; ++w) {
+    const uint32_t word = word_of(v, w);
+    const uint32_t out = pair_of(T{}, half_of(f16{}, word, 0) * f, half_of(f16{}, word, 1) * f);
+    __builtin_memcpy(&o.v[2 * w], &out, sizeof out);
+  }
+  return o;
 }
 
 // The vector of 2^(x * log2(e) - c), rounded to T.

@@ -7,7 +7,9 @@
 // Each thread holds kWideBytes of the row as loaded (softmax: 8 vectors of 16 bytes; backward:
 // 4 of grad and 4 of y), so a 2-byte dtype keeps as many bytes in flight as float32, where the
 // cluster path (which holds the row converted to float) keeps half. The price in softmax: exp is
-// taken twice an element (once for the sum, once for the output) instead of kept in registers.
+// taken twice an element (once for the sum, once for the output) instead of kept in registers,
+// but for bfloat16, whose thread keeps its exponentials as float16 in x's registers (keep mode,
+// softmax_exp.cuh; Keeps below).
 // A row of a block:
 //   1. issue every load of its share, then the thread's partial result (softmax: max, then sum
 //      of exp; backward: the dot product) and the warp's (shuffles);
@@ -91,16 +93,30 @@ __device__ __forceinline__ P wide_total(P p, int size,
   return WarpReduce<32>{}(total);
 }
 
-// Steps 1 to 3 of a row whose share the block holds in v.
+// Whether Op puts values of its own in the held registers between its partial and its store, and
+// so takes them through keep and store_kept: false unless the op says so (softmax.cu's Forward).
+template <typename Op>
+struct Keeps {
+  static constexpr bool value = false;
+};
+
+// Steps 1 to 3 of a row whose share the block holds in v (see Keeps).
 template <typename Op, int N, int K, int Threads>
 __device__ __forceinline__ void wide_row(const Op& op, int64_t row, int size,
                                          StridedShare<Threads> s,
-                                         const Vec<typename Op::T, N> (&v)[Op::kTensors][K],
+                                         Vec<typename Op::T, N> (&v)[Op::kTensors][K],
                                          typename Op::Partial* warps,
                                          Inbox<typename Op::Partial>& box, unsigned& round) {
   using P = typename Op::Partial;
-  const P total = wide_total<P, Threads>(op.template partial<N, K>(s, v), size, warps, box, round);
-  op.template store<N, K>(row, s, v, total);
+  if constexpr (Keeps<Op>::value) {
+    const auto mine = op.template keep<N, K>(s, v);
+    const P total = wide_total<P, Threads>(mine.p, size, warps, box, round);
+    op.template store_kept<N, K>(row, s, v, total, mine);
+  } else {
+    const P total =
+        wide_total<P, Threads>(op.template partial<N, K>(s, v), size, warps, box, round);
+    op.template store<N, K>(row, s, v, total);
+  }
 }
 
 // gridDim.x = clusters * C; the cluster of block blockIdx.x serves rows blockIdx.x / C,
