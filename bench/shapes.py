@@ -39,7 +39,7 @@ from bench.kernel_goals import (
     run_ops,
 )
 
-OPS = ("matmul", "softmax", "histogram", "norms", "elementwise", "backward", "tall")
+OPS = ("matmul", "softmax", "histogram", "norms", "elementwise", "backward", "tall", "batched")
 
 
 def _rows(
@@ -161,6 +161,34 @@ def tall_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
             a = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16, generator=gen)
             b = torch.randn(4096, n, device="cuda", dtype=torch.bfloat16, generator=gen)
             rows += _matmul(lib, timer, a, b, f"{m}x{n}x4096", floor)
+    return rows
+
+
+def batched_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
+    """Batched products, a [batch, m, k] @ b [batch, k, n], against torch.matmul (cuBLAS's batched
+    GEMM); the note gives matmul_path(a, b, 0)'s time, which takes the batch a slice at a time."""
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    bf, hf = torch.bfloat16, torch.float16
+    cases = [(256, 64, 64, 64, bf), (512, 32, 64, 64, hf), (64, 128, 128, 128, bf),
+             (32, 256, 256, 256, bf), (8, 512, 512, 512, bf), (4, 1024, 1024, 1024, bf),
+             (32, 16, 1024, 1024, bf), (48, 100, 72, 120, bf),
+             (2, 2048, 2048, 2048, bf)]  # fmt: skip
+    rows: list[Row] = []
+    for batch, m, n, k, dt in cases:
+        a = torch.randn(batch, m, k, device="cuda", dtype=dt, generator=gen)
+        b = torch.randn(batch, k, n, device="cuda", dtype=dt, generator=gen)
+        ref = a.double() @ b.double()
+        err = rel_err(torch.matmul(a, b), ref)
+        (sliced,) = timer.us(lambda a=a, b=b: lib.matmul_path(a, b, 0))
+
+        def agree(got: Any, _want: Any, ref: Any = ref, err: float = err) -> bool:
+            return rel_err(got, ref) <= 2 * err + 1e-3
+
+        rows += _rows(timer, "matmul", f"{batch}x{m}x{n}x{k} (batch x m x n x k)", dt,
+                      lambda a=a, b=b: lib.matmul(a, b), lambda a=a, b=b: torch.matmul(a, b),
+                      "cuBLAS", agree, floor, f"a slice at a time {sliced:.1f} us")  # fmt: skip
     return rows
 
 
@@ -315,6 +343,7 @@ RUNS: dict[str, Callable[[Any, Timer, float], list[Row]]] = {
     "elementwise": elementwise_rows,
     "backward": backward_rows,
     "tall": tall_rows,
+    "batched": batched_rows,
 }
 
 

@@ -6,7 +6,10 @@
 // a: [m, k], b: [k, n], one dtype and device, any strides; the output [m, n] is contiguous.
 // Batched (as torch.matmul does for these shapes): a [batch, m, k] with b [k, n] is one product
 // of a's batch * m rows (a reshaped, copied only where its strides do not fold), and with b
-// [batch, k, n] one product a slice; the output [batch, m, n] is contiguous (see batched).
+// [batch, k, n] one product a slice, or, on CUDA, a batch of float16 / bfloat16 slices too small
+// to fill the GPU in one launch of the mma path (matmul_cuda_whole_batch; its slices copied as
+// below where their rows are not 16-byte aligned; matmul_path goes a slice at a time on the path
+// it names); the output [batch, m, n] is contiguous.
 // The kernels read strided operands in place, with one documented exception: on CUDA, a
 // float16 / bfloat16 operand whose layout the tensor-core paths cannot read (a not row-major,
 // b neither row- nor column-major, or rows not 16-byte aligned: k or n not a multiple of 8) is
@@ -64,11 +67,11 @@ at::Tensor check_and_allocate(const char* op, const at::Tensor& a, const at::Ten
 
 // A batched call (a 3-d) as 2-d ones: run(a2, b2, c2) computes c2 = a2 @ b2 into c2 ([m, n]
 // contiguous). a [batch, m, k] with b [k, n]: one call on a reshaped to [batch * m, k] (a view
-// where a's strides fold, else a copy), c viewed alike; with b [batch, k, n]: a call a slice, in
-// order. Not a batched kernel: a slice at a time is each path's own speed on [m, k] x [k, n],
-// plus a launch a slice.
-template <typename Run>
-at::Tensor batched(const char* op, const at::Tensor& a, const at::Tensor& b, Run run) {
+// where a's strides fold, else a copy), c viewed alike; with b [batch, k, n]: whole(a, b, c) if
+// it takes the batch at once (a batch of small slices in one launch, matmul's CUDA route), else a
+// call a slice, in order (each path's own speed on [m, k] x [k, n], plus a launch a slice).
+template <typename Run, typename Whole>
+at::Tensor batched(const char* op, const at::Tensor& a, const at::Tensor& b, Run run, Whole whole) {
   at::Tensor c = check_and_allocate(op, a, b);
   if (a.dim() == 2) {
     run(a, b, c);
@@ -79,8 +82,16 @@ at::Tensor batched(const char* op, const at::Tensor& a, const at::Tensor& b, Run
     run(a.reshape({batch * m, k}), b, c.view({batch * m, n}));
     return c;
   }
+  if (whole(a, b, c)) return c;
   for (int64_t i = 0; i < batch; ++i) run(a.select(0, i), b.select(0, i), c.select(0, i));
   return c;
+}
+template <typename Run>
+at::Tensor batched(const char* op, const at::Tensor& a, const at::Tensor& b, Run run) {
+  const auto slice_by_slice = [](const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+    return false;
+  };
+  return batched(op, a, b, run, slice_by_slice);
 }
 
 // The view the kernels take. A stride along a dimension of size 1 is never used to address
@@ -207,11 +218,51 @@ void matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b
   });
 }
 
+// t [batch, rows, cols] as the mma path reads each slice: rows contiguous, rows and slices
+// 16-byte aligned (t itself where they are), else a copy so, its rows padded to 16 bytes (the
+// padding is never read).
+at::Tensor slices_padded(const at::Tensor& t) {
+  const int64_t per16 = 16 / static_cast<int64_t>(t.element_size());
+  if (t.stride(2) == 1 && t.stride(1) % per16 == 0 && t.stride(0) % per16 == 0 &&
+      reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0) {
+    return t;
+  }
+  const int64_t cols = t.size(2), padded = (cols + per16 - 1) / per16 * per16;
+  at::Tensor out = at::empty({t.size(0), t.size(1), padded}, t.options()).narrow(2, 0, cols);
+  out.copy_(t);
+  return out;
+}
+
+// matmul's b [batch, k, n] (a [batch, m, k], c [batch, m, n], checked) in one launch of the mma
+// path over the whole batch (matmul_mma_batched), where a slice alone would not fill the GPU (its
+// 128 x 128 tiles fewer than the SMs): a launch a slice would cost more than such slices' work.
+// float16 / bfloat16 on a device with the mma path; false (nothing done) elsewhere, and for larger
+// slices, which go a slice at a time on the route a 2-d call takes (wgmma on an H100).
+bool matmul_cuda_whole_batch(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
+  const bool half = a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16;
+  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  if (!half || batch < 2 || m == 0 || n == 0 || k == 0) return false;
+  const c10::cuda::CUDAGuard guard(a.device());
+  if (!mma_available()) return false;
+  const int64_t tiles = (m + 127) / 128 * ((n + 127) / 128);
+  if (tiles >= wb::detail::device_attribute<cudaDevAttrMultiProcessorCount>()) return false;
+  const at::Tensor a3 = slices_padded(a), b3 = slices_padded(b);
+  WB_DISPATCH(WB_REDUCED, a.scalar_type(), "matmul", "a", [&] {
+    wb::check_launch(
+        "matmul", matmul_mma_batched(view_of<scalar_t>(a3.select(0, 0)), a3.stride(0),
+                                     view_of<scalar_t>(b3.select(0, 0)), b3.stride(0),
+                                     wb::data<scalar_t>(c), batch, m, n, k, wb::current_stream(a)));
+  });
+  return true;
+}
+
 at::Tensor matmul_cuda_op(const at::Tensor& a, const at::Tensor& b) {
-  return batched("matmul", a, b,
-                 [](const at::Tensor& a2, const at::Tensor& b2, const at::Tensor& c2) {
-                   matmul_cuda_run("matmul", a2, b2, c2, Path::automatic, /*may_swap=*/true);
-                 });
+  return batched(
+      "matmul", a, b,
+      [](const at::Tensor& a2, const at::Tensor& b2, const at::Tensor& c2) {
+        matmul_cuda_run("matmul", a2, b2, c2, Path::automatic, /*may_swap=*/true);
+      },
+      matmul_cuda_whole_batch);
 }
 
 at::Tensor matmul_path_cuda_op(const at::Tensor& a, const at::Tensor& b, int64_t path) {

@@ -103,7 +103,8 @@ def test_bad_input_is_named(
         lib.matmul(a, b)
 
 
-# Batched operands (bindings/matmul.cpp, batched): a slice at a time, one product of a's rows
+# Batched operands (bindings/matmul.cpp, batched): a slice at a time (or, on CUDA, small
+# float16 / bfloat16 slices in one launch: the tests at the end), one product of a's rows
 # where the batch shares b (folded, or copied where a's strides do not fold), an empty batch, and
 # sizes past a tensor-core tile.
 _BATCHED = [
@@ -275,3 +276,66 @@ def test_cpu_float32_error_grows_with_k_as_torchs_does(lib: Any, k: int) -> None
     ours = (lib.matmul(a, b).double() - truth).abs().max().item()
     theirs = ((a @ b).double() - truth).abs().max().item()
     assert ours <= 2 * theirs, (ours, theirs)
+
+
+def _kernel_launches(fn: Any) -> list[str]:
+    """The names of the CUDA kernels one call of fn launched."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernel = torch.autograd.DeviceType.CUDA
+    names = [e.name for e in prof.events() if e.device_type == kernel]
+    return [n for n in names if "Memcpy" not in n and "Memset" not in n]
+
+
+def _batch_close(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    want = torch.matmul(a.double(), b.double())
+    assert c.shape == want.shape and c.dtype == a.dtype and c.is_contiguous()
+    scale = float(want.abs().max())
+    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=2e-3 * scale)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_batch_of_small_slices_is_one_launch(lib: Any, dtype: torch.dtype) -> None:
+    """b [batch, k, n] of slices too small to fill the GPU (bindings/matmul.cpp,
+    matmul_cuda_whole_batch): one launch of the mma path for the whole batch, not one a slice;
+    slices whose rows are not 16-byte aligned (copied, padded), a batch given as a strided view
+    and a b shared through a zero batch stride give the same products."""
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("the mma path needs sm_80")
+    gen = torch.Generator().manual_seed(11)
+    a = torch.randn(64, 48, 40, generator=gen).to(device="cuda", dtype=dtype)
+    b = torch.randn(64, 40, 72, generator=gen).to(device="cuda", dtype=dtype)
+    lib.matmul(a, b)  # the launch's one-time queries outside the profile
+    names = _kernel_launches(lambda: lib.matmul(a, b))
+    assert len(names) == 1 and "mma_kernel" in names[0], names
+    _batch_close(lib.matmul(a, b), a, b)
+    odd_a = torch.randn(40, 33, 21, generator=gen).to(device="cuda", dtype=dtype)
+    odd_b = torch.randn(40, 21, 13, generator=gen).to(device="cuda", dtype=dtype)
+    _batch_close(lib.matmul(odd_a, odd_b), odd_a, odd_b)
+    _batch_close(lib.matmul(a[::2], b[1::2]), a[::2], b[1::2])
+    shared = b[0].expand(64, -1, -1)
+    _batch_close(lib.matmul(a, shared), a, shared)
+
+
+@pytest.mark.cuda
+def test_a_batch_past_the_grids_limit_and_large_slices(lib: Any) -> None:
+    """70000 slices (the mma path's grid takes 65535 a launch: two launches, the last slices
+    right) and slices that fill the GPU alone (a launch a slice, on the route a 2-d call takes)."""
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("the mma path needs sm_80")
+    gen = torch.Generator().manual_seed(12)
+    a = torch.randn(70000, 4, 8, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(70000, 8, 16, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    lib.matmul(a, b)
+    names = _kernel_launches(lambda: lib.matmul(a, b))
+    assert len(names) == 2 and all("mma_kernel" in n for n in names), names
+    _batch_close(lib.matmul(a, b), a, b)
+    big_a = torch.randn(3, 2048, 1024, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    big_b = torch.randn(3, 1024, 2048, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    lib.matmul(big_a, big_b)
+    assert len(_kernel_launches(lambda: lib.matmul(big_a, big_b))) >= 3
+    _batch_close(lib.matmul(big_a, big_b), big_a, big_b)

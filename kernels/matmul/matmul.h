@@ -75,6 +75,14 @@ template <typename T>
 int64_t simt_workspace(int64_t m, int64_t n, int64_t k);
 template <typename T>
 Status matmul_mma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream);
+// c[i] = a[i] @ b[i] for i < batch on the mma path, the batch in its grid (one launch up to 65535
+// slices): a[i] is a with its data slice_a * i elements on, b[i] alike, c[i] the i-th [m, n] of
+// c ([batch, m, n] contiguous). For a batch of slices each too small to fill the GPU, which a
+// launch a slice would spend on launches (bindings/matmul.cpp). a[i] and b[i] as matmul_mma
+// takes them: row-major, rows (and so slice_a and slice_b) multiples of 16 bytes.
+template <typename T>
+Status matmul_mma_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
+                          int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
 template <typename T>
 Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
                     Stream stream);

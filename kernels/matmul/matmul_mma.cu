@@ -81,14 +81,22 @@ __device__ __forceinline__ uint32_t b_offset(int p, int c, int row_bytes) {
 
 constexpr int kGroup = 8;  // rows of tiles a group (see the header)
 
-template <typename T, typename Tl>
+// Batch: a batch's launch (matmul_mma_batched), slice blockIdx.y of a, b and c; a kernel of its
+// own, so that the offsets cost the one-matrix kernel nothing (its registers sit at the cap).
+template <typename T, typename Tl, bool Batch>
 __global__ void __launch_bounds__(WB_MMA_IMAGE ? Tl::kThreads : 1,
                                   WB_MMA_IMAGE ? Tl::kBlocksPerSm : 1)
     mma_kernel(const T* __restrict__ a, int64_t lda,  // [m, k], row stride lda
                const T* __restrict__ b, int64_t ldb,  // [k, n], row stride ldb
                T* __restrict__ c,                     // [m, n]
-               int64_t m, int64_t n, int64_t k) {
+               int64_t m, int64_t n, int64_t k, int64_t slice_a,
+               int64_t slice_b) {  // a batch: slice blockIdx.y's distances
 #if WB_MMA_IMAGE
+  if constexpr (Batch) {  // c's slices contiguous
+    a += blockIdx.y * slice_a;
+    b += blockIdx.y * slice_b;
+    c += blockIdx.y * m * n;
+  }
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm = warp / Tl::WN, wn = warp % Tl::WN;
@@ -236,32 +244,50 @@ bool two_default_blocks_fit() {
   return bytes >= DefaultTile::kBlocksPerSm * (DefaultTile::kSmemBytes + 1024);
 }
 
+// The batch's slices in launches of at most 65535 (gridDim.y's limit); one slice: batch 1.
 template <typename T, typename Tl>
-Status launch(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, cudaStream_t s) {
+Status launch(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, int64_t batch,
+              int64_t m, int64_t n, int64_t k, cudaStream_t s) {
   const int64_t tiles = ((m + Tl::BM - 1) / Tl::BM) * ((n + Tl::BN - 1) / Tl::BN);
   if (tiles > INT32_MAX) return "matmul: m * n is too large for the mma path's grid";
-  auto kernel = mma_kernel<T, Tl>;
+  auto kernel = batch > 1 ? mma_kernel<T, Tl, true> : mma_kernel<T, Tl, false>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::kSmemBytes);
   // Shared memory over L1 (cp.async.cg bypasses L1), so that two blocks fit.
   cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                        cudaSharedmemCarveoutMaxShared);
-  kernel<<<static_cast<unsigned>(tiles), Tl::kThreads, Tl::kSmemBytes, s>>>(a.data, a.row, b.data,
-                                                                            b.row, c, m, n, k);
-  return launch_status();
+  for (int64_t first = 0; first < batch; first += 65535) {
+    const dim3 grid(static_cast<unsigned>(tiles),
+                    static_cast<unsigned>(min_of<int64_t>(batch - first, 65535)));
+    kernel<<<grid, Tl::kThreads, Tl::kSmemBytes, s>>>(a.data + first * slice_a, a.row,
+                                                      b.data + first * slice_b, b.row,
+                                                      c + first * m * n, m, n, k, slice_a, slice_b);
+    if (const Status e = launch_status()) return e;
+  }
+  return nullptr;
 }
 
 }  // namespace
 
 bool mma_available() {
   static signed char known[64] = {};
-  return image_of_current_device(mma_kernel<bf16, DefaultTile>, DefaultTile::kThreads, known);
+  return image_of_current_device(mma_kernel<bf16, DefaultTile, false>, DefaultTile::kThreads,
+                                 known);
 }
 
 template <typename T>
-Status matmul_mma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream) {
+Status matmul_mma_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
+                          int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  if (two_default_blocks_fit()) return launch<T, DefaultTile>(a, b, c, m, n, k, s);
-  return launch<T, SmallSmemTile>(a, b, c, m, n, k, s);
+  if (two_default_blocks_fit()) {
+    return launch<T, DefaultTile>(a, slice_a, b, slice_b, c, batch, m, n, k, s);
+  }
+  return launch<T, SmallSmemTile>(a, slice_a, b, slice_b, c, batch, m, n, k, s);
+}
+WB_INSTANTIATE(WB_REDUCED, matmul_mma_batched)
+
+template <typename T>
+Status matmul_mma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, Stream stream) {
+  return matmul_mma_batched(a, 0, b, 0, c, 1, m, n, k, stream);
 }
 WB_INSTANTIATE(WB_REDUCED, matmul_mma)
 
