@@ -301,9 +301,10 @@ def _batch_close(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_a_batch_of_small_slices_is_one_launch(lib: Any, dtype: torch.dtype) -> None:
     """b [batch, k, n] of slices too small to fill the GPU (bindings/matmul.cpp,
-    matmul_cuda_whole_batch): one launch of the mma path for the whole batch, not one a slice;
-    slices whose rows are not 16-byte aligned (copied, padded), a batch given as a strided view
-    and a b shared through a zero batch stride give the same products."""
+    matmul_cuda_whole_batch): one launch of the mma path for the whole batch, not one a slice, on
+    its 64 x 64 tile (small slices) or its 128 x 128 one; slices whose rows are not 16-byte
+    aligned (copied, padded), a batch given as a strided view and a b shared through a zero
+    batch stride give the same products."""
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("the mma path needs sm_80")
     gen = torch.Generator().manual_seed(11)
@@ -319,6 +320,13 @@ def test_a_batch_of_small_slices_is_one_launch(lib: Any, dtype: torch.dtype) -> 
     _batch_close(lib.matmul(a[::2], b[1::2]), a[::2], b[1::2])
     shared = b[0].expand(64, -1, -1)
     _batch_close(lib.matmul(a, shared), a, shared)
+    # Slices of 72 128 x 128 tiles, twice: more than the SMs in all, the batch's 128 x 128 tile.
+    wide_a = torch.randn(2, 1100, 200, generator=gen).to(device="cuda", dtype=dtype)
+    wide_b = torch.randn(2, 200, 1000, generator=gen).to(device="cuda", dtype=dtype)
+    lib.matmul(wide_a, wide_b)
+    names = _kernel_launches(lambda: lib.matmul(wide_a, wide_b))
+    assert len(names) == 1 and "mma_kernel" in names[0], names
+    _batch_close(lib.matmul(wide_a, wide_b), wide_a, wide_b)
 
 
 @pytest.mark.cuda

@@ -1,7 +1,8 @@
 """The mma.sync path (``kernels/matmul/matmul_mma.cu``): on every arch that runs it (sm_80, sm_86,
 sm_89; sm_90 when forced) nvcc compiles its kernels without spills, in registers that leave room
-for two blocks an SM, and the ring of shared-memory stages the launcher picks there fits two
-blocks too. On a GPU: path 2 against torch on shapes that are not multiples of its tile.
+for two blocks an SM (a batch's kernels too), and the ring of shared-memory stages the launcher
+picks there fits two blocks too. On a GPU: path 2 against torch on shapes that are not multiples
+of its tile.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from workbench.project import BUNDLED_KERNELS
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
 SOURCE = BUNDLED_KERNELS / "matmul" / "matmul_mma.cu"
 BLOCKS_PER_SM = 2  # MmaTile::kBlocksPerSm
-# MmaTile<BM, BN, BK, WM, WN, STAGES> as cubin.short_name reads it.
-TILE = re.compile(r"MmaTile<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)>")
+# MmaTile<BM, BN, BK, WM, WN, STAGES> as cubin.short_name reads it, and the kernel's Batch.
+TILE = re.compile(r"MmaTile<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)>, (true|false)")
 
 
 def ring_bytes(tile: tuple[int, ...]) -> int:
@@ -35,12 +36,16 @@ def ring_bytes(tile: tuple[int, ...]) -> int:
 def test_the_mma_kernels_fit_two_blocks_an_sm_without_spills(tmp_path: Path, arch: str) -> None:
     kernels = compile_cubin(tmp_path, SOURCE, arch)
     tiles: dict[tuple[int, ...], list[cubin.Kernel]] = {}
+    batch: dict[tuple[int, ...], list[cubin.Kernel]] = {}  # matmul_mma_batched's kernels
     for k in kernels.values():
         found = TILE.search(cubin.short_name(k.name))
         assert found, cubin.short_name(k.name)
-        tiles.setdefault(tuple(int(g) for g in found.groups()), []).append(k)
-    assert tiles and all(len(ks) == 2 for ks in tiles.values())  # float16 and bfloat16
-    for tile, ks in tiles.items():
+        into = batch if found.group(7) == "true" else tiles
+        into.setdefault(tuple(int(g) for g in found.groups()[:6]), []).append(k)
+    # float16 and bfloat16 of each; a batch runs the one-matrix tiles and a 64 x 64 one
+    assert tiles and all(len(ks) == 2 for ks in (*tiles.values(), *batch.values()))
+    assert set(batch) - set(tiles) == {(64, 64, 32, 2, 2, 4)} and set(tiles) < set(batch)
+    for tile, ks in (*tiles.items(), *batch.items()):
         threads = 32 * tile[3] * tile[4]
         for k in ks:
             shown = f"{cubin.short_name(k.name)} [{arch}]: {k.registers} registers"
@@ -48,8 +53,8 @@ def test_the_mma_kernels_fit_two_blocks_an_sm_without_spills(tmp_path: Path, arc
             assert k.launch_bound == threads, shown
             by_registers = cubin.occupancy(arch, k.registers, 0, threads)
             assert by_registers.blocks >= BLOCKS_PER_SM, f"{shown}: {by_registers}"
-    # The launcher's ring: the deepest whose two blocks fit this arch's SM (4 stages on sm_80 and
-    # sm_90, 3 on the 100 KiB SMs of sm_86 and sm_89).
+    # The launcher's ring for one matrix: the deepest whose two blocks fit this arch's SM (4
+    # stages on sm_80 and sm_90, 3 on the 100 KiB SMs of sm_86 and sm_89).
     fits = [
         t
         for t in tiles
