@@ -169,12 +169,23 @@ def batched_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
     GEMM); the note gives matmul_path(a, b, 0)'s time, which takes the batch a slice at a time."""
     import torch
 
-    gen = torch.Generator("cuda").manual_seed(0)
-    bf, hf = torch.bfloat16, torch.float16
+    bf, hf, f32 = torch.bfloat16, torch.float16, torch.float32
     cases = [(256, 64, 64, 64, bf), (512, 32, 64, 64, hf), (64, 128, 128, 128, bf),
              (32, 256, 256, 256, bf), (8, 512, 512, 512, bf), (4, 1024, 1024, 1024, bf),
-             (32, 16, 1024, 1024, bf), (48, 100, 72, 120, bf),
-             (2, 2048, 2048, 2048, bf)]  # fmt: skip
+             (32, 16, 1024, 1024, bf), (48, 100, 72, 120, bf), (2, 2048, 2048, 2048, bf),
+             (256, 64, 64, 64, f32), (32, 256, 256, 256, f32)]  # fmt: skip
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 against float32, as ours is
+    try:
+        return _batched_cases(lib, timer, floor, cases)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _batched_cases(lib: Any, timer: Timer, floor: float, cases: list[tuple[Any, ...]]) -> list[Row]:
+    import torch
+
+    gen = torch.Generator("cuda").manual_seed(0)
     rows: list[Row] = []
     for batch, m, n, k, dt in cases:
         a = torch.randn(batch, m, k, device="cuda", dtype=dt, generator=gen)

@@ -6,10 +6,10 @@
 // a: [m, k], b: [k, n], one dtype and device, any strides; the output [m, n] is contiguous.
 // Batched (as torch.matmul does for these shapes): a [batch, m, k] with b [k, n] is one product
 // of a's batch * m rows (a reshaped, copied only where its strides do not fold), and with b
-// [batch, k, n] one product a slice, or, on CUDA, a batch of float16 / bfloat16 slices too small
-// to fill the GPU in one launch of the mma path (matmul_cuda_whole_batch; its slices copied as
-// below where their rows are not 16-byte aligned; matmul_path goes a slice at a time on the path
-// it names); the output [batch, m, n] is contiguous.
+// [batch, k, n] one product a slice, or, on CUDA, a batch of slices too small to fill the GPU in
+// one launch (matmul_cuda_whole_batch: float16 / bfloat16 on the mma path, float32 / float64 on
+// the SIMT path, slices copied where their rows are not 16-byte aligned; matmul_path goes a slice
+// at a time on the path it names); the output [batch, m, n] is contiguous.
 // The kernels read strided operands in place, with one documented exception: on CUDA, a
 // float16 / bfloat16 operand whose layout the tensor-core paths cannot read (a not row-major,
 // b neither row- nor column-major, or rows not 16-byte aligned: k or n not a multiple of 8) is
@@ -218,7 +218,7 @@ void matmul_cuda_run(const char* op, const at::Tensor& a_in, const at::Tensor& b
   });
 }
 
-// t [batch, rows, cols] as the mma path reads each slice: rows contiguous, rows and slices
+// t [batch, rows, cols] as the batch's kernels read each slice: rows contiguous, rows and slices
 // 16-byte aligned (t itself where they are), else a copy so, its rows padded to 16 bytes (the
 // padding is never read).
 at::Tensor slices_padded(const at::Tensor& t) {
@@ -233,20 +233,31 @@ at::Tensor slices_padded(const at::Tensor& t) {
   return out;
 }
 
-// matmul's b [batch, k, n] (a [batch, m, k], c [batch, m, n], checked) in one launch of the mma
-// path over the whole batch (matmul_mma_batched), where a slice alone would not fill the GPU (its
-// 128 x 128 tiles fewer than the SMs): a launch a slice would cost more than such slices' work.
-// float16 / bfloat16 on a device with the mma path; false (nothing done) elsewhere, and for larger
-// slices, which go a slice at a time on the route a 2-d call takes (wgmma on an H100).
+// matmul's b [batch, k, n] (a [batch, m, k], c [batch, m, n], checked) in one launch over the
+// whole batch where a slice alone would not fill the GPU (its 128 x 128 tiles fewer than the
+// SMs): a launch a slice would cost more than such slices' work. float16 / bfloat16 on the mma
+// path (matmul_mma_batched; false where the device has none), float32 / float64 on the SIMT path
+// (matmul_simt_batched), either's slices copied where their rows are not 16-byte aligned
+// (slices_padded); false (nothing done) for larger slices,
+// which go a slice at a time on the route a 2-d call takes (wgmma on an H100).
 bool matmul_cuda_whole_batch(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
   const bool half = a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16;
   const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
-  if (!half || batch < 2 || m == 0 || n == 0 || k == 0) return false;
+  if (batch < 2 || m == 0 || n == 0 || k == 0) return false;
   const c10::cuda::CUDAGuard guard(a.device());
-  if (!mma_available()) return false;
+  if (half && !mma_available()) return false;
   const int64_t tiles = (m + 127) / 128 * ((n + 127) / 128);
   if (tiles >= wb::detail::device_attribute<cudaDevAttrMultiProcessorCount>()) return false;
   const at::Tensor a3 = slices_padded(a), b3 = slices_padded(b);
+  if (!half) {
+    WB_DISPATCH(WB_FLOAT32_64, a.scalar_type(), "matmul", "a", [&] {
+      wb::check_launch("matmul", matmul_simt_batched(
+                                     view_of<scalar_t>(a3.select(0, 0)), a3.stride(0),
+                                     view_of<scalar_t>(b3.select(0, 0)), b3.stride(0),
+                                     wb::data<scalar_t>(c), batch, m, n, k, wb::current_stream(a)));
+    });
+    return true;
+  }
   WB_DISPATCH(WB_REDUCED, a.scalar_type(), "matmul", "a", [&] {
     wb::check_launch(
         "matmul", matmul_mma_batched(view_of<scalar_t>(a3.select(0, 0)), a3.stride(0),

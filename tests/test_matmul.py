@@ -294,25 +294,34 @@ def _batch_close(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     want = torch.matmul(a.double(), b.double())
     assert c.shape == want.shape and c.dtype == a.dtype and c.is_contiguous()
     scale = float(want.abs().max())
-    torch.testing.assert_close(c.double(), want, rtol=8e-3, atol=2e-3 * scale)
+    rtol = {torch.float32: 1e-5, torch.float64: 1e-12}.get(a.dtype, 8e-3)
+    torch.testing.assert_close(c.double(), want, rtol=rtol, atol=rtol / 4 * scale)
+
+
+def _batch_kernel(dtype: torch.dtype) -> str:
+    """The kernel a batch of small slices runs in: the mma path's, or for float32 and float64
+    the SIMT path's."""
+    half = dtype in (torch.float16, torch.bfloat16)
+    if half and torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("the mma path needs sm_80")
+    return "mma_kernel" if half else "simt_kernel"
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 def test_a_batch_of_small_slices_is_one_launch(lib: Any, dtype: torch.dtype) -> None:
     """b [batch, k, n] of slices too small to fill the GPU (bindings/matmul.cpp,
-    matmul_cuda_whole_batch): one launch of the mma path for the whole batch, not one a slice, on
-    its 64 x 64 tile (small slices) or its 128 x 128 one; slices whose rows are not 16-byte
-    aligned (copied, padded), a batch given as a strided view and a b shared through a zero
-    batch stride give the same products."""
-    if torch.cuda.get_device_capability() < (8, 0):
-        pytest.skip("the mma path needs sm_80")
+    matmul_cuda_whole_batch): one launch for the whole batch, not one a slice (the mma path's,
+    on its 64 x 64 tile for small slices or its 128 x 128 one; the SIMT path's for float32 and
+    float64); slices whose rows are not 16-byte aligned (copied, padded), a batch given as a
+    strided view and a b shared through a zero batch stride give the same products."""
+    kernel = _batch_kernel(dtype)
     gen = torch.Generator().manual_seed(11)
     a = torch.randn(64, 48, 40, generator=gen).to(device="cuda", dtype=dtype)
     b = torch.randn(64, 40, 72, generator=gen).to(device="cuda", dtype=dtype)
     lib.matmul(a, b)  # the launch's one-time queries outside the profile
     names = _kernel_launches(lambda: lib.matmul(a, b))
-    assert len(names) == 1 and "mma_kernel" in names[0], names
+    assert len(names) == 1 and kernel in names[0], names
     _batch_close(lib.matmul(a, b), a, b)
     odd_a = torch.randn(40, 33, 21, generator=gen).to(device="cuda", dtype=dtype)
     odd_b = torch.randn(40, 21, 13, generator=gen).to(device="cuda", dtype=dtype)
@@ -325,25 +334,25 @@ def test_a_batch_of_small_slices_is_one_launch(lib: Any, dtype: torch.dtype) -> 
     wide_b = torch.randn(2, 200, 1000, generator=gen).to(device="cuda", dtype=dtype)
     lib.matmul(wide_a, wide_b)
     names = _kernel_launches(lambda: lib.matmul(wide_a, wide_b))
-    assert len(names) == 1 and "mma_kernel" in names[0], names
+    assert len(names) == 1 and kernel in names[0], names
     _batch_close(lib.matmul(wide_a, wide_b), wide_a, wide_b)
 
 
 @pytest.mark.cuda
-def test_a_batch_past_the_grids_limit_and_large_slices(lib: Any) -> None:
-    """70000 slices (the mma path's grid takes 65535 a launch: two launches, the last slices
-    right) and slices that fill the GPU alone (a launch a slice, on the route a 2-d call takes)."""
-    if torch.cuda.get_device_capability() < (8, 0):
-        pytest.skip("the mma path needs sm_80")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_batch_past_the_grids_limit_and_large_slices(lib: Any, dtype: torch.dtype) -> None:
+    """70000 slices (a batch's grid takes 65535 a launch: two launches, the last slices right)
+    and slices that fill the GPU alone (a launch a slice, on the route a 2-d call takes)."""
+    kernel = _batch_kernel(dtype)
     gen = torch.Generator().manual_seed(12)
-    a = torch.randn(70000, 4, 8, generator=gen).to(device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(70000, 8, 16, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(70000, 4, 8, generator=gen).to(device="cuda", dtype=dtype)
+    b = torch.randn(70000, 8, 16, generator=gen).to(device="cuda", dtype=dtype)
     lib.matmul(a, b)
     names = _kernel_launches(lambda: lib.matmul(a, b))
-    assert len(names) == 2 and all("mma_kernel" in n for n in names), names
+    assert len(names) == 2 and all(kernel in n for n in names), names
     _batch_close(lib.matmul(a, b), a, b)
-    big_a = torch.randn(3, 2048, 1024, generator=gen).to(device="cuda", dtype=torch.bfloat16)
-    big_b = torch.randn(3, 1024, 2048, generator=gen).to(device="cuda", dtype=torch.bfloat16)
+    big_a = torch.randn(3, 2048, 1024, generator=gen).to(device="cuda", dtype=dtype)
+    big_b = torch.randn(3, 1024, 2048, generator=gen).to(device="cuda", dtype=dtype)
     lib.matmul(big_a, big_b)
     assert len(_kernel_launches(lambda: lib.matmul(big_a, big_b))) >= 3
     _batch_close(lib.matmul(big_a, big_b), big_a, big_b)

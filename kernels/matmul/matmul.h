@@ -83,6 +83,11 @@ Status matmul_mma(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, S
 template <typename T>
 Status matmul_mma_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
                           int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
+// The same on the SIMT path, for float32 and float64 (any strides within a slice, as
+// matmul_simt; k whole, never split).
+template <typename T>
+Status matmul_simt_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
+                           int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
 template <typename T>
 Status matmul_wgmma(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int64_t n, int64_t k,
                     Stream stream);

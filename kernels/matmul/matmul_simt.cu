@@ -33,6 +33,10 @@
 //   rows: 64 x 128 (4 x 8 a thread, twice the tiles; see Narrow) or 128 x 128 (the default). The
 //   old behaviour: WB_SIMT_SPLITS=1. A tile changes no element's order of sum.
 //
+//   A batch (matmul_simt_batched: c[i] = a[i] @ b[i], float32 / float64 slices too small to fill
+//   the GPU, in one launch): block z takes slice z, k whole, on kernels of their own (Batch) that
+//   read 16 bytes at a time (the caller copies slices whose rows are not 16-byte aligned).
+//
 //   Global reads: float32 and float64 operands whose contiguous dimension (k, or m for a and n
 //   for b) has 16-byte aligned lines are read 16 bytes at a time (float4 for float32); any other
 //   layout (odd strides, a view of every other column, misaligned rows) element by element,
@@ -196,17 +200,22 @@ __device__ __forceinline__ void write_run(T* c_row, const A* from, int col, int 
 }
 
 // Block z of gridDim.z sums k's slice [z * slice_k, (z + 1) * slice_k) into c's slice z; with one
-// slice (slice_k >= k), all of k into c.
-template <typename T, typename S, int V>
+// slice (slice_k >= k), all of k into c. Batch (matmul_simt_batched): block z computes the batch's
+// slice z, c[z] = a[z] @ b[z], a[z] slice_a elements on from a (b[z] alike), k whole.
+template <typename T, typename S, int V, bool Batch>
 __global__ void __launch_bounds__(S::kThreads, 1)
     simt_kernel(Operand<T> a,       // [m, k] as X = m
                 Operand<T> b,       // [k, n] as X = n (its transpose)
                 T* __restrict__ c,  // [gridDim.z, m, n]: c, or the slices' partial sums
                 int64_t m, int64_t n, int64_t k,
                 int64_t slice_k,  // a multiple of kChunk where gridDim.z > 1
-                bool c_vec) {     // rows of c take TN / 2 elements a store
+                bool c_vec,       // rows of c take TN / 2 elements a store
+                int64_t slice_a, int64_t slice_b) {
   using A = acc_t<T>;
-  if constexpr (kSplits<T>) {  // this block's slice of k: a and b from its first k, k its length
+  if constexpr (Batch) {
+    a.data += blockIdx.z * slice_a;
+    b.data += blockIdx.z * slice_b;
+  } else if constexpr (kSplits<T>) {  // this block's slice of k: a and b from its first k
     const int64_t p0 = static_cast<int64_t>(blockIdx.z) * slice_k;
     a.data += p0 * a.sp;
     b.data += p0 * b.sp;
@@ -394,18 +403,28 @@ Status plan_float32(int64_t m, int64_t n, int64_t k, Plan* plan) {
   return nullptr;
 }
 
-template <typename T, typename S, int V>
+// `splits` slices of k (gridDim.z), or, Batch, `splits` slices of a batch (slice_a and slice_b
+// elements apart in a and b, m * n in c), in launches of at most 65535 (gridDim.z's limit).
+template <typename T, typename S, int V, bool Batch = false>
 Status launch(Operand<T> a, Operand<T> b, T* c, int64_t m, int64_t n, int64_t k, int64_t splits,
-              int64_t slice_k, cudaStream_t s) {
+              int64_t slice_k, cudaStream_t s, int64_t slice_a = 0, int64_t slice_b = 0) {
   constexpr int64_t run = S::TN / 2;
-  const bool c_vec = n % run == 0 && reinterpret_cast<uintptr_t>(c) % (run * sizeof(T)) == 0;
+  const bool c_vec = n % run == 0 && reinterpret_cast<uintptr_t>(c) % (run * sizeof(T)) == 0 &&
+                     (!Batch || m * n % run == 0);
   const int64_t col_tiles = (n + S::BN - 1) / S::BN, row_tiles = (m + S::BM - 1) / S::BM;
   if (col_tiles > INT32_MAX) return "matmul: n is too large for the simt path's grid";
-  const dim3 grid(static_cast<unsigned>(col_tiles),
-                  static_cast<unsigned>(min_of<int64_t>(row_tiles, 65535)),  // gridDim.y limit
-                  static_cast<unsigned>(splits));
-  simt_kernel<T, S, V><<<grid, S::kThreads, 0, s>>>(a, b, c, m, n, k, slice_k, c_vec);
-  return launch_status();
+  for (int64_t first = 0; first < splits; first += 65535) {
+    const dim3 grid(static_cast<unsigned>(col_tiles),
+                    static_cast<unsigned>(min_of<int64_t>(row_tiles, 65535)),  // gridDim.y limit
+                    static_cast<unsigned>(min_of<int64_t>(splits - first, 65535)));
+    Operand<T> at = a, bt = b;
+    at.data += first * slice_a;
+    bt.data += first * slice_b;
+    simt_kernel<T, S, V, Batch><<<grid, S::kThreads, 0, s>>>(at, bt, c + first * m * n, m, n, k,
+                                                             slice_k, c_vec, slice_a, slice_b);
+    if (const Status e = launch_status()) return e;
+  }
+  return nullptr;
 }
 
 // The float32 launch: the plan's tile into c, or its slices into the workspace and then their sum.
@@ -468,5 +487,18 @@ Status matmul_simt(View<T> a, View<T> b, T* c, float* workspace, int64_t m, int6
   }
 }
 WB_INSTANTIATE(WB_FLOATING, matmul_simt)
+
+template <typename T>
+Status matmul_simt_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
+                           int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream) {
+  const Operand<T> oa = operand(a, false), ob = operand(b, true);
+  // Read 16 bytes at a time alone (one batch kernel a dtype): every slice's lines aligned.
+  if (!lines16(oa) || !lines16(ob) || slice_a % kVec16<T> != 0 || slice_b % kVec16<T> != 0) {
+    return "matmul: the SIMT path's batch takes slices of 16-byte aligned rows (copy them so)";
+  }
+  return launch<T, TileOf<T>, kVec16<T>, true>(oa, ob, c, m, n, k, batch, k,
+                                               static_cast<cudaStream_t>(stream), slice_a, slice_b);
+}
+WB_INSTANTIATE(WB_FLOAT32_64, matmul_simt_batched)
 
 }  // namespace wb::matmul
