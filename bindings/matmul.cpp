@@ -238,16 +238,22 @@ at::Tensor slices_padded(const at::Tensor& t) {
 // SMs): a launch a slice would cost more than such slices' work. float16 / bfloat16 on the mma
 // path (matmul_mma_batched; false where the device has none), float32 / float64 on the SIMT path
 // (matmul_simt_batched), either's slices copied where their rows are not 16-byte aligned
-// (slices_padded); false (nothing done) for larger slices,
-// which go a slice at a time on the route a 2-d call takes (wgmma on an H100).
+// (slices_padded). False (nothing done) for larger slices, and where the batch's blocks (at the
+// batch kernels' tiles, 128 x 128 for float32, else at most 64 x 64) are fewer than half the SMs
+// and k is long (past kWholeBatchK): those go a slice at a time on the route a 2-d call takes
+// (wgmma on an H100), which splits a long k across the SMs where the batch's kernels take k whole.
+constexpr int64_t kWholeBatchK = 1024;
 bool matmul_cuda_whole_batch(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
   const bool half = a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16;
   const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
   if (batch < 2 || m == 0 || n == 0 || k == 0) return false;
   const c10::cuda::CUDAGuard guard(a.device());
   if (half && !mma_available()) return false;
-  const int64_t tiles = (m + 127) / 128 * ((n + 127) / 128);
-  if (tiles >= wb::detail::device_attribute<cudaDevAttrMultiProcessorCount>()) return false;
+  const int64_t sms = wb::detail::device_attribute<cudaDevAttrMultiProcessorCount>();
+  if ((m + 127) / 128 * ((n + 127) / 128) >= sms) return false;
+  const int64_t tile = a.scalar_type() == at::kFloat ? 128 : 64;
+  const int64_t blocks = batch * ((m + tile - 1) / tile) * ((n + tile - 1) / tile);
+  if (blocks < sms / 2 && k > kWholeBatchK) return false;
   const at::Tensor a3 = slices_padded(a), b3 = slices_padded(b);
   if (!half) {
     WB_DISPATCH(WB_FLOAT32_64, a.scalar_type(), "matmul", "a", [&] {

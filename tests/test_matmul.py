@@ -341,8 +341,9 @@ def test_a_batch_of_small_slices_is_one_launch(lib: Any, dtype: torch.dtype) -> 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_a_batch_past_the_grids_limit_and_large_slices(lib: Any, dtype: torch.dtype) -> None:
-    """70000 slices (a batch's grid takes 65535 a launch: two launches, the last slices right)
-    and slices that fill the GPU alone (a launch a slice, on the route a 2-d call takes)."""
+    """70000 slices (a batch's grid takes 65535 a launch: two launches, the last slices right),
+    and slices that fill the GPU alone or few slices of a long k (a launch a slice, on the route
+    a 2-d call takes)."""
     kernel = _batch_kernel(dtype)
     gen = torch.Generator().manual_seed(12)
     a = torch.randn(70000, 4, 8, generator=gen).to(device="cuda", dtype=dtype)
@@ -356,3 +357,10 @@ def test_a_batch_past_the_grids_limit_and_large_slices(lib: Any, dtype: torch.dt
     lib.matmul(big_a, big_b)
     assert len(_kernel_launches(lambda: lib.matmul(big_a, big_b))) >= 3
     _batch_close(lib.matmul(big_a, big_b), big_a, big_b)
+    # Two small slices of a long k: too few blocks for the batch's kernels (k whole), so a slice
+    # at a time on the route that splits k.
+    long_a = torch.randn(2, 64, 16384, generator=gen).to(device="cuda", dtype=dtype)
+    long_b = torch.randn(2, 16384, 64, generator=gen).to(device="cuda", dtype=dtype)
+    lib.matmul(long_a, long_b)
+    assert len(_kernel_launches(lambda: lib.matmul(long_a, long_b))) >= 2
+    _batch_close(lib.matmul(long_a, long_b), long_a, long_b)
