@@ -222,31 +222,33 @@ __device__ __forceinline__ float vec_exp2_keep(Vec<T, N>& v, float c) {
   return sum;
 }
 
-// keep: the vector of kept float16 exponentials times f, rounded to T.
-template <typename T, int N>
-__device__ __forceinline__ Vec<T, N> vec_kept_out(const Vec<T, N>& v, float f) {
+// The vector whose word w is out(word w of v): a pair of 2-byte elements mapped to a pair of T.
+template <typename T, int N, typename Out>
+__device__ __forceinline__ Vec<T, N> map_words(const Vec<T, N>& v, Out out) {
   Vec<T, N> o;
 #pragma unroll
   for (int w = 0; w < N / 2; ++w) {
-    const uint32_t word = word_of(v, w);
-    const uint32_t out = pair_of(T{}, half_of(f16{}, word, 0) * f, half_of(f16{}, word, 1) * f);
-    __builtin_memcpy(&o.v[2 * w], &out, sizeof out);
+    const uint32_t word = out(word_of(v, w));
+    __builtin_memcpy(&o.v[2 * w], &word, sizeof word);
   }
   return o;
+}
+
+// keep: the vector of kept float16 exponentials times f, rounded to T.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> vec_kept_out(const Vec<T, N>& v, float f) {
+  return map_words(v, [f](uint32_t word) {
+    return pair_of(T{}, half_of(f16{}, word, 0) * f, half_of(f16{}, word, 1) * f);
+  });
 }
 
 // The vector of 2^(x * log2(e) - c), rounded to T.
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> vec_exp2(const Vec<T, N>& v, float c) {
-  Vec<T, N> o;
-#pragma unroll
-  for (int w = 0; w < N / 2; ++w) {
-    const uint32_t word = word_of(v, w);
-    const uint32_t out = pair_of(T{}, ex2(fmaf(half_of(T{}, word, 0), kLog2e, -c)),
-                                 ex2(fmaf(half_of(T{}, word, 1), kLog2e, -c)));
-    __builtin_memcpy(&o.v[2 * w], &out, sizeof out);
-  }
-  return o;
+  return map_words(v, [c](uint32_t word) {
+    return pair_of(T{}, ex2(fmaf(half_of(T{}, word, 0), kLog2e, -c)),
+                   ex2(fmaf(half_of(T{}, word, 1), kLog2e, -c)));
+  });
 }
 
 }  // namespace wb::softmax
