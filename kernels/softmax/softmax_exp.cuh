@@ -5,7 +5,7 @@
 // WB_SOFTMAX_EXP picks how (read at each launch; float32 and float64 ignore it):
 //   twice             exp(x - m) as __expf: a subtraction, a multiplication by log2(e) and an
 //                     ex2.approx (MUFU) an element, each time.
-//   fma (or unset)    2^(x * log2(e) - c) with c = m * log2(e) for the sum (one FFMA and one
+//   fma               2^(x * log2(e) - c) with c = m * log2(e) for the sum (one FFMA and one
 //                     MUFU an element), and c = M * log2(e) + log2(S) for the output, so that
 //                     exp(x - M) / S needs no multiplication; the max of a pair of 16-bit values
 //                     one instruction (max.bf16x2 / max.f16x2) and the output pairs packed by
@@ -14,10 +14,10 @@
 //                     where m * log2(e) overflows), the element takes twice's formula, so
 //                     special rows come out as torch gives them, and the exponent's error from
 //                     rounding c, |c| * 2^-24, stays below 8.5e-5 relative (bfloat16 rounds to
-//                     4e-3, float16 to 5e-4). The default: on an H100, 2026-11-26, the bfloat16
-//                     forward's share of a copy of the same bytes at 1024x65536, 256x65536 and
-//                     64x262144 went 82 / 71 / 61% (twice) to 89 / 77 / 69% (fma; poly 87 / 74
-//                     / 67%).
+//                     4e-3, float16 to 5e-4). The default before keep: on an H100, 2026-11-26,
+//                     the bfloat16 forward's share of a copy of the same bytes at 1024x65536,
+//                     256x65536 and 64x262144 went 82 / 71 / 61% (twice) to 89 / 77 / 69% (fma;
+//                     poly 87 / 74 / 67%). float16's default (and keep's, where it keeps nothing).
 //   poly              fma, with every other exponential of the sum on the FMA pipe (ex2_poly: a
 //                     degree-4 polynomial, 5.3e-6 relative), so that the forward of 2-byte rows,
 //                     bound by its exponentials, shares them between the MUFU (16 lanes an SM)
@@ -31,7 +31,8 @@
 //                     the output is within 0.625 ulp of bfloat16, against 0.5), and c is
 //                     usable; else the thread takes fma's (or twice's) formula. float16 output
 //                     would lose half an ulp to the kept rounding: float16 and the other paths
-//                     take fma.
+//                     take fma. On H100s, 2026-11-28, against fma: 0-3.5% less time at those
+//                     three sizes, never more (bench/results/kernels.md, the seventeenth pass).
 #pragma once
 
 #include <cstdlib>
