@@ -233,6 +233,18 @@ at::Tensor slices_padded(const at::Tensor& t) {
   return out;
 }
 
+// The batch's launch for T: the mma path's for float16 / bfloat16, the SIMT path's for float32 /
+// float64 (matmul.h).
+template <typename T>
+wb::Status batch_launch(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, int64_t batch,
+                        int64_t m, int64_t n, int64_t k, wb::Stream stream) {
+  if constexpr (sizeof(T) == 2) {
+    return matmul_mma_batched(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
+  } else {
+    return matmul_simt_batched(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
+  }
+}
+
 // matmul's b [batch, k, n] (a [batch, m, k], c [batch, m, n], checked) in one launch over the
 // whole batch where a slice alone would not fill the GPU (its 128 x 128 tiles fewer than the
 // SMs): a launch a slice would cost more than such slices' work. float16 / bfloat16 on the mma
@@ -255,20 +267,11 @@ bool matmul_cuda_whole_batch(const at::Tensor& a, const at::Tensor& b, const at:
   const int64_t blocks = batch * ((m + tile - 1) / tile) * ((n + tile - 1) / tile);
   if (blocks < sms / 2 && k > kWholeBatchK) return false;
   const at::Tensor a3 = slices_padded(a), b3 = slices_padded(b);
-  if (!half) {
-    WB_DISPATCH(WB_FLOAT32_64, a.scalar_type(), "matmul", "a", [&] {
-      wb::check_launch("matmul", matmul_simt_batched(
-                                     view_of<scalar_t>(a3.select(0, 0)), a3.stride(0),
-                                     view_of<scalar_t>(b3.select(0, 0)), b3.stride(0),
-                                     wb::data<scalar_t>(c), batch, m, n, k, wb::current_stream(a)));
-    });
-    return true;
-  }
-  WB_DISPATCH(WB_REDUCED, a.scalar_type(), "matmul", "a", [&] {
-    wb::check_launch(
-        "matmul", matmul_mma_batched(view_of<scalar_t>(a3.select(0, 0)), a3.stride(0),
-                                     view_of<scalar_t>(b3.select(0, 0)), b3.stride(0),
-                                     wb::data<scalar_t>(c), batch, m, n, k, wb::current_stream(a)));
+  WB_DISPATCH(WB_FLOATING, a.scalar_type(), "matmul", "a", [&] {
+    wb::check_launch("matmul",
+                     batch_launch(view_of<scalar_t>(a3.select(0, 0)), a3.stride(0),
+                                  view_of<scalar_t>(b3.select(0, 0)), b3.stride(0),
+                                  wb::data<scalar_t>(c), batch, m, n, k, wb::current_stream(a)));
   });
   return true;
 }

@@ -409,8 +409,8 @@ template <typename T, typename S, int V, bool Batch = false>
 Status launch(Operand<T> a, Operand<T> b, T* c, int64_t m, int64_t n, int64_t k, int64_t splits,
               int64_t slice_k, cudaStream_t s, int64_t slice_a = 0, int64_t slice_b = 0) {
   constexpr int64_t run = S::TN / 2;
-  const bool c_vec = n % run == 0 && reinterpret_cast<uintptr_t>(c) % (run * sizeof(T)) == 0 &&
-                     (!Batch || m * n % run == 0);
+  // (A batch's slices of c, m * n apart, stay aligned where n is a multiple of run.)
+  const bool c_vec = n % run == 0 && reinterpret_cast<uintptr_t>(c) % (run * sizeof(T)) == 0;
   const int64_t col_tiles = (n + S::BN - 1) / S::BN, row_tiles = (m + S::BM - 1) / S::BM;
   if (col_tiles > INT32_MAX) return "matmul: n is too large for the simt path's grid";
   for (int64_t first = 0; first < splits; first += 65535) {
