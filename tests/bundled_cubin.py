@@ -167,15 +167,28 @@ def assert_within_matmul_bound(lib: Any, got: Any, a: Any, b: Any) -> None:
     assert worst <= 1.0, f"{tuple(a.shape)} @ {tuple(b.shape)} {got.dtype}: err/tol {worst:.2f}"
 
 
-def cuda_kernels_run(fn: Any) -> str:
-    """The names of the CUDA events (kernels and runtime calls) one call of ``fn`` made."""
+def _cuda_events(fn: Any) -> list[Any]:
+    """The profiler's CUDA events of one call of ``fn``."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return " ".join(e.name for e in prof.events())
+    return list(prof.events())
+
+
+def cuda_kernels_run(fn: Any) -> str:
+    """The names of the CUDA events (kernels and runtime calls) one call of ``fn`` made."""
+    return " ".join(e.name for e in _cuda_events(fn))
+
+
+def cuda_kernel_names(fn: Any) -> list[str]:
+    """The names of what one call of ``fn`` ran on the GPU (kernels, copies, memsets), in order."""
+    import torch
+
+    gpu = torch.autograd.DeviceType.CUDA
+    return [e.name for e in _cuda_events(fn) if e.device_type == gpu]
 
 
 def host_program(folder: Path, source: str) -> Path:
