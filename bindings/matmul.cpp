@@ -233,13 +233,13 @@ at::Tensor slices_padded(const at::Tensor& t) {
   return out;
 }
 
-// The batch's launch for T: the mma path's for float16 / bfloat16, the SIMT path's for float32 /
-// float64 (matmul.h).
+// The batch's launch for T: the tensor cores' for float16 / bfloat16 (the Hopper kernel or the
+// mma path's), the SIMT path's for float32 / float64 (matmul.h).
 template <typename T>
 wb::Status batch_launch(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, int64_t batch,
                         int64_t m, int64_t n, int64_t k, wb::Stream stream) {
   if constexpr (sizeof(T) == 2) {
-    return matmul_mma_batched(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
+    return matmul_tensor_core_batched(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
   } else {
     return matmul_simt_batched(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
   }

@@ -304,13 +304,17 @@ def _batch_kernel(dtype: torch.dtype) -> str:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
-def test_a_batch_of_small_slices_is_one_launch(lib: Any, dtype: torch.dtype) -> None:
+def test_a_batch_of_small_slices_is_one_launch(
+    lib: Any, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """b [batch, k, n] of slices too small to fill the GPU (bindings/matmul.cpp,
     matmul_cuda_whole_batch): one launch for the whole batch, not one a slice (the mma path's,
     on its 64 x 64 tile for small slices or its 128 x 128 one; the SIMT path's for float32 and
     float64); slices whose rows are not 16-byte aligned (copied, padded), a batch given as a
-    strided view and a b shared through a zero batch stride give the same products."""
+    strided view and a b shared through a zero batch stride give the same products. The Hopper
+    kernel's batch has tests of its own (test_matmul_batched.py): the mma path's is forced here."""
     kernel = _batch_kernel(dtype)
+    monkeypatch.setenv("WB_MATMUL_BATCH", "mma")
     gen = torch.Generator().manual_seed(11)
     a = torch.randn(64, 48, 40, generator=gen).to(device="cuda", dtype=dtype)
     b = torch.randn(64, 40, 72, generator=gen).to(device="cuda", dtype=dtype)

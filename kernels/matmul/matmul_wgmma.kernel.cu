@@ -45,7 +45,8 @@
 // whole-k loop on a fixed 64 x 128 tile for the mid-size shapes (wgmma_mid_kernel, MidTile; the
 // launcher's WB_WGMMA_MID=tile or WB_WGMMA_FEW=mid) and on fixed 128, 192 and 256 x 128 ones
 // (wgmma_square_kernel, SquareTile), and wgmma_shape, wgmma_split_shape, wgmma_wide_split_shape,
-// wgmma_mid_shape and wgmma_square{,192,256}_shape. A fourth, wgmma_narrow_kernel,
+// wgmma_mid_shape and wgmma_square{,192,256}_shape; and wgmma_batched_kernel, a batch of matrices
+// in one launch on the wide split tile or the 128 x 128 square one. A fourth, wgmma_narrow_kernel,
 // runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64 columns, a block a tile, in
 // clusters of two sharing a's or b's tile by TMA multicast (the launcher's WB_WGMMA_FEW=narrow;
 // matmul_wgmma_narrow.cu): it is a device-only TU and module of its own,
@@ -233,8 +234,10 @@ struct Ring {
 // (store_tile). kClusterSum (wgmma_cluster_split_kernel): the block is slice `rank` of tile
 // blockIdx.x / ranks, one unit a block, `splits` is the cluster's size, and the slices are summed
 // across the cluster into out, which is c (cluster_sum). map_c: c's tensor map for the staged
-// epilogue's bulk tensor copies (the whole-k kernels; nullptr for the others).
-template <typename Tl, typename T, typename O, bool kClusterSum = false>
+// epilogue's bulk tensor copies (the whole-k kernels; nullptr for the others). kBatched
+// (wgmma_batched_kernel): a "slice" is a matrix of a batch of `splits`, k whole: a and b have 3-D
+// maps whose third coordinate is the slice, and its c is out + slice * m * n (never paired).
+template <typename Tl, typename T, typename O, bool kClusterSum = false, bool kBatched = false>
 __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const TensorMap& map_b, O* out,
                                             int m, int n, int k, int splits, Ring ring,
                                             const TensorMap* map_c = nullptr) {
@@ -254,7 +257,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   // L2 once for two tiles. A stage is then refilled once the consumers of both blocks released it
   // (empty counts both), and a block leaves only once the other's consumers released all stages.
   const int ranks = static_cast<int>(sm90::cluster_size()), rank = sm90::cluster_rank();
-  const bool paired = !kClusterSum && ranks == 2 && Tl::BN >= 128;
+  const bool paired = !kClusterSum && !kBatched && ranks == 2 && Tl::BN >= 128;
   const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
   const int rows_of_tiles = paired ? (tiles_m + 1) / 2 : tiles_m;  // of pairs, when paired
   const int tiles = rows_of_tiles * tiles_n, units = tiles * splits;
@@ -264,6 +267,9 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   const int unit_stride = kClusterSum ? units : paired ? gridDim.x / 2 : gridDim.x;
   const int steps = (k + kBK - 1) / kBK;
   const int warpgroup = threadIdx.x / 128;
+  // The k steps of a unit's slice: all of them for a batch's matrix.
+  const auto first_step = [&](int slice) { return kBatched ? 0 : slice * steps / splits; };
+  const auto end_step = [&](int slice) { return kBatched ? steps : (slice + 1) * steps / splits; };
 
   if (threadIdx.x == 0) {
     if constexpr (kClusterSum) {  // a block's one unit: fetch the maps while the barriers start
@@ -297,12 +303,20 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
       // instead (a box wholly outside a is not what this relies on), and its c is not stored.
       const int tile_m = paired ? min(2 * at.m + rank, tiles_m - 1) : at.m;
       const int m0 = tile_m * Tl::BM, n0 = at.n * Tl::BN;
-      const int last = (slice + 1) * steps / splits;
+      const int last = end_step(slice);
+      // A box of a or b at (x, y) of the slice's matrix (batched: the third coordinate).
+      const auto load = [&](void* dst, const TensorMap* map, int x, int y, uint64_t* bar) {
+        if constexpr (kBatched) {
+          sm90::tma_load_3d(dst, map, x, y, slice, bar);
+        } else {
+          sm90::tma_load(dst, map, x, y, bar);
+        }
+      };
       // a m-major: the consumers' 64-row chunks that start before m (the rest, wholly past m, are
       // not copied: their consumers' sums are of stale rows, and rows past m are not stored).
       const int a_chunks = Tl::A_MMAJOR ? min(Tl::CONSUMERS, (m - m0 + 63) / 64) : 1;
       const int a_bytes = Tl::A_MMAJOR ? a_chunks * kBK * kRowBytes : Tl::kBytesA;
-      for (int step = slice * steps / splits; step < last; ++step, ++it) {
+      for (int step = first_step(slice); step < last; ++step, ++it) {
         const int s = it % Tl::STAGES;
         if (it >= Tl::STAGES) sm90::bar_wait(&empty[s], (it / Tl::STAGES - 1) & 1);
         sm90::bar_expect(&full[s], a_bytes + Tl::kBytesB);
@@ -311,12 +325,11 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
 #pragma unroll
           for (int j = 0; j < Tl::CONSUMERS; ++j) {
             if (j < a_chunks) {
-              sm90::tma_load(a_dst + j * kBK * kRowBytes, &map_a, m0 + 64 * j, step * kBK,
-                             &full[s]);
+              load(a_dst + j * kBK * kRowBytes, &map_a, m0 + 64 * j, step * kBK, &full[s]);
             }
           }
         } else {
-          sm90::tma_load(a_dst, &map_a, step * kBK, m0, &full[s]);
+          load(a_dst, &map_a, step * kBK, m0, &full[s]);
         }
         unsigned char* b_dst = stage_b + s * Tl::kBytesB;
         if (paired) {                    // this block's half of b's tile, into both blocks
@@ -334,11 +347,11 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
             }
           }
         } else if constexpr (Tl::B_KMAJOR) {
-          sm90::tma_load(b_dst, &map_b, step * kBK, n0, &full[s]);
+          load(b_dst, &map_b, step * kBK, n0, &full[s]);
         } else {  // BN / 64 chunks of 64 columns x 64 k rows
 #pragma unroll
           for (int j = 0; j < Tl::BN / 64; ++j) {
-            sm90::tma_load(b_dst + j * kBK * kRowBytes, &map_b, n0 + 64 * j, step * kBK, &full[s]);
+            load(b_dst + j * kBK * kRowBytes, &map_b, n0 + 64 * j, step * kBK, &full[s]);
           }
         }
       }
@@ -383,7 +396,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     float d[Tl::BN / 2];
 #pragma unroll
     for (int i = 0; i < Tl::BN / 2; ++i) d[i] = 0.0f;
-    const int first = slice * steps / splits, last = (slice + 1) * steps / splits;
+    const int first = first_step(slice), last = end_step(slice);
     for (int step = first; step < last; ++step, ++it) {
       const int s = it % Tl::STAGES;
       sm90::bar_wait(&full[s], (it / Tl::STAGES) & 1);
@@ -532,6 +545,30 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wid
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, T, true>(map_a, map_b, c, m, n, k, static_cast<int>(sm90::cluster_size()),
                               Ring{smem_raw, full, empty});
+#endif
+}
+
+// c[i] = a[i] @ b[i] for each matrix i < batch of a batch, in one persistent launch that walks the
+// batch's tiles matrix by matrix, k whole, a and b row-major (3-D maps: [batch, m, k] and
+// [batch, k, n], any distance between matrices), c [batch, m, n] contiguous, stored by 16-byte
+// stores. For batches of matrices too small to fill the GPU alone (matmul_wgmma_batched.cu). The
+// tile: 128 x 256 (BN 256, the wide split tile's) or 128 x 128 (the square tile's), whichever the
+// launcher's wave count favours.
+template <int BN>
+using BatchTile = WgmmaTile<BN, 2, BN == 256 ? 4 : 6, 1, false>;
+template <typename T, int BN>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? BatchTile<BN>::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? BatchTile<BN>::BLOCKS : 1)
+    wgmma_batched_kernel(const __grid_constant__ TensorMap map_a,  // a: boxes of 64 x 128
+                         const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x 64
+                         T* __restrict__ c,                        // [batch, m, n]
+                         int m, int n, int k, int batch) {
+#if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every 2-d shape
+  using Tl = BatchTile<BN>;
+  static_assert(BN == 128 || BN == 256, "the batch's tiles: 128 x 128 or 128 x 256");
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
+  wgmma_units<Tl, T, T, false, true>(map_a, map_b, c, m, n, k, batch, Ring{smem_raw, full, empty});
 #endif
 }
 

@@ -67,6 +67,16 @@ __device__ __forceinline__ void tma_load(void* dst, const void* map, int x, int 
       : "memory");
 }
 
+// The same for a 3-D map (the batched kernel's: a batch of matrices, z the slice).
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* map, int x, int y, int z,
+                                            uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // Thread-block clusters (the launcher's WB_WGMMA_CLUSTER=2, and the split-k slices summed in a
 // cluster): this block's rank and the cluster's size, an arrive on the mbarrier at the same place
 // in another block's shared memory, a copy multicast to the blocks of `mask`, and a barrier across

@@ -1,0 +1,142 @@
+// matmul_wgmma_batched.cu: a batch of float16 / bfloat16 matrices in one launch on the tensor
+// cores (matmul_tensor_core_batched): c[i] = a[i] @ b[i] for i < batch, each slice too small to
+// fill the GPU alone (bindings/matmul.cpp's whole-batch route). On an sm_90a image, slices of at
+// least 64 rows and columns (past 64 in both, or of a long k) whose 128 x 128 tiles fill half the
+// SMs take the Hopper kernel (wgmma_batched_kernel in matmul_wgmma.kernel.cu: one persistent
+// launch over the batch's tiles, a and b through 3-D TMA maps whose third coordinate is the
+// slice); the rest, and other GPUs, the mma path's batch (matmul_mma_batched), whose 64 x 64
+// tiles fill four times the SMs.
+//
+// The tile is 128 x 256 or 128 x 128, whichever takes fewer waves of the SMs times a tile's work
+// (a tie to the wider one, whose MMAs read fewer bytes a flop): 4 slices of 1024^3 run 128 tiles of
+// 128 x 256 (one wave) where 128 x 128 would take two; 8 of 512^3 run 128 of 128 x 128 where
+// 128 x 256 would take a wave of double work.
+//
+// A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
+// error naming it): WB_MATMUL_BATCH=mma | wgmma, the mma path's batch or the Hopper kernel wherever
+// it can run (unset: the rule above); WB_WGMMA_BATCH_TILE=128 | 256, the tile's columns.
+//   Check and time:  wb check matmul --device cuda;  python -m bench shapes --ops batched
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <string_view>
+
+#include "matmul/matmul.h"
+#include "matmul/wgmma_narrow.h"  // sm_count
+#include "matmul/wgmma_shape.h"
+#include "matmul/wgmma_tma.h"
+#include "wb/cuda.cuh"
+#include "wb/cuda_host.h"
+#include "wb/dtypes.h"
+#include "wb/module.h"
+
+namespace wb::matmul {
+
+WB_DEVICE_TEMPLATE(kBatch, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_batched_kernel");
+WB_DEVICE_TEMPLATE(kBuiltShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_shape");
+WB_DEVICE_TEMPLATE(kWideTile, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_wide_split_shape");
+WB_DEVICE_TEMPLATE(kSquareTile, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_shape");
+
+namespace {
+
+// TMA's limits on a map (cuTensorMapEncodeTiled): each extent below 2^32, each stride below 2^40
+// bytes; and the kernel's units (slices times tiles) must fit an int.
+constexpr int64_t kMaxStrideBytes = int64_t{1} << 40;
+
+// WB_MATMUL_BATCH: *forced = 0 unset (the rule), 1 the mma path's batch, 2 the Hopper kernel.
+Status batch_choice(int* forced) {
+  const std::string_view v = wb::detail::env("WB_MATMUL_BATCH");
+  *forced = v.empty() ? 0 : v == "mma" ? 1 : v == "wgmma" ? 2 : -1;
+  if (*forced >= 0) return nullptr;
+  return "matmul: WB_MATMUL_BATCH must be mma or wgmma; unset it for the default";
+}
+
+// WB_WGMMA_BATCH_TILE: *bn = 0 unset (the wave rule), else the columns it names.
+Status tile_choice(int* bn) {
+  const std::string_view v = wb::detail::env("WB_WGMMA_BATCH_TILE");
+  *bn = v.empty() ? 0 : v == "128" ? 128 : v == "256" ? 256 : -1;
+  if (*bn >= 0) return nullptr;
+  return "matmul: WB_WGMMA_BATCH_TILE must be 128 or 256; unset it for the default";
+}
+
+int64_t units_of(int64_t batch, int64_t m, int64_t n, const WgmmaShape& tile) {
+  return batch * ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
+}
+
+// Whether the Hopper kernel can take these slices: an sm_90a image of the plain build, slices that
+// do not overlap (a broadcast b, stride 0, goes to the mma path) and TMA's limits.
+template <typename T>
+bool hopper_can(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, int64_t batch, int64_t m,
+                int64_t n, int64_t k) {
+  WgmmaShape built{};
+  if (!wgmma_available() || global<&kBuiltShape>.read(&built) != nullptr || built.tuned) {
+    return false;
+  }
+  const auto bytes = static_cast<int64_t>(sizeof(T));
+  return m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && batch <= INT32_MAX && rows16(a) &&
+         rows16(b) && slice_a >= m * a.row && slice_b >= k * b.row &&
+         slice_a * bytes < kMaxStrideBytes && slice_b * bytes < kMaxStrideBytes &&
+         batch * ((m + 127) / 128) * ((n + 127) / 128) <= INT32_MAX;
+}
+
+template <typename T>
+Status run_hopper(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, int64_t batch,
+                  int64_t m, int64_t n, int64_t k, Stream stream) {
+  int bn = 0;
+  if (const Status e = tile_choice(&bn)) return e;
+  WgmmaShape wide{}, square{};
+  if (const Status e = global<&kWideTile>.read(&wide)) return e;
+  if (const Status e = global<&kSquareTile>.read(&square)) return e;
+  if (bn == 0) {  // fewer waves times a tile's work; a tie to the wide tile
+    const int64_t sms = sm_count();
+    const auto cost = [&](const WgmmaShape& t) {
+      return (units_of(batch, m, n, t) + sms - 1) / sms * t.bm * t.bn;
+    };
+    bn = cost(square) < cost(wide) ? 128 : 256;
+  }
+  const WgmmaShape& tile = bn == 256 ? wide : square;
+  const DeviceKernel& run = bn == 256 ? kernel<&kBatch, T, Val<256>> : kernel<&kBatch, T, Val<128>>;
+  int regs = 0;
+  if (const Status e = run.attribute(KernelAttr::num_regs, &regs)) return e;
+  if (regs < tile.entry_regs) {
+    return "matmul: the batched wgmma kernel starts with fewer registers than it splits";
+  }
+  CUtensorMap map_a, map_b;
+  if (!make_batch_map(&map_a, a.data, k, m, a.row, batch, slice_a, tile.bk, tile.bm) ||
+      !make_batch_map(&map_b, b.data, n, k, b.row, batch, slice_b, 64, tile.bk)) {
+    return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
+  }
+  // Persistent, a block an SM; the staged epilogue with 16-byte stores (the kernel reads that off
+  // the 16 bytes past the tile's shared memory).
+  const int64_t units = units_of(batch, m, n, tile);
+  const LaunchConfig config{static_cast<unsigned>(min_of<int64_t>(units, sm_count())),
+                            static_cast<unsigned>(tile.threads),
+                            static_cast<unsigned>(tile.smem + (tile.stage_smem != 0 ? 16 : 0))};
+  return run.launch(config, stream, map_a, map_b, c, static_cast<int>(m), static_cast<int>(n),
+                    static_cast<int>(k), static_cast<int>(batch));
+}
+
+}  // namespace
+
+template <typename T>
+Status matmul_tensor_core_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
+                                  int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream) {
+  int forced = 0;
+  if (const Status e = batch_choice(&forced)) return e;
+  // The rule: slices of at least 64 rows and columns, past 64 in both or of k >= 512 (a 128-wide
+  // tile of which half lies past a 64-wide slice still wins where k is long), whose 128 x 128 tiles
+  // fill at least half the SMs (fewer leave most SMs idle, where the mma path's 64 x 64 tiles fill
+  // four times as many). H100, 2026-11-28, us, the rule's choice against the other (cuBLAS): 96 x
+  // 512x64x512 26.3 / 30.6 (25.7), 256 x 64^3 8.5 / 9.8 (7.7), 64 x 128^3 8.7 / 9.3 (8.3), 32 x
+  // 16x1024x1024 29.1 / 30.5 (28.0), 8 x 512^3 10.5 / 16.4 (10.2); bench/results/shapes.md.
+  const int64_t units = batch * ((m + 127) / 128) * ((n + 127) / 128);
+  const bool rule =
+      min_of(m, n) >= 64 && (min_of(m, n) > 64 || k >= 512) && 2 * units >= sm_count();
+  const bool hopper =
+      forced != 1 && (forced == 2 || rule) && hopper_can(a, slice_a, b, slice_b, batch, m, n, k);
+  if (hopper) return run_hopper(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
+  return matmul_mma_batched(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
+}
+WB_INSTANTIATE(WB_REDUCED, matmul_tensor_core_batched)
+
+}  // namespace wb::matmul

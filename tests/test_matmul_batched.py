@@ -1,0 +1,127 @@
+"""A batch of float16 / bfloat16 matrices in one launch on Hopper (matmul_wgmma_batched.cu): the
+3-D tensor maps' slices, both tiles, the rule that picks it over the mma path's batch, and its
+switches' errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from tests.bundled_cubin import cuda_kernel_names
+
+pytestmark = pytest.mark.cuda
+
+HOPPER = "wgmma_batched_kernel"
+
+
+def _hopper() -> None:
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the batched wgmma kernel needs sm_90a")
+
+
+def _launches(fn: Any) -> list[str]:
+    """The workbench's kernels one call of fn launched (torch's copies of padded rows left out)."""
+    fn()  # the launch's one-time queries outside the profile
+    return [n for n in cuda_kernel_names(fn) if "wb::" in n]
+
+
+def _close(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    want = torch.matmul(a.double(), b.double())
+    assert c.shape == want.shape and c.dtype == a.dtype and c.is_contiguous()
+    # Rounded once from float32 sums: two ulps of the dtype, and a floor for cancellation.
+    ulp = 2.0**-7 if a.dtype == torch.bfloat16 else 2.0**-10
+    torch.testing.assert_close(c.double(), want, rtol=2 * ulp, atol=1e-3 * float(want.abs().max()))
+
+
+def _rand(gen: torch.Generator, dtype: torch.dtype, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen).to(device="cuda", dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("tile", ["128", "256"])
+def test_hopper_batch_matches_float64(
+    lib: Any, dtype: torch.dtype, tile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forced onto the Hopper kernel and each tile: tails of m, n and k in every slice (a box
+    past a slice's edge is zeros, never the next slice's rows), rows padded to 16 bytes, columns of
+    c that are not a multiple of 8 (stored from registers), a batch given as a strided view,
+    more tiles than SMs (the persistent blocks walk into later slices), and a 3-d call of one
+    slice. Each in one launch of the kernel."""
+    _hopper()
+    monkeypatch.setenv("WB_MATMUL_BATCH", "wgmma")
+    monkeypatch.setenv("WB_WGMMA_BATCH_TILE", tile)
+    gen = torch.Generator().manual_seed(21)
+    cases = [
+        (_rand(gen, dtype, 3, 200, 136), _rand(gen, dtype, 3, 136, 264)),  # tails, k past 2 steps
+        (_rand(gen, dtype, 4, 131, 77), _rand(gen, dtype, 4, 77, 75)),  # padded rows, n % 8 != 0
+        (_rand(gen, dtype, 300, 130, 64), _rand(gen, dtype, 300, 64, 136)),  # 600+ tiles
+    ]
+    big_a, big_b = _rand(gen, dtype, 6, 144, 96), _rand(gen, dtype, 6, 96, 160)
+    cases.append((big_a[::2], big_b[1::2]))  # slices further apart than a matrix
+    for a, b in cases:
+        names = _launches(lambda a=a, b=b: lib.matmul(a, b))
+        assert len(names) == 1 and HOPPER in names[0], (a.shape, b.shape, names)
+        _close(lib.matmul(a, b), a, b)
+    # Large values summed long: the float32 accumulator, rounded once.
+    a, b = _rand(gen, dtype, 2, 256, 1024) * 30, _rand(gen, dtype, 2, 1024, 256) * 30
+    _close(lib.matmul(a, b), a, b)
+
+
+def test_hopper_batch_leaves_overlapping_slices_to_the_mma_path(
+    lib: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A b shared through a zero batch stride is no 3-D map's: even forced, the mma path's batch
+    runs it, and right."""
+    _hopper()
+    monkeypatch.setenv("WB_MATMUL_BATCH", "wgmma")
+    gen = torch.Generator().manual_seed(22)
+    a = _rand(gen, torch.bfloat16, 8, 256, 128)
+    shared = _rand(gen, torch.bfloat16, 128, 192).expand(8, -1, -1)
+    names = _launches(lambda: lib.matmul(a, shared))
+    assert len(names) == 1 and "mma_kernel" in names[0] and HOPPER not in names[0], names
+    _close(lib.matmul(a, shared), a, shared)
+
+
+@pytest.mark.parametrize(
+    ("shape", "hopper"),
+    [
+        ((8, 512, 512, 512), True),  # 128 tiles of 128 x 128: past half the SMs
+        ((96, 512, 512, 64), True),  # attention's scores, q @ k^T of 64 features
+        ((96, 512, 64, 512), True),  # its p @ v: 64 columns, but k long enough
+        ((96, 512, 64, 128), False),  # 64 columns of a short k: the mma path's 64 x 64 tile
+        ((32, 16, 1024, 1024), False),  # 16 rows: the mma path's 64 x 64 tile
+        ((2, 256, 256, 256), False),  # 8 tiles: the mma path's 64 x 64 tiles fill more SMs
+    ],
+)
+def test_the_batch_rule_picks_the_kernel(
+    lib: Any, shape: tuple[int, int, int, int], hopper: bool
+) -> None:
+    """Unset, slices of at least 64 rows and columns, past 64 in both or of k >= 512, whose
+    128 x 128 tiles fill half the SMs take the Hopper kernel; others the mma path's batch
+    (matmul_tensor_core_batched's rule)."""
+    _hopper()
+    batch, m, n, k = shape
+    gen = torch.Generator().manual_seed(23)
+    a, b = _rand(gen, torch.float16, batch, m, k), _rand(gen, torch.float16, batch, k, n)
+    names = _launches(lambda: lib.matmul(a, b))
+    want = HOPPER if hopper else "mma_kernel"
+    assert len(names) == 1 and want in names[0], (shape, names)
+    _close(lib.matmul(a, b), a, b)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("WB_MATMUL_BATCH", "hopper"), ("WB_WGMMA_BATCH_TILE", "192")]
+)
+def test_a_bad_batch_switch_is_an_error_naming_it(
+    lib: Any, name: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hopper()
+    monkeypatch.setenv(name, value)
+    if name == "WB_WGMMA_BATCH_TILE":
+        monkeypatch.setenv("WB_MATMUL_BATCH", "wgmma")
+    a = torch.randn(4, 256, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4, 128, 256, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=name):
+        lib.matmul(a, b)
