@@ -85,8 +85,8 @@ Status matmul_mma_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b
                           int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
 // The same for float16 / bfloat16 on the fastest tensor-core kernel for the batch: on an sm_90a
 // image, slices of at least 64 rows and columns that fill half the SMs on the Hopper kernel
-// (matmul_wgmma_batched.cu: 3-D TMA maps, so slices must not overlap), else matmul_mma_batched. WB_MATMUL_BATCH=mma | wgmma forces
-// one (for A/B on a GPU).
+// (matmul_wgmma_batched.cu: 3-D TMA maps, so slices must not overlap), else matmul_mma_batched.
+// WB_MATMUL_BATCH=mma | wgmma forces one (for A/B on a GPU).
 template <typename T>
 Status matmul_tensor_core_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
                                   int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
