@@ -1,5 +1,6 @@
-"""A batch of float16 / bfloat16 matrices in one launch on Hopper (matmul_wgmma_batched.cu): the
-3-D tensor maps' slices, both tiles, the rule that picks it over the mma path's batch, and its
+"""The whole-batch route's kernels beyond test_matmul.py's: a batch of float16 / bfloat16 matrices
+in one launch on Hopper (matmul_wgmma_batched.cu: the 3-D tensor maps' slices, both tiles, the
+rule that picks it over the mma path's batch), the SIMT batch's float32 tiles, and their
 switches' errors."""
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ def test_hopper_batch_matches_float64(
         names = _launches(lambda a=a, b=b: lib.matmul(a, b))
         assert len(names) == 1 and HOPPER in names[0], (a.shape, b.shape, names)
         _close(lib.matmul(a, b), a, b)
-    # Large values summed long: the float32 accumulator, rounded once.
-    a, b = _rand(gen, dtype, 2, 256, 1024) * 30, _rand(gen, dtype, 2, 1024, 256) * 30
+    # Large values summed long (bfloat16's range; float16 would overflow): the float32
+    # accumulator, rounded once.
+    scale = 30.0 if dtype == torch.bfloat16 else 1.0
+    a, b = _rand(gen, dtype, 2, 256, 1024) * scale, _rand(gen, dtype, 2, 1024, 256) * scale
     _close(lib.matmul(a, b), a, b)
 
 
@@ -111,17 +114,42 @@ def test_the_batch_rule_picks_the_kernel(
     _close(lib.matmul(a, b), a, b)
 
 
+@pytest.mark.parametrize("tile", ["64", "128"])
+def test_simt_float32_batch_tiles_match_float64(
+    lib: Any, tile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """float32 batches on each SIMT batch tile (64 x 64 for small slices, 128 x 128), one launch
+    each: tails of every slice, more slices than a wave, a strided batch view."""
+    monkeypatch.setenv("WB_SIMT_BATCH_TILE", tile)
+    gen = torch.Generator().manual_seed(24)
+    big_a, big_b = _rand(gen, torch.float32, 6, 144, 96), _rand(gen, torch.float32, 6, 96, 160)
+    cases = [
+        (_rand(gen, torch.float32, 3, 200, 136), _rand(gen, torch.float32, 3, 136, 264)),
+        (_rand(gen, torch.float32, 300, 70, 64), _rand(gen, torch.float32, 300, 64, 36)),
+        (big_a[::2], big_b[1::2]),
+    ]
+    for a, b in cases:
+        names = _launches(lambda a=a, b=b: lib.matmul(a, b))
+        assert len(names) == 1 and "simt_kernel" in names[0], names
+        assert ("Small" in names[0]) == (tile == "64"), names
+        c, want = lib.matmul(a, b), torch.matmul(a.double(), b.double())
+        torch.testing.assert_close(c.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
 @pytest.mark.parametrize(
-    ("name", "value"), [("WB_MATMUL_BATCH", "hopper"), ("WB_WGMMA_BATCH_TILE", "192")]
+    ("name", "value"),
+    [("WB_MATMUL_BATCH", "hopper"), ("WB_WGMMA_BATCH_TILE", "192"), ("WB_SIMT_BATCH_TILE", "32")],
 )
 def test_a_bad_batch_switch_is_an_error_naming_it(
     lib: Any, name: str, value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _hopper()
+    dtype = torch.float32 if name == "WB_SIMT_BATCH_TILE" else torch.bfloat16
+    if dtype == torch.bfloat16:
+        _hopper()
     monkeypatch.setenv(name, value)
     if name == "WB_WGMMA_BATCH_TILE":
         monkeypatch.setenv("WB_MATMUL_BATCH", "wgmma")
-    a = torch.randn(4, 256, 128, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(4, 128, 256, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(4, 256, 128, device="cuda", dtype=dtype)
+    b = torch.randn(4, 128, 256, device="cuda", dtype=dtype)
     with pytest.raises(RuntimeError, match=name):
         lib.matmul(a, b)

@@ -142,8 +142,9 @@ SIMT = BUNDLED_KERNELS / "matmul" / "matmul_simt.cu"
 def test_the_simt_kernels_compile_without_spills(tmp_path: Path, arch: str) -> None:
     """One kernel a dtype reading element by element, and for float32 and float64 one reading
     16 bytes at a time (4 and 2 elements); float32's 64-row tile (WB_SIMT_TILE=64) reading 16
-    bytes at a time; a batch's kernel for float32 and float64, 16 bytes at a time; the float32
-    split's sum of slices, 4 elements a thread or 1; 256 threads, none spilling."""
+    bytes at a time; a batch's kernel for float32 (on its 128 x 128 tile and its 64 x 64 one,
+    Small) and float64, 16 bytes at a time; the float32 split's sum of slices, 4 elements a thread
+    or 1; 256 threads, none spilling."""
     kernels = {cubin.short_name(k.name): k for k in compile_cubin(tmp_path, SIMT, arch).values()}
     tiles = [name for name in kernels if "simt_kernel" in name]
     parsed = {name: re.search(r", (\d+), (true|false)>$", name) for name in tiles}
@@ -151,7 +152,10 @@ def test_the_simt_kernels_compile_without_spills(tmp_path: Path, arch: str) -> N
     widths = {name: int(m.group(1)) for name, m in parsed.items() if m and m.group(2) == "false"}
     batch = sorted(int(m.group(1)) for m in parsed.values() if m and m.group(2) == "true")
     assert sorted(widths.values()) == [1, 1, 1, 1, 2, 4, 4], sorted(widths)
-    assert batch == [2, 4], tiles
+    assert batch == [2, 4, 4], tiles
+    assert [n for n in tiles if "Small" in n] == [
+        "wb::matmul::simt_kernel<float, wb::matmul::Small, 4, true>"
+    ], tiles
     assert [widths[name] for name in widths if "Narrow" in name] == [4], tiles
     sums = sorted(name for name in kernels if "simt_sum_slices_kernel" in name)
     assert len(sums) == 2 and len(kernels) == len(tiles) + 2, sorted(kernels)
