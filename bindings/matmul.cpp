@@ -4,12 +4,13 @@
 //   matmul_path(Tensor a, Tensor b, int path) -> Tensor   a @ b on one CUDA path (0 automatic,
 //                                                         1 simt, 2 mma, 3 wgmma; CPU: 0 only)
 // a: [m, k], b: [k, n], one dtype and device, any strides; the output [m, n] is contiguous.
-// Batched (as torch.matmul does for these shapes): a [batch, m, k] with b [k, n] is one product
-// of a's batch * m rows (a reshaped, copied only where its strides do not fold), and with b
-// [batch, k, n] one product a slice, or, on CUDA, a batch of slices too small to fill the GPU in
-// one launch (matmul_cuda_whole_batch: float16 / bfloat16 on the mma path, float32 / float64 on
-// the SIMT path, slices copied where their rows are not 16-byte aligned; matmul_path goes a slice
-// at a time on the path it names); the output [batch, m, n] is contiguous.
+// Batched (as torch.matmul does for these shapes): a [batch, m, k] with b [k, n] (or with a b
+// [batch, k, n] expanded from one matrix: batch stride 0) is one product of a's batch * m rows
+// (a reshaped, copied only where its strides do not fold), and with b [batch, k, n] one product a
+// slice, or, on CUDA, a batch of slices too small to fill the GPU in one launch
+// (matmul_cuda_whole_batch: float16 / bfloat16 on the tensor cores, float32 / float64 on the SIMT
+// path, slices copied where their rows are not 16-byte aligned; matmul_path goes a slice at a
+// time on the path it names); the output [batch, m, n] is contiguous.
 // The kernels read strided operands in place, with one documented exception: on CUDA, a
 // float16 / bfloat16 operand whose layout the tensor-core paths cannot read (a not row-major,
 // b neither row- nor column-major, or rows not 16-byte aligned: k or n not a multiple of 8) is
@@ -66,8 +67,9 @@ at::Tensor check_and_allocate(const char* op, const at::Tensor& a, const at::Ten
 }
 
 // A batched call (a 3-d) as 2-d ones: run(a2, b2, c2) computes c2 = a2 @ b2 into c2 ([m, n]
-// contiguous). a [batch, m, k] with b [k, n]: one call on a reshaped to [batch * m, k] (a view
-// where a's strides fold, else a copy), c viewed alike; with b [batch, k, n]: whole(a, b, c) if
+// contiguous). a [batch, m, k] with b [k, n], or with b [batch, k, n] whose batch stride is 0 (one
+// matrix, expanded): one call on a reshaped to [batch * m, k] (a view where a's strides fold,
+// else a copy), c viewed alike; with b [batch, k, n]: whole(a, b, c) if
 // it takes the batch at once (a batch of small slices in one launch, matmul's CUDA route), else a
 // call a slice, in order (each path's own speed on [m, k] x [k, n], plus a launch a slice).
 template <typename Run, typename Whole>
@@ -78,8 +80,8 @@ at::Tensor batched(const char* op, const at::Tensor& a, const at::Tensor& b, Run
     return c;
   }
   const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(-1);
-  if (b.dim() == 2) {
-    run(a.reshape({batch * m, k}), b, c.view({batch * m, n}));
+  if (b.dim() == 2 || (b.stride(0) == 0 && batch > 1)) {
+    run(a.reshape({batch * m, k}), b.dim() == 2 ? b : b.select(0, 0), c.view({batch * m, n}));
     return c;
   }
   if (whole(a, b, c)) return c;
@@ -247,11 +249,12 @@ wb::Status batch_launch(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, 
 
 // matmul's b [batch, k, n] (a [batch, m, k], c [batch, m, n], checked) in one launch over the
 // whole batch where a slice alone would not fill the GPU (its 128 x 128 tiles fewer than the
-// SMs): a launch a slice would cost more than such slices' work. float16 / bfloat16 on the mma
-// path (matmul_mma_batched; false where the device has none), float32 / float64 on the SIMT path
-// (matmul_simt_batched), either's slices copied where their rows are not 16-byte aligned
-// (slices_padded). False (nothing done) for larger slices, and where the batch's blocks (at the
-// batch kernels' tiles, 128 x 128 for float32, else at most 64 x 64) are fewer than half the SMs
+// SMs): a launch a slice would cost more than such slices' work. float16 / bfloat16 on the tensor
+// cores (matmul_tensor_core_batched: Hopper's kernel or the mma path's; false where the device has
+// no mma path), float32 / float64 on the SIMT path (matmul_simt_batched), either's slices copied
+// where their rows are not 16-byte aligned (slices_padded). False (nothing done) for larger
+// slices, and where the batch's blocks (counted on 128 x 128 tiles for float32, else 64 x 64) are
+// fewer than half the SMs
 // and k is long (past kWholeBatchK): those go a slice at a time on the route a 2-d call takes
 // (wgmma on an H100), which splits a long k across the SMs where the batch's kernels take k whole.
 constexpr int64_t kWholeBatchK = 1024;

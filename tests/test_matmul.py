@@ -168,6 +168,36 @@ def test_batched_gradients_match_torch(
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_an_expanded_b_is_one_product_of_as_rows(lib: Any, device: str, dtype: torch.dtype) -> None:
+    """b [batch, k, n] expanded from one matrix (batch stride 0) is the shared b it is: one product
+    of a's batch * m rows, as b [k, n] gives (on CUDA the same kernels as that 2-d call), right,
+    with gradients as torch.matmul's (grad_b summed over the batch by the expand)."""
+    gen = torch.Generator().manual_seed(8)
+    a = torch.randn(6, 40, 72, generator=gen).to(device=device, dtype=dtype)
+    b0 = torch.randn(72, 136, generator=gen).to(device=device, dtype=dtype)
+    b = b0.expand(6, -1, -1)
+    c = lib.matmul(a, b)
+    want = torch.matmul(a.double(), b.double())
+    assert c.shape == (6, 40, 136) and c.is_contiguous()
+    rtol = {torch.float32: 1e-5, torch.float64: 1e-12}.get(dtype, 8e-3)
+    torch.testing.assert_close(c.double(), want, rtol=rtol, atol=rtol * float(want.abs().max()))
+    if device == "cuda":
+        flat = a.reshape(240, 72)
+        lib.matmul(flat, b0)
+        assert cuda_kernel_names(lambda: lib.matmul(a, b)) == cuda_kernel_names(
+            lambda: lib.matmul(flat, b0)
+        )
+    if dtype == torch.float64:
+        a.requires_grad_()
+        leaf = b0.clone().requires_grad_()
+        g = torch.randn(6, 40, 136, generator=gen, dtype=dtype).to(device)
+        got = torch.autograd.grad(lib.matmul(a, leaf.expand(6, -1, -1)), (a, leaf), g)
+        want_grads = torch.autograd.grad(torch.matmul(a, leaf.expand(6, -1, -1)), (a, leaf), g)
+        torch.testing.assert_close(got, want_grads)
+
+
 def test_a_cpu_path_other_than_automatic_is_refused(lib: Any) -> None:
     with pytest.raises(RuntimeError, match=r"matmul_path: the CPU has one path; expected path=0"):
         lib.matmul_path(torch.randn(2, 2), torch.randn(2, 2), 1)
