@@ -15,6 +15,7 @@ from tests.bundled_cubin import cuda_kernel_names
 pytestmark = pytest.mark.cuda
 
 HOPPER = "wgmma_batched_kernel"
+MMA = "::mma_kernel<"  # the mma path's (not wgmma_kernel, whose name ends alike)
 
 
 def _hopper() -> None:
@@ -41,7 +42,7 @@ def _rand(gen: torch.Generator, dtype: torch.dtype, *shape: int) -> torch.Tensor
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("tile", ["128", "256"])
+@pytest.mark.parametrize("tile", ["128x256", "192x128", "128x128"])
 def test_hopper_batch_matches_float64(
     lib: Any, dtype: torch.dtype, tile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,9 +62,11 @@ def test_hopper_batch_matches_float64(
     ]
     big_a, big_b = _rand(gen, dtype, 6, 144, 96), _rand(gen, dtype, 6, 96, 160)
     cases.append((big_a[::2], big_b[1::2]))  # slices further apart than a matrix
+    rows, cols = tile.split("x")
     for a, b in cases:
         names = _launches(lambda a=a, b=b: lib.matmul(a, b))
         assert len(names) == 1 and HOPPER in names[0], (a.shape, b.shape, names)
+        assert f", {rows}, {cols}>" in names[0], names
         _close(lib.matmul(a, b), a, b)
     # Large values summed long (bfloat16's range; float16 would overflow): the float32
     # accumulator, rounded once.
@@ -75,42 +78,47 @@ def test_hopper_batch_matches_float64(
 def test_hopper_batch_leaves_overlapping_slices_to_the_mma_path(
     lib: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A b shared through a zero batch stride is no 3-D map's: even forced, the mma path's batch
-    runs it, and right."""
+    """An a shared through a zero batch stride is no 3-D map's: even forced, the mma path's batch
+    runs it, and right. (A b shared so is one product of a's rows: test_matmul.py.)"""
     _hopper()
     monkeypatch.setenv("WB_MATMUL_BATCH", "wgmma")
     gen = torch.Generator().manual_seed(22)
-    a = _rand(gen, torch.bfloat16, 8, 256, 128)
-    shared = _rand(gen, torch.bfloat16, 128, 192).expand(8, -1, -1)
-    names = _launches(lambda: lib.matmul(a, shared))
-    assert len(names) == 1 and "mma_kernel" in names[0] and HOPPER not in names[0], names
-    _close(lib.matmul(a, shared), a, shared)
+    shared = _rand(gen, torch.bfloat16, 256, 128).expand(8, -1, -1)
+    b = _rand(gen, torch.bfloat16, 8, 128, 192)
+    names = _launches(lambda: lib.matmul(shared, b))
+    assert len(names) == 1 and MMA in names[0] and HOPPER not in names[0], names
+    _close(lib.matmul(shared, b), shared, b)
 
 
 @pytest.mark.parametrize(
-    ("shape", "hopper"),
+    ("shape", "tile"),
     [
-        ((8, 512, 512, 512), True),  # 128 tiles of 128 x 128: past half the SMs
-        ((96, 512, 512, 64), True),  # attention's scores, q @ k^T of 64 features
-        ((96, 512, 64, 512), True),  # its p @ v: 64 columns, but k long enough
-        ((96, 512, 64, 128), False),  # 64 columns of a short k: the mma path's 64 x 64 tile
-        ((32, 16, 1024, 1024), False),  # 16 rows: the mma path's 64 x 64 tile
-        ((2, 256, 256, 256), False),  # 8 tiles: the mma path's 64 x 64 tiles fill more SMs
+        ((8, 512, 512, 512), "128, 128"),  # 128 tiles of 128 x 128: past half the SMs
+        ((4, 1024, 1024, 1024), "128, 256"),  # one wave of 128 x 256, two of 128 x 128
+        ((16, 384, 384, 384), "192, 128"),  # tiles that end where the slices do
+        ((96, 512, 512, 64), "128, 256"),  # attention's scores, q @ k^T of 64 features
+        ((96, 512, 64, 512), "128, 128"),  # its p @ v: 64 columns, but k long enough
+        ((96, 512, 64, 128), None),  # 64 columns of a short k: the mma path's 64 x 64 tile
+        ((32, 16, 1024, 1024), None),  # 16 rows: the mma path's 64 x 64 tile
+        ((2, 256, 256, 256), None),  # 8 tiles: the mma path's 64 x 64 tiles fill more SMs
     ],
 )
 def test_the_batch_rule_picks_the_kernel(
-    lib: Any, shape: tuple[int, int, int, int], hopper: bool
+    lib: Any, shape: tuple[int, int, int, int], tile: str | None
 ) -> None:
     """Unset, slices of at least 64 rows and columns, past 64 in both or of k >= 512, whose
     128 x 128 tiles fill half the SMs take the Hopper kernel; others the mma path's batch
-    (matmul_tensor_core_batched's rule)."""
+    (matmul_tensor_core_batched's rule), on the tile of fewest waves times a tile's work. The
+    tiles named are those of a GPU of 132 SMs (an H100 SXM) or near it."""
     _hopper()
     batch, m, n, k = shape
     gen = torch.Generator().manual_seed(23)
     a, b = _rand(gen, torch.float16, batch, m, k), _rand(gen, torch.float16, batch, k, n)
     names = _launches(lambda: lib.matmul(a, b))
-    want = HOPPER if hopper else "mma_kernel"
+    want = HOPPER if tile else MMA
     assert len(names) == 1 and want in names[0], (shape, names)
+    if tile and 120 <= torch.cuda.get_device_properties(0).multi_processor_count <= 144:
+        assert f", {tile}>" in names[0], (shape, names)
     _close(lib.matmul(a, b), a, b)
 
 

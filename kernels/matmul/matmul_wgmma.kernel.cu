@@ -46,12 +46,12 @@
 // launcher's WB_WGMMA_MID=tile or WB_WGMMA_FEW=mid) and on fixed 128, 192 and 256 x 128 ones
 // (wgmma_square_kernel, SquareTile), and wgmma_shape, wgmma_split_shape, wgmma_wide_split_shape,
 // wgmma_mid_shape and wgmma_square{,192,256}_shape; and wgmma_batched_kernel, a batch of matrices
-// in one launch on the wide split tile or the 128 x 128 square one. A fourth, wgmma_narrow_kernel,
-// runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64 columns, a block a tile, in
-// clusters of two sharing a's or b's tile by TMA multicast (the launcher's WB_WGMMA_FEW=narrow;
-// matmul_wgmma_narrow.cu): it is a device-only TU and module of its own,
-// matmul_wgmma_narrow.kernel.cu, so that an edit of either compiles its own kernels alone. What
-// both use (TensorMap, the sm_90 limits, WB_WGMMA_IMAGE, shape_of) is wgmma_module.cuh.
+// in one launch on the wide split tile or the 128 or 192 x 128 square ones. A fourth,
+// wgmma_narrow_kernel, runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64
+// columns, a block a tile, in clusters of two sharing a's or b's tile by TMA multicast (the
+// launcher's WB_WGMMA_FEW=narrow; matmul_wgmma_narrow.cu): it is a device-only TU and module of its
+// own, matmul_wgmma_narrow.kernel.cu, so that an edit of either compiles its own kernels alone.
+// What both use (TensorMap, the sm_90 limits, WB_WGMMA_IMAGE, shape_of) is wgmma_module.cuh.
 //
 // The tile is a tuning space (kernels/matmul/spec.py, `wb tune matmul`): WB_TUNE_BN,
 // WB_TUNE_CONSUMERS, WB_TUNE_STAGES and WB_TUNE_BLOCKS (blocks an SM) below; the plain build is
@@ -552,20 +552,21 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wid
 // batch's tiles matrix by matrix, k whole, a and b row-major (3-D maps: [batch, m, k] and
 // [batch, k, n], any distance between matrices), c [batch, m, n] contiguous, stored by 16-byte
 // stores. For batches of matrices too small to fill the GPU alone (matmul_wgmma_batched.cu). The
-// tile: 128 x 256 (BN 256, the wide split tile's) or 128 x 128 (the square tile's), whichever the
-// launcher's wave count favours.
-template <int BN>
-using BatchTile = WgmmaTile<BN, 2, BN == 256 ? 4 : 6, 1, false>;
-template <typename T, int BN>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? BatchTile<BN>::kThreads : 1,
-                                  WB_WGMMA_IMAGE ? BatchTile<BN>::BLOCKS : 1)
-    wgmma_batched_kernel(const __grid_constant__ TensorMap map_a,  // a: boxes of 64 x 128
+// tile, BM x BN: 128 x 256 (the wide split tile's), 128 x 128 or 192 x 128 (the square tiles'),
+// whichever the launcher's wave count favours.
+template <int BM, int BN>
+using BatchTile = WgmmaTile<BN, BM / 64, BM == 128 && BN == 128 ? 6 : 4, 1, false>;
+template <typename T, int BM, int BN>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? BatchTile<BM, BN>::kThreads : 1,
+                                  WB_WGMMA_IMAGE ? BatchTile<BM, BN>::BLOCKS : 1)
+    wgmma_batched_kernel(const __grid_constant__ TensorMap map_a,  // a: boxes of 64 x BM
                          const __grid_constant__ TensorMap map_b,  // b: boxes of 64 x 64
                          T* __restrict__ c,                        // [batch, m, n]
                          int m, int n, int k, int batch) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every 2-d shape
-  using Tl = BatchTile<BN>;
-  static_assert(BN == 128 || BN == 256, "the batch's tiles: 128 x 128 or 128 x 256");
+  using Tl = BatchTile<BM, BN>;
+  static_assert((BM == 128 && (BN == 128 || BN == 256)) || (BM == 192 && BN == 128),
+                "the batch's tiles: 128 x 256, 128 x 128 or 192 x 128");
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
   wgmma_units<Tl, T, T, false, true>(map_a, map_b, c, m, n, k, batch, Ring{smem_raw, full, empty});

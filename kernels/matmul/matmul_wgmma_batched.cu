@@ -7,14 +7,15 @@
 // slice); the rest, and other GPUs, the mma path's batch (matmul_mma_batched), whose 64 x 64
 // tiles fill four times the SMs.
 //
-// The tile is 128 x 256 or 128 x 128, whichever takes fewer waves of the SMs times a tile's work
-// (a tie to the wider one, whose MMAs read fewer bytes a flop): 4 slices of 1024^3 run 128 tiles of
-// 128 x 256 (one wave) where 128 x 128 would take two; 8 of 512^3 run 128 of 128 x 128 where
-// 128 x 256 would take a wave of double work.
+// The tile is 128 x 256, 192 x 128 or 128 x 128, whichever takes fewer waves of the SMs times a
+// tile's work (a tie to the wider one, whose MMAs read fewer bytes a flop): 4 slices of 1024^3 run
+// 128 tiles of 128 x 256 (one wave) where 128 x 128 would take two; 8 of 512^3 run 128 of 128 x
+// 128 where 128 x 256 would take a wave of double work; 16 of 384^3 run 96 of 192 x 128, none
+// past a slice, where 128 x 256 would compute a third past its slices' columns.
 //
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
 // error naming it): WB_MATMUL_BATCH=mma | wgmma, the mma path's batch or the Hopper kernel wherever
-// it can run (unset: the rule above); WB_WGMMA_BATCH_TILE=128 | 256, the tile's columns.
+// it can run (unset: the rule above); WB_WGMMA_BATCH_TILE=128x256 | 192x128 | 128x128, the tile.
 //   Check and time:  wb check matmul --device cuda;  python -m bench shapes --ops batched
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -36,6 +37,7 @@ WB_DEVICE_TEMPLATE(kBatch, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_batched_
 WB_DEVICE_TEMPLATE(kBuiltShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_shape");
 WB_DEVICE_TEMPLATE(kWideTile, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_wide_split_shape");
 WB_DEVICE_TEMPLATE(kSquareTile, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_shape");
+WB_DEVICE_TEMPLATE(kSquare192Tile, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square192_shape");
 
 namespace {
 
@@ -51,12 +53,21 @@ Status batch_choice(int* forced) {
   return "matmul: WB_MATMUL_BATCH must be mma or wgmma; unset it for the default";
 }
 
-// WB_WGMMA_BATCH_TILE: *bn = 0 unset (the wave rule), else the columns it names.
-Status tile_choice(int* bn) {
+// The batch's tiles, in the order the wave rule prefers on a tie (the wider first: its MMAs read
+// fewer bytes a flop), and their names for WB_WGMMA_BATCH_TILE.
+enum BatchTileId : int { kWide, kSquare192, kSquare, kTiles };
+constexpr const char* kTileNames[kTiles] = {"128x256", "192x128", "128x128"};
+
+// WB_WGMMA_BATCH_TILE: *tile = kTiles unset (the wave rule), else the tile it names.
+Status tile_choice(int* tile) {
   const std::string_view v = wb::detail::env("WB_WGMMA_BATCH_TILE");
-  *bn = v.empty() ? 0 : v == "128" ? 128 : v == "256" ? 256 : -1;
-  if (*bn >= 0) return nullptr;
-  return "matmul: WB_WGMMA_BATCH_TILE must be 128 or 256; unset it for the default";
+  *tile = kTiles;
+  for (int t = 0; t < kTiles && !v.empty(); ++t) {
+    if (v == kTileNames[t]) *tile = t;
+  }
+  if (v.empty() || *tile < kTiles) return nullptr;
+  return "matmul: WB_WGMMA_BATCH_TILE must be 128x256, 192x128 or 128x128; unset it for the "
+         "default";
 }
 
 int64_t units_of(int64_t batch, int64_t m, int64_t n, const WgmmaShape& tile) {
@@ -82,20 +93,25 @@ bool hopper_can(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, int64_t 
 template <typename T>
 Status run_hopper(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, int64_t batch,
                   int64_t m, int64_t n, int64_t k, Stream stream) {
-  int bn = 0;
-  if (const Status e = tile_choice(&bn)) return e;
-  WgmmaShape wide{}, square{};
-  if (const Status e = global<&kWideTile>.read(&wide)) return e;
-  if (const Status e = global<&kSquareTile>.read(&square)) return e;
-  if (bn == 0) {  // fewer waves times a tile's work; a tie to the wide tile
+  int id = kTiles;
+  if (const Status e = tile_choice(&id)) return e;
+  WgmmaShape tiles[kTiles]{};
+  if (const Status e = global<&kWideTile>.read(&tiles[kWide])) return e;
+  if (const Status e = global<&kSquare192Tile>.read(&tiles[kSquare192])) return e;
+  if (const Status e = global<&kSquareTile>.read(&tiles[kSquare])) return e;
+  if (id == kTiles) {  // fewer waves times a tile's work; a tie to the earlier tile
     const int64_t sms = sm_count();
-    const auto cost = [&](const WgmmaShape& t) {
-      return (units_of(batch, m, n, t) + sms - 1) / sms * t.bm * t.bn;
-    };
-    bn = cost(square) < cost(wide) ? 128 : 256;
+    int64_t best = 0;
+    for (int t = 0; t < kTiles; ++t) {
+      const WgmmaShape& tile = tiles[t];
+      const int64_t cost = (units_of(batch, m, n, tile) + sms - 1) / sms * tile.bm * tile.bn;
+      if (t == 0 || cost < best) id = t, best = cost;
+    }
   }
-  const WgmmaShape& tile = bn == 256 ? wide : square;
-  const DeviceKernel& run = bn == 256 ? kernel<&kBatch, T, Val<256>> : kernel<&kBatch, T, Val<128>>;
+  const WgmmaShape& tile = tiles[id];
+  const DeviceKernel& run = id == kWide        ? kernel<&kBatch, T, Val<128>, Val<256>>
+                            : id == kSquare192 ? kernel<&kBatch, T, Val<192>, Val<128>>
+                                               : kernel<&kBatch, T, Val<128>, Val<128>>;
   int regs = 0;
   if (const Status e = run.attribute(KernelAttr::num_regs, &regs)) return e;
   if (regs < tile.entry_regs) {
