@@ -173,7 +173,8 @@ def batched_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
     cases = [(256, 64, 64, 64, bf), (512, 32, 64, 64, hf), (64, 128, 128, 128, bf),
              (32, 256, 256, 256, bf), (8, 512, 512, 512, bf), (4, 1024, 1024, 1024, bf),
              (32, 16, 1024, 1024, bf), (48, 100, 72, 120, bf), (2, 2048, 2048, 2048, bf),
-             (96, 512, 512, 64, bf), (96, 512, 64, 512, bf), (16, 384, 384, 384, hf),
+             (96, 512, 512, 64, bf), (96, 512, 512, 64, bf, "b^T"), (96, 512, 64, 512, bf),
+             (16, 384, 384, 384, hf),
              (256, 64, 64, 64, f32), (32, 256, 256, 256, f32), (8, 512, 512, 512, f32)]  # fmt: skip
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 against float32, as ours is
@@ -188,9 +189,12 @@ def _batched_cases(lib: Any, timer: Timer, floor: float, cases: list[tuple[Any, 
 
     gen = torch.Generator("cuda").manual_seed(0)
     rows: list[Row] = []
-    for batch, m, n, k, dt in cases:
+    for batch, m, n, k, dt, *layout in cases:
         a = torch.randn(batch, m, k, device="cuda", dtype=dt, generator=gen)
-        b = torch.randn(batch, k, n, device="cuda", dtype=dt, generator=gen)
+        if layout:  # b^T: b's slices column-major, as k^T in attention's q @ k^T
+            b = torch.randn(batch, n, k, device="cuda", dtype=dt, generator=gen).transpose(1, 2)
+        else:
+            b = torch.randn(batch, k, n, device="cuda", dtype=dt, generator=gen)
         ref = a.double() @ b.double()
         err = rel_err(torch.matmul(a, b), ref)
         (sliced,) = timer.us(lambda a=a, b=b: lib.matmul_path(a, b, 0))
@@ -198,7 +202,8 @@ def _batched_cases(lib: Any, timer: Timer, floor: float, cases: list[tuple[Any, 
         def agree(got: Any, _want: Any, ref: Any = ref, err: float = err) -> bool:
             return rel_err(got, ref) <= 2 * err + 1e-3
 
-        rows += _rows(timer, "matmul", f"{batch}x{m}x{n}x{k} (batch x m x n x k)", dt,
+        case = f"{batch}x{m}x{n}x{k} (batch x m x n x k{', b^T' if layout else ''})"
+        rows += _rows(timer, "matmul", case, dt,
                       lambda a=a, b=b: lib.matmul(a, b), lambda a=a, b=b: torch.matmul(a, b),
                       "cuBLAS", agree, floor, f"a slice at a time {sliced:.1f} us")  # fmt: skip
     return rows

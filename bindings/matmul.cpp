@@ -269,8 +269,16 @@ bool matmul_cuda_whole_batch(const at::Tensor& a, const at::Tensor& b, const at:
   const int64_t tile = a.scalar_type() == at::kFloat ? 128 : 64;
   const int64_t blocks = batch * ((m + tile - 1) / tile) * ((n + tile - 1) / tile);
   if (blocks < sms / 2 && k > kWholeBatchK) return false;
-  const at::Tensor a3 = slices_padded(a), b3 = slices_padded(b);
+  const at::Tensor a3 = slices_padded(a);
   WB_DISPATCH(WB_FLOATING, a.scalar_type(), "matmul", "a", [&] {
+    // b's column-major slices (b = x.transpose(-1, -2)) where the Hopper kernel reads them so.
+    bool b_in_place = false;
+    if constexpr (sizeof(scalar_t) == 2) {
+      b_in_place = tensor_core_batch_reads_kmajor_b(view_of<scalar_t>(a3.select(0, 0)),
+                                                    a3.stride(0), view_of<scalar_t>(b.select(0, 0)),
+                                                    b.stride(0), batch, m, n, k);
+    }
+    const at::Tensor b3 = b_in_place ? b : slices_padded(b);
     wb::check_launch("matmul",
                      batch_launch(view_of<scalar_t>(a3.select(0, 0)), a3.stride(0),
                                   view_of<scalar_t>(b3.select(0, 0)), b3.stride(0),

@@ -13,9 +13,15 @@
 // 128 where 128 x 256 would take a wave of double work; 16 of 384^3 run 96 of 192 x 128, none
 // past a slice, where 128 x 256 would compute a third past its slices' columns.
 //
+// b's slices may be row-major or column-major (b = x.transpose(-1, -2), as in attention's q @ k^T):
+// the Hopper kernel reads either in place (tensor_core_batch_reads_kmajor_b tells the binding
+// where, so that it copies b only for the mma path's batch).
+//
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
 // error naming it): WB_MATMUL_BATCH=mma | wgmma, the mma path's batch or the Hopper kernel wherever
-// it can run (unset: the rule above); WB_WGMMA_BATCH_TILE=128x256 | 192x128 | 128x128, the tile.
+// it can run (unset: the rule above); WB_WGMMA_BATCH_B=copy | read, a column-major b copied to
+// row-major first or read in place (unset: read); WB_WGMMA_BATCH_TILE=128x256 | 192x128 | 128x128,
+// the tile.
 //   Check and time:  wb check matmul --device cuda;  python -m bench shapes --ops batched
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -74,8 +80,16 @@ int64_t units_of(int64_t batch, int64_t m, int64_t n, const WgmmaShape& tile) {
   return batch * ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
 }
 
-// Whether the Hopper kernel can take these slices: an sm_90a image of the plain build, slices that
-// do not overlap (a broadcast b, stride 0, goes to the mma path) and TMA's limits.
+// b's slices column-major (k-major), as the Hopper kernel reads them in place (and the mma path's
+// batch does not): b = x.transpose(-1, -2), as in q @ k^T.
+template <typename T>
+bool kmajor(View<T> b) {
+  return !rows16(b) && cols16(b);
+}
+
+// Whether the Hopper kernel can take these slices: an sm_90a image of the plain build, a's slices
+// row-major and b's row- or column-major, 16-byte aligned and not overlapping (an a shared through
+// a zero batch stride goes to the mma path), within TMA's limits.
 template <typename T>
 bool hopper_can(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, int64_t batch, int64_t m,
                 int64_t n, int64_t k) {
@@ -84,10 +98,54 @@ bool hopper_can(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, int64_t 
     return false;
   }
   const auto bytes = static_cast<int64_t>(sizeof(T));
+  const int64_t b_extent = kmajor(b) ? n * b.col : k * b.row;
   return m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && batch <= INT32_MAX && rows16(a) &&
-         rows16(b) && slice_a >= m * a.row && slice_b >= k * b.row &&
+         (rows16(b) || kmajor(b)) && slice_a >= m * a.row && slice_b >= b_extent &&
+         slice_a * bytes % 16 == 0 && slice_b * bytes % 16 == 0 &&
          slice_a * bytes < kMaxStrideBytes && slice_b * bytes < kMaxStrideBytes &&
          batch * ((m + 127) / 128) * ((n + 127) / 128) <= INT32_MAX;
+}
+
+// WB_WGMMA_BATCH_B: *copy = true for `copy` (a column-major b copied to row-major first, as before
+// the Hopper kernel read it in place; for A/B on a GPU), false unset or `read`.
+Status b_choice(bool* copy) {
+  const std::string_view v = wb::detail::env("WB_WGMMA_BATCH_B");
+  *copy = v == "copy";
+  if (v.empty() || v == "copy" || v == "read") return nullptr;
+  return "matmul: WB_WGMMA_BATCH_B must be read or copy; unset it for the default";
+}
+
+// Whether the Hopper kernel takes this batch: the rule (see matmul_tensor_core_batched) or
+// WB_MATMUL_BATCH, where it can.
+template <typename T>
+Status hopper_takes(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, int64_t batch,
+                    int64_t m, int64_t n, int64_t k, bool* hopper) {
+  int forced = 0;
+  if (const Status e = batch_choice(&forced)) return e;
+  // The rule: slices of at least 64 rows and columns, past 64 in both or of k >= 512 (a 128-wide
+  // tile of which half lies past a 64-wide slice still wins where k is long), whose 128 x 128 tiles
+  // fill at least half the SMs (fewer leave most SMs idle, where the mma path's 64 x 64 tiles fill
+  // four times as many). H100, 2026-11-28, us, the rule's choice against the other (cuBLAS): 96 x
+  // 512x64x512 26.3 / 30.6 (25.7), 256 x 64^3 8.5 / 9.8 (7.7), 64 x 128^3 8.7 / 9.3 (8.3), 32 x
+  // 16x1024x1024 29.1 / 30.5 (28.0), 8 x 512^3 10.5 / 16.4 (10.2); bench/results/shapes.md.
+  const int64_t units = batch * ((m + 127) / 128) * ((n + 127) / 128);
+  const bool rule =
+      min_of(m, n) >= 64 && (min_of(m, n) > 64 || k >= 512) && 2 * units >= sm_count();
+  *hopper =
+      forced != 1 && (forced == 2 || rule) && hopper_can(a, slice_a, b, slice_b, batch, m, n, k);
+  return nullptr;
+}
+
+// The batch's kernel of tile `id`, b read column-major (k-major) or row-major.
+template <typename T, bool BKMajor>
+const DeviceKernel& batch_kernel_of(int id) {
+  if (id == kWide) return kernel<&kBatch, T, Val<128>, Val<256>, Val<BKMajor>>;
+  if (id == kSquare192) return kernel<&kBatch, T, Val<192>, Val<128>, Val<BKMajor>>;
+  return kernel<&kBatch, T, Val<128>, Val<128>, Val<BKMajor>>;
+}
+template <typename T>
+const DeviceKernel& batch_kernel(int id, bool b_kmajor) {
+  return b_kmajor ? batch_kernel_of<T, true>(id) : batch_kernel_of<T, false>(id);
 }
 
 template <typename T>
@@ -109,9 +167,8 @@ Status run_hopper(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, 
     }
   }
   const WgmmaShape& tile = tiles[id];
-  const DeviceKernel& run = id == kWide        ? kernel<&kBatch, T, Val<128>, Val<256>>
-                            : id == kSquare192 ? kernel<&kBatch, T, Val<192>, Val<128>>
-                                               : kernel<&kBatch, T, Val<128>, Val<128>>;
+  const bool b_kmajor = kmajor(b);
+  const DeviceKernel& run = batch_kernel<T>(id, b_kmajor);
   int regs = 0;
   if (const Status e = run.attribute(KernelAttr::num_regs, &regs)) return e;
   if (regs < tile.entry_regs) {
@@ -119,7 +176,8 @@ Status run_hopper(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, 
   }
   CUtensorMap map_a, map_b;
   if (!make_batch_map(&map_a, a.data, k, m, a.row, batch, slice_a, tile.bk, tile.bm) ||
-      !make_batch_map(&map_b, b.data, n, k, b.row, batch, slice_b, 64, tile.bk)) {
+      !(b_kmajor ? make_batch_map(&map_b, b.data, k, n, b.col, batch, slice_b, tile.bk, tile.bn)
+                 : make_batch_map(&map_b, b.data, n, k, b.row, batch, slice_b, 64, tile.bk))) {
     return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
   }
   // Persistent, a block an SM; the staged epilogue with 16-byte stores (the kernel reads that off
@@ -135,22 +193,25 @@ Status run_hopper(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, 
 }  // namespace
 
 template <typename T>
+bool tensor_core_batch_reads_kmajor_b(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b,
+                                      int64_t batch, int64_t m, int64_t n, int64_t k) {
+  bool copy = false, hopper = false;
+  return kmajor(b) && b_choice(&copy) == nullptr && !copy &&
+         hopper_takes(a, slice_a, b, slice_b, batch, m, n, k, &hopper) == nullptr && hopper;
+}
+WB_INSTANTIATE(WB_REDUCED, tensor_core_batch_reads_kmajor_b)
+
+template <typename T>
 Status matmul_tensor_core_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
                                   int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream) {
-  int forced = 0;
-  if (const Status e = batch_choice(&forced)) return e;
-  // The rule: slices of at least 64 rows and columns, past 64 in both or of k >= 512 (a 128-wide
-  // tile of which half lies past a 64-wide slice still wins where k is long), whose 128 x 128 tiles
-  // fill at least half the SMs (fewer leave most SMs idle, where the mma path's 64 x 64 tiles fill
-  // four times as many). H100, 2026-11-28, us, the rule's choice against the other (cuBLAS): 96 x
-  // 512x64x512 26.3 / 30.6 (25.7), 256 x 64^3 8.5 / 9.8 (7.7), 64 x 128^3 8.7 / 9.3 (8.3), 32 x
-  // 16x1024x1024 29.1 / 30.5 (28.0), 8 x 512^3 10.5 / 16.4 (10.2); bench/results/shapes.md.
-  const int64_t units = batch * ((m + 127) / 128) * ((n + 127) / 128);
-  const bool rule =
-      min_of(m, n) >= 64 && (min_of(m, n) > 64 || k >= 512) && 2 * units >= sm_count();
-  const bool hopper =
-      forced != 1 && (forced == 2 || rule) && hopper_can(a, slice_a, b, slice_b, batch, m, n, k);
+  bool hopper = false, copy = false;
+  if (const Status e = b_choice(&copy)) return e;
+  if (const Status e = hopper_takes(a, slice_a, b, slice_b, batch, m, n, k, &hopper)) return e;
   if (hopper) return run_hopper(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
+  if (!rows16(b)) {
+    return "matmul: the mma path's batch reads row-major slices of b (16-byte aligned rows); "
+           "copy b so";
+  }
   return matmul_mma_batched(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
 }
 WB_INSTANTIATE(WB_REDUCED, matmul_tensor_core_batched)
