@@ -174,6 +174,7 @@ def batched_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
              (32, 256, 256, 256, bf), (8, 512, 512, 512, bf), (4, 1024, 1024, 1024, bf),
              (32, 16, 1024, 1024, bf), (48, 100, 72, 120, bf), (2, 2048, 2048, 2048, bf),
              (96, 512, 512, 64, bf), (96, 512, 512, 64, bf, "b^T"), (96, 512, 64, 512, bf),
+             (96, 64, 512, 512, bf, "a^T"),
              (16, 384, 384, 384, hf),
              (256, 64, 64, 64, f32), (32, 256, 256, 256, f32), (8, 512, 512, 512, f32)]  # fmt: skip
     tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -191,7 +192,9 @@ def _batched_cases(lib: Any, timer: Timer, floor: float, cases: list[tuple[Any, 
     rows: list[Row] = []
     for batch, m, n, k, dt, *layout in cases:
         a = torch.randn(batch, m, k, device="cuda", dtype=dt, generator=gen)
-        if layout:  # b^T: b's slices column-major, as k^T in attention's q @ k^T
+        if layout == ["a^T"]:  # a's slices column-major, as in a gradient a^T @ g
+            a = torch.randn(batch, k, m, device="cuda", dtype=dt, generator=gen).transpose(1, 2)
+        if layout == ["b^T"]:  # b's slices column-major, as k^T in attention's q @ k^T
             b = torch.randn(batch, n, k, device="cuda", dtype=dt, generator=gen).transpose(1, 2)
         else:
             b = torch.randn(batch, k, n, device="cuda", dtype=dt, generator=gen)
@@ -202,7 +205,7 @@ def _batched_cases(lib: Any, timer: Timer, floor: float, cases: list[tuple[Any, 
         def agree(got: Any, _want: Any, ref: Any = ref, err: float = err) -> bool:
             return rel_err(got, ref) <= 2 * err + 1e-3
 
-        case = f"{batch}x{m}x{n}x{k} (batch x m x n x k{', b^T' if layout else ''})"
+        case = f"{batch}x{m}x{n}x{k} (batch x m x n x k{''.join(', ' + t for t in layout)})"
         rows += _rows(timer, "matmul", case, dt,
                       lambda a=a, b=b: lib.matmul(a, b), lambda a=a, b=b: torch.matmul(a, b),
                       "cuBLAS", agree, floor, f"a slice at a time {sliced:.1f} us")  # fmt: skip

@@ -252,7 +252,8 @@ wb::Status batch_launch(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, 
 // SMs): a launch a slice would cost more than such slices' work. float16 / bfloat16 on the tensor
 // cores (matmul_tensor_core_batched: Hopper's kernel or the mma path's; false where the device has
 // no mma path), float32 / float64 on the SIMT path (matmul_simt_batched), either's slices copied
-// where their rows are not 16-byte aligned (slices_padded). False (nothing done) for larger
+// where their rows are not 16-byte aligned (slices_padded), but where the Hopper kernel reads them
+// as they are, column-major included (tensor_core_batch_in_place). False (nothing done) for larger
 // slices, and where the batch's blocks (counted on 128 x 128 tiles for float32, else 64 x 64) are
 // fewer than half the SMs
 // and k is long (past kWholeBatchK): those go a slice at a time on the route a 2-d call takes
@@ -269,16 +270,16 @@ bool matmul_cuda_whole_batch(const at::Tensor& a, const at::Tensor& b, const at:
   const int64_t tile = a.scalar_type() == at::kFloat ? 128 : 64;
   const int64_t blocks = batch * ((m + tile - 1) / tile) * ((n + tile - 1) / tile);
   if (blocks < sms / 2 && k > kWholeBatchK) return false;
-  const at::Tensor a3 = slices_padded(a);
   WB_DISPATCH(WB_FLOATING, a.scalar_type(), "matmul", "a", [&] {
-    // b's column-major slices (b = x.transpose(-1, -2)) where the Hopper kernel reads them so.
-    bool b_in_place = false;
+    // Transposed slices (a or b = x.transpose(-1, -2)) as they are where the Hopper kernel reads
+    // them so; else both as row-major slices.
+    bool in_place = false;
     if constexpr (sizeof(scalar_t) == 2) {
-      b_in_place = tensor_core_batch_reads_kmajor_b(view_of<scalar_t>(a3.select(0, 0)),
-                                                    a3.stride(0), view_of<scalar_t>(b.select(0, 0)),
-                                                    b.stride(0), batch, m, n, k);
+      in_place = tensor_core_batch_in_place(view_of<scalar_t>(a.select(0, 0)), a.stride(0),
+                                            view_of<scalar_t>(b.select(0, 0)), b.stride(0), batch,
+                                            m, n, k);
     }
-    const at::Tensor b3 = b_in_place ? b : slices_padded(b);
+    const at::Tensor a3 = in_place ? a : slices_padded(a), b3 = in_place ? b : slices_padded(b);
     wb::check_launch("matmul",
                      batch_launch(view_of<scalar_t>(a3.select(0, 0)), a3.stride(0),
                                   view_of<scalar_t>(b3.select(0, 0)), b3.stride(0),

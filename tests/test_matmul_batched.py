@@ -66,7 +66,7 @@ def test_hopper_batch_matches_float64(
     for a, b in cases:
         names = _launches(lambda a=a, b=b: lib.matmul(a, b))
         assert len(names) == 1 and HOPPER in names[0], (a.shape, b.shape, names)
-        assert f", {rows}, {cols}, false>" in names[0], names
+        assert f", {rows}, {cols}, false, false>" in names[0], names
         _close(lib.matmul(a, b), a, b)
     # Large values summed long (bfloat16's range; float16 would overflow): the float32
     # accumulator, rounded once.
@@ -76,12 +76,13 @@ def test_hopper_batch_matches_float64(
 
 
 @pytest.mark.parametrize("tile", ["128x256", "192x128", "128x128"])
-def test_hopper_batch_reads_a_column_major_b_in_place(
+def test_hopper_batch_reads_column_major_slices_in_place(
     lib: Any, tile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """b = x.transpose(-1, -2) (column-major slices, as k^T in q @ k^T): the Hopper kernel reads
-    it in place on each tile (no copy: one launch in all), tails of m, n and k included; columns
-    that are not 16-byte aligned, or WB_WGMMA_BATCH_B=copy, copy it to row-major first."""
+    """b = x.transpose(-1, -2) (column-major slices, as k^T in q @ k^T), a so (as in a gradient
+    a^T @ g), or both: the Hopper kernel reads them in place on each tile (no copy: one launch
+    in all), tails of m, n and k included; columns that are not 16-byte aligned, or
+    WB_WGMMA_BATCH_TRANSPOSED=copy, copy them to row-major first."""
     _hopper()
     monkeypatch.setenv("WB_MATMUL_BATCH", "wgmma")
     monkeypatch.setenv("WB_WGMMA_BATCH_TILE", tile)
@@ -90,20 +91,24 @@ def test_hopper_batch_reads_a_column_major_b_in_place(
     for dtype in (torch.bfloat16, torch.float16):
         a = _rand(gen, dtype, 3, 200, 136)
         b = _rand(gen, dtype, 3, 264, 136).transpose(1, 2)  # [3, 136, 264], columns contiguous
-        lib.matmul(a, b)
-        names = cuda_kernel_names(lambda a=a, b=b: lib.matmul(a, b))
-        assert len(names) == 1 and f"{HOPPER}<" in names[0], names
-        assert f", {rows}, {cols}, true>" in names[0], names
-        _close(lib.matmul(a, b), a, b)
+        a_t = _rand(gen, dtype, 3, 136, 200).transpose(1, 2)  # [3, 200, 136], columns contiguous
+        b_rows = _rand(gen, dtype, 3, 136, 264)
+        for x, y, layout in ((a, b, "true, false"), (a_t, b_rows, "false, true"),
+                             (a_t, b, "true, true")):  # fmt: skip
+            lib.matmul(x, y)
+            names = cuda_kernel_names(lambda x=x, y=y: lib.matmul(x, y))
+            assert len(names) == 1 and f"{HOPPER}<" in names[0], names
+            assert f", {rows}, {cols}, {layout}>" in names[0], names
+            _close(lib.matmul(x, y), x, y)
     odd_a = _rand(gen, torch.bfloat16, 4, 131, 77)
     odd_b = _rand(gen, torch.bfloat16, 4, 75, 77).transpose(1, 2)  # columns of 77: copied
     names = _launches(lambda: lib.matmul(odd_a, odd_b))
-    assert len(names) == 1 and ", false>" in names[0], names
+    assert len(names) == 1 and ", false, false>" in names[0], names
     _close(lib.matmul(odd_a, odd_b), odd_a, odd_b)
-    monkeypatch.setenv("WB_WGMMA_BATCH_B", "copy")
+    monkeypatch.setenv("WB_WGMMA_BATCH_TRANSPOSED", "copy")
     a, b = _rand(gen, torch.bfloat16, 3, 200, 136), _rand(gen, torch.bfloat16, 3, 264, 136)
     names = _launches(lambda: lib.matmul(a, b.transpose(1, 2)))
-    assert len(names) == 1 and ", false>" in names[0], names
+    assert len(names) == 1 and ", false, false>" in names[0], names
     _close(lib.matmul(a, b.transpose(1, 2)), a, b.transpose(1, 2))
 
 
@@ -116,7 +121,7 @@ def test_attention_scores_read_k_transposed_in_place(lib: Any) -> None:
     q, key = _rand(gen, torch.bfloat16, 96, 512, 64), _rand(gen, torch.bfloat16, 96, 512, 64)
     lib.matmul(q, key.transpose(1, 2))
     names = cuda_kernel_names(lambda: lib.matmul(q, key.transpose(1, 2)))
-    assert len(names) == 1 and f"{HOPPER}<" in names[0] and "true>" in names[0], names
+    assert len(names) == 1 and f"{HOPPER}<" in names[0] and ", true, false>" in names[0], names
     _close(lib.matmul(q, key.transpose(1, 2)), q, key.transpose(1, 2))
     small_q, small_k = (
         _rand(gen, torch.bfloat16, 96, 64, 64),
@@ -170,7 +175,7 @@ def test_the_batch_rule_picks_the_kernel(
     want = HOPPER if tile else MMA
     assert len(names) == 1 and want in names[0], (shape, names)
     if tile and 120 <= torch.cuda.get_device_properties(0).multi_processor_count <= 144:
-        assert f", {tile}, false>" in names[0], (shape, names)
+        assert f", {tile}, false, false>" in names[0], (shape, names)
     _close(lib.matmul(a, b), a, b)
 
 
@@ -201,7 +206,7 @@ def test_simt_float32_batch_tiles_match_float64(
     [
         ("WB_MATMUL_BATCH", "hopper"),
         ("WB_WGMMA_BATCH_TILE", "192"),
-        ("WB_WGMMA_BATCH_B", "transpose"),
+        ("WB_WGMMA_BATCH_TRANSPOSED", "transpose"),
         ("WB_SIMT_BATCH_TILE", "32"),
     ],
 )

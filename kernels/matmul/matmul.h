@@ -87,16 +87,16 @@ Status matmul_mma_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b
 // image, slices of at least 64 rows and columns that fill half the SMs on the Hopper kernel
 // (matmul_wgmma_batched.cu: 3-D TMA maps, so slices must not overlap), else matmul_mma_batched.
 // WB_MATMUL_BATCH=mma | wgmma forces one (for A/B on a GPU).
-// b's slices row-major, or column-major (16-byte aligned columns) where
-// tensor_core_batch_reads_kmajor_b says the Hopper kernel reads them in place.
+// a's and b's slices row-major, or as tensor_core_batch_in_place accepted them.
 template <typename T>
 Status matmul_tensor_core_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
                                   int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
-// Whether matmul_tensor_core_batched reads this b, whose slices are column-major, in place (else
-// the caller copies it to row-major slices first): the Hopper kernel takes the batch.
+// Whether matmul_tensor_core_batched reads both operands as they are (each row-major or
+// column-major, 16-byte aligned, not overlapping): the Hopper kernel takes the batch. Else the
+// caller copies each to row-major slices (16-byte aligned rows) first.
 template <typename T>
-bool tensor_core_batch_reads_kmajor_b(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b,
-                                      int64_t batch, int64_t m, int64_t n, int64_t k);
+bool tensor_core_batch_in_place(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b,
+                                int64_t batch, int64_t m, int64_t n, int64_t k);
 // The same on the SIMT path, for float32 and float64 (any strides within a slice, as
 // matmul_simt; k whole, never split).
 template <typename T>

@@ -549,22 +549,24 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wid
 }
 
 // c[i] = a[i] @ b[i] for each matrix i < batch of a batch, in one persistent launch that walks the
-// batch's tiles matrix by matrix, k whole, a row-major and b row-major or, BKMajor, column-major
-// (3-D maps: [batch, m, k] and [batch, k, n], any distance between matrices), c [batch, m, n]
-// contiguous, stored by 16-byte stores. For batches of matrices too small to fill the GPU alone
-// (matmul_wgmma_batched.cu). The tile, BM x BN: 128 x 256 (the wide split tile's), 128 x 128 or
-// 192 x 128 (the square tiles'), whichever the launcher's wave count favours.
-template <int BM, int BN, bool BKMajor>
-using BatchTile = WgmmaTile<BN, BM / 64, BM == 128 && BN == 128 ? 6 : 4, 1, BKMajor>;
-template <typename T, int BM, int BN, bool BKMajor>
-__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? BatchTile<BM, BN, BKMajor>::kThreads : 1,
-                                  WB_WGMMA_IMAGE ? BatchTile<BM, BN, BKMajor>::BLOCKS : 1)
-    wgmma_batched_kernel(const __grid_constant__ TensorMap map_a,  // a: boxes of 64 x BM
-                         const __grid_constant__ TensorMap map_b,  // b: 64 x BN or 64 x 64
+// batch's tiles matrix by matrix, k whole; a row-major or, AMMajor, column-major, b row-major or,
+// BKMajor, column-major (3-D maps: [batch, m, k] and [batch, k, n], any distance between
+// matrices); c [batch, m, n] contiguous, stored by 16-byte stores. For batches of matrices too
+// small to fill the GPU alone (matmul_wgmma_batched.cu). The tile, BM x BN: 128 x 256 (the wide
+// split tile's), 128 x 128 or 192 x 128 (the square tiles'), whichever the launcher's wave count
+// favours.
+template <int BM, int BN, bool BKMajor, bool AMMajor>
+using BatchTile = WgmmaTile<BN, BM / 64, BM == 128 && BN == 128 ? 6 : 4, 1, BKMajor, AMMajor>;
+template <typename T, int BM, int BN, bool BKMajor, bool AMMajor>
+__global__ void __launch_bounds__(WB_WGMMA_IMAGE ? BatchTile<BM, BN, BKMajor, AMMajor>::kThreads
+                                                 : 1,
+                                  WB_WGMMA_IMAGE ? BatchTile<BM, BN, BKMajor, AMMajor>::BLOCKS : 1)
+    wgmma_batched_kernel(const __grid_constant__ TensorMap map_a,  // a: 64 x BM or 64 x 64 boxes
+                         const __grid_constant__ TensorMap map_b,  // b: 64 x BN or 64 x 64 boxes
                          T* __restrict__ c,                        // [batch, m, n]
                          int m, int n, int k, int batch) {
 #if WB_WGMMA_IMAGE && !WB_WGMMA_TUNED  // a tuned module runs its tile for every 2-d shape
-  using Tl = BatchTile<BM, BN, BKMajor>;
+  using Tl = BatchTile<BM, BN, BKMajor, AMMajor>;
   static_assert((BM == 128 && (BN == 128 || BN == 256)) || (BM == 192 && BN == 128),
                 "the batch's tiles: 128 x 256, 128 x 128 or 192 x 128");
   extern __shared__ unsigned char smem_raw[];

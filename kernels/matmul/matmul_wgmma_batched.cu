@@ -13,15 +13,16 @@
 // 128 where 128 x 256 would take a wave of double work; 16 of 384^3 run 96 of 192 x 128, none
 // past a slice, where 128 x 256 would compute a third past its slices' columns.
 //
-// b's slices may be row-major or column-major (b = x.transpose(-1, -2), as in attention's q @ k^T):
-// the Hopper kernel reads either in place (tensor_core_batch_reads_kmajor_b tells the binding
-// where, so that it copies b only for the mma path's batch).
+// The Hopper kernel reads a's and b's slices row-major or column-major in place: a = x.transpose
+// (-1, -2) as in the weight-like gradient a^T @ g, b = x.transpose(-1, -2) as in attention's
+// q @ k^T or the gradient g @ b^T. tensor_core_batch_in_place tells the binding where, so that it
+// copies such slices to row-major only for the mma path's batch.
 //
 // A/B switches, read from the environment at each call (for timing on a GPU; a bad value is an
 // error naming it): WB_MATMUL_BATCH=mma | wgmma, the mma path's batch or the Hopper kernel wherever
-// it can run (unset: the rule above); WB_WGMMA_BATCH_B=copy | read, a column-major b copied to
-// row-major first or read in place (unset: read); WB_WGMMA_BATCH_TILE=128x256 | 192x128 | 128x128,
-// the tile.
+// it can run (unset: the rule above); WB_WGMMA_BATCH_TRANSPOSED=copy | read, column-major slices
+// copied to row-major first or read in place (unset: read); WB_WGMMA_BATCH_TILE=128x256 | 192x128
+// | 128x128, the tile.
 //   Check and time:  wb check matmul --device cuda;  python -m bench shapes --ops batched
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -80,48 +81,53 @@ int64_t units_of(int64_t batch, int64_t m, int64_t n, const WgmmaShape& tile) {
   return batch * ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
 }
 
-// b's slices column-major (k-major), as the Hopper kernel reads them in place (and the mma path's
-// batch does not): b = x.transpose(-1, -2), as in q @ k^T.
+// Whether the Hopper kernel reads an operand's slices in place: rows (or, transposed, columns)
+// contiguous and 16-byte aligned, no two rows (columns) or slices overlapping (an operand shared
+// through a zero batch stride is not: the mma path's batch takes it), within TMA's limits.
+// `lines` x `along` is the slice as stored: a [m, k] (a column-major a: k lines of m), b [k, n].
 template <typename T>
-bool kmajor(View<T> b) {
-  return !rows16(b) && cols16(b);
-}
-
-// Whether the Hopper kernel can take these slices: an sm_90a image of the plain build, a's slices
-// row-major and b's row- or column-major, 16-byte aligned and not overlapping (an a shared through
-// a zero batch stride goes to the mma path), within TMA's limits.
-template <typename T>
-bool hopper_can(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, int64_t batch, int64_t m,
-                int64_t n, int64_t k) {
-  WgmmaShape built{};
-  if (!wgmma_available() || global<&kBuiltShape>.read(&built) != nullptr || built.tuned) {
-    return false;
-  }
+bool slices_readable(View<T> v, int64_t slice, int64_t lines, int64_t along, bool transposed) {
   const auto bytes = static_cast<int64_t>(sizeof(T));
-  const int64_t b_extent = kmajor(b) ? n * b.col : k * b.row;
-  return m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && batch <= INT32_MAX && rows16(a) &&
-         (rows16(b) || kmajor(b)) && slice_a >= m * a.row && slice_b >= b_extent &&
-         slice_a * bytes % 16 == 0 && slice_b * bytes % 16 == 0 &&
-         slice_a * bytes < kMaxStrideBytes && slice_b * bytes < kMaxStrideBytes &&
-         batch * ((m + 127) / 128) * ((n + 127) / 128) <= INT32_MAX;
+  const int64_t extent = transposed ? along * v.col : lines * v.row;
+  const bool lines_apart = transposed ? v.col >= lines : v.row >= along;  // no two overlap
+  return (transposed ? !rows16(v) && cols16(v) : rows16(v)) && lines_apart && slice >= extent &&
+         slice * bytes % 16 == 0 && slice * bytes < kMaxStrideBytes;
+}
+// a's slices column-major (m-major), b's column-major (k-major): read so by the Hopper kernel.
+template <typename T>
+bool transposed(View<T> v) {
+  return !rows16(v) && cols16(v);
+}
+template <typename T>
+bool a_readable(View<T> a, int64_t slice_a, int64_t m, int64_t k) {
+  return slices_readable(a, slice_a, m, k, transposed(a));
+}
+template <typename T>
+bool b_readable(View<T> b, int64_t slice_b, int64_t k, int64_t n) {
+  return slices_readable(b, slice_b, k, n, transposed(b));
 }
 
-// WB_WGMMA_BATCH_B: *copy = true for `copy` (a column-major b copied to row-major first, as before
-// the Hopper kernel read it in place; for A/B on a GPU), false unset or `read`.
-Status b_choice(bool* copy) {
-  const std::string_view v = wb::detail::env("WB_WGMMA_BATCH_B");
+// WB_WGMMA_BATCH_TRANSPOSED: *copy = true for `copy` (column-major slices copied to row-major
+// first, as before the Hopper kernel read them in place; for A/B on a GPU), false unset or `read`.
+Status transposed_choice(bool* copy) {
+  const std::string_view v = wb::detail::env("WB_WGMMA_BATCH_TRANSPOSED");
   *copy = v == "copy";
   if (v.empty() || v == "copy" || v == "read") return nullptr;
-  return "matmul: WB_WGMMA_BATCH_B must be read or copy; unset it for the default";
+  return "matmul: WB_WGMMA_BATCH_TRANSPOSED must be read or copy; unset it for the default";
 }
 
-// Whether the Hopper kernel takes this batch: the rule (see matmul_tensor_core_batched) or
-// WB_MATMUL_BATCH, where it can.
-template <typename T>
-Status hopper_takes(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, int64_t batch,
-                    int64_t m, int64_t n, int64_t k, bool* hopper) {
+// Whether a batch of these sizes goes to the Hopper kernel, given operands it can read: an
+// sm_90a image of the plain build, sizes within its grid and TMA's limits, and the rule (see
+// matmul_tensor_core_batched) or WB_MATMUL_BATCH.
+Status hopper_route(int64_t batch, int64_t m, int64_t n, int64_t k, bool* hopper) {
+  *hopper = false;
   int forced = 0;
   if (const Status e = batch_choice(&forced)) return e;
+  WgmmaShape built{};
+  if (forced == 1 || !wgmma_available() || global<&kBuiltShape>.read(&built) != nullptr ||
+      built.tuned || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || batch > INT32_MAX) {
+    return nullptr;
+  }
   // The rule: slices of at least 64 rows and columns, past 64 in both or of k >= 512 (a 128-wide
   // tile of which half lies past a 64-wide slice still wins where k is long), whose 128 x 128 tiles
   // fill at least half the SMs (fewer leave most SMs idle, where the mma path's 64 x 64 tiles fill
@@ -131,21 +137,24 @@ Status hopper_takes(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, int6
   const int64_t units = batch * ((m + 127) / 128) * ((n + 127) / 128);
   const bool rule =
       min_of(m, n) >= 64 && (min_of(m, n) > 64 || k >= 512) && 2 * units >= sm_count();
-  *hopper =
-      forced != 1 && (forced == 2 || rule) && hopper_can(a, slice_a, b, slice_b, batch, m, n, k);
+  *hopper = units <= INT32_MAX && (forced == 2 || rule);
   return nullptr;
 }
 
-// The batch's kernel of tile `id`, b read column-major (k-major) or row-major.
-template <typename T, bool BKMajor>
+// The batch's kernel of tile `id`, a read column-major (m-major) or row-major, b column-major
+// (k-major) or row-major.
+template <typename T, bool AMMajor, bool BKMajor>
 const DeviceKernel& batch_kernel_of(int id) {
-  if (id == kWide) return kernel<&kBatch, T, Val<128>, Val<256>, Val<BKMajor>>;
-  if (id == kSquare192) return kernel<&kBatch, T, Val<192>, Val<128>, Val<BKMajor>>;
-  return kernel<&kBatch, T, Val<128>, Val<128>, Val<BKMajor>>;
+  if (id == kWide) return kernel<&kBatch, T, Val<128>, Val<256>, Val<BKMajor>, Val<AMMajor>>;
+  if (id == kSquare192) return kernel<&kBatch, T, Val<192>, Val<128>, Val<BKMajor>, Val<AMMajor>>;
+  return kernel<&kBatch, T, Val<128>, Val<128>, Val<BKMajor>, Val<AMMajor>>;
 }
 template <typename T>
-const DeviceKernel& batch_kernel(int id, bool b_kmajor) {
-  return b_kmajor ? batch_kernel_of<T, true>(id) : batch_kernel_of<T, false>(id);
+const DeviceKernel& batch_kernel(int id, bool a_mmajor, bool b_kmajor) {
+  if (a_mmajor) {
+    return b_kmajor ? batch_kernel_of<T, true, true>(id) : batch_kernel_of<T, true, false>(id);
+  }
+  return b_kmajor ? batch_kernel_of<T, false, true>(id) : batch_kernel_of<T, false, false>(id);
 }
 
 template <typename T>
@@ -167,15 +176,16 @@ Status run_hopper(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, 
     }
   }
   const WgmmaShape& tile = tiles[id];
-  const bool b_kmajor = kmajor(b);
-  const DeviceKernel& run = batch_kernel<T>(id, b_kmajor);
+  const bool a_mmajor = transposed(a), b_kmajor = transposed(b);
+  const DeviceKernel& run = batch_kernel<T>(id, a_mmajor, b_kmajor);
   int regs = 0;
   if (const Status e = run.attribute(KernelAttr::num_regs, &regs)) return e;
   if (regs < tile.entry_regs) {
     return "matmul: the batched wgmma kernel starts with fewer registers than it splits";
   }
   CUtensorMap map_a, map_b;
-  if (!make_batch_map(&map_a, a.data, k, m, a.row, batch, slice_a, tile.bk, tile.bm) ||
+  if (!(a_mmajor ? make_batch_map(&map_a, a.data, m, k, a.col, batch, slice_a, 64, tile.bk)
+                 : make_batch_map(&map_a, a.data, k, m, a.row, batch, slice_a, tile.bk, tile.bm)) ||
       !(b_kmajor ? make_batch_map(&map_b, b.data, k, n, b.col, batch, slice_b, tile.bk, tile.bn)
                  : make_batch_map(&map_b, b.data, n, k, b.row, batch, slice_b, 64, tile.bk))) {
     return "matmul: could not encode a TMA tensor map (cuTensorMapEncodeTiled)";
@@ -193,24 +203,29 @@ Status run_hopper(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, 
 }  // namespace
 
 template <typename T>
-bool tensor_core_batch_reads_kmajor_b(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b,
-                                      int64_t batch, int64_t m, int64_t n, int64_t k) {
+bool tensor_core_batch_in_place(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b,
+                                int64_t batch, int64_t m, int64_t n, int64_t k) {
   bool copy = false, hopper = false;
-  return kmajor(b) && b_choice(&copy) == nullptr && !copy &&
-         hopper_takes(a, slice_a, b, slice_b, batch, m, n, k, &hopper) == nullptr && hopper;
+  if (transposed_choice(&copy) != nullptr || hopper_route(batch, m, n, k, &hopper) != nullptr) {
+    return false;  // matmul_tensor_core_batched names the bad switch
+  }
+  return hopper && a_readable(a, slice_a, m, k) && b_readable(b, slice_b, k, n) &&
+         !(copy && (transposed(a) || transposed(b)));
 }
-WB_INSTANTIATE(WB_REDUCED, tensor_core_batch_reads_kmajor_b)
+WB_INSTANTIATE(WB_REDUCED, tensor_core_batch_in_place)
 
 template <typename T>
 Status matmul_tensor_core_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
                                   int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream) {
-  bool hopper = false, copy = false;
-  if (const Status e = b_choice(&copy)) return e;
-  if (const Status e = hopper_takes(a, slice_a, b, slice_b, batch, m, n, k, &hopper)) return e;
-  if (hopper) return run_hopper(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
-  if (!rows16(b)) {
-    return "matmul: the mma path's batch reads row-major slices of b (16-byte aligned rows); "
-           "copy b so";
+  bool copy = false, hopper = false;
+  if (const Status e = transposed_choice(&copy)) return e;
+  if (const Status e = hopper_route(batch, m, n, k, &hopper)) return e;
+  if (hopper && a_readable(a, slice_a, m, k) && b_readable(b, slice_b, k, n)) {
+    return run_hopper(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
+  }
+  if (!rows16(a) || !rows16(b)) {
+    return "matmul: the mma path's batch reads row-major slices (16-byte aligned rows); copy a "
+           "and b so";
   }
   return matmul_mma_batched(a, slice_a, b, slice_b, c, batch, m, n, k, stream);
 }

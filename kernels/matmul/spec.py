@@ -106,12 +106,15 @@ def matmul_samples(dtype: torch.dtype, device: torch.device, gen: torch.Generato
     # A batch whose slices' 128 x 128 tiles fill half of a Hopper GPU's SMs (40 x 4 of them), past
     # a tile in m, n and a k step: on sm_90a the batched wgmma kernel (3-D tensor maps), else the
     # mma path's batch, float32 and float64 the SIMT path's; and with b's slices column-major (b
-    # = x.transpose(1, 2), as k^T in q @ k^T), which the wgmma kernel reads in place. CUDA only.
+    # = x.transpose(1, 2), as k^T in q @ k^T), then a's too, which the wgmma kernel reads in
+    # place. On CUDA only.
     if device.type == "cuda":
         a = randn((40, 136, 72), dtype, device, gen)
         samples.append(Sample((a, randn((40, 72, 136), dtype, device, gen)), "batched_hopper"))
         b_t = randn((40, 136, 72), dtype, device, gen).transpose(1, 2)
         samples.append(Sample((a, b_t), "batched_hopper_b_t"))
+        a_t = randn((40, 72, 136), dtype, device, gen).transpose(1, 2)
+        samples.append(Sample((a_t, b_t), "batched_hopper_a_t_b_t"))
     # Batched: a slice at a time (k and n multiples of 8: every path's layout), one product of a's
     # rows for a b shared by the batch (a of rows that fold into one matrix, and a transposed view
     # whose rows do not), and a batch of none.
