@@ -55,6 +55,7 @@
 #include "matmul/sum_slices.cuh"
 #include "matmul/wgmma_narrow.h"
 #include "matmul/wgmma_shape.h"
+#include "matmul/wgmma_shapes_host.h"
 #include "matmul/wgmma_tma.h"
 #include "wb/cuda.cuh"
 #include "wb/cuda_host.h"
@@ -64,18 +65,11 @@
 namespace wb::matmul {
 
 WB_DEVICE_TEMPLATE(kWgmma, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_kernel");
-WB_DEVICE_TEMPLATE(kShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_shape");
 WB_DEVICE_TEMPLATE(kSplit, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_kernel");
-WB_DEVICE_TEMPLATE(kSplitShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_split_shape");
 WB_DEVICE_TEMPLATE(kClusterSplit, "matmul_wgmma.kernel.cu",
                    "wb::matmul::wgmma_cluster_split_kernel");
-WB_DEVICE_TEMPLATE(kWideShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_wide_split_shape");
 WB_DEVICE_TEMPLATE(kMid, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_mid_kernel");
-WB_DEVICE_TEMPLATE(kMidShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_mid_shape");
 WB_DEVICE_TEMPLATE(kSquare, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_kernel");
-WB_DEVICE_TEMPLATE(kSquareShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_shape");
-WB_DEVICE_TEMPLATE(kSquare192Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square192_shape");
-WB_DEVICE_TEMPLATE(kSquare256Shape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square256_shape");
 
 namespace {
 

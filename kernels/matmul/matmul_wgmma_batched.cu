@@ -32,6 +32,7 @@
 #include "matmul/matmul.h"
 #include "matmul/wgmma_narrow.h"  // sm_count
 #include "matmul/wgmma_shape.h"
+#include "matmul/wgmma_shapes_host.h"
 #include "matmul/wgmma_tma.h"
 #include "wb/cuda.cuh"
 #include "wb/cuda_host.h"
@@ -41,10 +42,6 @@
 namespace wb::matmul {
 
 WB_DEVICE_TEMPLATE(kBatch, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_batched_kernel");
-WB_DEVICE_TEMPLATE(kBuiltShape, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_shape");
-WB_DEVICE_TEMPLATE(kWideTile, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_wide_split_shape");
-WB_DEVICE_TEMPLATE(kSquareTile, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square_shape");
-WB_DEVICE_TEMPLATE(kSquare192Tile, "matmul_wgmma.kernel.cu", "wb::matmul::wgmma_square192_shape");
 
 namespace {
 
@@ -124,8 +121,8 @@ Status hopper_route(int64_t batch, int64_t m, int64_t n, int64_t k, bool* hopper
   int forced = 0;
   if (const Status e = batch_choice(&forced)) return e;
   WgmmaShape built{};
-  if (forced == 1 || !wgmma_available() || global<&kBuiltShape>.read(&built) != nullptr ||
-      built.tuned || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || batch > INT32_MAX) {
+  if (forced == 1 || !wgmma_available() || global<&kShape>.read(&built) != nullptr || built.tuned ||
+      m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || batch > INT32_MAX) {
     return nullptr;
   }
   // The rule: slices of at least 64 rows and columns, past 64 in both or of k >= 512 (a 128-wide
@@ -163,9 +160,9 @@ Status run_hopper(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, 
   int id = kTiles;
   if (const Status e = tile_choice(&id)) return e;
   WgmmaShape tiles[kTiles]{};
-  if (const Status e = global<&kWideTile>.read(&tiles[kWide])) return e;
-  if (const Status e = global<&kSquare192Tile>.read(&tiles[kSquare192])) return e;
-  if (const Status e = global<&kSquareTile>.read(&tiles[kSquare])) return e;
+  if (const Status e = global<&kWideShape>.read(&tiles[kWide])) return e;
+  if (const Status e = global<&kSquare192Shape>.read(&tiles[kSquare192])) return e;
+  if (const Status e = global<&kSquareShape>.read(&tiles[kSquare])) return e;
   if (id == kTiles) {  // fewer waves times a tile's work; a tie to the earlier tile
     const int64_t sms = sm_count();
     int64_t best = 0;
