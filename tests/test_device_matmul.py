@@ -53,6 +53,13 @@ WGMMA_NAMES = sorted(
         for k in ("true", "false")
         for wide in ("true", "false")
     ]
+    + [  # a batch in one launch: three tiles, b k-major or not, a m-major or not
+        f"wb::matmul::wgmma_batched_kernel<wb::{t},{tile},{k},{mm}>"
+        for t in ("f16", "bf16")
+        for tile in ("128,256", "192,128", "128,128")
+        for k in ("true", "false")
+        for mm in ("true", "false")
+    ]
 )
 # The narrow route's device-only TU, a module of its own: an edit of either TU compiles its own
 # names alone.
@@ -151,8 +158,8 @@ def test_the_tile_is_a_constant_of_the_module_and_each_point_its_own_cubin() -> 
     options = [*device.NVRTC_FLAGS, "--ptxas-options=-v"]
     options += [f"-I{d}" for d in project.include_dirs]
     regs = {}
-    # the split-k and 64 x 128 (mid) tiles are not tuned
-    tuned = [n for n in WGMMA_NAMES if "split" not in n and "mid" not in n]
+    # the split-k, 64 x 128 (mid) and batch tiles are not tuned
+    tuned = [n for n in WGMMA_NAMES if not any(s in n for s in ("split", "mid", "batched"))]
     for label, defines in (("plain", []), ("one consumer", ["-DWB_TUNE_CONSUMERS=1"])):
         result = nvrtc.compile(source, "sm_90a", tuned, options + defines)
         assert set(result.lowered) == set(tuned)
