@@ -114,8 +114,8 @@ Status transposed_choice(bool* copy) {
 }
 
 // Whether a batch of these sizes goes to the Hopper kernel, given operands it can read: an
-// sm_90a image of the plain build, sizes within its grid and TMA's limits, and the rule (see
-// matmul_tensor_core_batched) or WB_MATMUL_BATCH.
+// sm_90a image of the plain build, sizes within its grid and TMA's limits, and the rule below or
+// WB_MATMUL_BATCH.
 Status hopper_route(int64_t batch, int64_t m, int64_t n, int64_t k, bool* hopper) {
   *hopper = false;
   int forced = 0;
