@@ -174,9 +174,10 @@ using SplitTile = WgmmaTile<256, 1, 5, 1, BKMajor>;
 
 // The cluster sum's tile for an a of more than 64 rows (not tuned): 128 x 256, two consumers, 4
 // stages of 48 KiB, the plain build's. Against two 64-row tiles it reads each stage of b once for
-// 128 rows of a (half the bytes from L2 on m = 128), and takes twice the slices for the SMs.
-template <bool BKMajor>
-using WideSplitTile = WgmmaTile<256, 2, 4, 1, BKMajor>;
+// 128 rows of a (half the bytes from L2 on m = 128), and takes twice the slices for the SMs. Also
+// a batch's widest tile (wgmma_batched_kernel, which may read a m-major: AMMajor).
+template <bool BKMajor, bool AMMajor = false>
+using WideSplitTile = WgmmaTile<256, 2, 4, 1, BKMajor, AMMajor>;
 template <bool BKMajor, bool Wide>
 struct ClusterSplitTileOf {
   using type = SplitTile<BKMajor>;
@@ -553,10 +554,19 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wid
 // BKMajor, column-major (3-D maps: [batch, m, k] and [batch, k, n], any distance between
 // matrices); c [batch, m, n] contiguous, stored by 16-byte stores. For batches of matrices too
 // small to fill the GPU alone (matmul_wgmma_batched.cu). The tile, BM x BN: 128 x 256 (the wide
-// split tile's), 128 x 128 or 192 x 128 (the square tiles'), whichever the launcher's wave count
-// favours.
+// split tile), 128 x 128 or 192 x 128 (the square tiles), whichever the launcher's wave count
+// favours: those tiles themselves, whose shapes (wgmma_wide_split_shape, wgmma_square{,192}_shape)
+// the launcher reads for the launch's threads and shared memory.
 template <int BM, int BN, bool BKMajor, bool AMMajor>
-using BatchTile = WgmmaTile<BN, BM / 64, BM == 128 && BN == 128 ? 6 : 4, 1, BKMajor, AMMajor>;
+struct BatchTileOf {  // 128 or 192 x 128
+  using type = SquareTile<BKMajor, BM / 64, AMMajor>;
+};
+template <bool BKMajor, bool AMMajor>
+struct BatchTileOf<128, 256, BKMajor, AMMajor> {
+  using type = WideSplitTile<BKMajor, AMMajor>;
+};
+template <int BM, int BN, bool BKMajor, bool AMMajor>
+using BatchTile = typename BatchTileOf<BM, BN, BKMajor, AMMajor>::type;
 template <typename T, int BM, int BN, bool BKMajor, bool AMMajor>
 __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? BatchTile<BM, BN, BKMajor, AMMajor>::kThreads
                                                  : 1,
