@@ -255,9 +255,9 @@ wb::Status batch_launch(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, 
 // where their rows are not 16-byte aligned (slices_padded), but where the Hopper kernel reads them
 // as they are, column-major included (tensor_core_batch_in_place). False (nothing done) for larger
 // slices, and where the batch's blocks (counted on 128 x 128 tiles for float32, else 64 x 64) are
-// fewer than half the SMs
-// and k is long (past kWholeBatchK): those go a slice at a time on the route a 2-d call takes
-// (wgmma on an H100), which splits a long k across the SMs where the batch's kernels take k whole.
+// fewer than half the SMs and k is long (past kWholeBatchK): those go a slice at a time on the
+// route a 2-d call takes (wgmma on an H100), which splits a long k across the SMs where the
+// batch's kernels take k whole.
 constexpr int64_t kWholeBatchK = 1024;
 bool matmul_cuda_whole_batch(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
   const bool half = a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16;

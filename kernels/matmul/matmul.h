@@ -85,9 +85,9 @@ Status matmul_mma_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b
                           int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
 // The same for float16 / bfloat16 on the fastest tensor-core kernel for the batch: on an sm_90a
 // image, slices of at least 64 rows and columns that fill half the SMs on the Hopper kernel
-// (matmul_wgmma_batched.cu: 3-D TMA maps, so slices must not overlap), else matmul_mma_batched.
-// WB_MATMUL_BATCH=mma | wgmma forces one (for A/B on a GPU).
-// a's and b's slices row-major, or as tensor_core_batch_in_place accepted them.
+// (matmul_wgmma_batched.cu: 3-D TMA maps, for slices that do not overlap), else
+// matmul_mma_batched. WB_MATMUL_BATCH=mma | wgmma forces one (for A/B on a GPU). a's and b's
+// slices row-major, or as tensor_core_batch_in_place accepted them.
 template <typename T>
 Status matmul_tensor_core_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
                                   int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
@@ -97,8 +97,9 @@ Status matmul_tensor_core_batched(View<T> a, int64_t slice_a, View<T> b, int64_t
 template <typename T>
 bool tensor_core_batch_in_place(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b,
                                 int64_t batch, int64_t m, int64_t n, int64_t k);
-// The same on the SIMT path, for float32 and float64 (any strides within a slice, as
-// matmul_simt; k whole, never split).
+// c[i] = a[i] @ b[i] for i < batch on the SIMT path, for float32 and float64, as
+// matmul_mma_batched lays out the batch, each slice's lines along its contiguous dimension and
+// slice_a, slice_b 16-byte aligned (k whole, never split).
 template <typename T>
 Status matmul_simt_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
                            int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
