@@ -255,9 +255,9 @@ wb::Status batch_launch(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, 
 // where their rows are not 16-byte aligned (slices_padded), but where the Hopper kernel reads them
 // as they are, column-major included (tensor_core_batch_in_place). False (nothing done) for larger
 // slices, and where the batch's blocks (counted on 128 x 128 tiles for float32, else 64 x 64) are
-// fewer than half the SMs and k is long (past kWholeBatchK): those go a slice at a time on the
-// route a 2-d call takes (wgmma on an H100), which splits a long k across the SMs where the
-// batch's kernels take k whole.
+// fewer than half the SMs and k is long (past kWholeBatchK), unless the Hopper kernel takes the
+// batch and its slices of k fill half the SMs (tensor_core_batch_slices_k): those go a slice at a
+// time on the route a 2-d call takes, which splits a long k across the SMs.
 constexpr int64_t kWholeBatchK = 1024;
 bool matmul_cuda_whole_batch(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
   const bool half = a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16;
@@ -269,7 +269,10 @@ bool matmul_cuda_whole_batch(const at::Tensor& a, const at::Tensor& b, const at:
   if ((m + 127) / 128 * ((n + 127) / 128) >= sms) return false;
   const int64_t tile = a.scalar_type() == at::kFloat ? 128 : 64;
   const int64_t blocks = batch * ((m + tile - 1) / tile) * ((n + tile - 1) / tile);
-  if (blocks < sms / 2 && k > kWholeBatchK) return false;
+  if (blocks < sms / 2 && k > kWholeBatchK &&
+      !(half && tensor_core_batch_slices_k(batch, m, n, k))) {
+    return false;
+  }
   WB_DISPATCH(WB_FLOATING, a.scalar_type(), "matmul", "a", [&] {
     // Transposed slices (a or b = x.transpose(-1, -2)) as they are where the Hopper kernel reads
     // them so; else both as row-major slices.

@@ -53,12 +53,14 @@ WGMMA_NAMES = sorted(
         for k in ("true", "false")
         for wide in ("true", "false")
     ]
-    + [  # a batch in one launch: three tiles, b k-major or not, a m-major or not
-        f"wb::matmul::wgmma_batched_kernel<wb::{t},{tile},{k},{mm}>"
+    + [  # a batch in one launch: three tiles, b k-major or not, a m-major or not, k whole or
+        # (the 128 x 256 and 128 x 128 tiles) in slices summed in clusters
+        f"wb::matmul::wgmma_batched_kernel<wb::{t},{tile},{k},{mm},{sliced}>"
         for t in ("f16", "bf16")
         for tile in ("128,256", "192,128", "128,128")
         for k in ("true", "false")
         for mm in ("true", "false")
+        for sliced in (("true", "false") if tile != "192,128" else ("false",))
     ]
 )
 # The narrow route's device-only TU, a module of its own: an edit of either TU compiles its own

@@ -84,13 +84,19 @@ template <typename T>
 Status matmul_mma_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
                           int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
 // The same for float16 / bfloat16 on the fastest tensor-core kernel for the batch: on an sm_90a
-// image, slices of at least 64 rows and columns that fill half the SMs on the Hopper kernel
+// image, slices of at least 64 rows and columns that fill half the SMs, or of a k to cut into
+// slices that then fill them, on the Hopper kernel
 // (matmul_wgmma_batched.cu: 3-D TMA maps, for slices that do not overlap), else
 // matmul_mma_batched. WB_MATMUL_BATCH=mma | wgmma forces one (for A/B on a GPU). a's and b's
 // slices row-major, or as tensor_core_batch_in_place accepted them.
 template <typename T>
 Status matmul_tensor_core_batched(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c,
                                   int64_t batch, int64_t m, int64_t n, int64_t k, Stream stream);
+// Whether matmul_tensor_core_batched takes a batch of these sizes on the Hopper kernel, which
+// cuts a long k into slices where the batch's tiles are too few for the SMs, with tiles enough
+// that its slices' blocks reach half the SMs (false on a bad switch, which
+// matmul_tensor_core_batched names).
+bool tensor_core_batch_slices_k(int64_t batch, int64_t m, int64_t n, int64_t k);
 // Whether matmul_tensor_core_batched reads both operands as they are (each row-major or
 // column-major, 16-byte aligned, not overlapping): the Hopper kernel takes the batch. Else the
 // caller copies each to row-major slices (16-byte aligned rows) first.

@@ -169,30 +169,9 @@ struct Split {
   int64_t tiles = 0;     // of c in the built tile
   bool tuned = false;    // the module is a tuned variant: its tile runs every shape
 };
-constexpr int64_t kMinSteps = 4;
-constexpr int kMaxClusterSlices = 8;  // the portable cluster size (the kernel's kMaxSlices)
-
 // Stands in for wgmma_cluster_split_kernel in the occupancy query below: the same threads and
 // dynamic shared memory, which hold both to one block an SM (the kernel's registers do as well).
 __global__ void __launch_bounds__(1024) cluster_probe_kernel() {}
-
-// Clusters of `size` blocks of `threads` threads and `smem` bytes of dynamic shared memory that
-// the current device holds at once (0 where none fits or the query fails). The GPCs decide: a
-// cluster's blocks share one. Remembered per device, size and smem, so that a call repeated under
-// CUDA graph capture queries nothing.
-int resident_clusters(int size, int threads, int smem) {
-  struct Entry {
-    int smem = -1, clusters = 0;
-  };
-  static Entry seen[64][kMaxClusterSlices + 1];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  Entry& e = seen[device][size];
-  if (e.smem == smem) return e.clusters;
-  const int clusters = query_resident_clusters(cluster_probe_kernel, size, threads, smem);
-  e = Entry{smem, clusters};
-  return clusters;
-}
 
 // WB_WGMMA_SPLIT_SUM in the environment (read at each call; for A/B on a GPU): =cluster (the
 // default) sums the slices in clusters, one launch; =launch writes them to the workspace and
@@ -498,6 +477,30 @@ Status run_whole_k(View<T> a, View<T> b, T* c, int64_t m, int64_t n, int64_t k, 
 }
 
 }  // namespace
+
+// Remembered per device, size and smem, so that a call repeated under CUDA graph capture queries
+// nothing.
+int resident_clusters(int size, int threads, int smem) {
+  struct Entry {
+    int threads = 0, smem = -1, clusters = 0;
+  };
+  constexpr int kKept = 4;  // launch shapes remembered per size (the split-k routes' tiles)
+  static Entry seen[64][kMaxClusterSlices + 1][kKept];
+  static int next[64][kMaxClusterSlices + 1];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64 || size < 1 ||
+      size > kMaxClusterSlices) {
+    return 0;
+  }
+  for (const Entry& e : seen[device][size]) {
+    if (e.threads == threads && e.smem == smem) return e.clusters;
+  }
+  const int clusters = query_resident_clusters(cluster_probe_kernel, size, threads, smem);
+  int& slot = next[device][size];
+  seen[device][size][slot] = Entry{threads, smem, clusters};
+  slot = (slot + 1) % kKept;
+  return clusters;
+}
 
 // Asked once per device (a route reads it several times a call): remembered as resident_clusters
 // remembers its counts, so that a call under CUDA graph capture queries nothing.

@@ -46,8 +46,8 @@
 // launcher's WB_WGMMA_MID=tile or WB_WGMMA_FEW=mid) and on fixed 128, 192 and 256 x 128 ones
 // (wgmma_square_kernel, SquareTile), and wgmma_shape, wgmma_split_shape, wgmma_wide_split_shape,
 // wgmma_mid_shape and wgmma_square{,192,256}_shape; and wgmma_batched_kernel, a batch of matrices
-// in one launch on the wide split tile or the 128 or 192 x 128 square ones. A fourth,
-// wgmma_narrow_kernel, runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64
+// in one launch on the wide split tile or the 128 or 192 x 128 square ones, k whole or in slices. A
+// fourth, wgmma_narrow_kernel, runs the few-rows shapes k whole on 64- or 128-row tiles of 32 or 64
 // columns, a block a tile, in clusters of two sharing a's or b's tile by TMA multicast (the
 // launcher's WB_WGMMA_FEW=narrow; matmul_wgmma_narrow.cu): it is a device-only TU and module of its
 // own, matmul_wgmma_narrow.kernel.cu, so that an edit of either compiles its own kernels alone.
@@ -235,13 +235,14 @@ struct Ring {
 // (store_tile). kClusterSum (wgmma_cluster_split_kernel): the block is slice `rank` of tile
 // blockIdx.x / ranks, one unit a block, `splits` is the cluster's size, and the slices are summed
 // across the cluster into out, which is c (cluster_sum). map_c: c's tensor map for the staged
-// epilogue's bulk tensor copies (the whole-k kernels; nullptr for the others). kBatched
-// (wgmma_batched_kernel): a "slice" is a matrix of a batch of `splits`, k whole: a and b have 3-D
-// maps whose third coordinate is the slice, and its c is out + slice * m * n (never paired).
+// epilogue's bulk tensor copies (the whole-k kernels; nullptr for the others). kBatched: a and b
+// have 3-D maps whose third coordinate is a matrix, whose c is out + matrix * m * n (never
+// paired); a unit is (matrix `slice` of `splits`, tile), k whole, or with kClusterSum, a cluster
+// sums the slices of k of a tile of one of `batch` matrices.
 template <typename Tl, typename T, typename O, bool kClusterSum = false, bool kBatched = false>
 __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const TensorMap& map_b, O* out,
                                             int m, int n, int k, int splits, Ring ring,
-                                            const TensorMap* map_c = nullptr) {
+                                            const TensorMap* map_c = nullptr, int batch = 1) {
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
   // Stages start 1024-byte aligned (the swizzle atom), whatever the dynamic base is.
@@ -261,16 +262,22 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
   const bool paired = !kClusterSum && !kBatched && ranks == 2 && Tl::BN >= 128;
   const int tiles_m = (m + Tl::BM - 1) / Tl::BM, tiles_n = (n + Tl::BN - 1) / Tl::BN;
   const int rows_of_tiles = paired ? (tiles_m + 1) / 2 : tiles_m;  // of pairs, when paired
-  const int tiles = rows_of_tiles * tiles_n, units = tiles * splits;
-  const int first_unit = kClusterSum ? rank * tiles + static_cast<int>(blockIdx.x) / ranks
+  const int tiles = rows_of_tiles * tiles_n;                       // of one matrix
+  constexpr bool kSlicedBatch = kBatched && kClusterSum;           // a unit: (slice, matrix, tile)
+  const int all_tiles = kSlicedBatch ? tiles * batch : tiles, units = all_tiles * splits;
+  const int first_unit = kClusterSum ? rank * all_tiles + static_cast<int>(blockIdx.x) / ranks
                          : paired    ? blockIdx.x / 2
                                      : blockIdx.x;
   const int unit_stride = kClusterSum ? units : paired ? gridDim.x / 2 : gridDim.x;
   const int steps = (k + kBK - 1) / kBK;
   const int warpgroup = threadIdx.x / 128;
-  // The k steps of a unit's slice: all of them for a batch's matrix.
-  const auto first_step = [&](int slice) { return kBatched ? 0 : slice * steps / splits; };
-  const auto end_step = [&](int slice) { return kBatched ? steps : (slice + 1) * steps / splits; };
+  // A unit's k steps (its slice: unit / all_tiles; a batch's matrix, k whole: all), its matrix.
+  constexpr bool kWhole = kBatched && !kClusterSum;
+  const auto first_step = [&](int slice) { return kWhole ? 0 : slice * steps / splits; };
+  const auto end_step = [&](int slice) { return kWhole ? steps : (slice + 1) * steps / splits; };
+  const auto matrix_of = [&](int slice, int tile) {
+    return !kBatched ? 0 : kSlicedBatch ? tile / tiles : slice;
+  };
 
   if (threadIdx.x == 0) {
     if constexpr (kClusterSum) {  // a block's one unit: fetch the maps while the barriers start
@@ -298,8 +305,9 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     }
     int it = 0;
     for (int unit = first_unit; unit < units; unit += unit_stride) {
-      const int slice = unit / tiles;
-      const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n);
+      const int slice = unit / all_tiles, tile = unit % all_tiles, matrix = matrix_of(slice, tile);
+      const sm90::TileAt at =
+          sm90::tile_at(kSlicedBatch ? tile % tiles : tile, rows_of_tiles, tiles_n);
       // Paired, the lower tile of the last pair may lie past m: it copies the last tile's rows of a
       // instead (a box wholly outside a is not what this relies on), and its c is not stored.
       const int tile_m = paired ? min(2 * at.m + rank, tiles_m - 1) : at.m;
@@ -308,7 +316,7 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
       // A box of a or b at (x, y) of the slice's matrix (batched: the third coordinate).
       const auto load = [&](void* dst, const TensorMap* map, int x, int y, uint64_t* bar) {
         if constexpr (kBatched) {
-          sm90::tma_load_3d(dst, map, x, y, slice, bar);
+          sm90::tma_load_3d(dst, map, x, y, matrix, bar);
         } else {
           sm90::tma_load(dst, map, x, y, bar);
         }
@@ -391,8 +399,9 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
     if (paired) sm90::bar_arrive_remote(&empty[s], static_cast<uint32_t>(rank ^ 1));
   };
   for (int unit = first_unit; unit < units; unit += unit_stride) {
-    const int slice = unit / tiles;
-    const sm90::TileAt at = sm90::tile_at(unit % tiles, rows_of_tiles, tiles_n);
+    const int slice = unit / all_tiles, tile = unit % all_tiles, matrix = matrix_of(slice, tile);
+    const sm90::TileAt at =
+        sm90::tile_at(kSlicedBatch ? tile % tiles : tile, rows_of_tiles, tiles_n);
     const int tile_m = paired ? 2 * at.m + rank : at.m;  // past tiles_m: rows past m, not stored
     float d[Tl::BN / 2];
 #pragma unroll
@@ -429,11 +438,11 @@ __device__ __forceinline__ void wgmma_units(const TensorMap& map_a, const Tensor
       static_assert(Tl::BM * kSumPitch<Tl::BN> * 4 <= Tl::kRingBytes,
                     "cluster_sum: the tile's float32 sums fit the ring");
       cluster_sum<O, Tl::BN, Tl::CONSUMERS>(
-          out, m, n, int64_t{tile_m} * Tl::BM, int64_t{at.n} * Tl::BN, d,
-          reinterpret_cast<float*>(smem), consumer, t, rank, ranks);
+          out + static_cast<int64_t>(matrix) * m * n, m, n, int64_t{tile_m} * Tl::BM,
+          int64_t{at.n} * Tl::BN, d, reinterpret_cast<float*>(smem), consumer, t, rank, ranks);
       continue;
     }
-    O* const slice_out = out + static_cast<int64_t>(slice) * m * n;
+    O* const slice_out = out + static_cast<int64_t>(kBatched ? matrix : slice) * m * n;
     if constexpr (Tl::kStaged) {
       if (staged) {
         store_staged<O, Tl::BN, Tl::kChunk>(slice_out, m, n, row0, int64_t{at.n} * Tl::BN, d,
@@ -549,14 +558,15 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? ClusterSplitTile<BKMajor, Wid
 #endif
 }
 
-// c[i] = a[i] @ b[i] for each matrix i < batch of a batch, in one persistent launch that walks the
-// batch's tiles matrix by matrix, k whole; a row-major or, AMMajor, column-major, b row-major or,
-// BKMajor, column-major (3-D maps: [batch, m, k] and [batch, k, n], any distance between
-// matrices); c [batch, m, n] contiguous, stored by 16-byte stores. For batches of matrices too
-// small to fill the GPU alone (matmul_wgmma_batched.cu). The tile, BM x BN: 128 x 256 (the wide
-// split tile), 128 x 128 or 192 x 128 (the square tiles), whichever the launcher's wave count
-// favours: those tiles themselves, whose shapes (wgmma_wide_split_shape, wgmma_square{,192}_shape)
-// the launcher reads for the launch's threads and shared memory.
+// c[i] = a[i] @ b[i] for each matrix i < batch, in one persistent launch over the batch's tiles,
+// k whole; or, Sliced, in clusters of S blocks (2 to 8), a cluster a tile, a block a slice of k,
+// summed in the cluster (cluster_sum), where the tiles are too few for the SMs. a row-major or,
+// AMMajor, column-major, b row-major or, BKMajor, column-major (3-D maps: [batch, m, k] and [batch,
+// k, n], any distance between matrices); c [batch, m, n] contiguous, stored by 16-byte stores. For
+// batches of matrices too small to fill the GPU alone (matmul_wgmma_batched.cu). The tile, BM x BN:
+// 128 x 256 (the wide split tile), 128 x 128 or 192 x 128 (the square tiles), whichever the
+// launcher's wave count favours: those tiles themselves, whose shapes (wgmma_wide_split_shape,
+// wgmma_square{,192}_shape) the launcher reads for the launch's threads and shared memory.
 template <int BM, int BN, bool BKMajor, bool AMMajor>
 struct BatchTileOf {  // 128 or 192 x 128
   using type = SquareTile<BKMajor, BM / 64, AMMajor>;
@@ -567,7 +577,7 @@ struct BatchTileOf<128, 256, BKMajor, AMMajor> {
 };
 template <int BM, int BN, bool BKMajor, bool AMMajor>
 using BatchTile = typename BatchTileOf<BM, BN, BKMajor, AMMajor>::type;
-template <typename T, int BM, int BN, bool BKMajor, bool AMMajor>
+template <typename T, int BM, int BN, bool BKMajor, bool AMMajor, bool Sliced>
 __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? BatchTile<BM, BN, BKMajor, AMMajor>::kThreads
                                                  : 1,
                                   WB_WGMMA_IMAGE ? BatchTile<BM, BN, BKMajor, AMMajor>::BLOCKS : 1)
@@ -581,7 +591,9 @@ __global__ void __launch_bounds__(WB_WGMMA_IMAGE ? BatchTile<BM, BN, BKMajor, AM
                 "the batch's tiles: 128 x 256, 128 x 128 or 192 x 128");
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t full[Tl::STAGES], empty[Tl::STAGES];
-  wgmma_units<Tl, T, T, false, true>(map_a, map_b, c, m, n, k, batch, Ring{smem_raw, full, empty});
+  wgmma_units<Tl, T, T, Sliced, true>(map_a, map_b, c, m, n, k,
+                                      Sliced ? static_cast<int>(sm90::cluster_size()) : batch,
+                                      Ring{smem_raw, full, empty}, nullptr, batch);
 #endif
 }
 

@@ -27,7 +27,6 @@
 //   tests/test_matmul_narrow.py tests/test_matmul_narrow_tall.py
 #include <string_view>
 
-#include "matmul/cluster_occupancy.h"
 #include "matmul/matmul.h"
 #include "matmul/wgmma_narrow.h"
 #include "matmul/wgmma_shape.h"
@@ -181,37 +180,16 @@ Status forced_slices(int* slices) {
          "it for the default";
 }
 
-// Stands in for the split tile's kernel in the occupancy query below: its threads and dynamic
-// shared memory hold both to one block an SM.
-__global__ void __launch_bounds__(1024) narrow_split_probe_kernel() {}
-
-// Clusters of `size` blocks of the split tile that the current device holds at once (0 where the
-// query fails), remembered per device, size and tile: a call under CUDA graph capture then queries
-// nothing.
-int split_clusters(int size, const WgmmaShape& tile) {
-  struct Entry {
-    int smem = -1, clusters = 0;
-  };
-  static Entry seen[64][5];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  Entry& e = seen[device][size];
-  const int smem = tile.smem + 1024;  // + the kernel's static mbarriers, rounded
-  if (e.smem != smem) {
-    e = Entry{smem, query_resident_clusters(narrow_split_probe_kernel, size, tile.threads, smem)};
-  }
-  return e.clusters;
-}
-
 // The split tile's slices for `tiles` tiles and k: the forced count, else the most of 4 and 2
 // whose clusters all fit the device at once (one wave: 2 x 64 tiles on an H100's 132 SMs, which
 // holds 66 clusters of two), each slice of kMinSteps k steps or more; else 1.
 int narrow_slices(int64_t tiles, int64_t k, int forced, const WgmmaShape& tile) {
-  constexpr int64_t kMinSteps = 4;
   if (forced != 0) return forced;
   const int64_t steps = (k + 63) / 64;
+  const int smem = tile.smem + 1024;  // + the kernel's static mbarriers, rounded
   for (const int s : {4, 2}) {
-    if (tiles * s <= sm_count() && steps >= kMinSteps * s && split_clusters(s, tile) >= tiles) {
+    if (tiles * s <= sm_count() && steps >= kMinSteps * s &&
+        resident_clusters(s, tile.threads, smem) >= tiles) {
       return s;
     }
   }

@@ -57,6 +57,15 @@ constexpr bool square_tile(FewRoute r) {
 
 // The current device's SM count (matmul_wgmma.cu; its split-k plan and this route both read it).
 int sm_count();
+// Clusters of `size` blocks of `threads` threads and `smem` bytes of dynamic shared memory that
+// the current device holds at once (0 where none fits or the query fails; matmul_wgmma.cu). The
+// GPCs decide: a cluster's blocks share one. The split-k routes of one matrix and of a batch
+// (matmul_wgmma_batched.cu) ask it.
+int resident_clusters(int size, int threads, int smem);
+// A slice of k is at least kMinSteps k steps (64 k each), so that the pipeline fills; a cluster
+// sum has at most kMaxClusterSlices slices (the portable cluster size, the kernel's kMaxSlices).
+constexpr int64_t kMinSteps = 4;
+constexpr int kMaxClusterSlices = 8;
 
 // The route for a few-rows shape of m x n: WB_WGMMA_FEW, else the default rule and, under the
 // mid-size rule, the 64 x 128 tile (mid) for an a of more than kMidRows rows, not m-major
