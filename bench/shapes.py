@@ -166,7 +166,8 @@ def tall_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
 
 def batched_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
     """Batched products, a [batch, m, k] @ b [batch, k, n], against torch.matmul (cuBLAS's batched
-    GEMM); the note gives matmul_path(a, b, 0)'s time, which takes the batch a slice at a time."""
+    GEMM), long k included (the Hopper kernel's slices of k); the note gives matmul_path(a, b,
+    0)'s time, which takes the batch a slice at a time."""
     import torch
 
     bf, hf, f32 = torch.bfloat16, torch.float16, torch.float32
@@ -176,6 +177,8 @@ def batched_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
              (96, 512, 512, 64, bf), (96, 512, 512, 64, bf, "b^T"), (96, 512, 64, 512, bf),
              (96, 64, 512, 512, bf, "a^T"),
              (16, 384, 384, 384, hf),
+             (16, 128, 128, 8192, bf), (16, 128, 128, 8192, bf, "a^T"), (4, 512, 512, 4096, bf),
+             (8, 256, 256, 8192, bf), (2, 1024, 512, 8192, hf),
              (256, 64, 64, 64, f32), (32, 256, 256, 256, f32), (8, 512, 512, 512, f32)]  # fmt: skip
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 against float32, as ours is
