@@ -263,13 +263,15 @@ def test_the_batch_rule_cuts_a_long_k_where_tiles_are_few(
         ((96, 512, 64, 128), None),  # 64 columns of a short k: the mma path's 64 x 64 tile
         ((32, 16, 1024, 1024), None),  # 16 rows: the mma path's 64 x 64 tile
         ((2, 256, 256, 256), None),  # 8 tiles: the mma path's 64 x 64 tiles fill more SMs
+        ((2, 256, 256, 1024), None),  # 8 tiles, k too short for slices of 16 steps: the same
     ],
 )
 def test_the_batch_rule_picks_the_kernel(
     lib: Any, shape: tuple[int, int, int, int], tile: str | None
 ) -> None:
     """Unset, slices of at least 64 rows and columns, past 64 in both or of k >= 512, whose
-    128 x 128 tiles fill half the SMs take the Hopper kernel; others the mma path's batch
+    128 x 128 tiles fill half the SMs (or a quarter, times the slices of k that k allows) take
+    the Hopper kernel; others the mma path's batch
     (matmul_tensor_core_batched's rule), on the tile of fewest waves times a tile's work. The
     tiles named are those of a GPU of 132 SMs (an H100 SXM) or near it."""
     _hopper()

@@ -8,13 +8,14 @@
 // tiles fill four times the SMs.
 //
 // The tile is 128 x 256, 192 x 128 or 128 x 128, and k whole or cut into S slices (2 to 8) run by
-// the S blocks of a cluster and summed in it, whichever costs the fewest waves of the SMs times a
-// tile's work (a tile's k steps, a slice's, plus kSumSteps for the sum; a tie to fewer slices,
-// then to the wider tile, whose MMAs read fewer bytes a flop): 4 slices of 1024^3 run 128 tiles of
-// 128 x 256 (one wave) where 128 x 128 would take two; 8 of 512^3 run 128 of 128 x 128 where
-// 128 x 256 would take a wave of double work; 16 of 384^3 run 96 of 192 x 128, none past a slice,
-// where 128 x 256 would compute a third past its slices' columns; 16 of 128 x 128 x 8192 run 16
-// tiles of 128 x 128 in 8 slices (128 blocks) where k whole would leave 116 SMs idle.
+// the S blocks of a cluster and summed in it (each tile with the slices plan_batch's rule gives
+// it), whichever costs the fewest waves of the SMs times a tile's work (a tile's k steps, or a
+// slice's plus kSumSteps for the sum; a tie to the wider tile, whose MMAs read fewer bytes a
+// flop): 4 slices of 1024^3 run 128 tiles of 128 x 256 (one wave) where 128 x 128 would take two;
+// 8 of 512^3 run 128 of 128 x 128 where 128 x 256 would take a wave of double work; 16 of 384^3
+// run 96 of 192 x 128, none past a slice, where 128 x 256 would compute a third past its slices'
+// columns; 16 of 128 x 128 x 8192 run 16 tiles of 128 x 128 in 4 slices (64 blocks) where k
+// whole would leave 116 SMs idle.
 //
 // The Hopper kernel reads a's and b's slices row-major or column-major in place: a = x.transpose
 // (-1, -2) as in the weight-like gradient a^T @ g, b = x.transpose(-1, -2) as in attention's
@@ -125,6 +126,21 @@ Status transposed_choice(bool* copy) {
   return "matmul: WB_WGMMA_BATCH_TRANSPOSED must be read or copy; unset it for the default";
 }
 
+// The cluster sum's cost, in k steps of its tile, in the wave rule's cost (a guess: its partials
+// through shared memory, the cluster's barrier, the slices' sums read from the other blocks).
+constexpr int64_t kSumSteps = 2;
+// Slices of k (the 128 x 128 and 128 x 256 tiles' kernels have them): S where the batch's tiles
+// leave SMs idle, the most from 2 to 8 whose blocks fit a wave and whose clusters all fit the
+// device at once, each of at least kSliceSteps k steps; for slices of fewer than kReadBoundRows
+// "rows" (m n / (m + n): the MMAs' flops a byte of a and b read, halved), which read more than they
+// compute, only to half the SMs: more blocks drew no more bandwidth there. H200, 2026-11-28, us,
+// k whole / S (cuBLAS), bfloat16: 16 x 128^2 x 8192 52.2 / 25.5 at 4 (23.2; 33.8 at 2, 27.3 at 6);
+// 8 x 256^2 x 8192 52.3 / 34.7 at 2 (25.8; 36.6 at 3); 4 x 512^2 x 4096 30.2 / 25.5 at 2 (17.7);
+// 2 x 1024 x 512 x 8192 52.1 / 38.5 at 2 (28.2); 4 x 512^2 x 1024 13.1 / 14.6 at 2 (9.6: slices
+// of 8 steps lost); the rest: bench/results/shapes.md.
+constexpr int64_t kSliceSteps = 16, kReadBoundRows = 160;
+constexpr bool sliceable(int id) { return id == kWide || id == kSquare; }
+
 // Whether a batch of these sizes goes to the Hopper kernel, given operands it can read: an
 // sm_90a image of the plain build, sizes within its grid and TMA's limits, and the rule below or
 // WB_MATMUL_BATCH.
@@ -140,13 +156,19 @@ Status hopper_route(int64_t batch, int64_t m, int64_t n, int64_t k, bool* hopper
   // The rule: slices of at least 64 rows and columns, past 64 in both or of k >= 512 (a 128-wide
   // tile of which half lies past a 64-wide slice still wins where k is long), whose 128 x 128 tiles
   // fill at least half the SMs (fewer leave most SMs idle, where the mma path's 64 x 64 tiles fill
-  // four times as many), or of a k long enough for two slices of kMinSteps k steps, which then
-  // fill them (plan_batch). H100, 2026-11-28, us, the rule's choice against the other (cuBLAS): 96
-  // x 512x64x512 26.3 / 30.6 (25.7), 256 x 64^3 8.5 / 9.8 (7.7), 64 x 128^3 8.7 / 9.3 (8.3), 32 x
-  // 16x1024x1024 29.1 / 30.5 (28.0), 8 x 512^3 10.5 / 16.4 (10.2); bench/results/shapes.md.
+  // four times as many), or, with k of 8 steps or more, whose tiles times the slices of k that k
+  // allows (plan_batch) fill a quarter of them. H100, 2026-11-28, us, the rule's choice against the
+  // other (cuBLAS): 96 x 512x64x512 26.3 / 30.6 (25.7), 256 x 64^3 8.5 / 9.8 (7.7), 64 x 128^3 8.7
+  // / 9.3 (8.3), 32 x 16x1024x1024 29.1 / 30.5 (28.0), 8 x 512^3 10.5 / 16.4 (10.2); H200, the
+  // same day, the Hopper kernel / the mma path's batch (cuBLAS): 4 x 512^2 x 1024 (k whole) 12.4 /
+  // 15.6 (9.6), 8 x 256^2 x 2048 (float16, 2 slices) 16.3 / 22.0 (10.5); bench/results/shapes.md.
   const int64_t units = batch * ((m + 127) / 128) * ((n + 127) / 128);
-  const bool rule = min_of(m, n) >= 64 && (min_of(m, n) > 64 || k >= 512) &&
-                    (2 * units >= sm_count() || (k + 63) / 64 >= 2 * kMinSteps);
+  const int64_t steps = (k + 63) / 64;
+  const int64_t slices = min_of<int64_t>(steps / kSliceSteps, kMaxClusterSlices);
+  const bool rule =
+      min_of(m, n) >= 64 && (min_of(m, n) > 64 || k >= 512) &&
+      (2 * units >= sm_count() ||
+       (steps >= 2 * kMinSteps && 4 * units * (slices > 1 ? slices : 1) >= sm_count()));
   *hopper = units <= INT32_MAX && (forced == 2 || rule);
   return nullptr;
 }
@@ -176,21 +198,6 @@ const DeviceKernel& batch_kernel(int id, bool a_mmajor, bool b_kmajor, bool slic
   return sliced ? batch_kernel_sliced<T, true>(id, a_mmajor, b_kmajor)
                 : batch_kernel_sliced<T, false>(id, a_mmajor, b_kmajor);
 }
-
-// The cluster sum's cost, in k steps of its tile, in the wave rule's cost (a guess: its partials
-// through shared memory, the cluster's barrier, the slices' sums read from the other blocks).
-constexpr int64_t kSumSteps = 2;
-// Slices of k (the 128 x 128 and 128 x 256 tiles' kernels have them): S where the batch's tiles
-// leave SMs idle, the most from 2 to 8 whose blocks fit a wave and whose clusters all fit the
-// device at once, each of at least kSliceSteps k steps; for slices of fewer than kReadBoundRows
-// "rows" (m n / (m + n): the MMAs' flops a byte of a and b read, halved), which read more than they
-// compute, only to half the SMs: more blocks drew no more bandwidth there. H200, 2026-11-28, us,
-// k whole / S (cuBLAS), bfloat16: 16 x 128^2 x 8192 52.2 / 25.5 at 4 (23.2; 33.8 at 2, 27.3 at 6);
-// 8 x 256^2 x 8192 52.3 / 34.7 at 2 (25.8; 36.6 at 3); 4 x 512^2 x 4096 30.2 / 25.5 at 2 (17.7);
-// 2 x 1024 x 512 x 8192 52.1 / 38.5 at 2 (28.2); 4 x 512^2 x 1024 13.1 / 14.6 at 2 (9.6: slices
-// of 8 steps lost); the rest: bench/results/shapes.md.
-constexpr int64_t kSliceSteps = 16, kReadBoundRows = 160;
-constexpr bool sliceable(int id) { return id == kWide || id == kSquare; }
 
 // The launch's dynamic shared memory: the tile's with the staged epilogue and its 16-byte stores
 // (the kernel reads that off the 16 bytes past the tile's), or in slices, the ring alone (the
