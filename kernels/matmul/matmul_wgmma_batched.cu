@@ -162,8 +162,8 @@ Status hopper_route(int64_t batch, int64_t m, int64_t n, int64_t k, bool* hopper
   // / 9.3 (8.3), 32 x 16x1024x1024 29.1 / 30.5 (28.0), 8 x 512^3 10.5 / 16.4 (10.2); H200, the
   // same day, the Hopper kernel / the mma path's batch (cuBLAS): 4 x 512^2 x 1024 (k whole) 12.4 /
   // 15.6 (9.6), 8 x 256^2 x 2048 (float16, 2 slices) 16.3 / 22.0 (10.5); bench/results/shapes.md.
-  const int64_t units = batch * ((m + 127) / 128) * ((n + 127) / 128);
-  const int64_t steps = (k + 63) / 64;
+  const int64_t units = batch * square_tiles(m, n, 128);
+  const int64_t steps = (k + built.bk - 1) / built.bk;
   const int64_t slices = min_of<int64_t>(steps / kSliceSteps, kMaxClusterSlices);
   const bool rule =
       min_of(m, n) >= 64 && (min_of(m, n) > 64 || k >= 512) &&
@@ -292,7 +292,7 @@ Status run_hopper(View<T> a, int64_t slice_a, View<T> b, int64_t slice_b, T* c, 
 
 bool tensor_core_batch_slices_k(int64_t batch, int64_t m, int64_t n, int64_t k) {
   bool hopper = false;
-  const int64_t units = batch * ((m + 127) / 128) * ((n + 127) / 128);
+  const int64_t units = batch * square_tiles(m, n, 128);
   return hopper_route(batch, m, n, k, &hopper) == nullptr && hopper &&
          2 * units * kMaxClusterSlices >= sm_count();
 }
