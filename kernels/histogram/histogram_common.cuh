@@ -178,11 +178,34 @@ __device__ __forceinline__ uint32_t pinned_bin(const BinBounds& b) {
 }
 __device__ __forceinline__ uint32_t pinned_bin(const TightBits& b) { return b.first - 0x4B000000u; }
 
+// 32-bit counters in shared memory, counter b at byte `base + 4 * b` of the shared window, and a
+// counter no one reads at byte `trash`: add_where increments counter b, or the trash where p is
+// false, with no branch (ptxas puts one around a predicated shared atomic, with its
+// reconvergence), the window's base computed once.
+struct SharedCounters {
+  uint32_t base;
+  uint32_t trash;
+  __device__ __forceinline__ void operator()(uint32_t b) const {
+    asm volatile("red.shared.add.u32 [%0], 1;" ::"r"(base + 4 * b) : "memory");
+  }
+};
+
+// add(b) where p: any counter.
+template <typename A>
+__device__ __forceinline__ void add_where(A& add, bool p, uint32_t b) {
+  if (p) add(b);
+}
+__device__ __forceinline__ void add_where(SharedCounters& add, bool p, uint32_t b) {
+  const uint32_t at = p ? add.base + 4 * b : add.trash;
+  asm volatile("red.shared.add.u32 [%0], 1;" ::"r"(at) : "memory");
+}
+
 // Counts the float elements of v with add(bin), the exact bins of histogram.h (bin_of_float):
-// bounds(e) (BinBounds or TightBits) for every element e in [flo, fhi]; those whose bounds do not
-// pin the bin wait in a mask and then take bin_of one at a time. A warp so runs the double path
-// about as often as its busiest lane has such elements, where an element at a time runs it
-// whenever any of its 32 lanes has one.
+// bounds(e) (BinBounds or TightBits) for every element e, and add where e lies in [flo, fhi] and
+// the bounds pin its bin; those in range whose bounds do not wait in a mask and then take bin_of
+// one at a time. A warp so runs the double path about as often as its busiest lane has such
+// elements, where an element at a time runs it whenever any of its 32 lanes has one. No branch an
+// element: an element out of range costs its two bounds, unused, and add_where adds without one.
 template <int U, typename B, typename A>
 __device__ __forceinline__ void count_pinned(const Vec<float, 4> (&v)[U], const Range& r, B& bounds,
                                              A& add) {
@@ -192,14 +215,11 @@ __device__ __forceinline__ void count_pinned(const Vec<float, 4> (&v)[U], const 
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const float e = v[k / 4].v[k % 4];
-    if (e >= r.flo && e <= r.fhi) {  // counted (histogram.h: flo, fhi)
-      const auto b = bounds(e);
-      if (b.first == b.last) {
-        add(pinned_bin(b));
-      } else {
-        undecided |= 1u << k;
-      }
-    }
+    const bool counted = e >= r.flo && e <= r.fhi;  // histogram.h: flo, fhi
+    const auto b = bounds(e);
+    const bool pinned = b.first == b.last;
+    add_where(add, counted && pinned, pinned_bin(b));
+    undecided |= static_cast<uint32_t>(counted && !pinned) << k;
   }
   while (undecided != 0) {
     const int k = __ffs(static_cast<int>(undecided)) - 1;
