@@ -195,6 +195,33 @@ def test_inexact_ranges_near_every_edge(
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("bins", "lo", "hi"),
+    [(256, -4.0, 4.0), (1000, -3.7, 4.1), (4096, -3.0, 3.0), (256, 300.1, 302.1)],
+)
+def test_two_byte_floats_near_every_edge(
+    lib: Any, choice: str, dtype: torch.dtype, bins: int, lo: float, hi: float
+) -> None:
+    """float16 and bfloat16 x: random values over and around the range, every edge in the dtype
+    and its neighbours (many of a 2-byte dtype's values lie on an edge), specials, from an
+    aligned and an unaligned start; the last range lies far from zero against its width."""
+    edges = torch.tensor([lo + k * (hi - lo) / bins for k in range(bins + 1)], dtype=torch.float64)
+    e = edges.to(dtype).to(torch.float32)
+    up, down = e.nextafter(torch.tensor(math.inf)), e.nextafter(torch.tensor(-math.inf))
+    u = torch.rand(1 << 20, generator=torch.Generator().manual_seed(bins), dtype=torch.float64)
+    specials = torch.tensor([math.nan, math.inf, -math.inf, lo, hi, -0.0, 0.0]).repeat(100)
+    x = torch.cat([e, up, down, (lo + (u * 1.2 - 0.1) * (hi - lo)), specials]).to(dtype)
+    x = x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(4))].cuda()
+    for label, v in (("aligned", x), ("unaligned", x[5:])):
+        _assert_equal(
+            lib.histogram(v, bins, lo, hi),
+            _reference(lib, v, bins, lo, hi),
+            f"{choice} {dtype} {label} bins={bins}",
+        )
+
+
+@pytest.mark.cuda
 def test_empty_and_tiny(lib: Any, choice: str) -> None:
     for n in (0, 1, 3, 4, 5, 17):
         x = torch.linspace(-1, 1, n, device="cuda")
