@@ -250,12 +250,20 @@ def histogram_rows(lib: Any, timer: Timer, floor: float) -> list[Row]:
 
     gen = torch.Generator("cuda").manual_seed(0)
     rows: list[Row] = []
-    for n, bins in ((4096, 256), (1_000_003, 100), (1 << 24, 1), (1 << 24, 1000),
-                    (1 << 24, 1 << 20), (100_000_000, 256)):  # fmt: skip
+    # "edges": float32 holding bfloat16 values, a quarter of them on a bin edge at 256 bins over
+    # [-4, 4] (each takes the exact rule's double division: bench/results/kernels.md, twentieth
+    # pass)
+    for n, bins, kind in ((4096, 256, ""), (1_000_003, 100, ""), (1 << 24, 1, ""),
+                          (1 << 24, 256, ""), (1 << 24, 1000, ""), (1 << 24, 4096, ""),
+                          (1 << 24, 20000, ""), (1 << 24, 1 << 20, ""), (100_000_000, 256, ""),
+                          (1 << 24, 256, "edges"), (1 << 24, 4096, "edges")):  # fmt: skip
         x = torch.randn(n, device="cuda", generator=gen)
+        if kind == "edges":
+            x = x.bfloat16().float()
         want = lib.specs["histogram"].reference(x, bins, -4.0, 4.0)
+        case = f"{n:,} elements, {bins:,} bins" + (f", {kind}" if kind else "")
         # torch.histc bins in float32, the spec's reference in float64: judged against the latter
-        rows += _rows(timer, "histogram", f"{n:,} elements, {bins:,} bins", torch.float32,
+        rows += _rows(timer, "histogram", case, torch.float32,
                       lambda x=x, b=bins: lib.histogram(x, b, -4.0, 4.0),
                       lambda x=x, b=bins: torch.histc(x, b, -4.0, 4.0), "torch.histc",
                       lambda got, _w, w=want: torch.equal(got, w), floor)  # fmt: skip

@@ -48,6 +48,6 @@ def test_one_op_runs_and_each_row_is_checked_and_timed(tmp_path: Path) -> None:
     proc = shapes("--ops", "histogram", "--reps", "3", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads((tmp_path / "shapes.json").read_text())["rows"]
-    assert len(rows) == 6 and all(r["ok"] for r in rows)
+    assert len(rows) == 11 and all(r["ok"] for r in rows)
     assert all(r["ours_us"] > 0 and r["peer_us"] > 0 and "eager" in r["note"] for r in rows)
     assert (tmp_path / "shapes.md").read_text() in proc.stdout
