@@ -4,13 +4,14 @@
 //   Shared path, when a block's histogram fits in shared memory: a block keeps `replicas` private
 //   histograms of 32-bit counters in shared memory ([replicas, bins]; warp w counts into replica
 //   w % replicas, so fewer warps contend for a hot bin), reads x in a grid-stride loop of 16-byte
-//   loads (4 of them in flight a thread, not allocated in L1; float32 elements binned 12 at a time
-//   by count_tight, or count_deferred, with the next step's loads in flight, other float elements
-//   16 at a time by count_deferred; the unaligned head and the tail one element at a time), then
-//   adds each bin's sum over its replicas, where nonzero, to counts with one 64-bit atomicAdd. By
-//   default the shared kernel runs as one cooperative launch: its blocks clear counts first and
-//   wait at a split grid barrier (arrive after the clearing, wait before the first atomic), so no
-//   separate zeroing launch runs before it.
+//   loads (not allocated in L1; float32 x by default 3 a step, binned 12 elements at a time by
+//   count_tight, or count_deferred, while the next step's 3 are in flight; under
+//   WB_HISTOGRAM_KERNEL=plain 4 a step, 16 elements by count_deferred; other dtypes 4 a step, an
+//   element at a time; the unaligned head and the tail one element at a time), then adds each
+//   bin's sum over its replicas, where nonzero, to counts with one 64-bit atomicAdd. By default
+//   the shared kernel runs as one cooperative launch: its blocks clear counts first and wait at a
+//   split grid barrier (arrive after the clearing, wait before the first atomic), so no separate
+//   zeroing launch runs before it.
 //   Chunked path, where one copy does not fit the most shared memory a block may opt in to (above
 //   41,728 bins on an A100's 163 KiB, 58,112 on an H100's or H200's 227 KiB, 25,344 on sm_86's 99
 //   KiB) but kMaxChunks slices of the bins do and x has at least as many elements as bins: the
@@ -98,7 +99,7 @@ __device__ __forceinline__ Part part_of(int chunks, int merge) {
 // tight bounds where t.ok (count_tight: two directed-rounding fmas an element, no clamps), else
 // by count_deferred, each add a branch-free shared reduction (SharedCounters). On an H200,
 // 2026-11-28, against count_deferred with a branch around each add: 16 Mi elements and 256 bins
-// 23.8 us against 27.6, 4096 bins 25.7 against 34.0, 20000 bins 32.2 against 47.3
+// 23.8 us against 27.5, 4096 bins 25.5 against 35.0, 20000 bins 31.7 against 48.2
 // (bench/results/kernels.md, twentieth pass).
 constexpr int kPrefetchVectors = 3;  // a loop step of the prefetching kernel: 6 vectors held
 template <typename T, int Unroll, bool NoL1, bool Prefetch = false>
