@@ -3,7 +3,7 @@ wide path a bfloat16 thread takes each exponential once and keeps it as float16 
 On a GPU of sm_90 or later: the output within 0.625 ulp of a float64 softmax, and not fma's at
 every element (the kept rounding shows, so the mode ran); a thread whose values span more than
 the kept float16 holds still gives its tiny outputs to bfloat16's precision; special rows and
-float16 (which keeps nothing) as torch gives them."""
+float16 (which keeps nothing) as torch gives them. float32 keeps exp(x - m) in place of x."""
 
 from __future__ import annotations
 
@@ -93,3 +93,30 @@ def test_keep_gives_special_rows_as_torch(
     if dtype == torch.float16 and cols % 8 == 0:
         fma = _wide(lib, monkeypatch, x, "fma")
         torch.testing.assert_close(got, fma, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("rows", "cols"), [(6, 65536), (5, 262144)])
+def test_float32_keeps_its_exponentials_and_gives_special_rows_as_torch(
+    lib: Any, monkeypatch: pytest.MonkeyPatch, rows: int, cols: int
+) -> None:
+    """float32 on the wide path keeps exp(x - m) in x's registers (keep, the default) or takes it
+    twice (twice): both within float32 rounding of a float64 softmax, not equal at every element
+    (each mode ran its formula), and special rows as torch gives them. The last row's first 20000
+    values are -Inf and the rest near -200: every thread of the first block holds only -Inf (its
+    exp(m - M) underflows to 0, not to 0 * Inf), so its outputs are 0. Tolerances as
+    test_softmax_paths' float32 rows."""
+    x = exp_mode_rows(rows, cols, torch.float32, seed=rows + cols)
+    gen = torch.Generator().manual_seed(cols)
+    x[rows - 1] = torch.randn(cols, generator=gen).cuda() - 200
+    x[rows - 1, :20000] = float("-inf")
+    kept = _wide(lib, monkeypatch, x, "keep")
+    twice = _wide(lib, monkeypatch, x, "twice")
+    want = torch.softmax(x.double(), -1)
+    for got in (kept, twice):
+        torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=1e-30, equal_nan=True)
+        masked = (x == float("-inf")) & ~want.isnan()
+        assert (got[masked] == 0).all()
+    torch.testing.assert_close(kept, torch.softmax(x, -1), rtol=2e-5, atol=1e-30, equal_nan=True)
+    finite = want.isfinite()
+    assert 0 < int((kept != twice)[finite].sum())

@@ -294,9 +294,12 @@ struct Forward {
   }
   // The wide path (softmax_wide.cuh's wide_row) takes partial and store through keep and
   // store_kept (Keeps below): keep mode (softmax_exp.cuh) for bfloat16, the thread's exponentials
-  // taken once, kept as float16 words of e * 2^15 in v in place of x from keep to store_kept. A
-  // thread that does not keep them (another mode or dtype, a span of values past kKeepRange, an
-  // unusable c) holds x and takes partial and store's formulas.
+  // taken once, kept as float16 words of e * 2^15 in v in place of x from keep to store_kept; for
+  // float32, exp(x - m) in place of x, m the thread's max, and the output e * exp(m - M) / S (the
+  // register paths' formula). A thread that does not keep them (another mode, float16, for
+  // bfloat16 a span of values past kKeepRange or an unusable c) holds x and takes partial and
+  // store's formulas: exp twice an element. float32 64x262144 on an H200, 2026-11-28: 82% of a
+  // copy's time against 80% twice (bench/results/kernels.md, the twenty-first pass).
   struct Kept {
     Partial p;  // the thread's (max, sum of exp)
     float c;    // kept: e * 2^15 = 2^(x * log2(e) - c)
@@ -304,6 +307,32 @@ struct Forward {
   };
   template <int N, int K, typename S>
   __device__ __forceinline__ Kept keep(S s, Vec<T, N> (&v)[kTensors][K]) const {
+    if constexpr (std::is_same<T, float>::value) {
+      // float32: x as loaded is its float, so exp(x - m) takes its registers in place (the
+      // register paths' formula: one exp an element, and a multiply in store_kept).
+      if (mode != kExpKeep) return {partial<N, K>(s, v), 0.0f, false};
+      A m = neg_inf<A>();
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (s.has(k)) {
+#pragma unroll
+          for (int j = 0; j < N; ++j) m = fmax(m, v[0][k].v[j]);
+        }
+      }
+      const A ref = exp_origin(m);
+      A sum = 0;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (s.has(k)) {
+#pragma unroll
+          for (int j = 0; j < N; ++j) {
+            v[0][k].v[j] = exp_acc(v[0][k].v[j] - ref);
+            sum += v[0][k].v[j];
+          }
+        }
+      }
+      return {Partial{m, sum}, 0.0f, true};
+    }
     if constexpr (kPairs<T, N> && std::is_same<T, bf16>::value) {
       if (mode == kExpKeep) {
         uint32_t hi = pair_neg_inf(T{}), lo = pair_pos_inf(T{});
@@ -330,6 +359,21 @@ struct Forward {
   template <int N, int K, typename S>
   __device__ __forceinline__ void store_kept(int64_t r, S s, const Vec<T, N> (&v)[kTensors][K],
                                              Partial total, const Kept& mine) const {
+    if constexpr (std::is_same<T, float>::value) {
+      if (!mine.kept) return store<N, K>(r, s, v, total);
+      Vec<T, N>* yr = reinterpret_cast<Vec<T, N>*>(y + r * cols);  // [cols / N]
+      const A f = rescale(mine.p.m, total.m) / total.s;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (s.has(k)) {
+          Vec<T, N> o;
+#pragma unroll
+          for (int j = 0; j < N; ++j) o.v[j] = v[0][k].v[j] * f;
+          yr[s.at(k)] = o;
+        }
+      }
+      return;
+    }
     if constexpr (kPairs<T, N> && std::is_same<T, bf16>::value) {
       if (mine.kept) {
         Vec<T, N>* yr = reinterpret_cast<Vec<T, N>*>(y + r * cols);  // [cols / N]

@@ -2,7 +2,9 @@
 // where a thread holds its share of a row as loaded and takes exp twice an element (once for
 // the row's sum, once for the output: softmax.cu's Forward::partial / store, take / out).
 //
-// WB_SOFTMAX_EXP picks how (read at each launch; float32 and float64 ignore it):
+// WB_SOFTMAX_EXP picks how (read at each launch; float64 ignores it, and float32 reads only
+// whether it is keep, on the wide path: Forward::keep keeps exp(x - m) in x's registers, any
+// other value takes exp twice an element):
 //   twice             exp(x - m) as __expf: a subtraction, a multiplication by log2(e) and an
 //                     ex2.approx (MUFU) an element, each time.
 //   fma               2^(x * log2(e) - c) with c = m * log2(e) for the sum (one FFMA and one
