@@ -222,6 +222,66 @@ def test_two_byte_floats_near_every_edge(
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("bins", "lo", "hi", "values"),
+    [
+        (256, -4.0, 4.0, "bf16"),  # bfloat16 values: most on an edge
+        (4096, -4.0, 4.0, "bf16"),
+        (1200, -600.0, 600.0, "int"),  # integers over an integer range: every one on an edge
+        (3000, -600.0, 600.0, "int"),  # an edge every 0.4: integers on every other edge, or none
+        (65536, -3.0, 5.0, "dyadic"),  # multiples of 1/1024 over a range of 8: every 8th edge
+    ],
+)
+def test_values_on_edges_by_the_million(
+    lib: Any, choice: str, dtype: torch.dtype, bins: int, lo: float, hi: float, values: str
+) -> None:
+    """Data whose values lie on bin edges (integers, bfloat16 values, multiples of 1/1024), a
+    million of them, on every kernel choice: float32 x grouped (bounds, then bin_of near an edge)
+    or element by element, bfloat16 x element by element (bin_bounds, then the division-free
+    edge_bin where the bounds are neighbours)."""
+    gen = torch.Generator().manual_seed(bins)
+    u = torch.randn(1 << 20, generator=gen, dtype=torch.float64)
+    if values == "int":
+        v = (u * 300).round()
+    elif values == "dyadic":
+        v = (u * 1024).round() / 1024
+    else:
+        v = u.to(torch.bfloat16).to(torch.float64)
+    x = v.to(dtype).cuda()
+    _assert_equal(
+        lib.histogram(x, bins, lo, hi),
+        _reference(lib, x, bins, lo, hi),
+        f"{choice} {dtype} {values} bins={bins}",
+    )
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("seed", range(6))
+def test_random_ranges_near_every_edge(lib: Any, choice: str, seed: int) -> None:
+    """Ranges drawn at random (lo over +-1000, widths 2^-8 to 2^12, 1 to 70000 bins): float32
+    values on and up to 2 ulps either side of every edge, equal to the reference."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    r = torch.rand(3, generator=gen, dtype=torch.float64)
+    lo = float((r[0] * 2000 - 1000).item())
+    hi = lo + float(2 ** (r[1] * 20 - 8).item())
+    bins = 1 + int(r[2].item() * 70000)
+    edges = torch.tensor([lo + k * (hi - lo) / bins for k in range(bins + 1)], dtype=torch.float64)
+    e = edges.to(torch.float32)
+    parts, up, down = [e], e, e
+    for _ in range(2):
+        up, down = up.nextafter(torch.tensor(math.inf)), down.nextafter(torch.tensor(-math.inf))
+        parts += [up, down]
+    x = torch.cat(parts)
+    x = x[torch.randperm(x.numel(), generator=gen)].cuda()
+    _assert_equal(
+        lib.histogram(x, bins, lo, hi),
+        _reference(lib, x, bins, lo, hi),
+        f"{choice} bins={bins} lo={lo!r} hi={hi!r}",
+    )
+
+
+@pytest.mark.cuda
 def test_empty_and_tiny(lib: Any, choice: str) -> None:
     for n in (0, 1, 3, 4, 5, 17):
         x = torch.linspace(-1, 1, n, device="cuda")
