@@ -27,7 +27,10 @@
 // other.
 // Two variants that lost to it at every size were removed (kernels.md, issue 37's sixteenth
 // pass): a persistent grid whose clusters loaded their next row while reducing this one (pipe),
-// and a further 192 bytes of the row a thread in shared memory (deep).
+// and a further 192 bytes of the row a thread in shared memory (deep). A grid of the resident
+// clusters, with or without a bulk prefetch of each block's next share into L2, lost too (the
+// twenty-first pass): a round of clusters costs its chain of load, reduce, exchange and write
+// whatever rows it holds, and on an H200 only 14 clusters of 16 blocks are resident (112 SMs).
 #pragma once
 
 #include "softmax/softmax_rows.cuh"
