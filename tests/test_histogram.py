@@ -365,6 +365,53 @@ def test_the_edges_fall_where_the_rule_says(lib: Any) -> None:
     assert lib.histogram(big, 2, 0.0, float(2**62)).tolist() == [0, 3]
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_runs_inside_outside_and_mixed_count_as_the_reference(lib: Any, dtype: torch.dtype) -> None:
+    """The CPU kernel tests a block of elements by the loop the previous block suggests (a branch
+    where nearly all fell inside, one where nearly all fell outside, none where they mixed):
+    x in runs of each kind, of lengths off the block's, ending on both sides of the range, NaN
+    among them for the floating dtypes, bit for bit the reference, on one thread and on two."""
+    gen = torch.Generator().manual_seed(7)
+    lo, hi, bins = -3.0, 5.0, 160
+    runs = []
+    for length, kind in [
+        (1500, "in"),
+        (700, "mixed"),
+        (2049, "out"),
+        (300, "in"),
+        (5000, "mixed"),
+        (999, "rare"),
+        (1024, "in"),
+        (77, "out"),
+        (3000, "mixed"),
+    ]:
+        u = torch.rand(length, generator=gen, dtype=torch.float64)
+        if kind == "in":
+            v = lo + u * (hi - lo)
+        elif kind == "out":
+            v = torch.where(u < 0.5, lo - 1 - u * 100, hi + 1 + u * 100)
+        elif kind == "rare":  # one in a hundred inside, the rest just below hi's side or far
+            v = torch.where(u < 0.01, hi - u, hi + 1 + u)
+        else:
+            v = lo - 4 + u * (hi - lo + 8)
+        runs.append(v)
+    x = torch.cat(runs)
+    if dtype.is_floating_point:
+        x[::97] = math.nan
+        x = x.to(dtype)
+    else:
+        x = x.round().to(dtype)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            got = lib.histogram(x, bins, lo, hi)
+            want = _spec(lib).reference(x, bins, lo, hi)
+            assert torch.equal(got, want), f"{n} threads: {_first_diff(got, want)}"
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_many_threads_count_like_one(lib: Any) -> None:
     """The private histograms of the CPU threads add up to the single-thread counts."""
     x = torch.randn(3_000_001, generator=torch.Generator().manual_seed(3))
