@@ -159,6 +159,17 @@ def test_edges_and_specials(lib: Any, choice: str, bins: int) -> None:
         )
 
 
+def _near_edges(bins: int, lo: float, hi: float, ulps: int) -> list[torch.Tensor]:
+    """Every edge of the range as a float32, and the floats up to `ulps` either side of each."""
+    edges = torch.tensor([lo + k * (hi - lo) / bins for k in range(bins + 1)], dtype=torch.float64)
+    e = edges.to(torch.float32)
+    parts, up, down = [e], e, e
+    for _ in range(ulps):
+        up, down = up.nextafter(torch.tensor(math.inf)), down.nextafter(torch.tensor(-math.inf))
+        parts += [up, down]
+    return parts
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize(
     ("bins", "lo", "hi"),
@@ -179,12 +190,7 @@ def test_inexact_ranges_near_every_edge(
     """Ranges whose scale, offset or edges are no floats (the tight bounds' slack for their
     roundings): float32 values up to 8 ulps either side of every edge, and random ones, 1 Mi
     elements so that every block counts some."""
-    edges = torch.tensor([lo + k * (hi - lo) / bins for k in range(bins + 1)], dtype=torch.float64)
-    e = edges.to(torch.float32)
-    parts, up, down = [e], e, e
-    for _ in range(8):
-        up, down = up.nextafter(torch.tensor(math.inf)), down.nextafter(torch.tensor(-math.inf))
-        parts += [up, down]
+    parts = _near_edges(bins, lo, hi, 8)
     u = torch.rand(1 << 20, generator=torch.Generator().manual_seed(bins), dtype=torch.float64)
     parts.append((lo + (u * 1.2 - 0.1) * (hi - lo)).to(torch.float32))
     x = torch.cat(parts)
@@ -266,13 +272,7 @@ def test_random_ranges_near_every_edge(lib: Any, choice: str, seed: int) -> None
     lo = float((r[0] * 2000 - 1000).item())
     hi = lo + float(2 ** (r[1] * 20 - 8).item())
     bins = 1 + int(r[2].item() * 70000)
-    edges = torch.tensor([lo + k * (hi - lo) / bins for k in range(bins + 1)], dtype=torch.float64)
-    e = edges.to(torch.float32)
-    parts, up, down = [e], e, e
-    for _ in range(2):
-        up, down = up.nextafter(torch.tensor(math.inf)), down.nextafter(torch.tensor(-math.inf))
-        parts += [up, down]
-    x = torch.cat(parts)
+    x = torch.cat(_near_edges(bins, lo, hi, 2))
     x = x[torch.randperm(x.numel(), generator=gen)].cuda()
     _assert_equal(
         lib.histogram(x, bins, lo, hi),

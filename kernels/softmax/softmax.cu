@@ -245,6 +245,19 @@ struct Forward {
       if (s.has(k)) v[0][k] = xr[s.at(k)];
     }
   }
+  // The max of the thread's held elements (-Inf for none; NaN never wins).
+  template <int N, int K, typename S>
+  __device__ __forceinline__ A held_max(S s, const Vec<T, N> (&v)[kTensors][K]) const {
+    A m = neg_inf<A>();
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (s.has(k)) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) m = fmax(m, held_acc(v[0][k], j));
+      }
+    }
+    return m;
+  }
   template <int N, int K, typename S>
   __device__ __forceinline__ Partial partial(S s, const Vec<T, N> (&v)[kTensors][K]) const {
     if constexpr (kPairs<T, N>) {
@@ -273,14 +286,7 @@ struct Forward {
         }
       }
     }
-    A m = neg_inf<A>();
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (s.has(k)) {
-#pragma unroll
-        for (int j = 0; j < N; ++j) m = fmax(m, held_acc(v[0][k], j));
-      }
-    }
+    const A m = held_max<N, K>(s, v);
     const A ref = exp_origin(m);
     A sum = 0;
 #pragma unroll
@@ -311,14 +317,7 @@ struct Forward {
       // float32: x as loaded is its float, so exp(x - m) takes its registers in place (the
       // register paths' formula: one exp an element, and a multiply in store_kept).
       if (mode != kExpKeep) return {partial<N, K>(s, v), 0.0f, false};
-      A m = neg_inf<A>();
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (s.has(k)) {
-#pragma unroll
-          for (int j = 0; j < N; ++j) m = fmax(m, v[0][k].v[j]);
-        }
-      }
+      const A m = held_max<N, K>(s, v);
       const A ref = exp_origin(m);
       A sum = 0;
 #pragma unroll
