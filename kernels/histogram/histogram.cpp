@@ -30,22 +30,20 @@ void histogram_cpu(const T* x,  // [n]
   for (int64_t base = begin; base < end; base += kBlock) {
     const int64_t m = end - base < kBlock ? end - base : kBlock;
     int64_t k = 0;  // elements of the block inside the range
+    // The block with a branch an element on inside(v): in_range or in_range_once.
+    auto branching = [&](auto inside) {
+      for (int64_t i = 0; i < m; ++i) {
+        const double v = to_double(x[base + i]);
+        if (inside(v) != 0) {
+          ++counts[bin_within(v, r)];
+          ++k;
+        }
+      }
+    };
     if (sides == Sides::kInside) {
-      for (int64_t i = 0; i < m; ++i) {
-        const double v = to_double(x[base + i]);
-        if (in_range(v, r) != 0) {
-          ++counts[bin_within(v, r)];
-          ++k;
-        }
-      }
+      branching([&](double v) { return in_range(v, r); });
     } else if (sides == Sides::kOutside) {
-      for (int64_t i = 0; i < m; ++i) {
-        const double v = to_double(x[base + i]);
-        if (in_range_once(v, r) != 0) {
-          ++counts[bin_within(v, r)];
-          ++k;
-        }
-      }
+      branching([&](double v) { return in_range_once(v, r); });
     } else {
       for (int64_t i = 0; i < m; ++i) {
         const double v = to_double(x[base + i]);
